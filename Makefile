@@ -1,0 +1,53 @@
+# PGXS build of the extension. The C++ core (and the CUDA backend when nvcc is
+# found) are built by CMake into $(BUILD_DIR); this file links the core into the
+# PostgreSQL module and installs the CUDA backend next to it.
+EXTENSION = pg_tsdg
+EXTVERSION = 0.1.0
+MODULE_big = pg_tsdg
+
+BUILD_DIR ?= build
+BUILD_TYPE ?= Release
+CORE_LIB = $(BUILD_DIR)/libtsdg_core.a
+CUDA_BACKEND = $(BUILD_DIR)/pg_tsdg_cuda.so
+
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c)))
+DATA_built = $(EXTENSION)--$(EXTVERSION).sql
+INSTALL_SQL_PARTS = $(sort $(wildcard sql/install/*.sql))
+
+PG_CPPFLAGS = -I$(srcdir)/src/core -I$(srcdir)/src/pg
+# PostgreSQL's headers are not clean under -Wextra's unused-parameter and
+# sign-compare checks; everything else is an error in our own code.
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \
+	-Wno-missing-field-initializers -Wno-cast-function-type $(TSDG_EXTRA_CFLAGS)
+SHLIB_LINK = $(CORE_LIB) -lstdc++ -lm -lpthread -ldl $(TSDG_EXTRA_LDFLAGS)
+
+REGRESS = $(filter-out $(EXTENSION)--%,$(basename $(notdir $(sort $(wildcard sql/*.sql)))))
+REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
+EXTRA_CLEAN = $(DATA_built) results regression.diffs regression.out
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+$(DATA_built): $(INSTALL_SQL_PARTS)
+	cat $^ > $@
+
+.PHONY: core
+core:
+	cmake -S $(srcdir) -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
+	cmake --build $(BUILD_DIR) -j$(shell nproc)
+
+$(CORE_LIB): core
+$(shlib): $(CORE_LIB)
+
+install: install-cuda-backend
+.PHONY: install-cuda-backend
+install-cuda-backend:
+	if [ -f $(CUDA_BACKEND) ]; then \
+		$(INSTALL_SHLIB) $(CUDA_BACKEND) '$(DESTDIR)$(pkglibdir)/pg_tsdg_cuda.so'; \
+	fi
+
+clean: clean-core
+.PHONY: clean-core
+clean-core:
+	rm -rf $(BUILD_DIR)

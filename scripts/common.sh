@@ -1,0 +1,71 @@
+# Sourced by the scripts in this folder: installing what is missing, building,
+# and a private PostgreSQL cluster run by an unprivileged user.
+set -euo pipefail
+
+TSDG_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PG_MAJOR=15
+PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
+export PATH=$PGBIN:$PATH
+
+log() { printf '\n== %s\n' "$*"; }
+
+install_dependencies() {
+  local need=()
+  local pkg
+  for pkg in postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-contrib \
+             build-essential cmake libgtest-dev libhnswlib-dev python3 python3-numpy \
+             python3-matplotlib; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+  done
+  if [ ${#need[@]} -gt 0 ]; then
+    log "installing ${need[*]}"
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "missing packages: ${need[*]} (run as root to install them)" >&2
+      return 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+}
+
+build_and_install() {
+  log "building"
+  make -C "$TSDG_ROOT" -j"$(nproc)"
+  log "installing into $(pg_config --pkglibdir)"
+  make -C "$TSDG_ROOT" install >/dev/null
+}
+
+# The cluster belongs to an unprivileged user: PostgreSQL refuses to run as root.
+CLUSTER_USER=${CLUSTER_USER:-$( [ "$(id -u)" -eq 0 ] && echo tsdgrun || id -un )}
+
+as_cluster_user() {
+  if [ "$(id -un)" = "$CLUSTER_USER" ]; then "$@"; else runuser -u "$CLUSTER_USER" -- "$@"; fi
+}
+
+# start_cluster DIR PORT [extra postgresql.conf lines...]
+start_cluster() {
+  local dir=$1 port=$2
+  shift 2
+  if ! id "$CLUSTER_USER" >/dev/null 2>&1; then useradd --create-home "$CLUSTER_USER"; fi
+  mkdir -p "$dir"
+  chown "$CLUSTER_USER" "$dir"
+  as_cluster_user initdb -D "$dir/data" -U postgres --auth=trust >/dev/null
+  {
+    echo "port = $port"
+    echo "listen_addresses = '127.0.0.1'"
+    echo "unix_socket_directories = '$dir'"
+    echo "shared_preload_libraries = 'pg_tsdg'"
+    echo "max_wal_size = 4GB"
+    echo "wal_level = replica"
+    local line
+    for line in "$@"; do echo "$line"; done
+  } >> "$dir/data/postgresql.conf"
+  as_cluster_user pg_ctl -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
+  export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
+}
+
+stop_cluster() {
+  local dir=$1
+  as_cluster_user pg_ctl -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+}

@@ -1,0 +1,62 @@
+// The Backend interface: every heavy step of the index, implemented by the CPU
+// (cpu_backend.cpp) and by the GPU (cuda/). Backends throw tsdg::Error.
+#pragma once
+
+#include <memory>
+
+#include "params.h"
+#include "run_control.h"
+#include "types.h"
+
+namespace tsdg {
+
+// A graph made searchable by a backend: the CPU keeps pointers to the caller's
+// arrays, the GPU keeps device copies. Owned by the caller.
+class SearchIndex {
+ public:
+  virtual ~SearchIndex() = default;
+  // For each query row: k results (ids into the indexed set, distances),
+  // ascending, padded with kInvalidId / +inf. ids and dists hold rows * k.
+  virtual void search(MatrixView queries, const SearchParams& params, uint32_t* ids,
+                      float* dists, const RunControl& control) = 0;
+  virtual size_t memory_bytes() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // Exact k nearest rows of base for each query row.
+  virtual void exact_knn(MatrixView base, MatrixView queries, Metric metric, int k,
+                         uint32_t* ids, float* dists, const RunControl& control) = 0;
+
+  // k-NN graph of data by GNND (self excluded).
+  virtual KnnGraph build_knn_graph(MatrixView data, Metric metric, const GnndParams& params,
+                                   const RunControl& control) = 0;
+
+  // GGM: rows [0, split) have graph first, rows [split, rows) have graph second
+  // (its ids local to that side). Returns the k-NN graph of all rows.
+  virtual KnnGraph merge_knn_graphs(MatrixView data, int64_t split, const KnnGraph& first,
+                                    const KnnGraph& second, Metric metric,
+                                    const GnndParams& params, const RunControl& control) = 0;
+
+  // Both TSDG stages on a k-NN graph.
+  virtual TsdgGraph diversify(MatrixView data, Metric metric, const KnnGraph& knn,
+                              const DiversifyParams& params, const RunControl& control) = 0;
+
+  // The data and graph must outlive the returned index.
+  virtual std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
+                                                         Metric metric) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace tsdg
+
+// The GPU backend's shared object exports this symbol (C linkage so that dlsym
+// finds it); it returns nullptr and fills message when no usable GPU is found.
+extern "C" {
+typedef tsdg::Backend* (*TsdgCreateBackendFn)(int device, char* message, int message_len);
+tsdg::Backend* tsdg_cuda_create_backend(int device, char* message, int message_len);
+}

@@ -1,0 +1,34 @@
+// Parameters of the algorithms, with the defaults the index uses.
+#pragma once
+
+#include <cstdint>
+
+namespace tsdg {
+
+// GNND (paper 000, section 4) and GGM (section 5).
+struct GnndParams {
+  int k = 64;                 // k-NN list length
+  int samples = 16;           // p: NEW and OLD samples per list and iteration
+  int iterations = 12;        // upper bound on iterations
+  double min_update_rate = 0.001;  // stop when updates < rate * n * k
+  uint64_t seed = 42;
+};
+
+// TSDG diversification (paper 003, section 3).
+struct DiversifyParams {
+  int degree = 32;     // R: stored list length
+  float alpha = 1.2f;  // stage-1 relaxed pruning factor
+  int lambda0 = 10;    // stage-2: edges with occlusion factor > lambda0 dropped
+};
+
+// Graph search (paper 003, section 4; paper 004 for the slack stop rule).
+struct SearchParams {
+  int k = 10;
+  int ef = 64;              // candidate list length
+  int lambda_limit = 255;   // visit only edges with occlusion factor <= this
+  float slack = 0.0f;       // tau of the GGNN stop rule; 0 disables it
+  int entry_samples = 32;   // random nodes scored to pick the entry point
+  uint64_t seed = 7;
+};
+
+}  // namespace tsdg

@@ -1,0 +1,33 @@
+// What every long-running core or backend call receives: the threads it may use
+// and the flag that tells it to stop. Algorithms poll cancelled() at least every
+// few milliseconds of work and throw Error(Status::Cancelled) when it is set.
+#pragma once
+
+#include <atomic>
+
+#include "types.h"
+
+namespace tsdg {
+
+class ThreadPool;
+
+struct RunControl {
+  ThreadPool* pool = nullptr;                   // nullptr: run on the calling thread
+  const std::atomic<bool>* cancel = nullptr;    // set by the caller on interrupt
+  std::atomic<int64_t>* progress_done = nullptr;   // optional: work units finished
+  std::atomic<int64_t>* progress_total = nullptr;  // optional: work units planned
+
+  bool cancelled() const { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
+  void throw_if_cancelled() const {
+    if (cancelled()) throw Error(Status::Cancelled, "cancelled");
+  }
+  void set_total(int64_t total) const {
+    if (progress_total) progress_total->store(total, std::memory_order_relaxed);
+    if (progress_done) progress_done->store(0, std::memory_order_relaxed);
+  }
+  void add_done(int64_t units) const {
+    if (progress_done) progress_done->fetch_add(units, std::memory_order_relaxed);
+  }
+};
+
+}  // namespace tsdg

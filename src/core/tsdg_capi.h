@@ -1,0 +1,171 @@
+/*
+ * The C interface of the core, the only one the PostgreSQL glue (src/pg) calls.
+ * Plain C, no PostgreSQL types. Every function that can fail returns a
+ * TsdgStatus and fills a TsdgError; no C++ exception crosses this boundary and
+ * no function here calls back into PostgreSQL except through the callbacks
+ * documented below, which must not ereport/longjmp.
+ */
+#ifndef TSDG_CAPI_H
+#define TSDG_CAPI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum TsdgStatus
+{
+	TSDG_OK = 0,
+	TSDG_ERR_OUT_OF_MEMORY = 1,
+	TSDG_ERR_CANCELLED = 2,
+	TSDG_ERR_INVALID_ARGUMENT = 3,
+	TSDG_ERR_DEVICE = 4,
+	TSDG_ERR_INTERNAL = 5
+} TsdgStatus;
+
+typedef enum TsdgMetric
+{
+	TSDG_METRIC_L2 = 0,
+	TSDG_METRIC_INNER_PRODUCT = 1,
+	TSDG_METRIC_COSINE = 2
+} TsdgMetric;
+
+#define TSDG_INVALID_ID UINT32_MAX
+#define TSDG_ERROR_MESSAGE_LEN 256
+
+typedef struct TsdgError
+{
+	char		message[TSDG_ERROR_MESSAGE_LEN];
+} TsdgError;
+
+/* ---- distance kernels (SIMD variant chosen once, at first use) ---- */
+
+float		tsdg_l2_squared_distance(const float *a, const float *b, int dim);
+float		tsdg_inner_product(const float *a, const float *b, int dim);
+float		tsdg_l1_distance(const float *a, const float *b, int dim);
+/* 1 - cos(a, b); NaN when either vector is zero */
+float		tsdg_cosine_distance(const float *a, const float *b, int dim);
+/* squared L2 norm */
+float		tsdg_norm_squared(const float *a, int dim);
+/* the comparison distance of a metric: squared L2, -ip, or 1-ip on normalized rows */
+float		tsdg_metric_distance(TsdgMetric metric, const float *a, const float *b, int dim);
+/* name of the kernel variant in use, e.g. "avx512", "avx2", "generic" */
+const char *tsdg_distance_kernel_name(void);
+
+/* ---- backends ---- */
+
+/* NULL backend means the CPU backend. */
+typedef struct TsdgBackend TsdgBackend;
+
+/*
+ * Load the GPU backend from a shared object (dlopen) and create it on a device.
+ * Returns NULL with error filled when the object or a usable GPU is missing.
+ */
+TsdgBackend *tsdg_backend_load(const char *shared_object_path, int device, TsdgError *error);
+void		tsdg_backend_free(TsdgBackend *backend);
+const char *tsdg_backend_name(const TsdgBackend *backend);
+
+/*
+ * Called by the thread that started a long operation about every 50 ms while
+ * the work runs on other threads. Returns true to request cancellation.
+ * phase is a TsdgBuildPhase; done/total count work units of that phase.
+ */
+typedef enum TsdgBuildPhase
+{
+	TSDG_PHASE_KNN_GRAPH = 1,
+	TSDG_PHASE_DIVERSIFY = 2,
+	TSDG_PHASE_MERGE = 3,
+	TSDG_PHASE_SEARCH = 4
+} TsdgBuildPhase;
+
+typedef bool (*TsdgPollFn) (void *arg, TsdgBuildPhase phase, int64_t done, int64_t total);
+
+typedef struct TsdgBuildParams
+{
+	int			degree;			/* R */
+	int			build_k;		/* k of the k-NN graph */
+	int			samples;		/* GNND p */
+	int			iterations;		/* GNND max iterations */
+	float		alpha;			/* stage-1 pruning */
+	int			lambda0;		/* stage-2 threshold */
+	uint64_t	seed;
+	int			threads;		/* CPU threads; <= 0: hardware concurrency */
+} TsdgBuildParams;
+
+void		tsdg_build_params_default(TsdgBuildParams *params);
+
+/*
+ * Build the search graph of n rows (GNND, then both TSDG stages). For cosine the
+ * rows must already be normalized. Writes neighbors[n * degree] (TSDG_INVALID_ID
+ * padded) and lambdas[n * degree]. If knn_ids/knn_dists are not NULL, the k-NN
+ * graph (n * build_k) is written there too, for later merges.
+ */
+TsdgStatus	tsdg_build_graph(TsdgBackend *backend, const float *rows, int64_t n, int dim,
+							 TsdgMetric metric, const TsdgBuildParams *params,
+							 uint32_t *neighbors, uint8_t *lambdas,
+							 uint32_t *knn_ids, float *knn_dists,
+							 TsdgPollFn poll, void *poll_arg, TsdgError *error);
+
+/*
+ * Exact k nearest rows of base (nb rows) for each of nq queries, ascending,
+ * padded with TSDG_INVALID_ID / +inf.
+ */
+TsdgStatus	tsdg_exact_knn(TsdgBackend *backend, const float *base, int64_t nb,
+						   const float *queries, int64_t nq, int dim, TsdgMetric metric, int k,
+						   uint32_t *ids, float *dists, TsdgError *error);
+
+/*
+ * Merge new rows into an existing index (GGM, paper 000 section 5). rows holds
+ * n_old + n_new rows, old first. old_knn_* is the old k-NN graph (n_old * k).
+ * Writes the merged k-NN graph (all rows * k) and the re-diversified search
+ * graph (all rows * degree).
+ */
+TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_old,
+							 int64_t n_new, int dim, TsdgMetric metric,
+							 const TsdgBuildParams *params,
+							 const uint32_t *old_knn_ids, const float *old_knn_dists,
+							 uint32_t *knn_ids, float *knn_dists,
+							 uint32_t *neighbors, uint8_t *lambdas,
+							 TsdgPollFn poll, void *poll_arg, TsdgError *error);
+
+/* ---- incremental graph search, driven by the caller ----
+ *
+ * The caller owns the storage (pages), the search owns the algorithm: a
+ * bounded best-first search with a visited set and the optional slack stop rule.
+ *
+ *   tsdg_search_begin(s, query, ef);
+ *   for each entry point e: tsdg_search_offer(s, e, distance(query, e));
+ *   while ((node = tsdg_search_next(s)) != TSDG_INVALID_ID)
+ *   {
+ *       read node's neighbor list (ids, lambdas, count) from storage;
+ *       m = tsdg_search_unvisited(s, ids, lambdas, count, fresh);
+ *       for i < m: tsdg_search_offer(s, fresh[i], distance(query, fresh[i]));
+ *   }
+ *   n = tsdg_search_results(s, out_ids, out_dists, max);
+ *
+ * tsdg_search_widen(s, ef) raises ef and keeps the visited set and every
+ * candidate seen, so the loop above can be run again for more results.
+ */
+typedef struct TsdgSearch TsdgSearch;
+
+TsdgSearch *tsdg_search_create(int lambda_limit, float slack, TsdgError *error);
+void		tsdg_search_free(TsdgSearch *search);
+void		tsdg_search_begin(TsdgSearch *search, int ef);
+void		tsdg_search_widen(TsdgSearch *search, int ef);
+void		tsdg_search_offer(TsdgSearch *search, uint32_t id, float distance);
+uint32_t	tsdg_search_next(TsdgSearch *search);
+int			tsdg_search_unvisited(TsdgSearch *search, const uint32_t *ids,
+								  const uint8_t *lambdas, int count, uint32_t *fresh);
+int			tsdg_search_results(const TsdgSearch *search, uint32_t *ids, float *dists,
+								int max_results);
+/* distance computations offered since begin */
+int64_t		tsdg_search_distance_count(const TsdgSearch *search);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif							/* TSDG_CAPI_H */

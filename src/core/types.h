@@ -1,0 +1,99 @@
+// Basic value types shared by every layer below the PostgreSQL glue:
+// row-major float sets, metrics, graphs. No PostgreSQL, no CUDA.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tsdg {
+
+// Marks an empty slot in a neighbor list.
+constexpr uint32_t kInvalidId = std::numeric_limits<uint32_t>::max();
+
+enum class Metric : int {
+  L2 = 0,            // squared Euclidean distance for comparisons
+  InnerProduct = 1,  // negative inner product, so smaller is closer
+  Cosine = 2,        // 1 - cos; the data and queries are normalized once, then IP
+};
+
+// A non-owning view of n rows of dim float32 values, row-major.
+struct MatrixView {
+  const float* data = nullptr;
+  int64_t rows = 0;
+  int dim = 0;
+
+  const float* row(int64_t i) const { return data + i * static_cast<int64_t>(dim); }
+  MatrixView slice(int64_t first, int64_t count) const {
+    return MatrixView{row(first), count, dim};
+  }
+};
+
+// An owning row-major float set.
+struct Matrix {
+  std::vector<float> values;
+  int64_t rows = 0;
+  int dim = 0;
+
+  Matrix() = default;
+  Matrix(int64_t r, int d) : values(static_cast<size_t>(r) * d), rows(r), dim(d) {}
+  float* row(int64_t i) { return values.data() + i * static_cast<int64_t>(dim); }
+  const float* row(int64_t i) const { return values.data() + i * static_cast<int64_t>(dim); }
+  MatrixView view() const { return MatrixView{values.data(), rows, dim}; }
+};
+
+// A k-NN graph: for every node its k nearest neighbors found so far, sorted by
+// ascending distance, padded with kInvalidId / +inf.
+struct KnnGraph {
+  int64_t nodes = 0;
+  int k = 0;
+  std::vector<uint32_t> ids;  // nodes * k
+  std::vector<float> dists;   // nodes * k
+
+  KnnGraph() = default;
+  KnnGraph(int64_t n, int kk)
+      : nodes(n), k(kk), ids(static_cast<size_t>(n) * kk, kInvalidId),
+        dists(static_cast<size_t>(n) * kk, std::numeric_limits<float>::infinity()) {}
+  const uint32_t* list(int64_t i) const { return ids.data() + i * k; }
+  const float* list_dists(int64_t i) const { return dists.data() + i * k; }
+};
+
+// The diversified search graph: fixed degree R, each list sorted by
+// (occlusion factor, distance), padded with kInvalidId.
+struct TsdgGraph {
+  int64_t nodes = 0;
+  int degree = 0;
+  std::vector<uint32_t> neighbors;  // nodes * degree
+  std::vector<uint8_t> lambdas;     // nodes * degree, occlusion factor per edge
+
+  TsdgGraph() = default;
+  TsdgGraph(int64_t n, int r)
+      : nodes(n), degree(r), neighbors(static_cast<size_t>(n) * r, kInvalidId),
+        lambdas(static_cast<size_t>(n) * r, 0) {}
+  const uint32_t* list(int64_t i) const { return neighbors.data() + i * degree; }
+  const uint8_t* list_lambdas(int64_t i) const { return lambdas.data() + i * degree; }
+};
+
+// Failure reported by core and backends; the C API turns it into a status.
+enum class Status : int {
+  Ok = 0,
+  OutOfMemory = 1,     // host or device memory
+  Cancelled = 2,       // the caller's cancel flag was set
+  InvalidArgument = 3,
+  DeviceError = 4,     // no device, kernel fault, driver error
+  Internal = 5,
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(Status status, const std::string& message)
+      : std::runtime_error(message), status_(status) {}
+  Status status() const { return status_; }
+
+ private:
+  Status status_;
+};
+
+}  // namespace tsdg

@@ -1,0 +1,16 @@
+/*
+ * pg_tsdg: module entry point. Each part of the extension registers its GUCs,
+ * reloptions and background worker from here.
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+
+#include "pg_tsdg.h"
+
+PG_MODULE_MAGIC;
+
+void
+_PG_init(void)
+{
+}

@@ -1,0 +1,9 @@
+/*
+ * Declarations shared by the parts of the PostgreSQL glue.
+ */
+#ifndef PG_TSDG_H
+#define PG_TSDG_H
+
+void		_PG_init(void);
+
+#endif							/* PG_TSDG_H */
