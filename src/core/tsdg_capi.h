@@ -131,6 +131,25 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
 							 uint32_t *neighbors, uint8_t *lambdas,
 							 TsdgPollFn poll, void *poll_arg, TsdgError *error);
 
+/* ---- resident indexes: a graph made searchable by a backend ----
+ *
+ * The GPU backend copies the rows and the graph to the device; the CPU backend
+ * keeps pointers, so the caller's arrays must outlive the index on the CPU.
+ * A batch of queries is answered at once (the GPU picks its small- or
+ * large-batch kernel from the batch size).
+ */
+typedef struct TsdgResidentIndex TsdgResidentIndex;
+
+TsdgResidentIndex *tsdg_index_upload(TsdgBackend *backend, const float *rows, int64_t n,
+									 int dim, TsdgMetric metric, const uint32_t *neighbors,
+									 const uint8_t *lambdas, int degree, TsdgError *error);
+/* ids/dists: nq * k, ascending, padded with TSDG_INVALID_ID / +inf */
+TsdgStatus	tsdg_index_search(TsdgResidentIndex *index, const float *queries, int64_t nq,
+							  int k, int ef, int lambda_limit, uint32_t *ids, float *dists,
+							  TsdgError *error);
+size_t		tsdg_index_memory_bytes(const TsdgResidentIndex *index);
+void		tsdg_index_free(TsdgResidentIndex *index);
+
 /* ---- incremental graph search, driven by the caller ----
  *
  * The caller owns the storage (pages), the search owns the algorithm: a
