@@ -15,8 +15,14 @@ struct DistanceKernels {
   DistanceFn inner_product;
   DistanceFn l1;
   const char* name;
+  DistanceFn cosine;                   // 1 - cos(a, b) of raw rows; NaN for a zero row
+  DistanceFn negative_inner_product;   // Metric::InnerProduct
+  DistanceFn one_minus_inner_product;  // Metric::Cosine on normalized rows
 };
 const DistanceKernels& distance_kernels();
+// Every variant this CPU can run, best (the one distance_kernels() uses) first,
+// generic last; for tests and benchmarks that compare the variants.
+const std::vector<const DistanceKernels*>& supported_distance_kernels();
 
 // The comparison distance of a metric: squared L2, -ip, or 1 - ip (rows of a
 // cosine set are normalized beforehand).
