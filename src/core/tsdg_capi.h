@@ -183,6 +183,45 @@ int			tsdg_search_results(const TsdgSearch *search, uint32_t *ids, float *dists,
 /* distance computations offered since begin */
 int64_t		tsdg_search_distance_count(const TsdgSearch *search);
 
+/* ---- additions: entry points, stop-rule context, search errors ---- */
+
+/*
+ * A navigating set of count entry points for the index metapage: the node
+ * nearest the data mean, then the nodes nearest k-means centers of a sample,
+ * well spread, so searches start close even on well separated clusters.
+ * neighbors (n * degree, may be NULL) refines each choice by a greedy descent
+ * on the graph. Pads entry_ids with TSDG_INVALID_ID when n < count.
+ */
+TsdgStatus	tsdg_select_entry_points(const float *rows, int64_t n, int dim, TsdgMetric metric,
+									 const uint32_t *neighbors, int degree, int count,
+									 uint32_t *entry_ids, TsdgError *error);
+
+/*
+ * d_nn1+ of a graph for the slack stop rule: the largest distance (metric's
+ * comparison distance) from a node to its nearest neighbor, the head of its
+ * list. For the metapage; 0 for an empty graph.
+ */
+TsdgStatus	tsdg_graph_nn1_bound(const float *rows, int64_t n, int dim, TsdgMetric metric,
+								 const uint32_t *neighbors, int degree, float *bound,
+								 TsdgError *error);
+
+/*
+ * The context of the slack stop rule (paper 004): the distances offered are
+ * this metric's comparison distances (squared L2 is compared by its root), the
+ * rule guards the k best, and nn1_bound is d_nn1+ (the largest distance from a
+ * node to its nearest neighbor, in the offered unit; INFINITY when unknown).
+ * Defaults until called: distances taken as they are, k = 10, no bound.
+ */
+void		tsdg_search_set_slack_context(TsdgSearch *search, TsdgMetric metric, int k,
+										  float nn1_bound);
+
+/*
+ * TSDG_OK, or the failure (out of memory) that made the search stop early: the
+ * functions above return no status, so tsdg_search_next returns
+ * TSDG_INVALID_ID once one has failed, and this says why.
+ */
+TsdgStatus	tsdg_search_status(const TsdgSearch *search, TsdgError *error);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,412 @@
+#include "search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "entry_points.h"
+#include "thread_pool.h"
+
+namespace tsdg {
+
+namespace {
+
+bool entry_less(float dist_a, uint32_t id_a, float dist_b, uint32_t id_b) {
+  return dist_a < dist_b || (dist_a == dist_b && id_a < id_b);
+}
+
+void validate_search_params(const SearchParams& params) {
+  if (params.k <= 0) throw Error(Status::InvalidArgument, "search k must be positive");
+  if (params.ef <= 0) throw Error(Status::InvalidArgument, "search ef must be positive");
+  if (params.lambda_limit < 0) {
+    throw Error(Status::InvalidArgument, "search lambda_limit must not be negative");
+  }
+  if (!(params.slack >= 0.0f)) throw Error(Status::InvalidArgument, "search slack must be >= 0");
+  if (params.entry_samples <= 0) {
+    throw Error(Status::InvalidArgument, "search entry_samples must be positive");
+  }
+}
+
+}  // namespace
+
+// ---- stop rule ----
+
+bool SlackRule::stops(float d, float best_1, float best_k) const {
+  if (squared) {
+    const float root_best_1 = std::sqrt(std::max(best_1, 0.0f));
+    const float slack = tau * std::min(root_best_1, std::sqrt(std::max(nn1_bound, 0.0f)));
+    return std::sqrt(std::max(d, 0.0f)) > std::sqrt(std::max(best_k, 0.0f)) + slack;
+  }
+  return d > best_k + tau * std::min(std::fabs(best_1), nn1_bound);
+}
+
+SlackRule slack_rule_for(Metric metric, float tau, int k, float nn1_bound) {
+  SlackRule rule;
+  rule.tau = tau;
+  rule.k = std::max(1, k);
+  rule.nn1_bound = nn1_bound;
+  rule.squared = metric == Metric::L2;
+  return rule;
+}
+
+float graph_nn1_bound(MatrixView data, GraphView graph, Metric metric) {
+  const DistanceFn distance = metric_distance_fn(metric);
+  float bound = 0.0f;
+  for (int64_t i = 0; i < graph.nodes; ++i) {
+    const uint32_t nearest = graph.list(i)[0];
+    if (nearest == kInvalidId) continue;
+    bound = std::max(bound, std::fabs(distance(data.row(i), data.row(nearest), data.dim)));
+  }
+  return bound;
+}
+
+// ---- candidate pool ----
+
+void CandidatePool::reset(int capacity) {
+  capacity_ = std::max(1, capacity);
+  if (static_cast<int>(entries_.size()) < capacity_) entries_.resize(capacity_);
+  size_ = 0;
+  first_unexpanded_ = 0;
+}
+
+void CandidatePool::grow(int capacity) {
+  if (capacity <= capacity_) return;
+  capacity_ = capacity;
+  if (static_cast<int>(entries_.size()) < capacity_) entries_.resize(capacity_);
+}
+
+void CandidatePool::insert(uint32_t id, float dist, Entry* dropped, bool* has_dropped) {
+  if (has_dropped) *has_dropped = false;
+  if (size_ == capacity_) {
+    const Entry& worst = entries_[size_ - 1];
+    if (!entry_less(dist, id, worst.dist, worst.id)) {
+      if (dropped) {
+        *dropped = Entry{dist, id, false};
+        *has_dropped = true;
+      }
+      return;
+    }
+    if (dropped) {
+      *dropped = worst;
+      *has_dropped = true;
+    }
+    --size_;
+  }
+  // Binary search for the first entry after (dist, id).
+  int lo = 0;
+  int hi = size_;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (entry_less(dist, id, entries_[mid].dist, entries_[mid].id)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  std::memmove(&entries_[lo + 1], &entries_[lo], sizeof(Entry) * (size_ - lo));
+  entries_[lo] = Entry{dist, id, false};
+  ++size_;
+  if (lo < first_unexpanded_) first_unexpanded_ = lo;
+}
+
+uint32_t CandidatePool::pop_nearest_unexpanded(const SlackRule& slack) {
+  while (first_unexpanded_ < size_ && entries_[first_unexpanded_].expanded) ++first_unexpanded_;
+  if (first_unexpanded_ >= size_) return kInvalidId;
+  Entry& next = entries_[first_unexpanded_];
+  if (slack.enabled() && size_ >= slack.k &&
+      slack.stops(next.dist, entries_[0].dist, entries_[slack.k - 1].dist)) {
+    return kInvalidId;
+  }
+  next.expanded = true;
+  ++first_unexpanded_;
+  return next.id;
+}
+
+// ---- incremental search ----
+
+void GraphSearch::IdSet::clear() {
+  if (used_ == 0) return;
+  std::fill(slots_.begin(), slots_.end(), kInvalidId);
+  used_ = 0;
+}
+
+void GraphSearch::IdSet::rehash(size_t capacity) {
+  std::vector<uint32_t> old;
+  old.swap(slots_);
+  slots_.assign(capacity, kInvalidId);
+  used_ = 0;
+  for (uint32_t id : old) {
+    if (id != kInvalidId) insert(id);
+  }
+}
+
+bool GraphSearch::IdSet::insert(uint32_t id) {
+  if ((used_ + 1) * 2 > slots_.size()) rehash(std::max<size_t>(1024, slots_.size() * 2));
+  const size_t mask = slots_.size() - 1;
+  size_t slot = (static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull >> 32) & mask;
+  while (slots_[slot] != kInvalidId) {
+    if (slots_[slot] == id) return false;
+    slot = (slot + 1) & mask;
+  }
+  slots_[slot] = id;
+  ++used_;
+  return true;
+}
+
+GraphSearch::GraphSearch(int lambda_limit, float slack) : lambda_limit_(lambda_limit) {
+  slack_.tau = slack;
+}
+
+void GraphSearch::set_slack_context(Metric metric, int k, float nn1_bound) {
+  slack_ = slack_rule_for(metric, slack_.tau, k, nn1_bound);
+}
+
+void GraphSearch::begin(int ef) {
+  pool_.reset(ef);
+  seen_.clear();
+  spilled_.clear();
+  distance_count_ = 0;
+}
+
+void GraphSearch::widen(int ef) {
+  const int old_capacity = pool_.capacity();
+  if (ef <= old_capacity) return;
+  pool_.grow(ef);
+  // The caller consumed the old ef results and wants the next ones, so the
+  // stop rule now guards that many.
+  slack_.k = std::max(slack_.k, old_capacity);
+  // Everything that ever left the pool is no better than what is in it, so
+  // the best spilled candidates fill the new room in order.
+  std::sort(spilled_.begin(), spilled_.end(),
+            [](const CandidatePool::Entry& a, const CandidatePool::Entry& b) {
+              return entry_less(a.dist, a.id, b.dist, b.id);
+            });
+  const size_t room = static_cast<size_t>(ef - pool_.size());
+  const size_t moved = std::min(room, spilled_.size());
+  for (size_t i = 0; i < moved; ++i) {
+    pool_.insert(spilled_[i].id, spilled_[i].dist, nullptr, nullptr);
+  }
+  spilled_.erase(spilled_.begin(), spilled_.begin() + moved);
+}
+
+void GraphSearch::offer(uint32_t id, float dist) {
+  ++distance_count_;
+  seen_.insert(id);
+  CandidatePool::Entry dropped;
+  bool has_dropped = false;
+  pool_.insert(id, dist, &dropped, &has_dropped);
+  if (has_dropped) spilled_.push_back(dropped);
+}
+
+uint32_t GraphSearch::next() { return pool_.pop_nearest_unexpanded(slack_); }
+
+int GraphSearch::unvisited(const uint32_t* ids, const uint8_t* lambdas, int count,
+                           uint32_t* fresh) {
+  int found = 0;
+  for (int i = 0; i < count; ++i) {
+    if (ids[i] == kInvalidId || lambdas[i] > lambda_limit_) continue;
+    if (seen_.insert(ids[i])) fresh[found++] = ids[i];
+  }
+  return found;
+}
+
+int GraphSearch::results(uint32_t* ids, float* dists, int max_results) const {
+  const int count = std::min(max_results, pool_.size());
+  for (int i = 0; i < count; ++i) {
+    ids[i] = pool_[i].id;
+    dists[i] = pool_[i].dist;
+  }
+  return count;
+}
+
+// ---- in-memory search ----
+
+namespace {
+
+// Visited marks for one worker: a tag per node, bumped per query, so starting
+// a query costs nothing until the tags wrap around.
+class VisitedTable {
+ public:
+  explicit VisitedTable(int64_t nodes) : tags_(static_cast<size_t>(nodes), 0) {}
+  void next_query() {
+    if (++current_ == 0) {
+      std::fill(tags_.begin(), tags_.end(), 0);
+      current_ = 1;
+    }
+  }
+  bool mark(uint32_t id) {
+    if (tags_[id] == current_) return false;
+    tags_[id] = current_;
+    return true;
+  }
+  size_t bytes() const { return tags_.size() * sizeof(uint16_t); }
+
+ private:
+  std::vector<uint16_t> tags_;
+  uint16_t current_ = 0;
+};
+
+void prefetch_row(const float* row, int dim) {
+  const char* bytes = reinterpret_cast<const char*>(row);
+  const int lines = static_cast<int>((static_cast<size_t>(dim) * sizeof(float) + 63) / 64);
+  for (int line = 0; line < lines; ++line) __builtin_prefetch(bytes + 64 * line, 0, 3);
+}
+
+}  // namespace
+
+struct CpuSearchIndex::Scratch {
+  Scratch(int64_t nodes, int degree, int dim) : visited(nodes), fresh(degree), query(dim) {}
+  VisitedTable visited;
+  CandidatePool pool;
+  std::vector<uint32_t> fresh;
+  std::vector<float> query;  // the normalized query, for cosine
+};
+
+CpuSearchIndex::CpuSearchIndex(MatrixView data, GraphView graph, Metric metric)
+    : data_(data), graph_(graph), metric_(metric), distance_(metric_distance_fn(metric)) {
+  if (data.rows != graph.nodes) {
+    throw Error(Status::InvalidArgument, "search index: row count and node count differ");
+  }
+  if (graph.nodes > 0 && graph.degree <= 0) {
+    throw Error(Status::InvalidArgument, "search index: degree must be positive");
+  }
+  if (graph.nodes >= static_cast<int64_t>(kInvalidId)) {
+    throw Error(Status::InvalidArgument, "search index: too many nodes for 32-bit ids");
+  }
+  nn1_bound_ = graph_nn1_bound(data, graph, metric);
+}
+
+CpuSearchIndex::~CpuSearchIndex() = default;
+
+size_t CpuSearchIndex::memory_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t bytes = sizeof(*this) + entries_.size() * sizeof(uint32_t);
+  for (const auto& scratch : free_scratch_) {
+    bytes += scratch->visited.bytes() + scratch->fresh.size() * sizeof(uint32_t) +
+             scratch->query.size() * sizeof(float);
+  }
+  return bytes;
+}
+
+std::unique_ptr<CpuSearchIndex::Scratch> CpuSearchIndex::acquire_scratch() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!free_scratch_.empty()) {
+      std::unique_ptr<Scratch> scratch = std::move(free_scratch_.back());
+      free_scratch_.pop_back();
+      return scratch;
+    }
+  }
+  return std::make_unique<Scratch>(graph_.nodes, std::max(graph_.degree, 1), data_.dim);
+}
+
+void CpuSearchIndex::release_scratch(std::unique_ptr<Scratch> scratch) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_scratch_.push_back(std::move(scratch));
+}
+
+const std::vector<uint32_t>& CpuSearchIndex::entry_points(const SearchParams& params) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (entries_count_ != params.entry_samples || entries_seed_ != params.seed) {
+    entries_ = select_entry_points(data_, graph_, params.entry_samples, params.seed);
+    entries_count_ = params.entry_samples;
+    entries_seed_ = params.seed;
+  }
+  return entries_;
+}
+
+int64_t CpuSearchIndex::search_one(const float* query, const SearchParams& params,
+                                   const SlackRule& slack, const std::vector<uint32_t>& entries,
+                                   Scratch& scratch, uint32_t* ids, float* dists) const {
+  const int dim = data_.dim;
+  const int degree = graph_.degree;
+  const int lambda_limit = params.lambda_limit;
+  VisitedTable& visited = scratch.visited;
+  CandidatePool& pool = scratch.pool;
+  uint32_t* fresh = scratch.fresh.data();
+  visited.next_query();
+  pool.reset(std::max(params.ef, params.k));
+
+  int64_t computed = 0;
+  for (uint32_t entry : entries) {
+    if (!visited.mark(entry)) continue;
+    pool.insert(entry, distance_(query, data_.row(entry), dim), nullptr, nullptr);
+    ++computed;
+  }
+
+  uint32_t node;
+  while ((node = pool.pop_nearest_unexpanded(slack)) != kInvalidId) {
+    const uint32_t* list = graph_.list(node);
+    const uint8_t* lambdas = graph_.list_lambdas(node);
+    int count = 0;
+    // Lists are sorted by λ and padded at the end, so the first edge over the
+    // limit or the first pad ends the usable prefix.
+    for (int j = 0; j < degree; ++j) {
+      const uint32_t neighbor = list[j];
+      if (neighbor == kInvalidId || lambdas[j] > lambda_limit) break;
+      if (!visited.mark(neighbor)) continue;
+      fresh[count++] = neighbor;
+      __builtin_prefetch(data_.row(neighbor), 0, 3);
+    }
+    if (count > 0) prefetch_row(data_.row(fresh[0]), dim);
+    for (int i = 0; i < count; ++i) {
+      if (i + 1 < count) prefetch_row(data_.row(fresh[i + 1]), dim);
+      const float d = distance_(query, data_.row(fresh[i]), dim);
+      if (pool.size() < pool.capacity() || d < pool[pool.size() - 1].dist) {
+        pool.insert(fresh[i], d, nullptr, nullptr);
+      }
+    }
+    computed += count;
+  }
+
+  const int found = std::min(params.k, pool.size());
+  for (int i = 0; i < found; ++i) {
+    ids[i] = pool[i].id;
+    dists[i] = pool[i].dist;
+  }
+  for (int i = found; i < params.k; ++i) {
+    ids[i] = kInvalidId;
+    dists[i] = std::numeric_limits<float>::infinity();
+  }
+  return computed;
+}
+
+void CpuSearchIndex::search(MatrixView queries, const SearchParams& params, uint32_t* ids,
+                            float* dists, const RunControl& control) {
+  validate_search_params(params);
+  if (queries.rows == 0) return;
+  if (queries.dim != data_.dim) {
+    throw Error(Status::InvalidArgument, "search: query dimension " + std::to_string(queries.dim) +
+                                             " does not match the index dimension " +
+                                             std::to_string(data_.dim));
+  }
+  const int k = params.k;
+  if (graph_.nodes == 0) {
+    std::fill(ids, ids + queries.rows * k, kInvalidId);
+    std::fill(dists, dists + queries.rows * k, std::numeric_limits<float>::infinity());
+    return;
+  }
+  const std::vector<uint32_t>& entries = entry_points(params);
+  const SlackRule slack = slack_rule_for(metric_, params.slack, k, nn1_bound_);
+  const int workers = worker_count(control);
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, queries.rows / (4 * workers)));
+  control.set_total(queries.rows);
+  parallel_for(control, queries.rows, chunk, [&](int64_t begin, int64_t end, int) {
+    std::unique_ptr<Scratch> scratch = acquire_scratch();
+    int64_t computed = 0;
+    for (int64_t q = begin; q < end; ++q) {
+      const float* query = queries.row(q);
+      if (metric_ == Metric::Cosine) {
+        std::copy(query, query + queries.dim, scratch->query.begin());
+        normalize_rows(scratch->query.data(), 1, queries.dim);
+        query = scratch->query.data();
+      }
+      computed += search_one(query, params, slack, entries, *scratch, ids + q * k, dists + q * k);
+    }
+    distance_computations_.fetch_add(computed, std::memory_order_relaxed);
+    control.add_done(end - begin);
+    release_scratch(std::move(scratch));
+  });
+}
+
+}  // namespace tsdg

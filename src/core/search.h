@@ -1,0 +1,179 @@
+// Graph search on a TSDG graph (paper 003, section 4, the NSG-style best-first
+// search on the CPU) with the optional GGNN slack stop rule (paper 004,
+// section 4.1.2). Two front ends share one candidate pool:
+//  - GraphSearch, the incremental state machine behind tsdg_search_*: the caller
+//    owns the storage and feeds distances in, so the visited set cannot know the
+//    node count in advance;
+//  - CpuSearchIndex, the in-memory path over a graph and rows held in memory,
+//    batched over the thread pool, with no allocation per query.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend.h"
+#include "distance.h"
+#include "params.h"
+#include "run_control.h"
+#include "types.h"
+
+namespace tsdg {
+
+// A TSDG graph whose arrays are owned elsewhere (index pages, the caller).
+struct GraphView {
+  const uint32_t* neighbors = nullptr;  // nodes * degree
+  const uint8_t* lambdas = nullptr;     // nodes * degree
+  int64_t nodes = 0;
+  int degree = 0;
+
+  const uint32_t* list(int64_t i) const { return neighbors + i * degree; }
+  const uint8_t* list_lambdas(int64_t i) const { return lambdas + i * degree; }
+  static GraphView of(const TsdgGraph& graph) {
+    return GraphView{graph.neighbors.data(), graph.lambdas.data(), graph.nodes, graph.degree};
+  }
+};
+
+// GGNN's stop rule: stop once the nearest unexpanded candidate is farther than
+// d_best_k + tau * min(d_best_1, d_nn1+). Distances are the metric's comparison
+// distances; for squared L2 the rule is applied to their square roots, as in
+// the paper. For inner product, whose distances can be negative, the slack
+// uses |d_best_1|.
+struct SlackRule {
+  float tau = 0.0f;  // 0 disables the rule
+  int k = 10;
+  float nn1_bound = std::numeric_limits<float>::infinity();  // d_nn1+, same unit as distances
+  bool squared = false;
+
+  bool enabled() const { return tau > 0.0f; }
+  // True when a candidate at distance d can no longer improve the k best.
+  bool stops(float d, float best_1, float best_k) const;
+};
+
+SlackRule slack_rule_for(Metric metric, float tau, int k, float nn1_bound);
+
+// d_nn1+ of paper 004 for a graph: the largest distance from a node to its
+// nearest neighbor, which heads its list (never occluded, so λ = 0 and first
+// by distance). Absolute value, so that the slack stays non-negative.
+float graph_nn1_bound(MatrixView data, GraphView graph, Metric metric);
+
+// The bounded best-first candidate list: the ef best (distance, id) pairs seen,
+// ascending, each marked once expanded.
+class CandidatePool {
+ public:
+  struct Entry {
+    float dist;
+    uint32_t id;
+    bool expanded;
+  };
+
+  void reset(int capacity);
+  int capacity() const { return capacity_; }
+  int size() const { return size_; }
+  const Entry& operator[](int i) const { return entries_[i]; }
+
+  // Inserts unless full and not better than the worst. When an entry leaves
+  // the pool (the old worst, or the offered one when rejected) it is written
+  // to *dropped, if dropped is not null, and true is returned through
+  // *has_dropped.
+  void insert(uint32_t id, float dist, Entry* dropped, bool* has_dropped);
+  // The nearest unexpanded entry, marked expanded; kInvalidId when none is left
+  // or the slack rule says stop.
+  uint32_t pop_nearest_unexpanded(const SlackRule& slack);
+  // Raises the capacity; entries stay.
+  void grow(int capacity);
+
+ private:
+  std::vector<Entry> entries_;
+  int capacity_ = 0;
+  int size_ = 0;
+  int first_unexpanded_ = 0;
+};
+
+// The incremental search of tsdg_search_*. The visited set is an
+// open-addressing hash set, since the node count is unknown; every candidate
+// that ever left the pool is kept, so widen() can continue where a narrower
+// search stopped.
+class GraphSearch {
+ public:
+  GraphSearch(int lambda_limit, float slack);
+
+  // Stop-rule context; k = 10 and d_nn1+ = infinity until set.
+  void set_slack_context(Metric metric, int k, float nn1_bound);
+
+  void begin(int ef);
+  void widen(int ef);
+  void offer(uint32_t id, float dist);
+  uint32_t next();
+  // Writes the ids of the list that pass the λ filter and were not seen yet
+  // to fresh, marks them seen, and returns how many.
+  int unvisited(const uint32_t* ids, const uint8_t* lambdas, int count, uint32_t* fresh);
+  int results(uint32_t* ids, float* dists, int max_results) const;
+  int64_t distance_count() const { return distance_count_; }
+
+ private:
+  class IdSet {
+   public:
+    void clear();
+    bool insert(uint32_t id);  // false when already present
+
+   private:
+    void rehash(size_t capacity);
+    std::vector<uint32_t> slots_;
+    size_t used_ = 0;
+  };
+
+  int lambda_limit_;
+  SlackRule slack_;
+  CandidatePool pool_;
+  IdSet seen_;
+  std::vector<CandidatePool::Entry> spilled_;  // candidates that left the pool
+  int64_t distance_count_ = 0;
+};
+
+// The in-memory search over rows and a graph held in memory (the CPU
+// backend's SearchIndex). Entry points: a navigating set of
+// params.entry_samples nodes spread over the data (select_entry_points),
+// computed once per (entry_samples, seed). Thread-safe.
+class CpuSearchIndex : public SearchIndex {
+ public:
+  CpuSearchIndex(MatrixView data, GraphView graph, Metric metric);
+  ~CpuSearchIndex() override;
+
+  void search(MatrixView queries, const SearchParams& params, uint32_t* ids, float* dists,
+              const RunControl& control) override;
+  size_t memory_bytes() const override;
+
+  // Distance computations of every search so far.
+  int64_t distance_computations() const { return distance_computations_.load(); }
+  // d_nn1+ of the graph: the largest distance from a node to its nearest kept neighbor.
+  float nn1_bound() const { return nn1_bound_; }
+
+ private:
+  struct Scratch;
+  std::unique_ptr<Scratch> acquire_scratch();
+  void release_scratch(std::unique_ptr<Scratch> scratch);
+  const std::vector<uint32_t>& entry_points(const SearchParams& params);
+  int64_t search_one(const float* query, const SearchParams& params, const SlackRule& slack,
+                     const std::vector<uint32_t>& entries, Scratch& scratch, uint32_t* ids,
+                     float* dists) const;
+
+  MatrixView data_;
+  GraphView graph_;
+  Metric metric_;
+  DistanceFn distance_;
+  float nn1_bound_;
+
+  mutable std::mutex mutex_;  // guards the two caches below
+  std::vector<std::unique_ptr<Scratch>> free_scratch_;
+  std::vector<uint32_t> entries_;
+  int entries_count_ = -1;
+  uint64_t entries_seed_ = 0;
+
+  std::atomic<int64_t> distance_computations_{0};
+};
+
+}  // namespace tsdg

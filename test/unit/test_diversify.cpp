@@ -1,0 +1,167 @@
+// TSDG diversification: the stored lists keep the invariants the search and
+// the index pages rely on, the occlusion factors are what Inequation 1 counts,
+// and a hand-checked example prunes as the paper's rules say.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <set>
+#include <vector>
+
+#include "distance.h"
+#include "diversify.h"
+#include "thread_pool.h"
+#include "tsdg_test_graphs.h"
+
+namespace tsdg {
+namespace {
+
+using testing::small_clustered_spec;
+using testing::tsdg_graph_of;
+
+void expect_list_invariants(const TsdgGraph& graph, int lambda0) {
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    const uint32_t* ids = graph.list(u);
+    const uint8_t* lambdas = graph.list_lambdas(u);
+    std::set<uint32_t> seen;
+    bool padding = false;
+    for (int j = 0; j < graph.degree; ++j) {
+      if (ids[j] == kInvalidId) {
+        padding = true;
+        continue;
+      }
+      ASSERT_FALSE(padding) << "node " << u << ": an edge after the padding";
+      ASSERT_NE(ids[j], u) << "self edge at node " << u;
+      ASSERT_LT(ids[j], graph.nodes);
+      ASSERT_TRUE(seen.insert(ids[j]).second) << "duplicate edge at node " << u;
+      ASSERT_LE(lambdas[j], lambda0) << "node " << u;
+      if (j > 0) {
+        ASSERT_LE(lambdas[j - 1], lambdas[j]) << "λ decreases along node " << u;
+      }
+    }
+  }
+}
+
+TEST(Diversify, ListInvariantsOnClusteredData) {
+  const Matrix data = make_clustered(small_clustered_spec(3000, 24, 12, 3));
+  for (const DiversifyParams& params :
+       {DiversifyParams{16, 1.2f, 3}, DiversifyParams{32, 1.2f, 10}, DiversifyParams{8, 1.0f, 0}}) {
+    const TsdgGraph graph = tsdg_graph_of(data, 32, params);
+    ASSERT_EQ(graph.nodes, data.rows);
+    ASSERT_EQ(graph.degree, params.degree);
+    expect_list_invariants(graph, params.lambda0);
+  }
+}
+
+// With λ0 = 254 nothing is dropped after stage 1, so where a list is not full
+// it holds every candidate, and each stored λ must equal a naive count of the
+// edges of that list that occlude it.
+TEST(Diversify, OcclusionFactorsCountInequationOne) {
+  const Matrix data = make_clustered(small_clustered_spec(1500, 16, 8, 5));
+  const int k = 24;
+  const TsdgGraph graph = tsdg_graph_of(data, k, DiversifyParams{2 * k, 1.2f, 254});
+  const DistanceFn l2 = distance_kernels().l2_squared;
+  int64_t edges = 0;
+  int64_t positive = 0;
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    const uint32_t* ids = graph.list(u);
+    if (ids[graph.degree - 1] != kInvalidId) continue;  // full: candidates may be cut
+    for (int j = 0; j < graph.degree && ids[j] != kInvalidId; ++j) {
+      const float to_j = l2(data.row(u), data.row(ids[j]), data.dim);
+      int expected = 0;
+      for (int i = 0; i < graph.degree && ids[i] != kInvalidId; ++i) {
+        if (i == j) continue;
+        const float to_i = l2(data.row(u), data.row(ids[i]), data.dim);
+        if (to_i < to_j && l2(data.row(ids[i]), data.row(ids[j]), data.dim) < to_j) ++expected;
+      }
+      ASSERT_EQ(graph.list_lambdas(u)[j], expected) << "node " << u << " edge " << j;
+      ++edges;
+      positive += expected > 0;
+    }
+  }
+  // Stage 1 keeps edges it does not fully occlude, so some λ must be positive.
+  EXPECT_GT(positive, 0);
+  EXPECT_GT(edges, graph.nodes);
+}
+
+// Four points on a line, 0 1 2 3: stage 1 keeps only the edges to the
+// adjacent points (0->2 is occluded by 0->1: 1.2 * 1 < 4 twice).
+TEST(Diversify, PointsOnALineKeepOnlyAdjacentEdges) {
+  Matrix data(4, 2);
+  for (int i = 0; i < 4; ++i) data.row(i)[0] = static_cast<float>(i);
+  const TsdgGraph graph = tsdg_graph_of(data, 3, DiversifyParams{3, 1.2f, 10});
+  const std::vector<std::vector<uint32_t>> expected = {{1}, {0, 2}, {1, 3}, {2}};
+  for (int u = 0; u < 4; ++u) {
+    std::vector<uint32_t> found;
+    for (int j = 0; j < 3 && graph.list(u)[j] != kInvalidId; ++j) {
+      found.push_back(graph.list(u)[j]);
+      EXPECT_EQ(graph.list_lambdas(u)[j], 0);
+    }
+    EXPECT_EQ(found, expected[u]) << "node " << u;
+  }
+}
+
+TEST(Diversify, ReverseEdgesMakeTheGraphMostlySymmetric) {
+  const Matrix data = make_clustered(small_clustered_spec(2000, 16, 8, 9));
+  const TsdgGraph graph = tsdg_graph_of(data, 32, DiversifyParams{32, 1.2f, 10});
+  std::set<std::pair<uint32_t, uint32_t>> edges;
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    for (int j = 0; j < graph.degree && graph.list(u)[j] != kInvalidId; ++j) {
+      edges.emplace(static_cast<uint32_t>(u), graph.list(u)[j]);
+    }
+  }
+  int64_t symmetric = 0;
+  for (const auto& e : edges) symmetric += edges.count({e.second, e.first});
+  EXPECT_GT(static_cast<double>(symmetric) / edges.size(), 0.8);
+}
+
+TEST(Diversify, SameResultOnAThreadPool) {
+  const Matrix data = make_clustered(small_clustered_spec(2000, 16, 8, 11));
+  const RunControl inline_control;
+  const KnnGraph knn = exact_knn_graph(data.view(), Metric::L2, 32, inline_control);
+  const DiversifyParams params;
+  const TsdgGraph serial = diversify_tsdg(data.view(), Metric::L2, knn, params, inline_control);
+  ThreadPool pool(3);
+  RunControl pooled;
+  pooled.pool = &pool;
+  const TsdgGraph parallel = diversify_tsdg(data.view(), Metric::L2, knn, params, pooled);
+  EXPECT_EQ(serial.neighbors, parallel.neighbors);
+  EXPECT_EQ(serial.lambdas, parallel.lambdas);
+}
+
+TEST(Diversify, StopsWhenCancelled) {
+  const Matrix data = make_clustered(small_clustered_spec(2000, 16, 8, 13));
+  RunControl control;
+  const KnnGraph knn = exact_knn_graph(data.view(), Metric::L2, 16, control);
+  std::atomic<bool> cancel{true};
+  ThreadPool pool(2);
+  control.pool = &pool;
+  control.cancel = &cancel;
+  try {
+    diversify_tsdg(data.view(), Metric::L2, knn, DiversifyParams{}, control);
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::Cancelled);
+  }
+}
+
+TEST(Diversify, RejectsBadParameters) {
+  const Matrix data = make_clustered(small_clustered_spec(100, 8, 2, 1));
+  const RunControl control;
+  const KnnGraph knn = exact_knn_graph(data.view(), Metric::L2, 8, control);
+  for (const DiversifyParams& bad :
+       {DiversifyParams{0, 1.2f, 10}, DiversifyParams{8, 0.5f, 10}, DiversifyParams{8, 1.2f, 300}}) {
+    try {
+      diversify_tsdg(data.view(), Metric::L2, knn, bad, control);
+      FAIL() << "accepted degree " << bad.degree << " alpha " << bad.alpha;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::InvalidArgument);
+    }
+  }
+  const KnnGraph wrong_size(50, 8);
+  EXPECT_THROW(diversify_tsdg(data.view(), Metric::L2, wrong_size, DiversifyParams{}, control),
+               Error);
+}
+
+}  // namespace
+}  // namespace tsdg

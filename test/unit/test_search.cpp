@@ -1,0 +1,237 @@
+// Graph search: the in-memory search finds the exact answer when ef covers the
+// data, is deterministic, and the incremental state machine widens, filters by
+// λ and stops by the slack rule as documented.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include "bruteforce.h"
+#include "distance.h"
+#include "entry_points.h"
+#include "search.h"
+#include "thread_pool.h"
+#include "tsdg_test_graphs.h"
+
+namespace tsdg {
+namespace {
+
+using testing::small_clustered_spec;
+using testing::tsdg_graph_of;
+
+struct Fixture {
+  SyntheticSpec spec;
+  Matrix data;
+  Matrix queries;
+  TsdgGraph graph;
+  std::vector<uint32_t> truth_ids;
+  std::vector<float> truth_dists;
+};
+
+// Brute force computes ||x||^2 + ||y||^2 - 2 x.y, the search the direct
+// difference, so the two agree to rounding.
+void expect_same_distance(float found, float exact) {
+  EXPECT_NEAR(found, exact, 1e-5f * std::max(1.0f, std::fabs(exact)));
+}
+
+Fixture make_fixture(int64_t rows, int dim, int clusters, int k) {
+  Fixture f;
+  f.spec = small_clustered_spec(rows, dim, clusters, 21);
+  f.data = make_clustered(f.spec);
+  f.queries = make_clustered_queries(f.spec, 100, 77);
+  f.graph = tsdg_graph_of(f.data, 32, DiversifyParams{});
+  f.truth_ids.resize(f.queries.rows * k);
+  f.truth_dists.resize(f.queries.rows * k);
+  exact_knn(f.data.view(), f.queries.view(), Metric::L2, k, f.truth_ids.data(),
+            f.truth_dists.data(), RunControl{});
+  return f;
+}
+
+// Drives GraphSearch over an in-memory graph the way the index pages do.
+void run_incremental(GraphSearch& search, const Fixture& f, const float* query) {
+  std::vector<uint32_t> fresh(f.graph.degree);
+  uint32_t node;
+  while ((node = search.next()) != kInvalidId) {
+    const int m = search.unvisited(f.graph.list(node), f.graph.list_lambdas(node), f.graph.degree,
+                                   fresh.data());
+    for (int i = 0; i < m; ++i) {
+      search.offer(fresh[i], metric_distance(Metric::L2, query, f.data.row(fresh[i]), f.data.dim));
+    }
+  }
+}
+
+TEST(Search, ExactAnswerWhenEfCoversTheData) {
+  const int k = 10;
+  const Fixture f = make_fixture(1500, 16, 6, k);
+  CpuSearchIndex index(f.data.view(), GraphView::of(f.graph), Metric::L2);
+  SearchParams params;
+  params.k = k;
+  params.ef = static_cast<int>(f.data.rows);
+  std::vector<uint32_t> ids(f.queries.rows * k);
+  std::vector<float> dists(ids.size());
+  index.search(f.queries.view(), params, ids.data(), dists.data(), RunControl{});
+  for (size_t i = 0; i < ids.size(); ++i) {
+    expect_same_distance(dists[i], f.truth_dists[i]);
+  }
+  EXPECT_GT(index.distance_computations(), 0);
+}
+
+TEST(Search, GoodRecallAtSmallEf) {
+  const int k = 10;
+  const Fixture f = make_fixture(3000, 16, 6, k);
+  CpuSearchIndex index(f.data.view(), GraphView::of(f.graph), Metric::L2);
+  SearchParams params;
+  params.k = k;
+  params.ef = 40;
+  std::vector<uint32_t> ids(f.queries.rows * k);
+  std::vector<float> dists(ids.size());
+  index.search(f.queries.view(), params, ids.data(), dists.data(), RunControl{});
+  int64_t hits = 0;
+  for (int64_t q = 0; q < f.queries.rows; ++q) {
+    const std::set<uint32_t> truth(f.truth_ids.begin() + q * k, f.truth_ids.begin() + (q + 1) * k);
+    for (int j = 0; j < k; ++j) hits += truth.count(ids[q * k + j]);
+  }
+  EXPECT_GT(static_cast<double>(hits) / (f.queries.rows * k), 0.9);
+  // Far fewer distances than a scan.
+  EXPECT_LT(index.distance_computations(), f.queries.rows * f.data.rows / 3);
+}
+
+TEST(Search, SameSeedSameResultOnAnyPool) {
+  const int k = 10;
+  const Fixture f = make_fixture(2000, 16, 6, k);
+  SearchParams params;
+  params.k = k;
+  params.ef = 24;
+  std::vector<uint32_t> first(f.queries.rows * k), second(first.size());
+  std::vector<float> dists(first.size());
+  CpuSearchIndex a(f.data.view(), GraphView::of(f.graph), Metric::L2);
+  a.search(f.queries.view(), params, first.data(), dists.data(), RunControl{});
+  CpuSearchIndex b(f.data.view(), GraphView::of(f.graph), Metric::L2);
+  ThreadPool pool(3);
+  RunControl control;
+  control.pool = &pool;
+  b.search(f.queries.view(), params, second.data(), dists.data(), control);
+  EXPECT_EQ(first, second);
+}
+
+TEST(Search, LambdaLimitZeroVisitsFewerEdges) {
+  const int k = 10;
+  const Fixture f = make_fixture(2000, 16, 6, k);
+  SearchParams params;
+  params.k = k;
+  params.ef = 32;
+  std::vector<uint32_t> ids(f.queries.rows * k);
+  std::vector<float> dists(ids.size());
+  CpuSearchIndex all(f.data.view(), GraphView::of(f.graph), Metric::L2);
+  all.search(f.queries.view(), params, ids.data(), dists.data(), RunControl{});
+  params.lambda_limit = 0;
+  CpuSearchIndex pruned(f.data.view(), GraphView::of(f.graph), Metric::L2);
+  pruned.search(f.queries.view(), params, ids.data(), dists.data(), RunControl{});
+  EXPECT_LT(pruned.distance_computations(), all.distance_computations());
+}
+
+TEST(Search, EntryPointsAreDistinctAndSpread) {
+  const Fixture f = make_fixture(2000, 16, 6, 10);
+  const std::vector<uint32_t> entries =
+      select_entry_points(f.data.view(), GraphView::of(f.graph), 16, 7);
+  ASSERT_EQ(entries.size(), 16u);
+  EXPECT_EQ(std::set<uint32_t>(entries.begin(), entries.end()).size(), 16u);
+  EXPECT_EQ(entries, select_entry_points(f.data.view(), GraphView::of(f.graph), 16, 7));
+  const std::vector<uint32_t> few = select_entry_points(f.data.view().slice(0, 5), GraphView{}, 16, 7);
+  EXPECT_EQ(few, (std::vector<uint32_t>{0, 1, 2, 3, 4}));
+}
+
+TEST(GraphSearch, ExactWithFullEfAndNoDuplicateOffers) {
+  const int k = 10;
+  const Fixture f = make_fixture(1200, 16, 6, k);
+  GraphSearch search(255, 0.0f);
+  const float* query = f.queries.row(0);
+  search.begin(static_cast<int>(f.data.rows));
+  search.offer(0, metric_distance(Metric::L2, query, f.data.row(0), f.data.dim));
+  run_incremental(search, f, query);
+  std::vector<uint32_t> ids(k);
+  std::vector<float> dists(k);
+  ASSERT_EQ(search.results(ids.data(), dists.data(), k), k);
+  for (int j = 0; j < k; ++j) expect_same_distance(dists[j], f.truth_dists[j]);
+  EXPECT_LE(search.distance_count(), f.data.rows);
+}
+
+TEST(GraphSearch, WidenContinuesTheSameSearch) {
+  const int k = 10;
+  const Fixture f = make_fixture(2000, 16, 6, k);
+  const float* query = f.queries.row(3);
+  GraphSearch search(255, 0.0f);
+  search.begin(5);
+  search.offer(17, metric_distance(Metric::L2, query, f.data.row(17), f.data.dim));
+  run_incremental(search, f, query);
+  const int64_t narrow_count = search.distance_count();
+  std::vector<uint32_t> narrow(5);
+  std::vector<float> narrow_dists(5);
+  ASSERT_EQ(search.results(narrow.data(), narrow_dists.data(), 5), 5);
+
+  search.widen(static_cast<int>(f.data.rows));
+  run_incremental(search, f, query);
+  EXPECT_GT(search.distance_count(), narrow_count);
+  EXPECT_LE(search.distance_count(), f.data.rows);  // nothing computed twice
+  std::vector<uint32_t> wide(k);
+  std::vector<float> wide_dists(k);
+  ASSERT_EQ(search.results(wide.data(), wide_dists.data(), k), k);
+  for (int j = 0; j < k; ++j) expect_same_distance(wide_dists[j], f.truth_dists[3 * k + j]);
+  // Widening never loses what the narrow search found.
+  for (int j = 0; j < 5; ++j) EXPECT_LE(wide_dists[j], narrow_dists[j]);
+}
+
+TEST(GraphSearch, UnvisitedFiltersByLambdaAndSeen) {
+  GraphSearch search(1, 0.0f);
+  search.begin(8);
+  search.offer(4, 1.0f);
+  const uint32_t ids[] = {4, 5, 6, 5, kInvalidId, 7};
+  const uint8_t lambdas[] = {0, 0, 2, 1, 0, 1};
+  uint32_t fresh[6];
+  ASSERT_EQ(search.unvisited(ids, lambdas, 6, fresh), 2);
+  EXPECT_EQ(fresh[0], 5u);
+  EXPECT_EQ(fresh[1], 7u);
+  EXPECT_EQ(search.unvisited(ids, lambdas, 6, fresh), 0);
+}
+
+TEST(GraphSearch, SlackRuleStopsEarly) {
+  const Fixture f = make_fixture(3000, 16, 6, 10);
+  const float* query = f.queries.row(5);
+  auto count_with = [&](float slack) {
+    GraphSearch search(255, slack);
+    search.set_slack_context(Metric::L2, 10, std::numeric_limits<float>::infinity());
+    search.begin(500);
+    search.offer(0, metric_distance(Metric::L2, query, f.data.row(0), f.data.dim));
+    run_incremental(search, f, query);
+    std::vector<uint32_t> ids(10);
+    std::vector<float> dists(10);
+    search.results(ids.data(), dists.data(), 10);
+    return std::make_pair(search.distance_count(), dists);
+  };
+  const auto unlimited = count_with(0.0f);
+  const auto tight = count_with(0.1f);
+  const auto loose = count_with(1000.0f);
+  EXPECT_LT(tight.first, unlimited.first);
+  EXPECT_EQ(loose.first, unlimited.first);
+  EXPECT_EQ(loose.second, unlimited.second);
+}
+
+TEST(SlackRule, MatchesTheFormulaOnRootsForSquaredL2) {
+  const SlackRule rule = slack_rule_for(Metric::L2, 0.5f, 10, 9.0f);
+  // best_1 = 4 (root 2), best_k = 16 (root 4), nn1 = 9 (root 3):
+  // bound = 4 + 0.5 * min(2, 3) = 5, i.e. 25 squared.
+  EXPECT_FALSE(rule.stops(24.9f, 4.0f, 16.0f));
+  EXPECT_TRUE(rule.stops(25.1f, 4.0f, 16.0f));
+  const SlackRule capped = slack_rule_for(Metric::L2, 0.5f, 10, 1.0f);
+  // bound = 4 + 0.5 * min(2, 1) = 4.5, i.e. 20.25 squared.
+  EXPECT_TRUE(capped.stops(20.5f, 4.0f, 16.0f));
+  const SlackRule cosine = slack_rule_for(Metric::Cosine, 1.0f, 10, 10.0f);
+  EXPECT_FALSE(cosine.stops(0.59f, 0.2f, 0.4f));
+  EXPECT_TRUE(cosine.stops(0.61f, 0.2f, 0.4f));
+}
+
+}  // namespace
+}  // namespace tsdg
