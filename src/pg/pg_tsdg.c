@@ -13,4 +13,5 @@ PG_MODULE_MAGIC;
 void
 _PG_init(void)
 {
+	TsdgInit();
 }

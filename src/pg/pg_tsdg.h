@@ -6,4 +6,7 @@
 
 void		_PG_init(void);
 
+/* tsdg.c: reloptions and GUCs of the tsdg access method */
+void		TsdgInit(void);
+
 #endif							/* PG_TSDG_H */

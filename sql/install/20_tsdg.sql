@@ -1,0 +1,41 @@
+-- The tsdg index access method and its operator classes.
+
+CREATE FUNCTION tsdghandler(internal) RETURNS index_am_handler
+	AS 'MODULE_PATHNAME' LANGUAGE C;
+
+CREATE ACCESS METHOD tsdg TYPE INDEX HANDLER tsdghandler;
+
+COMMENT ON ACCESS METHOD tsdg IS 'two-stage diversified graph index for nearest-neighbor search';
+
+-- Support function 1 of each operator class names the metric the index is
+-- built and searched with.
+CREATE FUNCTION tsdg_metric_l2() RETURNS int4
+	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION tsdg_metric_inner_product() RETURNS int4
+	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION tsdg_metric_cosine() RETURNS int4
+	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE OPERATOR CLASS vector_l2_ops
+	FOR TYPE vector USING tsdg AS
+	OPERATOR 1 <-> (vector, vector) FOR ORDER BY float_ops,
+	FUNCTION 1 tsdg_metric_l2();
+
+CREATE OPERATOR CLASS vector_ip_ops
+	FOR TYPE vector USING tsdg AS
+	OPERATOR 1 <#> (vector, vector) FOR ORDER BY float_ops,
+	FUNCTION 1 tsdg_metric_inner_product();
+
+CREATE OPERATOR CLASS vector_cosine_ops
+	FOR TYPE vector USING tsdg AS
+	OPERATOR 1 <=> (vector, vector) FOR ORDER BY float_ops,
+	FUNCTION 1 tsdg_metric_cosine();
+
+CREATE FUNCTION tsdg_index_info(index regclass,
+	OUT rows bigint, OUT pending bigint, OUT deleted bigint, OUT degree int,
+	OUT size bigint, OUT graph_version bigint, OUT dims int, OUT metric text,
+	OUT build_k int, OUT samples int, OUT iterations int, OUT alpha real,
+	OUT lambda0 int, OUT entry_points int)
+	AS 'MODULE_PATHNAME' LANGUAGE C STRICT;

@@ -1,0 +1,223 @@
+/*
+ * The tsdg index access method: on-disk format and the functions shared by
+ * its files (tsdg.c handler/options/GUCs, tsdgbuild.c, tsdginsert.c,
+ * tsdgscan.c, tsdgvacuum.c, tsdgutils.c page layout, tsdginfo.c).
+ *
+ * Pages of a tsdg index:
+ *   block 0             the metapage (TsdgMetaPageData in the page contents)
+ *   blocks 1 .. N       node pages: node i is record (i % nodes_per_page) of
+ *                       block node_start + i / nodes_per_page, so a node id
+ *                       maps to its page without any indirection and the same
+ *                       ids index the arrays a GPU holds. Records are packed
+ *                       after the page header (no line pointers, no special
+ *                       space, as contrib/bloom does), pd_lower ends the last.
+ *   later blocks        pending pages: rows inserted since the build, a list
+ *                       linked through the special space, searched exactly.
+ *
+ * A node record is {heap TID, flags, vector[dims], neighbors[R] (uint32),
+ * lambdas[R] (uint8)} rounded up to 4 bytes and must fit one page, so the
+ * largest dimension an index supports is (BLCKSZ - 24 - 8 - 5 R) / 4:
+ * 2000 at the default degree 32 with 8 kB pages (TsdgMaxDimensions()).
+ */
+#ifndef TSDG_H
+#define TSDG_H
+
+#include "postgres.h"
+
+#include "access/amapi.h"
+#include "access/genam.h"
+#include "access/generic_xlog.h"
+#include "nodes/execnodes.h"
+#include "storage/bufmgr.h"
+#include "utils/relcache.h"
+
+#include "tsdg_capi.h"
+
+#define TSDG_MAGIC_NUMBER		0x54534447	/* "TSDG" */
+
+/*
+ * Format 1: metapage, node pages, pending pages. The k-NN lists of the build
+ * are not stored; a later format that stores them for merges (GGM needs them)
+ * uses knn_start in the metapage, which format 1 leaves InvalidBlockNumber.
+ */
+#define TSDG_FORMAT_VERSION		1
+
+#define TSDG_METAPAGE_BLKNO		0
+#define TSDG_MAX_ENTRY_POINTS	16
+
+/* opclass support function: returns the TsdgMetric of the opclass */
+#define TSDG_METRIC_PROC		1
+
+/* reloption ranges; defaults come from tsdg_build_params_default() */
+#define TSDG_MIN_DEGREE			4
+#define TSDG_MAX_DEGREE			128
+#define TSDG_MIN_BUILD_K		4
+#define TSDG_MAX_BUILD_K		256
+#define TSDG_MIN_SAMPLES		1
+#define TSDG_MAX_SAMPLES		128
+#define TSDG_MIN_ITERATIONS		1
+#define TSDG_MAX_ITERATIONS		100
+#define TSDG_MIN_ALPHA			1.0
+#define TSDG_MAX_ALPHA			4.0
+#define TSDG_MIN_LAMBDA0		0
+#define TSDG_MAX_LAMBDA0		255
+
+/* GUC defaults and ranges */
+#define TSDG_DEFAULT_EF_SEARCH	64
+#define TSDG_MIN_EF_SEARCH		1
+#define TSDG_MAX_EF_SEARCH		10000
+#define TSDG_DEFAULT_MAX_SCAN_TUPLES 20000
+
+/* pg_stat_progress_create_index phases (1 is PostgreSQL's "initializing") */
+#define TSDG_PROGRESS_LOAD		2
+#define TSDG_PROGRESS_KNN		3
+#define TSDG_PROGRESS_DIVERSIFY	4
+#define TSDG_PROGRESS_WRITE		5
+
+typedef enum TsdgDevice
+{
+	TSDG_DEVICE_AUTO,
+	TSDG_DEVICE_CPU,
+	TSDG_DEVICE_GPU
+} TsdgDevice;
+
+/* GUCs */
+extern int	tsdg_ef_search;
+extern int	tsdg_lambda_search;
+extern int	tsdg_max_scan_tuples;
+extern int	tsdg_device;
+
+typedef struct TsdgOptions
+{
+	int32		vl_len_;		/* varlena header (do not touch directly!) */
+	int			degree;
+	int			build_k;
+	int			samples;
+	int			iterations;
+	double		alpha;
+	int			lambda0;
+} TsdgOptions;
+
+typedef struct TsdgMetaPageData
+{
+	uint32		magic;
+	uint32		version;
+	int32		dims;			/* 0 until the first row is seen */
+	int32		metric;			/* TsdgMetric */
+	int32		degree;			/* R: neighbor slots per node */
+	int32		build_k;
+	int32		samples;
+	int32		iterations;
+	float4		alpha;
+	int32		lambda0;
+	uint32		node_count;
+	uint32		deleted_count;
+	int64		pending_count;
+	uint64		graph_version;	/* bumped by every change to the graph */
+	BlockNumber node_start;
+	uint16		node_size;		/* bytes per node record */
+	uint16		nodes_per_page;
+	BlockNumber pending_head;	/* InvalidBlockNumber when no pending page */
+	BlockNumber pending_tail;
+	BlockNumber knn_start;		/* reserved for stored k-NN lists; see above */
+	int32		entry_count;
+	uint32		entry_points[TSDG_MAX_ENTRY_POINTS];
+	/* statistics: d_nn1+ of the slack stop rule (largest distance to a nearest neighbor) */
+	float4		nn1_bound;
+} TsdgMetaPageData;
+
+typedef TsdgMetaPageData *TsdgMetaPage;
+
+#define TsdgPageGetMeta(page)	((TsdgMetaPage) PageGetContents(page))
+
+/* special space of the metapage and of pending pages (node pages have none) */
+typedef struct TsdgPageOpaqueData
+{
+	BlockNumber next;			/* next pending page, or InvalidBlockNumber */
+	uint16		flags;
+	uint16		page_id;		/* TSDG_PAGE_ID, to tell our pages in tools */
+} TsdgPageOpaqueData;
+
+typedef TsdgPageOpaqueData *TsdgPageOpaque;
+
+#define TSDG_PAGE_META			(1 << 0)
+#define TSDG_PAGE_PENDING		(1 << 1)
+#define TSDG_PAGE_ID			0xFF91
+
+#define TsdgPageGetOpaque(page)	((TsdgPageOpaque) PageGetSpecialPointer(page))
+
+/* header of a node record; the vector, neighbor ids and lambdas follow */
+typedef struct TsdgNodeHeader
+{
+	ItemPointerData heaptid;
+	uint16		flags;
+} TsdgNodeHeader;
+
+#define TSDG_NODE_DELETED		(1 << 0)
+
+/* a pending row: header then the vector */
+typedef struct TsdgPendingHeader
+{
+	ItemPointerData heaptid;
+	uint16		unused;
+} TsdgPendingHeader;
+
+#define TsdgRecordVector(rec)	((float *) ((char *) (rec) + sizeof(TsdgNodeHeader)))
+#define TsdgNodeNeighbors(rec, dims) \
+	((uint32 *) (TsdgRecordVector(rec) + (dims)))
+#define TsdgNodeLambdas(rec, dims, degree) \
+	((uint8 *) (TsdgNodeNeighbors(rec, dims) + (degree)))
+
+/* Shape of the records of one index, derived from its metapage. */
+typedef struct TsdgLayout
+{
+	int			dims;
+	int			degree;
+	Size		node_size;
+	int			nodes_per_page;
+	BlockNumber node_start;
+	Size		pending_size;
+	int			pending_per_page;
+} TsdgLayout;
+
+/* tsdgutils.c */
+extern Size TsdgNodeSize(int dims, int degree);
+extern int	TsdgMaxDimensions(int degree);
+extern void TsdgCheckDimensions(Relation index, int dims, int degree);
+extern void TsdgInitLayout(TsdgLayout *layout, int dims, int degree, BlockNumber node_start);
+extern void TsdgLayoutFromMeta(TsdgLayout *layout, const TsdgMetaPageData *meta);
+extern BlockNumber TsdgNodeBlock(const TsdgLayout *layout, uint32 id);
+extern char *TsdgNodeRecord(const TsdgLayout *layout, Page page, uint32 id);
+extern int	TsdgPageRecordCount(Page page, Size record_size);
+extern void TsdgInitNodePage(Page page);
+extern void TsdgInitPendingPage(Page page);
+extern void TsdgInitMetaPage(Page page, const TsdgMetaPageData *meta);
+extern void TsdgReadMeta(Relation index, TsdgMetaPageData *meta);
+extern Buffer TsdgNewBuffer(Relation index, ForkNumber fork);
+extern TsdgMetric TsdgIndexMetric(Relation index);
+extern int	TsdgIndexTypmodDims(Relation index);
+extern float *TsdgPrepareVector(Datum value, TsdgMetric metric, int *dims);
+extern TsdgOptions *TsdgGetOptions(Relation index);
+extern void TsdgParamsFromOptions(Relation index, TsdgBuildParams *params);
+
+/* tsdgbuild.c */
+extern IndexBuildResult *tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo);
+extern void tsdgbuildempty(Relation index);
+
+/* tsdginsert.c */
+extern bool tsdginsert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
+					   Relation heap, IndexUniqueCheck checkUnique, bool indexUnchanged,
+					   IndexInfo *indexInfo);
+
+/* tsdgscan.c */
+extern IndexScanDesc tsdgbeginscan(Relation index, int nkeys, int norderbys);
+extern void tsdgrescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int norderbys);
+extern bool tsdggettuple(IndexScanDesc scan, ScanDirection dir);
+extern void tsdgendscan(IndexScanDesc scan);
+
+/* tsdgvacuum.c */
+extern IndexBulkDeleteResult *tsdgbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
+											 IndexBulkDeleteCallback callback, void *callback_state);
+extern IndexBulkDeleteResult *tsdgvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats);
+
+#endif							/* TSDG_H */

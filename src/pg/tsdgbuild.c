@@ -1,0 +1,395 @@
+/*
+ * CREATE INDEX for tsdg: the heap is scanned into (TID, vector) arrays held
+ * within maintenance_work_mem, a graph builder turns the rows into the TSDG
+ * graph (the CPU backend of the core today; the GPU worker plugs in at
+ * TsdgComputeGraph), node pages are written in node order and WAL-logged as
+ * whole pages, and the metapage is written last.
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "access/tableam.h"
+#include "access/xloginsert.h"
+#include "catalog/index.h"
+#include "commands/progress.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "tsdg.h"
+
+typedef struct TsdgBuildState
+{
+	Relation	index;
+	TsdgMetric	metric;
+	TsdgBuildParams params;
+	int			dims;			/* 0 until the first row when the column has no typmod */
+
+	/* rows loaded so far: tids[i] and rows[i * dims] */
+	int64		count;
+	int64		capacity;
+	ItemPointerData *tids;
+	float	   *rows;
+
+	Size		memory_limit;	/* maintenance_work_mem in bytes */
+	double		estimated_rows; /* the planner's row count of the heap */
+
+	/* what the poll callback last reported to pg_stat_progress_create_index */
+	int			reported_phase;
+	int64		reported_done;
+} TsdgBuildState;
+
+/*
+ * Bytes one row costs during the build: its vector and TID here, its list of
+ * the search graph, and its k-NN list (ids and distances) inside the core.
+ */
+static Size
+TsdgBuildBytesPerRow(const TsdgBuildState *bs)
+{
+	return sizeof(float) * bs->dims + sizeof(ItemPointerData) +
+		(sizeof(uint32) + sizeof(uint8)) * bs->params.degree +
+		(sizeof(uint32) + sizeof(float)) * bs->params.build_k;
+}
+
+static void
+TsdgReportMemoryExceeded(const TsdgBuildState *bs)
+{
+	Size		per_row = TsdgBuildBytesPerRow(bs);
+	double		rows = Max(bs->estimated_rows, (double) bs->count + 1);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg("tsdg index build does not fit in maintenance_work_mem (%d kB)",
+					maintenance_work_mem),
+			 errdetail("%lld rows were loaded; each row needs about %zu bytes during the build.",
+					   (long long) bs->count, per_row),
+			 errhint("Raise maintenance_work_mem to at least %.0f MB for about %.0f rows.",
+					 ceil(rows * per_row / (1024.0 * 1024.0)) + 1, rows)));
+}
+
+static void
+TsdgGrowArrays(TsdgBuildState *bs)
+{
+	Size		per_row = TsdgBuildBytesPerRow(bs);
+	int64		max_rows = (int64) (bs->memory_limit / per_row);
+	int64		capacity;
+
+	if (bs->count >= max_rows)
+		TsdgReportMemoryExceeded(bs);
+
+	capacity = bs->capacity == 0 ? Max((int64) bs->estimated_rows, 1024) : bs->capacity * 2;
+	capacity = Min(capacity, max_rows);
+
+	if (bs->tids == NULL)
+	{
+		bs->tids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(ItemPointerData) * capacity);
+		bs->rows = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * bs->dims * capacity);
+	}
+	else
+	{
+		bs->tids = repalloc_huge(bs->tids, sizeof(ItemPointerData) * capacity);
+		bs->rows = repalloc_huge(bs->rows, sizeof(float) * bs->dims * capacity);
+	}
+	bs->capacity = capacity;
+}
+
+static void
+TsdgBuildCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
+				  bool tupleIsAlive, void *state)
+{
+	TsdgBuildState *bs = (TsdgBuildState *) state;
+	float	   *vec;
+	int			dims;
+
+	if (isnull[0])
+		return;
+
+	vec = TsdgPrepareVector(values[0], bs->metric, &dims);
+	if (vec == NULL)
+		return;					/* zero vector under cosine */
+
+	if (bs->dims == 0)
+	{
+		TsdgCheckDimensions(index, dims, bs->params.degree);
+		bs->dims = dims;
+	}
+	else if (dims != bs->dims)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("vector has %d dimensions, index \"%s\" has %d",
+						dims, RelationGetRelationName(index), bs->dims)));
+
+	if (bs->count == bs->capacity)
+		TsdgGrowArrays(bs);
+
+	bs->tids[bs->count] = *tid;
+	memcpy(bs->rows + bs->count * bs->dims, vec, sizeof(float) * dims);
+	bs->count++;
+	pfree(vec);
+
+	if (bs->count % 1024 == 0)
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs->count);
+}
+
+/*
+ * Called by the core about every 50 ms from this backend's own thread while
+ * its threads build. Must not ereport: it only reports progress and asks the
+ * core to stop when an interrupt that would cancel the query is pending.
+ */
+static bool
+TsdgBuildPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
+{
+	TsdgBuildState *bs = (TsdgBuildState *) arg;
+	int			progress_phase = phase == TSDG_PHASE_DIVERSIFY ?
+		TSDG_PROGRESS_DIVERSIFY : TSDG_PROGRESS_KNN;
+
+	if (progress_phase != bs->reported_phase || done != bs->reported_done)
+	{
+		const int	index[] = {PROGRESS_CREATEIDX_SUBPHASE,
+			PROGRESS_CREATEIDX_TUPLES_TOTAL,
+		PROGRESS_CREATEIDX_TUPLES_DONE};
+		const int64 value[] = {progress_phase, total, done};
+
+		pgstat_progress_update_multi_param(3, index, value);
+		bs->reported_phase = progress_phase;
+		bs->reported_done = done;
+	}
+
+	return InterruptPending && (QueryCancelPending || ProcDiePending);
+}
+
+static void
+TsdgReportCoreError(TsdgStatus status, const TsdgError *error, const char *what)
+{
+	switch (status)
+	{
+		case TSDG_OK:
+			return;
+		case TSDG_ERR_CANCELLED:
+			CHECK_FOR_INTERRUPTS();
+			/* the interrupt was held off: still stop, as the user asked */
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("canceling tsdg %s", what)));
+			break;
+		case TSDG_ERR_OUT_OF_MEMORY:
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory during tsdg %s", what),
+					 errdetail("%s", error->message)));
+			break;
+		case TSDG_ERR_INVALID_ARGUMENT:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid argument to tsdg %s: %s", what, error->message)));
+			break;
+		default:
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("tsdg %s failed: %s", what, error->message)));
+	}
+}
+
+/*
+ * The graph builder: fills neighbors/lambdas (count * degree) for the loaded
+ * rows. The CPU backend of the core does the work in this backend's process;
+ * a GPU build goes through the background worker, which this build does not
+ * have yet, so tsdg.device = gpu is refused rather than silently run on the
+ * CPU.
+ */
+static void
+TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
+{
+	TsdgError	error;
+	TsdgStatus	status;
+
+	if (tsdg_device == TSDG_DEVICE_GPU)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("tsdg.device is \"gpu\" but no GPU worker is available"),
+				 errhint("SET tsdg.device = auto or cpu to build on the CPU.")));
+
+	status = tsdg_build_graph(NULL, bs->rows, bs->count, bs->dims, bs->metric, &bs->params,
+							  neighbors, lambdas, NULL, NULL,
+							  TsdgBuildPoll, bs, &error);
+	TsdgReportCoreError(status, &error, "index build");
+}
+
+static void
+TsdgFillMeta(TsdgMetaPageData *meta, const TsdgBuildState *bs, const TsdgLayout *layout)
+{
+	MemSet(meta, 0, sizeof(TsdgMetaPageData));
+	meta->magic = TSDG_MAGIC_NUMBER;
+	meta->version = TSDG_FORMAT_VERSION;
+	meta->dims = bs->dims;
+	meta->metric = bs->metric;
+	meta->degree = bs->params.degree;
+	meta->build_k = bs->params.build_k;
+	meta->samples = bs->params.samples;
+	meta->iterations = bs->params.iterations;
+	meta->alpha = bs->params.alpha;
+	meta->lambda0 = bs->params.lambda0;
+	meta->node_count = (uint32) bs->count;
+	meta->node_start = TSDG_METAPAGE_BLKNO + 1;
+	meta->node_size = (uint16) layout->node_size;
+	meta->nodes_per_page = (uint16) layout->nodes_per_page;
+	meta->pending_head = InvalidBlockNumber;
+	meta->pending_tail = InvalidBlockNumber;
+	meta->knn_start = InvalidBlockNumber;
+	meta->graph_version = bs->count > 0 ? 1 : 0;
+}
+
+static void
+TsdgWriteNodePages(TsdgBuildState *bs, const TsdgLayout *layout,
+				   const uint32 *neighbors, const uint8 *lambdas)
+{
+	int			degree = bs->params.degree;
+	int64		id = 0;
+
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_WRITE);
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, bs->count);
+
+	while (id < bs->count)
+	{
+		Buffer		buf = TsdgNewBuffer(bs->index, MAIN_FORKNUM);
+		Page		page = BufferGetPage(buf);
+		int64		end = Min(id + layout->nodes_per_page, bs->count);
+
+		Assert(BufferGetBlockNumber(buf) == TsdgNodeBlock(layout, (uint32) id));
+		TsdgInitNodePage(page);
+		for (; id < end; id++)
+		{
+			char	   *rec = TsdgNodeRecord(layout, page, (uint32) id);
+			TsdgNodeHeader *hdr = (TsdgNodeHeader *) rec;
+
+			MemSet(rec, 0, layout->node_size);
+			hdr->heaptid = bs->tids[id];
+			memcpy(TsdgRecordVector(rec), bs->rows + id * bs->dims, sizeof(float) * bs->dims);
+			memcpy(TsdgNodeNeighbors(rec, bs->dims), neighbors + id * degree,
+				   sizeof(uint32) * degree);
+			memcpy(TsdgNodeLambdas(rec, bs->dims, degree), lambdas + id * degree,
+				   sizeof(uint8) * degree);
+			((PageHeader) page)->pd_lower += layout->node_size;
+		}
+		MarkBufferDirty(buf);
+		UnlockReleaseBuffer(buf);
+
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, id);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* the metapage's navigating set and the stop rule's d_nn1+ statistic */
+static void
+TsdgGraphSummary(TsdgBuildState *bs, TsdgMetaPageData *meta, const uint32 *neighbors)
+{
+	TsdgError	error;
+	uint32		entries[TSDG_MAX_ENTRY_POINTS];
+	TsdgStatus	status;
+
+	status = tsdg_select_entry_points(bs->rows, bs->count, bs->dims, bs->metric,
+									  neighbors, bs->params.degree, TSDG_MAX_ENTRY_POINTS,
+									  entries, &error);
+	TsdgReportCoreError(status, &error, "entry point selection");
+	meta->entry_count = 0;
+	for (int i = 0; i < TSDG_MAX_ENTRY_POINTS; i++)
+		if (entries[i] != TSDG_INVALID_ID)
+			meta->entry_points[meta->entry_count++] = entries[i];
+
+	status = tsdg_graph_nn1_bound(bs->rows, bs->count, bs->dims, bs->metric,
+								  neighbors, bs->params.degree, &meta->nn1_bound, &error);
+	TsdgReportCoreError(status, &error, "graph statistics");
+}
+
+IndexBuildResult *
+tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
+{
+	IndexBuildResult *result;
+	TsdgBuildState bs;
+	TsdgLayout	layout;
+	TsdgMetaPageData meta;
+	uint32	   *neighbors = NULL;
+	uint8	   *lambdas = NULL;
+	Buffer		metabuf;
+	double		reltuples;
+
+	if (RelationGetNumberOfBlocks(index) != 0)
+		elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
+
+	MemSet(&bs, 0, sizeof(bs));
+	bs.index = index;
+	bs.metric = TsdgIndexMetric(index);
+	TsdgParamsFromOptions(index, &bs.params);
+	bs.dims = TsdgIndexTypmodDims(index);
+	if (bs.dims > 0)
+		TsdgCheckDimensions(index, bs.dims, bs.params.degree);
+	bs.memory_limit = (Size) maintenance_work_mem * 1024;
+	bs.estimated_rows = heap->rd_rel->reltuples > 0 ? heap->rd_rel->reltuples : 0;
+
+	/* block 0 first, so the node pages start at block 1; filled in at the end */
+	metabuf = TsdgNewBuffer(index, MAIN_FORKNUM);
+	Assert(BufferGetBlockNumber(metabuf) == TSDG_METAPAGE_BLKNO);
+	PageInit(BufferGetPage(metabuf), BLCKSZ, sizeof(TsdgPageOpaqueData));
+	MarkBufferDirty(metabuf);
+	UnlockReleaseBuffer(metabuf);
+
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_LOAD);
+	reltuples = table_index_build_scan(heap, index, indexInfo, true, true,
+									   TsdgBuildCallback, &bs, NULL);
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs.count);
+
+	TsdgInitLayout(&layout, bs.dims, bs.params.degree, TSDG_METAPAGE_BLKNO + 1);
+	TsdgFillMeta(&meta, &bs, &layout);
+
+	if (bs.count > 0)
+	{
+		neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
+										   sizeof(uint32) * bs.params.degree * bs.count);
+		lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
+										 sizeof(uint8) * bs.params.degree * bs.count);
+		TsdgComputeGraph(&bs, neighbors, lambdas);
+		TsdgGraphSummary(&bs, &meta, neighbors);
+		TsdgWriteNodePages(&bs, &layout, neighbors, lambdas);
+	}
+
+	metabuf = ReadBuffer(index, TSDG_METAPAGE_BLKNO);
+	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+	TsdgInitMetaPage(BufferGetPage(metabuf), &meta);
+	MarkBufferDirty(metabuf);
+	UnlockReleaseBuffer(metabuf);
+
+	if (RelationNeedsWAL(index))
+		log_newpage_range(index, MAIN_FORKNUM, 0, RelationGetNumberOfBlocks(index), true);
+
+	result = palloc(sizeof(IndexBuildResult));
+	result->heap_tuples = reltuples;
+	result->index_tuples = (double) bs.count;
+	return result;
+}
+
+/* The init fork of an unlogged index: an empty index, just a metapage. */
+void
+tsdgbuildempty(Relation index)
+{
+	TsdgBuildState bs;
+	TsdgLayout	layout;
+	TsdgMetaPageData meta;
+	Buffer		buf;
+	GenericXLogState *state;
+
+	MemSet(&bs, 0, sizeof(bs));
+	bs.metric = TsdgIndexMetric(index);
+	TsdgParamsFromOptions(index, &bs.params);
+	bs.dims = TsdgIndexTypmodDims(index);
+	TsdgInitLayout(&layout, bs.dims, bs.params.degree, TSDG_METAPAGE_BLKNO + 1);
+	TsdgFillMeta(&meta, &bs, &layout);
+
+	buf = ReadBufferExtended(index, INIT_FORKNUM, P_NEW, RBM_NORMAL, NULL);
+	LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+	state = GenericXLogStart(index);
+	TsdgInitMetaPage(GenericXLogRegisterBuffer(state, buf, GENERIC_XLOG_FULL_IMAGE), &meta);
+	GenericXLogFinish(state);
+	UnlockReleaseBuffer(buf);
+}

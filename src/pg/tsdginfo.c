@@ -1,0 +1,86 @@
+/*
+ * tsdg_index_info(regclass): what a tsdg index holds and how it was built,
+ * read from its metapage.
+ */
+#include "postgres.h"
+
+#include "access/relation.h"
+#include "catalog/index.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
+#include "commands/defrem.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+
+#include "tsdg.h"
+
+static const char *
+TsdgMetricName(int32 metric)
+{
+	switch (metric)
+	{
+		case TSDG_METRIC_L2:
+			return "l2";
+		case TSDG_METRIC_INNER_PRODUCT:
+			return "inner_product";
+		case TSDG_METRIC_COSINE:
+			return "cosine";
+		default:
+			return "unknown";
+	}
+}
+
+PG_FUNCTION_INFO_V1(tsdg_index_info);
+Datum
+tsdg_index_info(PG_FUNCTION_ARGS)
+{
+	Oid			relid = PG_GETARG_OID(0);
+	Relation	index;
+	TsdgMetaPageData meta;
+	TupleDesc	tupdesc;
+	Datum		values[14];
+	bool		nulls[14] = {0};
+	int64		size;
+	Oid			heapid;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	index = relation_open(relid, AccessShareLock);
+	if (index->rd_rel->relkind != RELKIND_INDEX ||
+		index->rd_rel->relam != get_index_am_oid("tsdg", false))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(index))));
+
+	heapid = IndexGetRelation(relid, false);
+	if (pg_class_aclcheck(heapid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for table %s", get_rel_name(heapid))));
+
+	TsdgReadMeta(index, &meta);
+	size = (int64) RelationGetNumberOfBlocks(index) * BLCKSZ;
+	relation_close(index, AccessShareLock);
+
+	values[0] = Int64GetDatum(meta.node_count - meta.deleted_count);
+	values[1] = Int64GetDatum(meta.pending_count);
+	values[2] = Int64GetDatum(meta.deleted_count);
+	values[3] = Int32GetDatum(meta.degree);
+	values[4] = Int64GetDatum(size);
+	values[5] = Int64GetDatum((int64) meta.graph_version);
+	values[6] = Int32GetDatum(meta.dims);
+	values[7] = CStringGetTextDatum(TsdgMetricName(meta.metric));
+	values[8] = Int32GetDatum(meta.build_k);
+	values[9] = Int32GetDatum(meta.samples);
+	values[10] = Int32GetDatum(meta.iterations);
+	values[11] = Float4GetDatum(meta.alpha);
+	values[12] = Int32GetDatum(meta.lambda0);
+	values[13] = Int32GetDatum(meta.entry_count);
+
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}

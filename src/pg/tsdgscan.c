@@ -1,0 +1,492 @@
+/*
+ * Ordered scans of a tsdg index: ORDER BY col <op> query [LIMIT k].
+ *
+ * The first amgettuple call scans the pending rows exactly and runs the
+ * core's incremental graph search (tsdg_search_*) for tsdg.ef_search
+ * candidates, reading node records from shared buffers; both lists are
+ * merged in distance order. When the executor wants more rows than that
+ * round produced (a filter above the scan threw rows away), the search is
+ * widened with a doubled ef and continues, skipping nodes already returned,
+ * until tsdg.max_scan_tuples graph rows were returned or the graph has no
+ * more to give. Deleted nodes route the search but are never returned.
+ *
+ * Node pages only change by VACUUM setting a deleted flag, so every read
+ * takes a share lock on one page, copies what it needs and lets go.
+ *
+ * The seam for the GPU worker (issue 6) is TsdgGraphRound: a round may be
+ * answered by the worker instead of by reading pages here.
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "access/relscan.h"
+#include "miscadmin.h"
+#include "utils/float.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "tsdg.h"
+
+/* a pending row scored against the query */
+typedef struct TsdgPendingHit
+{
+	ItemPointerData tid;
+	float		distance;
+} TsdgPendingHit;
+
+typedef struct TsdgScanOpaqueData
+{
+	MemoryContext ctx;			/* all of one scan; reset by amrescan */
+	TsdgMetric	metric;
+	bool		started;
+
+	/* set up by the first amgettuple call */
+	TsdgMetaPageData meta;
+	TsdgLayout	layout;
+	float	   *query;
+	bool		query_null;
+	bool		query_zero;		/* a zero query under cosine has no direction */
+
+	/* the graph search and its current round of results */
+	TsdgSearch *search;
+	int			ef;
+	uint32	   *result_ids;
+	float	   *result_dists;
+	int			result_count;
+	int			result_pos;
+	uint8	   *consumed;		/* bit per node: returned or skipped as deleted */
+	int64		consumed_count;
+	int64		graph_returned;
+	bool		graph_done;
+	bool		head_valid;		/* the round's next row, read but not returned */
+	uint32		head_id;
+	ItemPointerData head_tid;
+	float		head_distance;
+	uint32	   *list_ids;		/* scratch, degree entries each */
+	uint8	   *list_lambdas;
+	uint32	   *fresh;
+
+	/* the pending rows, ascending by distance */
+	TsdgPendingHit *pending;
+	int64		pending_count;
+	int64		pending_pos;
+} TsdgScanOpaqueData;
+
+typedef TsdgScanOpaqueData *TsdgScanOpaque;
+
+static void
+TsdgFreeSearch(void *arg)
+{
+	TsdgScanOpaque so = (TsdgScanOpaque) arg;
+
+	if (so->search != NULL)
+		tsdg_search_free(so->search);
+	so->search = NULL;
+}
+
+static inline bool
+TsdgConsumed(TsdgScanOpaque so, uint32 id)
+{
+	return (so->consumed[id / 8] & (1 << (id % 8))) != 0;
+}
+
+static inline void
+TsdgMarkConsumed(TsdgScanOpaque so, uint32 id)
+{
+	so->consumed[id / 8] |= (1 << (id % 8));
+	so->consumed_count++;
+}
+
+static void
+TsdgCheckNodeId(Relation index, const TsdgScanOpaque so, uint32 id)
+{
+	if (id >= so->meta.node_count)
+		ereport(ERROR,
+				(errcode(ERRCODE_INDEX_CORRUPTED),
+				 errmsg("tsdg index \"%s\" refers to node %u of %u",
+						RelationGetRelationName(index), id, so->meta.node_count)));
+}
+
+/* Reads a node's neighbor list into so->list_*; returns how many it holds. */
+static int
+TsdgReadNeighbors(Relation index, TsdgScanOpaque so, uint32 id)
+{
+	Buffer		buf = ReadBuffer(index, TsdgNodeBlock(&so->layout, id));
+	char	   *rec;
+	int			count = 0;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	rec = TsdgNodeRecord(&so->layout, BufferGetPage(buf), id);
+	memcpy(so->list_ids, TsdgNodeNeighbors(rec, so->layout.dims),
+		   sizeof(uint32) * so->layout.degree);
+	memcpy(so->list_lambdas, TsdgNodeLambdas(rec, so->layout.dims, so->layout.degree),
+		   sizeof(uint8) * so->layout.degree);
+	UnlockReleaseBuffer(buf);
+
+	/* lists are padded at the end */
+	while (count < so->layout.degree && so->list_ids[count] != TSDG_INVALID_ID)
+	{
+		TsdgCheckNodeId(index, so, so->list_ids[count]);
+		count++;
+	}
+	return count;
+}
+
+static float
+TsdgNodeDistance(Relation index, TsdgScanOpaque so, uint32 id)
+{
+	Buffer		buf = ReadBuffer(index, TsdgNodeBlock(&so->layout, id));
+	float		distance;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	distance = tsdg_metric_distance(so->metric, so->query,
+									TsdgRecordVector(TsdgNodeRecord(&so->layout, BufferGetPage(buf), id)),
+									so->layout.dims);
+	UnlockReleaseBuffer(buf);
+	return distance;
+}
+
+/* heap TID and deleted flag of a node */
+static bool
+TsdgReadNodeTid(Relation index, TsdgScanOpaque so, uint32 id, ItemPointer tid)
+{
+	Buffer		buf = ReadBuffer(index, TsdgNodeBlock(&so->layout, id));
+	TsdgNodeHeader *hdr;
+	bool		deleted;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	hdr = (TsdgNodeHeader *) TsdgNodeRecord(&so->layout, BufferGetPage(buf), id);
+	*tid = hdr->heaptid;
+	deleted = (hdr->flags & TSDG_NODE_DELETED) != 0;
+	UnlockReleaseBuffer(buf);
+	return !deleted;
+}
+
+/* Expands candidates until the search has nothing better left to visit. */
+static void
+TsdgExpand(Relation index, TsdgScanOpaque so)
+{
+	uint32		node;
+
+	while ((node = tsdg_search_next(so->search)) != TSDG_INVALID_ID)
+	{
+		int			count = TsdgReadNeighbors(index, so, node);
+		int			fresh = tsdg_search_unvisited(so->search, so->list_ids, so->list_lambdas,
+												  count, so->fresh);
+
+		for (int i = 0; i < fresh; i++)
+			tsdg_search_offer(so->search, so->fresh[i], TsdgNodeDistance(index, so, so->fresh[i]));
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * One round of the graph search at so->ef: the first round starts from the
+ * metapage's entry points, later ones widen the previous round.
+ */
+static void
+TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
+{
+	MemoryContext old_ctx = MemoryContextSwitchTo(so->ctx);
+
+	if (first)
+	{
+		TsdgError	error;
+		MemoryContextCallback *cb;
+
+		so->search = tsdg_search_create(tsdg_lambda_search, 0.0f, &error);
+		if (so->search == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("could not start a tsdg search: %s", error.message)));
+		cb = palloc(sizeof(MemoryContextCallback));
+		cb->func = TsdgFreeSearch;
+		cb->arg = so;
+		MemoryContextRegisterResetCallback(so->ctx, cb);
+
+		tsdg_search_begin(so->search, so->ef);
+		if (so->meta.entry_count == 0)
+			tsdg_search_offer(so->search, 0, TsdgNodeDistance(index, so, 0));
+		for (int i = 0; i < so->meta.entry_count; i++)
+		{
+			uint32		entry = so->meta.entry_points[i];
+
+			TsdgCheckNodeId(index, so, entry);
+			tsdg_search_offer(so->search, entry, TsdgNodeDistance(index, so, entry));
+		}
+	}
+	else
+		tsdg_search_widen(so->search, so->ef);
+
+	TsdgExpand(index, so);
+	{
+		TsdgError	error;
+
+		if (tsdg_search_status(so->search, &error) != TSDG_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("tsdg search failed: %s", error.message)));
+	}
+
+	so->result_ids = repalloc(so->result_ids, sizeof(uint32) * so->ef);
+	so->result_dists = repalloc(so->result_dists, sizeof(float) * so->ef);
+	so->result_count = tsdg_search_results(so->search, so->result_ids, so->result_dists, so->ef);
+	so->result_pos = 0;
+	MemoryContextSwitchTo(old_ctx);
+}
+
+static int
+TsdgComparePendingHits(const void *a, const void *b)
+{
+	float		da = ((const TsdgPendingHit *) a)->distance;
+	float		db = ((const TsdgPendingHit *) b)->distance;
+
+	return (da > db) - (da < db);
+}
+
+/* Scores every pending row against the query, ascending. */
+static void
+TsdgScanPending(Relation index, TsdgScanOpaque so)
+{
+	BlockNumber blkno = so->meta.pending_head;
+	int64		capacity = Max(so->meta.pending_count, 16);
+
+	so->pending = MemoryContextAllocHuge(so->ctx, sizeof(TsdgPendingHit) * capacity);
+	so->pending_count = 0;
+
+	while (BlockNumberIsValid(blkno))
+	{
+		Buffer		buf = ReadBuffer(index, blkno);
+		Page		page;
+		int			count;
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		count = TsdgPageRecordCount(page, so->layout.pending_size);
+		for (int i = 0; i < count; i++)
+		{
+			char	   *rec = PageGetContents(page) + so->layout.pending_size * i;
+			TsdgPendingHit *hit;
+
+			if (so->pending_count == capacity)
+			{
+				capacity *= 2;
+				so->pending = repalloc_huge(so->pending, sizeof(TsdgPendingHit) * capacity);
+			}
+			hit = &so->pending[so->pending_count++];
+			hit->tid = ((TsdgPendingHeader *) rec)->heaptid;
+			hit->distance = tsdg_metric_distance(so->metric, so->query, TsdgRecordVector(rec),
+												 so->layout.dims);
+		}
+		blkno = TsdgPageGetOpaque(page)->next;
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	qsort(so->pending, so->pending_count, sizeof(TsdgPendingHit), TsdgComparePendingHits);
+	so->pending_pos = 0;
+}
+
+static void
+TsdgStartScan(IndexScanDesc scan)
+{
+	TsdgScanOpaque so = (TsdgScanOpaque) scan->opaque;
+	MemoryContext old_ctx = MemoryContextSwitchTo(so->ctx);
+	ScanKey		orderby = &scan->orderByData[0];
+
+	TsdgReadMeta(scan->indexRelation, &so->meta);
+	TsdgLayoutFromMeta(&so->layout, &so->meta);
+
+	so->query_null = (orderby->sk_flags & SK_ISNULL) != 0;
+	so->query_zero = false;
+	if (so->query_null)
+		so->query = palloc0(sizeof(float) * Max(so->layout.dims, 1));
+	else
+	{
+		int			dims;
+
+		so->query = TsdgPrepareVector(orderby->sk_argument, so->metric, &dims);
+		if (so->query == NULL)
+		{
+			so->query_zero = true;
+			so->query = palloc0(sizeof(float) * Max(dims, 1));
+		}
+		if (so->layout.dims != 0 && dims != so->layout.dims)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_EXCEPTION),
+					 errmsg("different vector dimensions %d and %d", so->layout.dims, dims)));
+	}
+
+	TsdgScanPending(scan->indexRelation, so);
+
+	so->ef = tsdg_ef_search;
+	so->result_ids = palloc(sizeof(uint32));
+	so->result_dists = palloc(sizeof(float));
+	so->result_count = 0;
+	so->result_pos = 0;
+	so->graph_returned = 0;
+	so->consumed_count = 0;
+	so->head_valid = false;
+	so->graph_done = so->meta.node_count == 0;
+	if (!so->graph_done)
+	{
+		so->consumed = MemoryContextAllocExtended(so->ctx, so->meta.node_count / 8 + 1,
+												  MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+		so->list_ids = palloc(sizeof(uint32) * so->layout.degree);
+		so->list_lambdas = palloc(sizeof(uint8) * so->layout.degree);
+		so->fresh = palloc(sizeof(uint32) * so->layout.degree);
+		TsdgGraphRound(scan->indexRelation, so, true);
+	}
+	MemoryContextSwitchTo(old_ctx);
+}
+
+/*
+ * The next graph row not returned yet, widening the search when the current
+ * round is used up. False when the graph has nothing more to return.
+ */
+static bool
+TsdgNextGraphRow(Relation index, TsdgScanOpaque so)
+{
+	while (!so->graph_done)
+	{
+		while (so->result_pos < so->result_count)
+		{
+			uint32		id = so->result_ids[so->result_pos];
+			bool		live;
+
+			if (TsdgConsumed(so, id))
+			{
+				so->result_pos++;
+				continue;
+			}
+			live = TsdgReadNodeTid(index, so, id, &so->head_tid);
+			if (!live)
+			{
+				TsdgMarkConsumed(so, id);
+				so->result_pos++;
+				continue;
+			}
+			so->head_id = id;
+			so->head_distance = so->result_dists[so->result_pos];
+			return true;
+		}
+
+		/*
+		 * This round is used up. A round that holds fewer than ef rows saw
+		 * every node it could reach, so only a full round is worth widening.
+		 */
+		if (so->graph_returned >= tsdg_max_scan_tuples ||
+			so->result_count < so->ef || (int64) so->ef >= (int64) so->meta.node_count)
+			so->graph_done = true;
+		else
+		{
+			so->ef = (int) Min((int64) so->ef * 2, (int64) so->meta.node_count);
+			TsdgGraphRound(index, so, false);
+		}
+	}
+	return false;
+}
+
+/* the value of the ORDER BY expression for a comparison distance */
+static Datum
+TsdgOrderByValue(TsdgScanOpaque so, float distance)
+{
+	if (so->query_zero)
+		return Float8GetDatum(get_float8_nan());
+	if (so->metric == TSDG_METRIC_L2)
+		return Float8GetDatum(sqrt((double) Max(distance, 0.0f)));
+	return Float8GetDatum((double) distance);
+}
+
+IndexScanDesc
+tsdgbeginscan(Relation index, int nkeys, int norderbys)
+{
+	IndexScanDesc scan = RelationGetIndexScan(index, nkeys, norderbys);
+	TsdgScanOpaque so = palloc0(sizeof(TsdgScanOpaqueData));
+
+	so->ctx = AllocSetContextCreate(CurrentMemoryContext, "tsdg scan", ALLOCSET_DEFAULT_SIZES);
+	so->metric = TsdgIndexMetric(index);
+	scan->opaque = so;
+	scan->xs_orderbyvals = palloc0(sizeof(Datum) * Max(norderbys, 1));
+	scan->xs_orderbynulls = palloc(sizeof(bool) * Max(norderbys, 1));
+	return scan;
+}
+
+void
+tsdgrescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int norderbys)
+{
+	TsdgScanOpaque so = (TsdgScanOpaque) scan->opaque;
+
+	/* frees the previous scan's search through its reset callback */
+	MemoryContextReset(so->ctx);
+	so->search = NULL;
+	so->started = false;
+
+	if (keys && scan->numberOfKeys > 0)
+		memmove(scan->keyData, keys, scan->numberOfKeys * sizeof(ScanKeyData));
+	if (orderbys && scan->numberOfOrderBys > 0)
+		memmove(scan->orderByData, orderbys, scan->numberOfOrderBys * sizeof(ScanKeyData));
+}
+
+bool
+tsdggettuple(IndexScanDesc scan, ScanDirection dir)
+{
+	TsdgScanOpaque so = (TsdgScanOpaque) scan->opaque;
+	bool		pending_left;
+	float		distance;
+
+	if (!ScanDirectionIsForward(dir))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("tsdg index scans only go forward")));
+	if (scan->numberOfOrderBys == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a tsdg index can only be scanned in the order of a distance operator")));
+
+	if (!so->started)
+	{
+		TsdgStartScan(scan);
+		so->started = true;
+	}
+
+	if (!so->head_valid)
+		so->head_valid = TsdgNextGraphRow(scan->indexRelation, so);
+	pending_left = so->pending_pos < so->pending_count;
+
+	if (so->head_valid &&
+		(!pending_left || so->head_distance <= so->pending[so->pending_pos].distance))
+	{
+		scan->xs_heaptid = so->head_tid;
+		distance = so->head_distance;
+		TsdgMarkConsumed(so, so->head_id);
+		so->result_pos++;
+		so->graph_returned++;
+		so->head_valid = false;
+	}
+	else if (pending_left)
+	{
+		scan->xs_heaptid = so->pending[so->pending_pos].tid;
+		distance = so->pending[so->pending_pos].distance;
+		so->pending_pos++;
+	}
+	else
+		return false;
+
+	scan->xs_recheck = false;
+	scan->xs_recheckorderby = false;
+	scan->xs_orderbyvals[0] = TsdgOrderByValue(so, distance);
+	scan->xs_orderbynulls[0] = so->query_null;
+	return true;
+}
+
+void
+tsdgendscan(IndexScanDesc scan)
+{
+	TsdgScanOpaque so = (TsdgScanOpaque) scan->opaque;
+
+	MemoryContextDelete(so->ctx);
+	pfree(so);
+	scan->opaque = NULL;
+}
