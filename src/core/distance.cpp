@@ -256,12 +256,12 @@ TSDG_AVX512 generic::CosineParts cosine_parts(const float* a, const float* b, in
 // 1 - cos from the fused parts. sqrt(|a|^2 |b|^2) in double rather than
 // |a| |b|, like pgvector; a zero vector gives 0/0 = NaN. Rounding can push the
 // cosine of (anti)parallel vectors just past +-1, so it is clamped.
-float cosine_from_parts(generic::CosineParts p) {
+double cosine_from_parts(generic::CosineParts p) {
   double cosine = static_cast<double>(p.dot) /
                   std::sqrt(static_cast<double>(p.norm_a) * static_cast<double>(p.norm_b));
   if (cosine > 1.0) cosine = 1.0;
   if (cosine < -1.0) cosine = -1.0;
-  return static_cast<float>(1.0 - cosine);
+  return 1.0 - cosine;
 }
 
 // One table per variant, so a caller holding a DistanceFn pays one indirect
@@ -273,7 +273,7 @@ struct Adapters {
   static float one_minus_ip(const float* a, const float* b, int dim) {
     return 1.0f - Ip(a, b, dim);
   }
-  static float cosine(const float* a, const float* b, int dim) {
+  static double cosine(const float* a, const float* b, int dim) {
     return cosine_from_parts(Parts(a, b, dim));
   }
 };
@@ -375,7 +375,7 @@ float tsdg_l1_distance(const float* a, const float* b, int dim) {
   return tsdg::distance_kernels().l1(a, b, dim);
 }
 
-float tsdg_cosine_distance(const float* a, const float* b, int dim) {
+double tsdg_cosine_distance(const float* a, const float* b, int dim) {
   return tsdg::distance_kernels().cosine(a, b, dim);
 }
 

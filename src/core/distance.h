@@ -8,6 +8,8 @@
 namespace tsdg {
 
 using DistanceFn = float (*)(const float* a, const float* b, int dim);
+// Float sums, the final 1 - dot / sqrt(|a|^2 |b|^2) in double, like pgvector.
+using CosineDistanceFn = double (*)(const float* a, const float* b, int dim);
 
 // The kernel table for this CPU, resolved once.
 struct DistanceKernels {
@@ -15,7 +17,7 @@ struct DistanceKernels {
   DistanceFn inner_product;
   DistanceFn l1;
   const char* name;
-  DistanceFn cosine;                   // 1 - cos(a, b) of raw rows; NaN for a zero row
+  CosineDistanceFn cosine;             // 1 - cos(a, b) of raw rows; NaN for a zero row
   DistanceFn negative_inner_product;   // Metric::InnerProduct
   DistanceFn one_minus_inner_product;  // Metric::Cosine on normalized rows
 };

@@ -46,8 +46,11 @@ typedef struct TsdgError
 float		tsdg_l2_squared_distance(const float *a, const float *b, int dim);
 float		tsdg_inner_product(const float *a, const float *b, int dim);
 float		tsdg_l1_distance(const float *a, const float *b, int dim);
-/* 1 - cos(a, b); NaN when either vector is zero */
-float		tsdg_cosine_distance(const float *a, const float *b, int dim);
+/*
+ * 1 - cos(a, b); NaN when either vector is zero. Sums in float, the division
+ * in double (the result of pgvector's cosine_distance, digit for digit).
+ */
+double		tsdg_cosine_distance(const float *a, const float *b, int dim);
 /* squared L2 norm */
 float		tsdg_norm_squared(const float *a, int dim);
 /* the comparison distance of a metric: squared L2, -ip, or 1-ip on normalized rows */
