@@ -1,0 +1,107 @@
+// The GPU Backend: picks the device, owns its stream and cuBLAS handle, and
+// forwards each step to its algorithm file. Exceptions stay C++ here; the
+// extern "C" factory reports failure through its message buffer.
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backend.h"
+#include "device_memory.h"
+#include "gpu_algorithms.h"
+#include "search_index.h"
+
+namespace tsdg::cuda {
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    TSDG_CUDA_CHECK(cudaSetDevice(device));
+    ctx_ = std::make_unique<DeviceContext>(device);
+    cudaDeviceProp props{};
+    TSDG_CUDA_CHECK(cudaGetDeviceProperties(&props, device));
+    name_ = std::string("cuda:") + props.name;
+  }
+
+  const char* name() const override { return name_.c_str(); }
+
+  void exact_knn(MatrixView base, MatrixView queries, Metric metric, int k, uint32_t* ids,
+                 float* dists, const RunControl& control) override {
+    std::lock_guard<std::mutex> guard(mutex_);
+    activate();
+    cuda::exact_knn(*ctx_, base, queries, metric, k, ids, dists, control);
+  }
+
+  KnnGraph build_knn_graph(MatrixView data, Metric metric, const GnndParams& params,
+                           const RunControl& control) override {
+    std::lock_guard<std::mutex> guard(mutex_);
+    activate();
+    return cuda::gnnd_build(*ctx_, data, metric, params, control);
+  }
+
+  KnnGraph merge_knn_graphs(MatrixView data, int64_t split, const KnnGraph& first,
+                            const KnnGraph& second, Metric metric, const GnndParams& params,
+                            const RunControl& control) override {
+    std::lock_guard<std::mutex> guard(mutex_);
+    activate();
+    return cuda::ggm_merge(*ctx_, data, split, first, second, metric, params, control);
+  }
+
+  TsdgGraph diversify(MatrixView data, Metric metric, const KnnGraph& knn,
+                      const DiversifyParams& params, const RunControl& control) override {
+    std::lock_guard<std::mutex> guard(mutex_);
+    activate();
+    return cuda::diversify(*ctx_, data, metric, knn, params, control);
+  }
+
+  std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
+                                                 Metric metric) override {
+    activate();
+    return std::make_unique<CudaSearchIndex>(device_, data, graph, metric);
+  }
+
+ private:
+  // The calling thread may have another device current.
+  void activate() const { TSDG_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  int device_;
+  std::unique_ptr<DeviceContext> ctx_;
+  std::string name_;
+  std::mutex mutex_;  // one algorithm at a time on the shared stream
+};
+
+void write_message(char* message, int message_len, const std::string& text) {
+  if (message == nullptr || message_len <= 0) return;
+  std::snprintf(message, static_cast<size_t>(message_len), "%s", text.c_str());
+}
+
+}  // namespace
+}  // namespace tsdg::cuda
+
+extern "C" tsdg::Backend* tsdg_cuda_create_backend(int device, char* message, int message_len) {
+  try {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess || count == 0) {
+      tsdg::cuda::write_message(message, message_len,
+                                std::string("no usable CUDA device: ") +
+                                    (status != cudaSuccess ? cudaGetErrorString(status) : "none found"));
+      cudaGetLastError();
+      return nullptr;
+    }
+    if (device < 0 || device >= count) {
+      tsdg::cuda::write_message(message, message_len,
+                                "CUDA device " + std::to_string(device) + " does not exist (" +
+                                    std::to_string(count) + " found)");
+      return nullptr;
+    }
+    tsdg::Backend* backend = new tsdg::cuda::CudaBackend(device);
+    tsdg::cuda::write_message(message, message_len, backend->name());
+    return backend;
+  } catch (const std::exception& error) {
+    tsdg::cuda::write_message(message, message_len, error.what());
+    return nullptr;
+  }
+}

@@ -1,0 +1,77 @@
+#include "device_memory.h"
+
+#include <string>
+
+namespace tsdg::cuda {
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  cudaGetLastError();  // clear a non-sticky error so the next call starts clean
+  const std::string message = std::string("CUDA: ") + what + ": " + cudaGetErrorString(status);
+  if (status == cudaErrorMemoryAllocation) throw Error(Status::OutOfMemory, message);
+  throw Error(Status::DeviceError, message);
+}
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  const std::string message =
+      std::string("cuBLAS: ") + what + ": status " + std::to_string(static_cast<int>(status));
+  if (status == CUBLAS_STATUS_ALLOC_FAILED) throw Error(Status::OutOfMemory, message);
+  throw Error(Status::DeviceError, message);
+}
+
+void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
+
+Stream::Stream() { TSDG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+Stream::~Stream() {
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+void Stream::synchronize() const { TSDG_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+BlasHandle::BlasHandle(cudaStream_t stream) {
+  TSDG_CUBLAS_CHECK(cublasCreate(&handle_));
+  try {
+    TSDG_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+    // Exact results: no TF32 down-conversion in the distance products.
+    TSDG_CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH));
+  } catch (...) {
+    cublasDestroy(handle_);
+    throw;
+  }
+}
+BlasHandle::~BlasHandle() {
+  if (handle_ != nullptr) cublasDestroy(handle_);
+}
+
+DeviceContext::DeviceContext(int device_ordinal) : device(device_ordinal) {
+  TSDG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+}
+
+size_t usable_device_memory() {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  TSDG_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // cuBLAS workspaces, kernel stacks and fragmentation.
+  const size_t reserve = 256u << 20;
+  return free_bytes > reserve ? free_bytes - reserve : 0;
+}
+
+void require_device_memory(size_t bytes, const char* what) {
+  const size_t usable = usable_device_memory();
+  if (bytes > usable) {
+    throw Error(Status::OutOfMemory, std::string(what) + " needs " + std::to_string(bytes >> 20) +
+                                         " MiB of GPU memory, " + std::to_string(usable >> 20) +
+                                         " MiB usable");
+  }
+}
+
+DeviceMatrix DeviceMatrix::upload(MatrixView view, cudaStream_t stream) {
+  DeviceMatrix matrix;
+  matrix.rows = view.rows;
+  matrix.dim = view.dim;
+  matrix.values.allocate(static_cast<size_t>(view.rows) * view.dim);
+  copy_to_device(matrix.values.data(), view.data, matrix.values.size(), stream);
+  return matrix;
+}
+
+}  // namespace tsdg::cuda

@@ -1,0 +1,164 @@
+// GGM (paper 000, section 5, Algorithm 3) on the device: every list keeps the
+// first k/2 entries of its own side's graph (OLD) and gets k - k/2 random
+// nodes of the other side (NEW); GNND then refines the lists matching only
+// pairs from different sides; finally each list is merged with the whole
+// original list of its side (the part that was set aside included).
+#include <algorithm>
+#include <string>
+
+#include "distance.cuh"
+#include "gnnd_workspace.h"
+#include "gpu_algorithms.h"
+#include "warp_primitives.cuh"
+
+namespace tsdg::cuda {
+namespace {
+
+constexpr int kMergeWarpsPerBlock = 4;
+
+template <Metric M>
+__global__ void start_merge_lists_kernel(KnnListsView lists, int64_t nodes, int64_t split,
+                                         const uint32_t* original_ids, const float* original_dists,
+                                         const float* data, int dim, uint64_t seed) {
+  const int64_t node = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
+  if (node >= nodes) return;
+  const int k = lists.k;
+  const int kept = k / 2;
+  for (int j = 0; j < kept; ++j) {
+    const uint32_t id = original_ids[node * k + j];
+    if (id == kInvalidId) break;
+    warp_insert_candidate(lists, static_cast<uint32_t>(node), id, original_dists[node * k + j], false);
+  }
+  const bool first_side = node < split;
+  const int64_t other_begin = first_side ? split : 0;
+  const int64_t other_count = first_side ? nodes - split : split;
+  if (other_count == 0) return;
+  const float* row = data + node * dim;
+  for (int attempt = 0; attempt < k - kept; ++attempt) {
+    const uint32_t candidate = static_cast<uint32_t>(
+        other_begin + mix_hash(seed, static_cast<uint64_t>(node), static_cast<uint64_t>(attempt)) %
+                          static_cast<uint64_t>(other_count));
+    const float d = warp_distance<M>(row, data + static_cast<int64_t>(candidate) * dim, dim);
+    warp_insert_candidate(lists, static_cast<uint32_t>(node), candidate, d, true);
+  }
+}
+
+// A warp per list: the k best distinct entries of the refined list and the
+// original list, sorted.
+__global__ void merge_with_original_kernel(uint32_t* ids, float* dists, const uint32_t* original_ids,
+                                           const float* original_dists, int64_t nodes, int k) {
+  extern __shared__ unsigned char shared_raw[];
+  const int warp_in_block = threadIdx.x / kWarpSize;
+  const int64_t node = static_cast<int64_t>(blockIdx.x) * kMergeWarpsPerBlock + warp_in_block;
+  if (node >= nodes) return;
+  const int both = 2 * k;
+  float* local_dists = reinterpret_cast<float*>(shared_raw) + static_cast<size_t>(warp_in_block) * 2 * both;
+  uint32_t* local_ids = reinterpret_cast<uint32_t*>(local_dists + both);
+  const int64_t base = node * k;
+  for (int i = lane_id(); i < k; i += kWarpSize) {
+    local_dists[i] = dists[base + i];
+    local_ids[i] = entry_id(ids[base + i]);
+    local_dists[k + i] = original_dists[base + i];
+    local_ids[k + i] = original_ids[base + i];
+  }
+  __syncwarp();
+  // Second copies of an id are dropped (first pass reads, second writes).
+  static_assert(2 * kMaxGnndK / kWarpSize <= 32, "one duplicate bit per round");
+  unsigned duplicate_rounds = 0;
+  for (int r = 0; r * kWarpSize < both; ++r) {
+    const int i = r * kWarpSize + lane_id();
+    if (i < both && local_ids[i] != kInvalidId) {
+      bool duplicate = false;
+      for (int j = 0; j < i && !duplicate; ++j) duplicate = local_ids[j] == local_ids[i];
+      if (duplicate) duplicate_rounds |= 1u << r;
+    }
+  }
+  __syncwarp();
+  for (int r = 0; r * kWarpSize < both; ++r) {
+    const int i = r * kWarpSize + lane_id();
+    if (i < both && (duplicate_rounds >> r & 1u)) local_ids[i] = kInvalidId;
+    if (i < k) {
+      ids[base + i] = kInvalidId;
+      dists[base + i] = INFINITY;
+    }
+  }
+  __syncwarp();
+  for (int i = lane_id(); i < both; i += kWarpSize) {
+    const float d = local_dists[i];
+    const uint32_t id = local_ids[i];
+    if (id == kInvalidId) continue;
+    int rank = 0;
+    for (int j = 0; j < both; ++j) {
+      if (local_ids[j] != kInvalidId && pair_less(local_dists[j], local_ids[j], d, id)) ++rank;
+    }
+    if (rank < k) {
+      dists[base + rank] = d;
+      ids[base + rank] = id;
+    }
+  }
+}
+
+}  // namespace
+
+KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const KnnGraph& first,
+                   const KnnGraph& second, Metric metric, const GnndParams& params,
+                   const RunControl& control) {
+  const int p = checked_sample_count(params);
+  const int k = params.k;
+  if (split < 0 || split > data.rows || first.nodes != split || second.nodes != data.rows - split) {
+    throw Error(Status::InvalidArgument, "GGM: graph sizes do not match the split");
+  }
+  if (first.k != k || second.k != k) {
+    throw Error(Status::InvalidArgument, "GGM: both graphs need params.k neighbors per list");
+  }
+  if (data.rows >= static_cast<int64_t>(kIdMask)) {
+    throw Error(Status::InvalidArgument, "too many rows for 31-bit ids");
+  }
+  const int64_t n = data.rows;
+  // The original lists with global ids: second's ids move past split.
+  KnnGraph original(n, k);
+  std::copy(first.ids.begin(), first.ids.end(), original.ids.begin());
+  std::copy(first.dists.begin(), first.dists.end(), original.dists.begin());
+  std::copy(second.dists.begin(), second.dists.end(), original.dists.begin() + split * k);
+  for (size_t i = 0; i < second.ids.size(); ++i) {
+    const uint32_t id = second.ids[i];
+    original.ids[static_cast<size_t>(split) * k + i] =
+        id == kInvalidId ? kInvalidId : static_cast<uint32_t>(id + split);
+  }
+  if (split == 0 || split == n) return original;
+
+  const size_t data_bytes = static_cast<size_t>(n) * data.dim * sizeof(float);
+  require_device_memory(data_bytes + GnndWorkspace::bytes_needed(n, k, p) +
+                            static_cast<size_t>(n) * k * 8,
+                        "GGM of this set");
+  cudaStream_t stream = ctx.stream.get();
+  DeviceMatrix rows = DeviceMatrix::upload(data, stream);
+  DeviceBuffer<uint32_t> original_ids(original.ids.size());
+  DeviceBuffer<float> original_dists(original.dists.size());
+  copy_to_device(original_ids.data(), original.ids.data(), original.ids.size(), stream);
+  copy_to_device(original_dists.data(), original.dists.data(), original.dists.size(), stream);
+
+  GnndWorkspace ws(n, k, p);
+  ws.clear(stream);
+  dispatch_metric(metric, [&](auto tag) {
+    constexpr Metric M = decltype(tag)::value;
+    start_merge_lists_kernel<M><<<static_cast<unsigned>((n * kWarpSize + 255) / 256), 256, 0, stream>>>(
+        ws.view(), n, split, original_ids.data(), original_dists.data(), rows.values.data(),
+        data.dim, params.seed);
+    check_launch("start_merge_lists_kernel");
+  });
+  run_gnnd_iterations(ctx, ws, rows.values.data(), data.dim, metric, params, split, control);
+
+  const size_t shared_bytes = static_cast<size_t>(kMergeWarpsPerBlock) * 4 * k * sizeof(float);
+  merge_with_original_kernel<<<static_cast<unsigned>((n + kMergeWarpsPerBlock - 1) / kMergeWarpsPerBlock),
+                               kMergeWarpsPerBlock * kWarpSize, shared_bytes, stream>>>(
+      ws.ids.data(), ws.dists.data(), original_ids.data(), original_dists.data(), n, k);
+  check_launch("merge_with_original_kernel");
+  KnnGraph merged(n, k);
+  copy_to_host(merged.ids.data(), ws.ids.data(), merged.ids.size(), stream);
+  copy_to_host(merged.dists.data(), ws.dists.data(), merged.dists.size(), stream);
+  ctx.stream.synchronize();
+  return merged;
+}
+
+}  // namespace tsdg::cuda

@@ -1,0 +1,515 @@
+// GNND (paper 000, section 4) on the device: per iteration
+//   sample_lists        p closest NEW and p closest OLD per list (sampled NEW become OLD)
+//   add_reverse_samples reverse samples appended with atomics up to 2p
+//   dedupe_samples      a warp per sample list drops repeated ids
+//   cross_match         a block per node: NEW-NEW distances with the triangular
+//                       thread mapping, NEW-OLD as a 16x16 tiled product, both
+//                       in shared memory over tiles of 32 dimensions; then a
+//                       warp-shuffle arg-min per sample and one insertion of
+//                       that nearest pair into the segmented lists
+// until the number of successful insertions falls under the update rate.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "distance.cuh"
+#include "gnnd_workspace.h"
+#include "gpu_algorithms.h"
+#include "pairwise.cuh"
+#include "warp_primitives.cuh"
+
+namespace tsdg::cuda {
+namespace {
+
+constexpr int kCrossThreads = 256;
+constexpr int kDimTile = 32;
+constexpr int kTile = 16;  // the NEW-OLD product tile is kTile x kTile threads
+constexpr int kTilesPerSide = kMaxSamplesPerList / kTile;
+constexpr int kMaxNewNewPairs = kMaxSamplesPerList * (kMaxSamplesPerList - 1) / 2;
+constexpr int kPairSlots = (kMaxNewNewPairs + kCrossThreads - 1) / kCrossThreads;
+constexpr int kListWarpsPerBlock = 4;
+
+__global__ void clear_lists_kernel(uint32_t* ids, float* dists, int64_t entries, int* locks,
+                                   int64_t lock_count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < entries;
+       i += stride) {
+    ids[i] = kInvalidId;
+    dists[i] = INFINITY;
+  }
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < lock_count;
+       i += stride) {
+    locks[i] = 0;
+  }
+}
+
+template <Metric M>
+__global__ void fill_random_lists_kernel(KnnListsView lists, int64_t nodes, const float* data,
+                                         int dim, uint64_t seed) {
+  const int64_t node = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
+  if (node >= nodes || nodes < 2) return;
+  const float* row = data + node * dim;
+  for (int attempt = 0; attempt < lists.k; ++attempt) {
+    uint64_t pick = mix_hash(seed, static_cast<uint64_t>(node), static_cast<uint64_t>(attempt)) %
+                    static_cast<uint64_t>(nodes - 1);
+    if (pick >= static_cast<uint64_t>(node)) ++pick;  // never the node itself
+    const uint32_t candidate = static_cast<uint32_t>(pick);
+    const float d = warp_distance<M>(row, data + static_cast<int64_t>(candidate) * dim, dim);
+    warp_insert_candidate(lists, static_cast<uint32_t>(node), candidate, d, true);
+  }
+}
+
+// A warp per list: the p closest NEW and the p closest OLD entries become the
+// forward samples; the sampled NEW entries are marked OLD.
+__global__ void sample_lists_kernel(KnnListsView lists, int64_t nodes, int samples,
+                                    uint32_t* new_samples, uint32_t* old_samples, int* forward_new,
+                                    int* forward_old, int* total_new, int* total_old) {
+  extern __shared__ unsigned char shared_raw[];
+  const int warp_in_block = threadIdx.x / kWarpSize;
+  const int64_t node = static_cast<int64_t>(blockIdx.x) * kListWarpsPerBlock + warp_in_block;
+  if (node >= nodes) return;
+  const int k = lists.k;
+  float* dists = reinterpret_cast<float*>(shared_raw) + static_cast<size_t>(warp_in_block) * 2 * k;
+  uint32_t* ids = reinterpret_cast<uint32_t*>(dists + k);
+  const int64_t base = node * k;
+  for (int i = lane_id(); i < k; i += kWarpSize) {
+    dists[i] = lists.dists[base + i];
+    ids[i] = lists.ids[base + i];
+  }
+  __syncwarp();
+  const int stride = 2 * samples;
+  int new_count = 0;
+  int old_count = 0;
+  for (int i0 = 0; i0 < k; i0 += kWarpSize) {
+    const int i = i0 + lane_id();
+    const uint32_t entry = i < k ? ids[i] : kInvalidId;
+    const bool valid = entry_valid(entry);
+    const bool is_new = entry_new(entry);
+    int rank = 0;
+    if (valid) {
+      for (int j = 0; j < k; ++j) {
+        const uint32_t other = ids[j];
+        if (entry_valid(other) && entry_new(other) == is_new &&
+            pair_less(dists[j], entry_id(other), dists[i], entry_id(entry))) {
+          ++rank;
+        }
+      }
+    }
+    if (valid && rank < samples) {
+      if (is_new) {
+        new_samples[node * stride + rank] = entry_id(entry);
+        lists.ids[base + i] = entry_id(entry);  // sampled: OLD from now on
+      } else {
+        old_samples[node * stride + rank] = entry_id(entry);
+      }
+    }
+    new_count += __popc(__ballot_sync(kFullMask, valid && is_new));
+    old_count += __popc(__ballot_sync(kFullMask, valid && !is_new));
+  }
+  if (lane_id() == 0) {
+    forward_new[node] = total_new[node] = min(new_count, samples);
+    forward_old[node] = total_old[node] = min(old_count, samples);
+  }
+}
+
+// A thread per forward sample: appends the node to the sample's own list.
+__global__ void add_reverse_samples_kernel(int64_t nodes, int samples, uint32_t* sample_lists,
+                                           const int* forward, int* total) {
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t node = index / samples;
+  const int slot = static_cast<int>(index % samples);
+  if (node >= nodes || slot >= forward[node]) return;
+  const int stride = 2 * samples;
+  const uint32_t target = sample_lists[node * stride + slot];
+  const int position = atomicAdd(total + target, 1);
+  if (position < stride) sample_lists[static_cast<int64_t>(target) * stride + position] = node;
+}
+
+// A warp per sample list: keeps the first occurrence of every id, in order.
+__global__ void dedupe_samples_kernel(int64_t nodes, int samples, uint32_t* sample_lists,
+                                      int* total) {
+  const int64_t node = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
+  if (node >= nodes) return;
+  const int stride = 2 * samples;
+  uint32_t* list = sample_lists + node * stride;
+  const int count = min(total[node], stride);
+  uint32_t values[kMaxSamplesPerList / kWarpSize];
+  bool keep[kMaxSamplesPerList / kWarpSize];
+#pragma unroll
+  for (int r = 0; r < kMaxSamplesPerList / kWarpSize; ++r) {
+    const int i = r * kWarpSize + lane_id();
+    values[r] = i < count ? list[i] : kInvalidId;
+    keep[r] = i < count;
+    for (int j = 0; j < i && keep[r]; ++j) keep[r] = list[j] != values[r];
+  }
+  __syncwarp();
+  int kept = 0;
+#pragma unroll
+  for (int r = 0; r < kMaxSamplesPerList / kWarpSize; ++r) {
+    const unsigned mask = __ballot_sync(kFullMask, keep[r]);
+    if (keep[r]) list[kept + __popc(mask & ((1u << lane_id()) - 1u))] = values[r];
+    kept += __popc(mask);
+  }
+  if (lane_id() == 0) total[node] = kept;
+}
+
+__device__ __forceinline__ bool same_side(uint32_t a, uint32_t b, int64_t split) {
+  return split >= 0 && ((static_cast<int64_t>(a) < split) == (static_cast<int64_t>(b) < split));
+}
+
+struct CrossMatchShared {
+  uint32_t new_ids[kMaxSamplesPerList];
+  uint32_t old_ids[kMaxSamplesPerList];
+  float new_rows[kMaxSamplesPerList][kDimTile + 1];
+  float old_rows[kMaxSamplesPerList][kDimTile + 1];
+  float new_new[kMaxNewNewPairs];                       // at u(u-1)/2 + v, u > v
+  float new_old[kMaxSamplesPerList * kMaxSamplesPerList];  // at u * 64 + o
+  unsigned int updates;
+};
+
+// A block per node: the cross-matching of its NEW and OLD samples and the
+// selective update of the lists of those samples.
+template <Metric M>
+__global__ void __launch_bounds__(kCrossThreads)
+    cross_match_kernel(KnnListsView lists, int64_t nodes, const float* data, int dim, int samples,
+                       const uint32_t* new_samples, const uint32_t* old_samples,
+                       const int* total_new, const int* total_old, int64_t split,
+                       unsigned long long* updates) {
+  __shared__ CrossMatchShared shared;
+  const int64_t node = blockIdx.x;
+  if (node >= nodes) return;
+  const int stride = 2 * samples;
+  const int new_count = min(total_new[node], stride);
+  const int old_count = min(total_old[node], stride);
+  if (new_count == 0) return;
+  const int tid = threadIdx.x;
+  if (tid < new_count) shared.new_ids[tid] = new_samples[node * stride + tid];
+  if (tid < old_count) shared.old_ids[tid] = old_samples[node * stride + tid];
+  if (tid == 0) shared.updates = 0;
+  __syncthreads();
+
+  const int pair_count = new_count * (new_count - 1) / 2;
+  int pair_u[kPairSlots];
+  int pair_v[kPairSlots];
+  float new_new_sum[kPairSlots];
+#pragma unroll
+  for (int s = 0; s < kPairSlots; ++s) {
+    triangle_pair(tid + s * kCrossThreads, pair_u[s], pair_v[s]);
+    new_new_sum[s] = 0.0f;
+  }
+  const int row_in_tile = tid / kTile;
+  const int col_in_tile = tid % kTile;
+  float new_old_sum[kTilesPerSide][kTilesPerSide] = {};
+  const int new_tiles = (new_count + kTile - 1) / kTile;
+  const int old_tiles = (old_count + kTile - 1) / kTile;
+
+  for (int d0 = 0; d0 < dim; d0 += kDimTile) {
+    for (int idx = tid; idx < (new_count + old_count) * kDimTile; idx += kCrossThreads) {
+      const int r = idx / kDimTile;
+      const int c = idx % kDimTile;
+      const bool is_new = r < new_count;
+      const uint32_t id = is_new ? shared.new_ids[r] : shared.old_ids[r - new_count];
+      const float value = d0 + c < dim ? data[static_cast<int64_t>(id) * dim + d0 + c] : 0.0f;
+      if (is_new) {
+        shared.new_rows[r][c] = value;
+      } else {
+        shared.old_rows[r - new_count][c] = value;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < kPairSlots; ++s) {
+      if (tid + s * kCrossThreads < pair_count) {
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < kDimTile; ++c) {
+          sum += distance_term<M>(shared.new_rows[pair_u[s]][c], shared.new_rows[pair_v[s]][c]);
+        }
+        new_new_sum[s] += sum;
+      }
+    }
+    if (old_count > 0) {
+#pragma unroll 4
+      for (int c = 0; c < kDimTile; ++c) {
+        float new_values[kTilesPerSide];
+        float old_values[kTilesPerSide];
+#pragma unroll
+        for (int a = 0; a < kTilesPerSide; ++a) {
+          new_values[a] = a < new_tiles ? shared.new_rows[row_in_tile + a * kTile][c] : 0.0f;
+          old_values[a] = a < old_tiles ? shared.old_rows[col_in_tile + a * kTile][c] : 0.0f;
+        }
+#pragma unroll
+        for (int a = 0; a < kTilesPerSide; ++a) {
+#pragma unroll
+          for (int b = 0; b < kTilesPerSide; ++b) {
+            new_old_sum[a][b] += distance_term<M>(new_values[a], old_values[b]);
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int s = 0; s < kPairSlots; ++s) {
+    const int t = tid + s * kCrossThreads;
+    if (t < pair_count) {
+      const uint32_t a = shared.new_ids[pair_u[s]];
+      const uint32_t b = shared.new_ids[pair_v[s]];
+      shared.new_new[t] =
+          (a == b || same_side(a, b, split)) ? INFINITY : finish_distance<M>(new_new_sum[s]);
+    }
+  }
+#pragma unroll
+  for (int a = 0; a < kTilesPerSide; ++a) {
+#pragma unroll
+    for (int b = 0; b < kTilesPerSide; ++b) {
+      const int u = row_in_tile + a * kTile;
+      const int o = col_in_tile + b * kTile;
+      if (u < new_count && o < old_count) {
+        const uint32_t x = shared.new_ids[u];
+        const uint32_t y = shared.old_ids[o];
+        shared.new_old[u * kMaxSamplesPerList + o] =
+            (x == y || same_side(x, y, split)) ? INFINITY : finish_distance<M>(new_old_sum[a][b]);
+      }
+    }
+  }
+  __syncthreads();
+
+  // Selective update: per NEW sample its nearest other NEW and its nearest
+  // OLD; per OLD sample its nearest NEW; each found by a warp arg-min.
+  const int warp = tid / kWarpSize;
+  const int lane = lane_id();
+  const int tasks = 2 * new_count + old_count;
+  for (int task = warp; task < tasks; task += kCrossThreads / kWarpSize) {
+    uint32_t owner;
+    int candidates;
+    if (task < new_count) {
+      owner = shared.new_ids[task];
+      candidates = new_count;
+    } else if (task < 2 * new_count) {
+      owner = shared.new_ids[task - new_count];
+      candidates = old_count;
+    } else {
+      owner = shared.old_ids[task - 2 * new_count];
+      candidates = new_count;
+    }
+    float best = INFINITY;
+    uint32_t best_id = kInvalidId;
+    for (int j = lane; j < candidates; j += kWarpSize) {
+      float d;
+      uint32_t id;
+      if (task < new_count) {
+        const int u = task;
+        if (j == u) continue;
+        d = shared.new_new[triangle_index(u, j)];
+        id = shared.new_ids[j];
+      } else if (task < 2 * new_count) {
+        d = shared.new_old[(task - new_count) * kMaxSamplesPerList + j];
+        id = shared.old_ids[j];
+      } else {
+        d = shared.new_old[j * kMaxSamplesPerList + (task - 2 * new_count)];
+        id = shared.new_ids[j];
+      }
+      if (pair_less(d, id, best, best_id)) {
+        best = d;
+        best_id = id;
+      }
+    }
+    warp_arg_min(best, best_id);
+    if (best_id != kInvalidId && best < INFINITY &&
+        warp_insert_candidate(lists, owner, best_id, best, true) && lane == 0) {
+      atomicAdd(&shared.updates, 1u);
+    }
+  }
+  __syncthreads();
+  if (tid == 0 && shared.updates > 0) atomicAdd(updates, static_cast<unsigned long long>(shared.updates));
+}
+
+// A warp per list: sorts the k entries (the segments merged) by (distance, id)
+// and clears the flags.
+__global__ void sort_lists_kernel(uint32_t* ids, float* dists, int64_t nodes, int k) {
+  extern __shared__ unsigned char shared_raw[];
+  const int warp_in_block = threadIdx.x / kWarpSize;
+  const int64_t node = static_cast<int64_t>(blockIdx.x) * kListWarpsPerBlock + warp_in_block;
+  if (node >= nodes) return;
+  float* local_dists = reinterpret_cast<float*>(shared_raw) + static_cast<size_t>(warp_in_block) * 2 * k;
+  uint32_t* local_ids = reinterpret_cast<uint32_t*>(local_dists + k);
+  const int64_t base = node * k;
+  for (int i = lane_id(); i < k; i += kWarpSize) {
+    local_dists[i] = dists[base + i];
+    local_ids[i] = entry_id(ids[base + i]);
+  }
+  __syncwarp();
+  for (int i = lane_id(); i < k; i += kWarpSize) {
+    const float d = local_dists[i];
+    const uint32_t id = local_ids[i];
+    int rank = 0;
+    for (int j = 0; j < k; ++j) {
+      // Empty slots (inf, kInvalidId) tie: order them by position.
+      if (pair_less(local_dists[j], local_ids[j], d, id) ||
+          (local_dists[j] == d && local_ids[j] == id && j < i)) {
+        ++rank;
+      }
+    }
+    dists[base + rank] = d;
+    ids[base + rank] = id;
+  }
+}
+
+unsigned grid_for(int64_t items, int per_block) {
+  return static_cast<unsigned>((items + per_block - 1) / per_block);
+}
+
+}  // namespace
+
+GnndWorkspace::GnndWorkspace(int64_t node_count, int list_length, int sample_count)
+    : nodes(node_count), k(list_length), samples(sample_count) {
+  const size_t n = static_cast<size_t>(node_count);
+  ids.allocate(n * k);
+  dists.allocate(n * k);
+  locks.allocate(n * segment_count(k));
+  new_samples.allocate(n * 2 * samples);
+  old_samples.allocate(n * 2 * samples);
+  forward_new.allocate(n);
+  forward_old.allocate(n);
+  total_new.allocate(n);
+  total_old.allocate(n);
+  updates.allocate(1);
+}
+
+size_t GnndWorkspace::bytes_needed(int64_t node_count, int list_length, int sample_count) {
+  const size_t n = static_cast<size_t>(node_count);
+  return n * list_length * 8 + n * segment_count(list_length) * 4 + n * 4 * sample_count * 4 +
+         n * 16 + 8;
+}
+
+KnnListsView GnndWorkspace::view() {
+  return KnnListsView{ids.data(), dists.data(), locks.data(), k, segment_count(k)};
+}
+
+void GnndWorkspace::clear(cudaStream_t stream) {
+  clear_lists_kernel<<<1024, 256, 0, stream>>>(ids.data(), dists.data(), nodes * k, locks.data(),
+                                               nodes * segment_count(k));
+  check_launch("clear_lists_kernel");
+}
+
+int checked_sample_count(const GnndParams& params) {
+  if (params.k < 1 || params.k > kMaxGnndK) {
+    throw Error(Status::InvalidArgument, "GPU GNND supports 1 <= k <= " + std::to_string(kMaxGnndK));
+  }
+  if (params.samples < 1) throw Error(Status::InvalidArgument, "GNND needs at least one sample");
+  return std::min(params.samples, kMaxSamplesPerList / 2);
+}
+
+void fill_random_lists(GnndWorkspace& ws, const float* data, int dim, Metric metric, uint64_t seed,
+                       cudaStream_t stream) {
+  dispatch_metric(metric, [&](auto tag) {
+    constexpr Metric M = decltype(tag)::value;
+    fill_random_lists_kernel<M><<<grid_for(ws.nodes * kWarpSize, 256), 256, 0, stream>>>(
+        ws.view(), ws.nodes, data, dim, seed);
+    check_launch("fill_random_lists_kernel");
+  });
+}
+
+void run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data, int dim,
+                         Metric metric, const GnndParams& params, int64_t split,
+                         const RunControl& control) {
+  cudaStream_t stream = ctx.stream.get();
+  const int p = ws.samples;
+  const size_t list_shared = static_cast<size_t>(kListWarpsPerBlock) * 2 * ws.k * sizeof(float);
+  const double stop_below = params.min_update_rate * static_cast<double>(ws.nodes) * ws.k;
+  control.set_total(params.iterations);
+  for (int iteration = 0; iteration < params.iterations; ++iteration) {
+    control.throw_if_cancelled();
+    sample_lists_kernel<<<grid_for(ws.nodes, kListWarpsPerBlock), kListWarpsPerBlock * kWarpSize,
+                          list_shared, stream>>>(ws.view(), ws.nodes, p, ws.new_samples.data(),
+                                                 ws.old_samples.data(), ws.forward_new.data(),
+                                                 ws.forward_old.data(), ws.total_new.data(),
+                                                 ws.total_old.data());
+    check_launch("sample_lists_kernel");
+    add_reverse_samples_kernel<<<grid_for(ws.nodes * p, 256), 256, 0, stream>>>(
+        ws.nodes, p, ws.new_samples.data(), ws.forward_new.data(), ws.total_new.data());
+    check_launch("add_reverse_samples_kernel(new)");
+    add_reverse_samples_kernel<<<grid_for(ws.nodes * p, 256), 256, 0, stream>>>(
+        ws.nodes, p, ws.old_samples.data(), ws.forward_old.data(), ws.total_old.data());
+    check_launch("add_reverse_samples_kernel(old)");
+    dedupe_samples_kernel<<<grid_for(ws.nodes * kWarpSize, 256), 256, 0, stream>>>(
+        ws.nodes, p, ws.new_samples.data(), ws.total_new.data());
+    check_launch("dedupe_samples_kernel(new)");
+    dedupe_samples_kernel<<<grid_for(ws.nodes * kWarpSize, 256), 256, 0, stream>>>(
+        ws.nodes, p, ws.old_samples.data(), ws.total_old.data());
+    check_launch("dedupe_samples_kernel(old)");
+    TSDG_CUDA_CHECK(cudaMemsetAsync(ws.updates.data(), 0, sizeof(unsigned long long), stream));
+    dispatch_metric(metric, [&](auto tag) {
+      constexpr Metric M = decltype(tag)::value;
+      cross_match_kernel<M><<<static_cast<unsigned>(ws.nodes), kCrossThreads, 0, stream>>>(
+          ws.view(), ws.nodes, data, dim, p, ws.new_samples.data(), ws.old_samples.data(),
+          ws.total_new.data(), ws.total_old.data(), split, ws.updates.data());
+      check_launch("cross_match_kernel");
+    });
+    unsigned long long updates = 0;
+    copy_to_host(&updates, ws.updates.data(), 1, stream);
+    ctx.stream.synchronize();
+    control.add_done(1);
+    if (static_cast<double>(updates) < stop_below) break;
+  }
+}
+
+KnnGraph download_sorted_lists(DeviceContext& ctx, GnndWorkspace& ws) {
+  cudaStream_t stream = ctx.stream.get();
+  const size_t list_shared = static_cast<size_t>(kListWarpsPerBlock) * 2 * ws.k * sizeof(float);
+  sort_lists_kernel<<<grid_for(ws.nodes, kListWarpsPerBlock), kListWarpsPerBlock * kWarpSize,
+                      list_shared, stream>>>(ws.ids.data(), ws.dists.data(), ws.nodes, ws.k);
+  check_launch("sort_lists_kernel");
+  KnnGraph graph(ws.nodes, ws.k);
+  copy_to_host(graph.ids.data(), ws.ids.data(), graph.ids.size(), stream);
+  copy_to_host(graph.dists.data(), ws.dists.data(), graph.dists.size(), stream);
+  ctx.stream.synchronize();
+  return graph;
+}
+
+KnnGraph exact_graph_by_bruteforce(DeviceContext& ctx, MatrixView data, Metric metric, int k,
+                                   const RunControl& control) {
+  const int wide = k + 1;
+  std::vector<uint32_t> ids(static_cast<size_t>(data.rows) * wide);
+  std::vector<float> dists(ids.size());
+  exact_knn(ctx, data, data, metric, wide, ids.data(), dists.data(), control);
+  KnnGraph graph(data.rows, k);
+  for (int64_t row = 0; row < data.rows; ++row) {
+    int out = 0;
+    for (int j = 0; j < wide && out < k; ++j) {
+      const uint32_t id = ids[row * wide + j];
+      if (id == static_cast<uint32_t>(row) || id == kInvalidId) continue;
+      graph.ids[row * k + out] = id;
+      graph.dists[row * k + out] = dists[row * wide + j];
+      ++out;
+    }
+  }
+  return graph;
+}
+
+KnnGraph gnnd_build(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& params,
+                    const RunControl& control) {
+  const int p = checked_sample_count(params);
+  if (data.rows >= static_cast<int64_t>(kIdMask)) {
+    throw Error(Status::InvalidArgument, "too many rows for 31-bit ids");
+  }
+  // Sampling needs lists much shorter than the set.
+  if (data.rows <= 2 * static_cast<int64_t>(params.k) + 2) {
+    return exact_graph_by_bruteforce(ctx, data, metric, params.k, control);
+  }
+  const size_t data_bytes = static_cast<size_t>(data.rows) * data.dim * sizeof(float);
+  require_device_memory(data_bytes + GnndWorkspace::bytes_needed(data.rows, params.k, p),
+                        "GNND of this set");
+  cudaStream_t stream = ctx.stream.get();
+  DeviceMatrix rows = DeviceMatrix::upload(data, stream);
+  GnndWorkspace ws(data.rows, params.k, p);
+  ws.clear(stream);
+  fill_random_lists(ws, rows.values.data(), data.dim, metric, params.seed, stream);
+  run_gnnd_iterations(ctx, ws, rows.values.data(), data.dim, metric, params, -1, control);
+  return download_sorted_lists(ctx, ws);
+}
+
+}  // namespace tsdg::cuda

@@ -1,0 +1,62 @@
+// The device state of a GNND run (the segmented k-NN lists and the sample
+// graphs G_new / G_old), shared by GNND (gnnd.cu) and GGM (ggm.cu), which
+// differ only in how the lists start and whether matching is cross-side only.
+#pragma once
+
+#include <cstdint>
+
+#include "device_memory.h"
+#include "knn_lists.cuh"
+#include "params.h"
+#include "run_control.h"
+#include "types.h"
+
+namespace tsdg::cuda {
+
+constexpr int kMaxGnndK = 256;
+constexpr int kMaxSamplesPerList = 64;  // 2p with p <= 32
+
+struct GnndWorkspace {
+  int64_t nodes = 0;
+  int k = 0;
+  int samples = 0;  // p
+  DeviceBuffer<uint32_t> ids;
+  DeviceBuffer<float> dists;
+  DeviceBuffer<int> locks;
+  DeviceBuffer<uint32_t> new_samples;  // nodes * 2p
+  DeviceBuffer<uint32_t> old_samples;  // nodes * 2p
+  DeviceBuffer<int> forward_new;       // forward sample counts
+  DeviceBuffer<int> forward_old;
+  DeviceBuffer<int> total_new;         // forward + reverse, may overshoot 2p
+  DeviceBuffer<int> total_old;
+  DeviceBuffer<unsigned long long> updates;
+
+  GnndWorkspace(int64_t node_count, int list_length, int sample_count);
+  static size_t bytes_needed(int64_t node_count, int list_length, int sample_count);
+  KnnListsView view();
+  // Every list empty: (+inf, kInvalidId), locks released.
+  void clear(cudaStream_t stream);
+};
+
+// Validates k and p and returns the sample count actually used.
+int checked_sample_count(const GnndParams& params);
+
+// Lists of random distinct nodes (self excluded), all NEW (Algorithm 1, lines 1-5).
+void fill_random_lists(GnndWorkspace& ws, const float* data, int dim, Metric metric, uint64_t seed,
+                       cudaStream_t stream);
+
+// GNND iterations until the update rate falls under params.min_update_rate
+// or params.iterations are done. split >= 0: only pairs with one node below
+// split and one at or above it are matched (GGM).
+void run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data, int dim,
+                         Metric metric, const GnndParams& params, int64_t split,
+                         const RunControl& control);
+
+// Sorts every list (merging its segments), clears the flags, copies to host.
+KnnGraph download_sorted_lists(DeviceContext& ctx, GnndWorkspace& ws);
+
+// The exact graph through the brute force, for sets too small for sampling.
+KnnGraph exact_graph_by_bruteforce(DeviceContext& ctx, MatrixView data, Metric metric, int k,
+                                   const RunControl& control);
+
+}  // namespace tsdg::cuda

@@ -1,0 +1,32 @@
+// Host entry points of the GPU algorithms, one .cu file each. They take host
+// arrays, move what they need to the device on ctx's stream and return host
+// results; the backend (cuda_backend.cpp) only forwards to them.
+#pragma once
+
+#include <cstdint>
+
+#include "device_memory.h"
+#include "params.h"
+#include "run_control.h"
+#include "types.h"
+
+namespace tsdg::cuda {
+
+// bruteforce.cu: cuBLAS products tiled over queries and base, warp top-k selection.
+void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric metric, int k,
+               uint32_t* ids, float* dists, const RunControl& control);
+
+// gnnd.cu: GNND (paper 000, section 4).
+KnnGraph gnnd_build(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& params,
+                    const RunControl& control);
+
+// ggm.cu: GGM (paper 000, section 5).
+KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const KnnGraph& first,
+                   const KnnGraph& second, Metric metric, const GnndParams& params,
+                   const RunControl& control);
+
+// diversify.cu: both TSDG stages (paper 003, section 3).
+TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const KnnGraph& knn,
+                    const DiversifyParams& params, const RunControl& control);
+
+}  // namespace tsdg::cuda

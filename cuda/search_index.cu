@@ -1,0 +1,149 @@
+#include "search_index.h"
+
+#include <cub/cub.cuh>
+
+#include <algorithm>
+#include <cstring>
+
+#include "search_kernels.h"
+
+namespace tsdg::cuda {
+namespace {
+
+// The paper's batch-size threshold (a * SMs + b) / d, fitted so that an
+// 82-SM RTX 3090 gives about 300 at d = 128 as reported in paper 003.
+constexpr int64_t kThresholdPerSm = 400;
+constexpr int64_t kThresholdBase = 5600;
+constexpr int64_t kMaxRowsPerLaunch = 1 << 16;
+constexpr int kKernelAuto = 0;
+constexpr int kKernelSmallBatch = 1;
+constexpr int kKernelLargeBatch = 2;
+
+// d_nn1+: the distance from each node to its first (nearest kept) neighbor.
+template <Metric M>
+__global__ void first_neighbor_distance_kernel(DeviceGraph g, float* out) {
+  const int64_t node = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
+  if (node >= g.nodes) return;
+  const uint32_t nearest = g.neighbors[node * g.degree];
+  float d = 0.0f;  // nodes without neighbors do not raise the bound
+  if (nearest != kInvalidId) {
+    d = warp_distance<M>(g.data + node * g.dim, g.data + static_cast<int64_t>(nearest) * g.dim, g.dim);
+  }
+  if (lane_id() == 0) out[node] = d;
+}
+
+}  // namespace
+
+CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, const TsdgGraph& graph, Metric metric)
+    : device_(device), metric_(metric), nodes_(graph.nodes), dim_(data.dim), degree_(graph.degree) {
+  if (graph.nodes != data.rows) throw Error(Status::InvalidArgument, "graph and data sizes differ");
+  if (graph.nodes == 0 || graph.degree < 1) throw Error(Status::InvalidArgument, "empty graph");
+  TSDG_CUDA_CHECK(cudaSetDevice(device));
+  TSDG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  const size_t bytes = static_cast<size_t>(nodes_) * (static_cast<size_t>(dim_) * 4 + degree_ * 5);
+  require_device_memory(bytes, "the GPU search index");
+  stream_ = std::make_unique<Stream>();
+  cudaStream_t stream = stream_->get();
+  data_.allocate(static_cast<size_t>(nodes_) * dim_);
+  neighbors_.allocate(graph.neighbors.size());
+  lambdas_.allocate(graph.lambdas.size());
+  copy_to_device(data_.data(), data.data, data_.size(), stream);
+  copy_to_device(neighbors_.data(), graph.neighbors.data(), neighbors_.size(), stream);
+  copy_to_device(lambdas_.data(), graph.lambdas.data(), lambdas_.size(), stream);
+
+  DeviceBuffer<float> first_distances(nodes_);
+  DeviceBuffer<float> bound(1);
+  const DeviceGraph g{data_.data(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
+  dispatch_metric(metric, [&](auto tag) {
+    constexpr Metric M = decltype(tag)::value;
+    first_neighbor_distance_kernel<M><<<static_cast<unsigned>((nodes_ * kWarpSize + 255) / 256), 256, 0,
+                                        stream>>>(g, first_distances.data());
+    check_launch("first_neighbor_distance_kernel");
+  });
+  size_t temp_bytes = 0;
+  TSDG_CUDA_CHECK(cub::DeviceReduce::Max(nullptr, temp_bytes, first_distances.data(), bound.data(), nodes_, stream));
+  DeviceBuffer<unsigned char> temp(temp_bytes);
+  TSDG_CUDA_CHECK(cub::DeviceReduce::Max(temp.data(), temp_bytes, first_distances.data(), bound.data(), nodes_, stream));
+  copy_to_host(&nn1_bound_, bound.data(), 1, stream);
+  stream_->synchronize();
+}
+
+size_t CudaSearchIndex::memory_bytes() const {
+  return data_.bytes() + neighbors_.bytes() + lambdas_.bytes() + queries_.bytes() +
+         result_ids_.bytes() + result_dists_.bytes() + partial_ids_.bytes() + partial_dists_.bytes();
+}
+
+int64_t CudaSearchIndex::small_batch_limit() const {
+  return (kThresholdPerSm * sm_count_ + kThresholdBase) / std::max(dim_, 1);
+}
+
+void CudaSearchIndex::reserve_batch(int64_t rows, int k, int searches) {
+  const size_t query_values = static_cast<size_t>(rows) * dim_;
+  const size_t results = static_cast<size_t>(rows) * k;
+  const size_t partials = static_cast<size_t>(rows) * searches * kWarpSize;
+  if (queries_.size() < query_values) queries_.allocate(query_values);
+  if (result_ids_.size() < results) {
+    result_ids_.allocate(results);
+    result_dists_.allocate(results);
+    pinned_ids_.allocate(results);
+    pinned_dists_.allocate(results);
+  }
+  if (partial_ids_.size() < partials) {
+    partial_ids_.allocate(partials);
+    partial_dists_.allocate(partials);
+  }
+}
+
+void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uint32_t* ids,
+                             float* dists, const RunControl& control) {
+  if (queries.dim != dim_) throw Error(Status::InvalidArgument, "query dimension differs from the index");
+  if (params.k < 1 || params.k > 1024) throw Error(Status::InvalidArgument, "GPU search supports 1 <= k <= 1024");
+  if (params.gpu_kernel < kKernelAuto || params.gpu_kernel > kKernelLargeBatch) {
+    throw Error(Status::InvalidArgument, "gpu_kernel must be 0 (auto), 1 (small batch) or 2 (large batch)");
+  }
+  std::lock_guard<std::mutex> guard(mutex_);
+  TSDG_CUDA_CHECK(cudaSetDevice(device_));
+  const int k = params.k;
+  const int ef = std::clamp(std::max(params.ef, k), 1, 1024);
+  const bool small_batch = params.gpu_kernel == kKernelSmallBatch ||
+                           (params.gpu_kernel == kKernelAuto && queries.rows < small_batch_limit());
+  const int searches = small_batch ? std::max(1, params.gpu_parallel_searches > 0
+                                                     ? params.gpu_parallel_searches
+                                                     : ef / 4)
+                                   : 0;
+  cudaStream_t stream = stream_->get();
+  const DeviceGraph g{data_.data(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
+  control.set_total(queries.rows);
+  for (int64_t first = 0; first < queries.rows; first += kMaxRowsPerLaunch) {
+    control.throw_if_cancelled();
+    const int64_t rows = std::min(kMaxRowsPerLaunch, queries.rows - first);
+    reserve_batch(rows, k, searches);
+    copy_to_device(queries_.data(), queries.row(first), static_cast<size_t>(rows) * dim_, stream);
+    SearchLaunch launch{g,
+                        metric_,
+                        queries_.data(),
+                        rows,
+                        k,
+                        ef,
+                        std::clamp(params.lambda_limit, 0, 255),
+                        std::clamp(params.entry_samples, 1, 1024),
+                        params.seed,
+                        StopRule{params.slack, std::max(1, k), nn1_bound_, metric_ == Metric::L2},
+                        result_ids_.data(),
+                        result_dists_.data()};
+    if (small_batch) {
+      launch_small_batch_search(launch, searches, partial_ids_.data(), partial_dists_.data(), stream);
+    } else {
+      launch_large_batch_search(launch, stream);
+    }
+    const size_t results = static_cast<size_t>(rows) * k;
+    copy_to_host(pinned_ids_.data(), result_ids_.data(), results, stream);
+    copy_to_host(pinned_dists_.data(), result_dists_.data(), results, stream);
+    stream_->synchronize();
+    std::memcpy(ids + first * k, pinned_ids_.data(), results * sizeof(uint32_t));
+    std::memcpy(dists + first * k, pinned_dists_.data(), results * sizeof(float));
+    control.add_done(rows);
+  }
+}
+
+}  // namespace tsdg::cuda

@@ -1,0 +1,260 @@
+// The large-batch search (paper 003, section 4.2, Algorithm 2): one block of
+// one warp per query. In shared memory:
+//   R  the ef best (distance, id) found, sorted, merged 32 candidates at a time
+//   C  the expansion queue: kQueueSegments sorted arrays of 32, node e in
+//      segment e % kQueueSegments; a pop takes the smallest head
+//   V  the visited table: kVisitedSegments circular arrays of 32, node e in
+//      segment e % kVisitedSegments, the oldest entry overwritten; it holds
+//      the expanded nodes only
+// Distances are computed by teams of 8 lanes, 4 candidates at a time.
+#include <algorithm>
+
+#include "device_memory.h"
+#include "search_kernels.h"
+
+namespace tsdg::cuda {
+namespace {
+
+constexpr int kQueueSegments = 8;
+constexpr int kVisitedSegments = 8;
+constexpr int kTeam = 8;
+constexpr int kTeamsPerWarp = kWarpSize / kTeam;
+
+struct LargeBatchLayout {
+  int dim_padded;
+  int ef;
+  size_t bytes() const {
+    return static_cast<size_t>(dim_padded) * 4 + static_cast<size_t>(ef) * 16 +
+           kQueueSegments * kWarpSize * 8 + kQueueSegments * 4 + kVisitedSegments * kWarpSize * 4 +
+           kVisitedSegments * 4 + kWarpSize * 8;
+  }
+};
+
+// Distances of the count candidates in cand_ids (shared) into cand_dists.
+template <Metric M>
+__device__ __forceinline__ void team_distances(const DeviceGraph& g, const float* query,
+                                               const uint32_t* cand_ids, float* cand_dists, int count) {
+  const int team = lane_id() / kTeam;
+  for (int first = 0; first < count; first += kTeamsPerWarp) {
+    const int index = first + team;
+    const float* row = index < count ? g.data + static_cast<int64_t>(cand_ids[index]) * g.dim : nullptr;
+    const float d = team_distance<M, kTeam>(query, row, g.dim);
+    if (index < count && lane_id() % kTeam == 0) cand_dists[index] = d;
+  }
+  __syncwarp();
+}
+
+// Sorts the candidates and merges them into R (through the spare buffer).
+__device__ __forceinline__ void merge_into_best(float*& best_dists, uint32_t*& best_ids,
+                                                float*& spare_dists, uint32_t*& spare_ids, int ef,
+                                                float* cand_dists, uint32_t* cand_ids, int count) {
+  const int lane = lane_id();
+  float d = lane < count ? cand_dists[lane] : INFINITY;
+  uint32_t id = lane < count ? cand_ids[lane] : kInvalidId;
+  warp_bitonic_sort(d, id);
+  cand_dists[lane] = d;
+  cand_ids[lane] = id;
+  __syncwarp();
+  warp_merge_sorted(best_dists, best_ids, ef, cand_dists, cand_ids, count, spare_dists, spare_ids);
+  float* swap_dists = best_dists;
+  uint32_t* swap_ids = best_ids;
+  best_dists = spare_dists;
+  best_ids = spare_ids;
+  spare_dists = swap_dists;
+  spare_ids = swap_ids;
+}
+
+// Inserts (d, id) into its sorted queue segment; the segment's worst entry
+// falls out when it is full. All lanes call it with the same arguments.
+__device__ __forceinline__ void queue_push(float* queue_dists, uint32_t* queue_ids, int* queue_sizes,
+                                           float d, uint32_t id) {
+  const int lane = lane_id();
+  const int segment = static_cast<int>(id % kQueueSegments);
+  float* seg_dists = queue_dists + segment * kWarpSize;
+  uint32_t* seg_ids = queue_ids + segment * kWarpSize;
+  const int size = queue_sizes[segment];
+  const float my_d = lane < size ? seg_dists[lane] : INFINITY;
+  const uint32_t my_id = lane < size ? seg_ids[lane] : kInvalidId;
+  const int position = __popc(__ballot_sync(kFullMask, lane < size && pair_less(my_d, my_id, d, id)));
+  const float previous_d = __shfl_up_sync(kFullMask, my_d, 1);
+  const uint32_t previous_id = __shfl_up_sync(kFullMask, my_id, 1);
+  __syncwarp();
+  if (position < kWarpSize) {
+    if (lane == position) {
+      seg_dists[lane] = d;
+      seg_ids[lane] = id;
+    } else if (lane > position && lane <= size) {
+      seg_dists[lane] = previous_d;
+      seg_ids[lane] = previous_id;
+    }
+    if (lane == 0) queue_sizes[segment] = min(size + 1, kWarpSize);
+  }
+  __syncwarp();
+}
+
+// Removes and returns the smallest head of the queue segments; kInvalidId
+// when the queue is empty.
+__device__ __forceinline__ uint32_t queue_pop(float* queue_dists, uint32_t* queue_ids,
+                                              int* queue_sizes, float& popped_dist) {
+  const int lane = lane_id();
+  float d = INFINITY;
+  uint32_t id = kInvalidId;
+  if (lane < kQueueSegments && queue_sizes[lane] > 0) {
+    d = queue_dists[lane * kWarpSize];
+    id = queue_ids[lane * kWarpSize];
+  }
+  warp_arg_min(d, id);
+  popped_dist = d;
+  if (id == kInvalidId) return id;
+  const int segment = static_cast<int>(id % kQueueSegments);
+  float* seg_dists = queue_dists + segment * kWarpSize;
+  uint32_t* seg_ids = queue_ids + segment * kWarpSize;
+  const int size = queue_sizes[segment];
+  const float next_d = lane + 1 < size ? seg_dists[lane + 1] : INFINITY;
+  const uint32_t next_id = lane + 1 < size ? seg_ids[lane + 1] : kInvalidId;
+  __syncwarp();
+  if (lane + 1 < size) {
+    seg_dists[lane] = next_d;
+    seg_ids[lane] = next_id;
+  }
+  if (lane == 0) queue_sizes[segment] = size - 1;
+  __syncwarp();
+  return id;
+}
+
+__device__ __forceinline__ void visited_add(uint32_t* visited, int* visited_heads, uint32_t id) {
+  if (lane_id() == 0) {
+    const int segment = static_cast<int>(id % kVisitedSegments);
+    visited[segment * kWarpSize + visited_heads[segment]] = id;
+    visited_heads[segment] = (visited_heads[segment] + 1) % kWarpSize;
+  }
+  __syncwarp();
+}
+
+// One lane's check of its own candidate; the reads are staggered by lane so
+// that lanes looking at different segments hit different banks.
+__device__ __forceinline__ bool visited_contains(const uint32_t* visited, uint32_t id) {
+  const uint32_t* segment = visited + (id % kVisitedSegments) * kWarpSize;
+  bool found = false;
+  for (int i = 0; i < kWarpSize; ++i) found |= segment[(i + lane_id()) % kWarpSize] == id;
+  return found;
+}
+
+template <Metric M>
+__global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLaunch launch) {
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  const DeviceGraph& g = launch.graph;
+  const int64_t query_index = blockIdx.x;
+  const int lane = lane_id();
+  const int ef = launch.ef;
+  const int dim_padded = (g.dim + 3) & ~3;
+  float* query = reinterpret_cast<float*>(shared_raw);
+  float* best_dists = query + dim_padded;
+  uint32_t* best_ids = reinterpret_cast<uint32_t*>(best_dists + ef);
+  float* spare_dists = reinterpret_cast<float*>(best_ids + ef);
+  uint32_t* spare_ids = reinterpret_cast<uint32_t*>(spare_dists + ef);
+  float* queue_dists = reinterpret_cast<float*>(spare_ids + ef);
+  uint32_t* queue_ids = reinterpret_cast<uint32_t*>(queue_dists + kQueueSegments * kWarpSize);
+  int* queue_sizes = reinterpret_cast<int*>(queue_ids + kQueueSegments * kWarpSize);
+  uint32_t* visited = reinterpret_cast<uint32_t*>(queue_sizes + kQueueSegments);
+  int* visited_heads = reinterpret_cast<int*>(visited + kVisitedSegments * kWarpSize);
+  float* cand_dists = reinterpret_cast<float*>(visited_heads + kVisitedSegments);
+  uint32_t* cand_ids = reinterpret_cast<uint32_t*>(cand_dists + kWarpSize);
+
+  load_query(launch.queries + query_index * g.dim, g.dim, query);
+  for (int i = lane; i < ef; i += kWarpSize) {
+    best_dists[i] = INFINITY;
+    best_ids[i] = kInvalidId;
+  }
+  if (lane < kQueueSegments) queue_sizes[lane] = 0;
+  for (int i = lane; i < kVisitedSegments * kWarpSize; i += kWarpSize) visited[i] = kInvalidId;
+  if (lane < kVisitedSegments) visited_heads[lane] = 0;
+  __syncwarp();
+
+  // Entry: the best of entry_samples random nodes (Alg. 2, lines 1-4).
+  for (int first = 0; first < launch.entry_samples; first += kWarpSize) {
+    const int count = min(kWarpSize, launch.entry_samples - first);
+    const uint32_t id =
+        lane < count ? random_node(launch.seed, query_index, 0, first + lane, g.nodes) : kInvalidId;
+    bool repeated = false;  // a node picked twice would enter R twice
+    for (int other = 0; other < kWarpSize; ++other) {
+      const uint32_t other_id = __shfl_sync(kFullMask, id, other);
+      repeated |= other < lane && other_id == id;
+    }
+    for (int i = 0; i < ef && !repeated; ++i) repeated = best_ids[i] == id;
+    const unsigned fresh = __ballot_sync(kFullMask, lane < count && !repeated);
+    if (fresh >> lane & 1u) cand_ids[__popc(fresh & ((1u << lane) - 1u))] = id;
+    __syncwarp();
+    const int fresh_count = __popc(fresh);
+    team_distances<M>(g, query, cand_ids, cand_dists, fresh_count);
+    merge_into_best(best_dists, best_ids, spare_dists, spare_ids, ef, cand_dists, cand_ids,
+                    fresh_count);
+  }
+  if (best_ids[0] != kInvalidId) queue_push(queue_dists, queue_ids, queue_sizes, best_dists[0], best_ids[0]);
+
+  const int best_k_index = min(launch.stop.k, ef) - 1;
+  const int max_hops = 4 * ef + 64;
+  for (int hop = 0; hop < max_hops; ++hop) {
+    float u_dist;
+    const uint32_t u = queue_pop(queue_dists, queue_ids, queue_sizes, u_dist);
+    if (u == kInvalidId) break;
+    if (u_dist > best_dists[ef - 1] ||
+        slack_stops(launch.stop, u_dist, best_dists[0], best_dists[best_k_index])) {
+      break;
+    }
+    visited_add(visited, visited_heads, u);
+    const uint32_t* list = g.neighbors + static_cast<int64_t>(u) * g.degree;
+    const uint8_t* lambdas = g.lambdas + static_cast<int64_t>(u) * g.degree;
+    for (int first = 0; first < g.degree; first += kWarpSize) {
+      const int j = first + lane;
+      uint32_t e = kInvalidId;
+      if (j < g.degree && lambdas[j] <= launch.lambda_limit) e = list[j];
+      bool fresh = e != kInvalidId && !visited_contains(visited, e);
+      for (int i = 0; i < ef && fresh; ++i) fresh = best_ids[i] != e;
+      const unsigned fresh_mask = __ballot_sync(kFullMask, fresh);
+      if (fresh_mask == 0) continue;
+      if (fresh) cand_ids[__popc(fresh_mask & ((1u << lane) - 1u))] = e;
+      __syncwarp();
+      const int count = __popc(fresh_mask);
+      team_distances<M>(g, query, cand_ids, cand_dists, count);
+      const float worst_before = best_dists[ef - 1];
+      const uint32_t worst_id_before = best_ids[ef - 1];
+      // Candidates that enter R also enter C (Alg. 2, lines 17-19).
+      const float my_d = lane < count ? cand_dists[lane] : INFINITY;
+      const uint32_t my_id = lane < count ? cand_ids[lane] : kInvalidId;
+      unsigned entering =
+          __ballot_sync(kFullMask, lane < count && pair_less(my_d, my_id, worst_before, worst_id_before));
+      merge_into_best(best_dists, best_ids, spare_dists, spare_ids, ef, cand_dists, cand_ids, count);
+      while (entering != 0) {
+        const int source = __ffs(entering) - 1;
+        entering &= entering - 1;
+        const float d = __shfl_sync(kFullMask, my_d, source);
+        const uint32_t id = __shfl_sync(kFullMask, my_id, source);
+        queue_push(queue_dists, queue_ids, queue_sizes, d, id);
+      }
+    }
+  }
+  const int k = launch.k;
+  for (int i = lane; i < k; i += kWarpSize) {
+    launch.ids[query_index * k + i] = i < ef ? best_ids[i] : kInvalidId;
+    launch.dists[query_index * k + i] = i < ef ? best_dists[i] : INFINITY;
+  }
+}
+
+}  // namespace
+
+void launch_large_batch_search(const SearchLaunch& launch, cudaStream_t stream) {
+  if (launch.rows == 0) return;
+  LargeBatchLayout layout{(launch.graph.dim + 3) & ~3, launch.ef};
+  const size_t shared_bytes = layout.bytes();
+  dispatch_metric(launch.metric, [&](auto tag) {
+    constexpr Metric M = decltype(tag)::value;
+    auto kernel = large_batch_search_kernel<M>;
+    TSDG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(shared_bytes)));
+    kernel<<<static_cast<unsigned>(launch.rows), kWarpSize, shared_bytes, stream>>>(launch);
+    check_launch("large_batch_search_kernel");
+  });
+}
+
+}  // namespace tsdg::cuda
