@@ -29,6 +29,11 @@ struct SearchParams {
   float slack = 0.0f;       // tau of the GGNN stop rule; 0 disables it
   int entry_samples = 32;   // random nodes scored to pick the entry point
   uint64_t seed = 7;
+  // GPU only (paper 003, section 4): 0 picks the kernel by batch size, 1 forces
+  // the small-batch kernel, 2 the large-batch kernel.
+  int gpu_kernel = 0;
+  // GPU small-batch kernel: independent greedy searches per query (t0); 0 = ef / 4.
+  int gpu_parallel_searches = 0;
 };
 
 }  // namespace tsdg
