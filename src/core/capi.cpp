@@ -1,0 +1,577 @@
+// The C interface of tsdg_capi.h (all but the distance kernels, which live
+// with them in distance.cpp). No exception leaves this file: every entry point
+// catches and turns it into a TsdgStatus and message. Long operations run on a
+// worker thread while the calling thread polls the caller every 50 ms.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "backend.h"
+#include "entry_points.h"
+#include "search.h"
+#include "thread_pool.h"
+#include "tsdg_capi.h"
+
+struct TsdgBackend {
+  std::unique_ptr<tsdg::Backend> backend;
+};
+
+struct TsdgResidentIndex {
+  tsdg::TsdgGraph graph;  // a copy for backends that are handed a TsdgGraph
+  std::unique_ptr<tsdg::SearchIndex> index;
+  std::unique_ptr<tsdg::ThreadPool> pool;  // CPU: created at the first large batch
+  int dim = 0;
+};
+
+struct TsdgSearch {
+  TsdgSearch(int lambda_limit, float slack) : search(lambda_limit, slack) {}
+  tsdg::GraphSearch search;
+  TsdgStatus status = TSDG_OK;
+  char message[TSDG_ERROR_MESSAGE_LEN] = {0};
+};
+
+namespace {
+
+using tsdg::Error;
+using tsdg::Status;
+
+// Below this many rows the k-NN graph is computed exactly: it is cheap, and
+// GNND needs lists that can be filled from more rows than k.
+constexpr int64_t kExactGraphRows = 4096;
+// Query batches at least this large are spread over a thread pool.
+constexpr int64_t kParallelSearchBatch = 32;
+constexpr auto kPollInterval = std::chrono::milliseconds(50);
+
+void set_message(TsdgError* error, const char* message) {
+  if (error == nullptr) return;
+  std::snprintf(error->message, sizeof(error->message), "%s", message);
+}
+
+TsdgStatus to_status(Status status) {
+  switch (status) {
+    case Status::Ok: return TSDG_OK;
+    case Status::OutOfMemory: return TSDG_ERR_OUT_OF_MEMORY;
+    case Status::Cancelled: return TSDG_ERR_CANCELLED;
+    case Status::InvalidArgument: return TSDG_ERR_INVALID_ARGUMENT;
+    case Status::DeviceError: return TSDG_ERR_DEVICE;
+    case Status::Internal: return TSDG_ERR_INTERNAL;
+  }
+  return TSDG_ERR_INTERNAL;
+}
+
+// The status of the exception being handled; call only inside a catch block.
+TsdgStatus status_of_current_exception(TsdgError* error) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    set_message(error, e.what());
+    return to_status(e.status());
+  } catch (const std::bad_alloc&) {
+    set_message(error, "out of memory");
+    return TSDG_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    set_message(error, e.what());
+    return TSDG_ERR_INTERNAL;
+  } catch (...) {
+    set_message(error, "unknown internal error");
+    return TSDG_ERR_INTERNAL;
+  }
+}
+
+template <class Body>
+TsdgStatus guarded(TsdgError* error, Body body) {
+  try {
+    body();
+    set_message(error, "");
+    return TSDG_OK;
+  } catch (...) {
+    return status_of_current_exception(error);
+  }
+}
+
+void require(bool condition, const char* message) {
+  if (!condition) throw Error(Status::InvalidArgument, message);
+}
+
+tsdg::Metric to_metric(TsdgMetric metric) {
+  switch (metric) {
+    case TSDG_METRIC_L2: return tsdg::Metric::L2;
+    case TSDG_METRIC_INNER_PRODUCT: return tsdg::Metric::InnerProduct;
+    case TSDG_METRIC_COSINE: return tsdg::Metric::Cosine;
+  }
+  throw Error(Status::InvalidArgument, "unknown metric " + std::to_string(static_cast<int>(metric)));
+}
+
+tsdg::Backend& backend_of(TsdgBackend* backend) {
+  if (backend != nullptr) return *backend->backend;
+  static const std::unique_ptr<tsdg::Backend> cpu = tsdg::make_cpu_backend();
+  return *cpu;
+}
+
+void validate_rows(const float* rows, int64_t n, int dim) {
+  require(n >= 0, "row count must not be negative");
+  require(dim > 0, "dimension must be positive");
+  require(n == 0 || rows != nullptr, "rows must not be NULL");
+  require(n < static_cast<int64_t>(TSDG_INVALID_ID), "too many rows for 32-bit ids");
+}
+
+void validate_build_params(const TsdgBuildParams* params) {
+  require(params != nullptr, "build parameters must not be NULL");
+  require(params->degree > 0, "degree must be positive");
+  require(params->build_k > 0, "build_k must be positive");
+  require(params->samples > 0, "samples must be positive");
+  require(params->iterations > 0, "iterations must be positive");
+  require(params->alpha >= 1.0f, "alpha must be >= 1");
+  require(params->lambda0 >= 0 && params->lambda0 <= 254, "lambda0 must be in [0, 254]");
+}
+
+tsdg::GnndParams gnnd_params(const TsdgBuildParams& params) {
+  tsdg::GnndParams gnnd;
+  gnnd.k = params.build_k;
+  gnnd.samples = params.samples;
+  gnnd.iterations = params.iterations;
+  gnnd.seed = params.seed;
+  return gnnd;
+}
+
+tsdg::DiversifyParams diversify_params(const TsdgBuildParams& params) {
+  tsdg::DiversifyParams diversify;
+  diversify.degree = params.degree;
+  diversify.alpha = params.alpha;
+  diversify.lambda0 = params.lambda0;
+  return diversify;
+}
+
+// The exact k-NN graph through the backend's brute force (self excluded,
+// padded when there are fewer than k other rows).
+tsdg::KnnGraph exact_graph(tsdg::Backend& backend, tsdg::MatrixView data, tsdg::Metric metric,
+                           int k, const tsdg::RunControl& control) {
+  tsdg::KnnGraph graph(data.rows, k);
+  if (data.rows == 0) return graph;
+  const int width = static_cast<int>(std::min<int64_t>(k + 1, data.rows));
+  std::vector<uint32_t> ids(static_cast<size_t>(data.rows) * width);
+  std::vector<float> dists(ids.size());
+  backend.exact_knn(data, data, metric, width, ids.data(), dists.data(), control);
+  for (int64_t row = 0; row < data.rows; ++row) {
+    int out = 0;
+    for (int j = 0; j < width && out < k; ++j) {
+      const uint32_t id = ids[row * width + j];
+      if (id == row || id == tsdg::kInvalidId) continue;
+      graph.ids[row * k + out] = id;
+      graph.dists[row * k + out] = dists[row * width + j];
+      ++out;
+    }
+  }
+  return graph;
+}
+
+tsdg::KnnGraph knn_graph(tsdg::Backend& backend, tsdg::MatrixView data, tsdg::Metric metric,
+                         const tsdg::GnndParams& params, const tsdg::RunControl& control) {
+  if (data.rows <= std::max<int64_t>(kExactGraphRows, 4 * int64_t{params.k})) {
+    return exact_graph(backend, data, metric, params.k, control);
+  }
+  return backend.build_knn_graph(data, metric, params, control);
+}
+
+void copy_graph_out(const tsdg::TsdgGraph& graph, int degree, uint32_t* neighbors,
+                    uint8_t* lambdas) {
+  if (graph.degree != degree) {
+    throw Error(Status::Internal, "the backend returned a graph of another degree");
+  }
+  std::copy(graph.neighbors.begin(), graph.neighbors.end(), neighbors);
+  std::copy(graph.lambdas.begin(), graph.lambdas.end(), lambdas);
+}
+
+void copy_knn_out(const tsdg::KnnGraph& knn, int k, uint32_t* ids, float* dists) {
+  if (ids == nullptr || dists == nullptr) return;
+  if (knn.k != k) throw Error(Status::Internal, "the backend returned a k-NN graph of another k");
+  std::copy(knn.ids.begin(), knn.ids.end(), ids);
+  std::copy(knn.dists.begin(), knn.dists.end(), dists);
+}
+
+// Runs work(control, phase) on a worker thread with a thread pool, while the
+// calling thread reports progress to poll every 50 ms and sets the cancel flag
+// when poll asks for it. Rethrows what work threw.
+template <class Work>
+void run_polled(int threads, TsdgPollFn poll, void* poll_arg, Work work) {
+  tsdg::ThreadPool pool(threads);
+  std::atomic<bool> cancel{false};
+  std::atomic<int64_t> done{0};
+  std::atomic<int64_t> total{0};
+  std::atomic<int> phase{TSDG_PHASE_KNN_GRAPH};
+  tsdg::RunControl control;
+  control.pool = &pool;
+  control.cancel = &cancel;
+  control.progress_done = &done;
+  control.progress_total = &total;
+
+  std::mutex mutex;
+  std::condition_variable finished_signal;
+  bool finished = false;
+  std::exception_ptr failure;
+  std::thread worker([&] {
+    try {
+      work(control, phase);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    finished = true;
+    finished_signal.notify_all();
+  });
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      if (finished_signal.wait_for(lock, kPollInterval, [&] { return finished; })) break;
+    }
+    if (poll != nullptr &&
+        poll(poll_arg, static_cast<TsdgBuildPhase>(phase.load()), done.load(), total.load())) {
+      cancel.store(true);
+    }
+  }
+  worker.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+// Runs a step of the search; a failure (out of memory) ends the search, and
+// tsdg_search_status reports it.
+template <class Step>
+void search_step(TsdgSearch* search, Step step) {
+  if (search->status != TSDG_OK) return;
+  TsdgError error;
+  try {
+    step();
+    return;
+  } catch (...) {
+    search->status = status_of_current_exception(&error);
+  }
+  std::memcpy(search->message, error.message, sizeof(search->message));
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- backends ----
+
+TsdgBackend* tsdg_backend_load(const char* shared_object_path, int device, TsdgError* error) {
+  try {
+    require(shared_object_path != nullptr, "shared object path must not be NULL");
+    // The object stays loaded for the life of the process: unloading the CUDA
+    // runtime it links statically is not safe while its exit handlers remain.
+    void* handle = dlopen(shared_object_path, RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* reason = dlerror();
+      throw Error(Status::DeviceError, std::string("cannot load the GPU backend: ") +
+                                           (reason ? reason : shared_object_path));
+    }
+    auto create = reinterpret_cast<TsdgCreateBackendFn>(dlsym(handle, "tsdg_cuda_create_backend"));
+    if (create == nullptr) {
+      dlclose(handle);
+      throw Error(Status::DeviceError, std::string(shared_object_path) +
+                                           " does not export tsdg_cuda_create_backend");
+    }
+    char message[TSDG_ERROR_MESSAGE_LEN] = {0};
+    tsdg::Backend* backend = create(device, message, sizeof(message));
+    if (backend == nullptr) {
+      throw Error(Status::DeviceError,
+                  message[0] != '\0' ? message : "the GPU backend found no usable device");
+    }
+    auto wrapper = std::make_unique<TsdgBackend>();
+    wrapper->backend.reset(backend);
+    set_message(error, "");
+    return wrapper.release();
+  } catch (...) {
+    status_of_current_exception(error);
+    return nullptr;
+  }
+}
+
+void tsdg_backend_free(TsdgBackend* backend) { delete backend; }
+
+const char* tsdg_backend_name(const TsdgBackend* backend) {
+  return backend_of(const_cast<TsdgBackend*>(backend)).name();
+}
+
+// ---- build and merge ----
+
+void tsdg_build_params_default(TsdgBuildParams* params) {
+  const tsdg::GnndParams gnnd;
+  const tsdg::DiversifyParams diversify;
+  params->degree = diversify.degree;
+  params->build_k = gnnd.k;
+  params->samples = gnnd.samples;
+  params->iterations = gnnd.iterations;
+  params->alpha = diversify.alpha;
+  params->lambda0 = diversify.lambda0;
+  params->seed = gnnd.seed;
+  params->threads = 0;
+}
+
+TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, int dim,
+                            TsdgMetric metric, const TsdgBuildParams* params, uint32_t* neighbors,
+                            uint8_t* lambdas, uint32_t* knn_ids, float* knn_dists, TsdgPollFn poll,
+                            void* poll_arg, TsdgError* error) {
+  return guarded(error, [&] {
+    validate_rows(rows, n, dim);
+    validate_build_params(params);
+    require(n == 0 || (neighbors != nullptr && lambdas != nullptr),
+            "neighbors and lambdas must not be NULL");
+    const tsdg::Metric m = to_metric(metric);
+    tsdg::Backend& b = backend_of(backend);
+    const tsdg::MatrixView data{rows, n, dim};
+    const tsdg::GnndParams gnnd = gnnd_params(*params);
+    const tsdg::DiversifyParams diversify = diversify_params(*params);
+    run_polled(params->threads, poll, poll_arg,
+               [&](const tsdg::RunControl& control, std::atomic<int>& phase) {
+                 const tsdg::KnnGraph knn = knn_graph(b, data, m, gnnd, control);
+                 phase.store(TSDG_PHASE_DIVERSIFY);
+                 const tsdg::TsdgGraph graph = b.diversify(data, m, knn, diversify, control);
+                 copy_graph_out(graph, params->degree, neighbors, lambdas);
+                 copy_knn_out(knn, params->build_k, knn_ids, knn_dists);
+               });
+  });
+}
+
+TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_old, int64_t n_new,
+                            int dim, TsdgMetric metric, const TsdgBuildParams* params,
+                            const uint32_t* old_knn_ids, const float* old_knn_dists,
+                            uint32_t* knn_ids, float* knn_dists, uint32_t* neighbors,
+                            uint8_t* lambdas, TsdgPollFn poll, void* poll_arg, TsdgError* error) {
+  return guarded(error, [&] {
+    require(n_old >= 0 && n_new >= 0, "row counts must not be negative");
+    const int64_t n = n_old + n_new;
+    validate_rows(rows, n, dim);
+    validate_build_params(params);
+    require(n_old == 0 || (old_knn_ids != nullptr && old_knn_dists != nullptr),
+            "the old k-NN graph must not be NULL");
+    require(n == 0 || (knn_ids != nullptr && knn_dists != nullptr && neighbors != nullptr &&
+                       lambdas != nullptr),
+            "output arrays must not be NULL");
+    const tsdg::Metric m = to_metric(metric);
+    tsdg::Backend& b = backend_of(backend);
+    const tsdg::MatrixView data{rows, n, dim};
+    const tsdg::GnndParams gnnd = gnnd_params(*params);
+    const tsdg::DiversifyParams diversify = diversify_params(*params);
+    const int k = params->build_k;
+    run_polled(params->threads, poll, poll_arg,
+               [&](const tsdg::RunControl& control, std::atomic<int>& phase) {
+                 tsdg::KnnGraph merged;
+                 if (n_old == 0 || n <= kExactGraphRows) {
+                   phase.store(TSDG_PHASE_KNN_GRAPH);
+                   merged = knn_graph(b, data, m, gnnd, control);
+                 } else {
+                   tsdg::KnnGraph old_graph(n_old, k);
+                   std::copy(old_knn_ids, old_knn_ids + n_old * k, old_graph.ids.begin());
+                   std::copy(old_knn_dists, old_knn_dists + n_old * k, old_graph.dists.begin());
+                   if (n_new == 0) {
+                     merged = std::move(old_graph);
+                   } else {
+                     phase.store(TSDG_PHASE_KNN_GRAPH);
+                     const tsdg::KnnGraph new_graph =
+                         knn_graph(b, data.slice(n_old, n_new), m, gnnd, control);
+                     phase.store(TSDG_PHASE_MERGE);
+                     merged = b.merge_knn_graphs(data, n_old, old_graph, new_graph, m, gnnd,
+                                                 control);
+                   }
+                 }
+                 phase.store(TSDG_PHASE_DIVERSIFY);
+                 const tsdg::TsdgGraph graph = b.diversify(data, m, merged, diversify, control);
+                 copy_graph_out(graph, params->degree, neighbors, lambdas);
+                 copy_knn_out(merged, k, knn_ids, knn_dists);
+               });
+  });
+}
+
+TsdgStatus tsdg_exact_knn(TsdgBackend* backend, const float* base, int64_t nb,
+                          const float* queries, int64_t nq, int dim, TsdgMetric metric, int k,
+                          uint32_t* ids, float* dists, TsdgError* error) {
+  return guarded(error, [&] {
+    validate_rows(base, nb, dim);
+    validate_rows(queries, nq, dim);
+    require(k > 0, "k must be positive");
+    require(nq == 0 || (ids != nullptr && dists != nullptr), "ids and dists must not be NULL");
+    const tsdg::Metric m = to_metric(metric);
+    // Small scans (the pending rows of one query) stay on the calling thread.
+    std::unique_ptr<tsdg::ThreadPool> pool;
+    if (static_cast<double>(nb) * nq * dim > 1e8) pool = std::make_unique<tsdg::ThreadPool>(0);
+    tsdg::RunControl control;
+    control.pool = pool.get();
+    backend_of(backend).exact_knn(tsdg::MatrixView{base, nb, dim},
+                                  tsdg::MatrixView{queries, nq, dim}, m, k, ids, dists, control);
+  });
+}
+
+// ---- resident indexes ----
+
+TsdgResidentIndex* tsdg_index_upload(TsdgBackend* backend, const float* rows, int64_t n, int dim,
+                                     TsdgMetric metric, const uint32_t* neighbors,
+                                     const uint8_t* lambdas, int degree, TsdgError* error) {
+  try {
+    validate_rows(rows, n, dim);
+    require(degree > 0, "degree must be positive");
+    require(n == 0 || (neighbors != nullptr && lambdas != nullptr),
+            "neighbors and lambdas must not be NULL");
+    const tsdg::Metric m = to_metric(metric);
+    const tsdg::MatrixView data{rows, n, dim};
+    const int64_t edges = n * degree;
+    for (int64_t i = 0; i < edges; ++i) {
+      if (neighbors[i] != TSDG_INVALID_ID && neighbors[i] >= n) {
+        throw Error(Status::InvalidArgument, "neighbor id " + std::to_string(neighbors[i]) +
+                                                 " out of range for " + std::to_string(n) +
+                                                 " nodes");
+      }
+    }
+    auto index = std::make_unique<TsdgResidentIndex>();
+    index->dim = dim;
+    if (backend == nullptr) {
+      index->index = std::make_unique<tsdg::CpuSearchIndex>(
+          data, tsdg::GraphView{neighbors, lambdas, n, degree}, m);
+    } else {
+      index->graph = tsdg::TsdgGraph(n, degree);
+      std::copy(neighbors, neighbors + n * degree, index->graph.neighbors.begin());
+      std::copy(lambdas, lambdas + n * degree, index->graph.lambdas.begin());
+      index->index = backend->backend->make_search_index(data, index->graph, m);
+    }
+    set_message(error, "");
+    return index.release();
+  } catch (...) {
+    status_of_current_exception(error);
+    return nullptr;
+  }
+}
+
+TsdgStatus tsdg_index_search(TsdgResidentIndex* index, const float* queries, int64_t nq, int k,
+                             int ef, int lambda_limit, uint32_t* ids, float* dists,
+                             TsdgError* error) {
+  return guarded(error, [&] {
+    require(index != nullptr, "index must not be NULL");
+    validate_rows(queries, nq, index->dim);
+    require(nq == 0 || (ids != nullptr && dists != nullptr), "ids and dists must not be NULL");
+    tsdg::SearchParams params;
+    params.k = k;
+    params.ef = ef;
+    params.lambda_limit = lambda_limit;
+    tsdg::RunControl control;
+    if (nq >= kParallelSearchBatch) {
+      if (!index->pool) index->pool = std::make_unique<tsdg::ThreadPool>(0);
+      control.pool = index->pool.get();
+    }
+    index->index->search(tsdg::MatrixView{queries, nq, index->dim}, params, ids, dists, control);
+  });
+}
+
+size_t tsdg_index_memory_bytes(const TsdgResidentIndex* index) {
+  if (index == nullptr) return 0;
+  return index->index->memory_bytes() +
+         index->graph.neighbors.size() * (sizeof(uint32_t) + sizeof(uint8_t));
+}
+
+void tsdg_index_free(TsdgResidentIndex* index) { delete index; }
+
+// ---- incremental search ----
+
+TsdgSearch* tsdg_search_create(int lambda_limit, float slack, TsdgError* error) {
+  try {
+    require(lambda_limit >= 0, "lambda_limit must not be negative");
+    require(slack >= 0.0f && std::isfinite(slack), "slack must be finite and >= 0");
+    auto search = std::make_unique<TsdgSearch>(lambda_limit, slack);
+    set_message(error, "");
+    return search.release();
+  } catch (...) {
+    status_of_current_exception(error);
+    return nullptr;
+  }
+}
+
+void tsdg_search_free(TsdgSearch* search) { delete search; }
+
+void tsdg_search_begin(TsdgSearch* search, int ef) {
+  search->status = TSDG_OK;
+  search_step(search, [&] { search->search.begin(std::max(ef, 1)); });
+}
+
+void tsdg_search_widen(TsdgSearch* search, int ef) {
+  search_step(search, [&] { search->search.widen(ef); });
+}
+
+void tsdg_search_offer(TsdgSearch* search, uint32_t id, float distance) {
+  search_step(search, [&] { search->search.offer(id, distance); });
+}
+
+uint32_t tsdg_search_next(TsdgSearch* search) {
+  if (search->status != TSDG_OK) return TSDG_INVALID_ID;
+  return search->search.next();
+}
+
+int tsdg_search_unvisited(TsdgSearch* search, const uint32_t* ids, const uint8_t* lambdas,
+                          int count, uint32_t* fresh) {
+  int found = 0;
+  search_step(search, [&] { found = search->search.unvisited(ids, lambdas, count, fresh); });
+  return found;
+}
+
+int tsdg_search_results(const TsdgSearch* search, uint32_t* ids, float* dists, int max_results) {
+  return search->search.results(ids, dists, max_results);
+}
+
+int64_t tsdg_search_distance_count(const TsdgSearch* search) {
+  return search->search.distance_count();
+}
+
+void tsdg_search_set_slack_context(TsdgSearch* search, TsdgMetric metric, int k,
+                                   float nn1_bound) {
+  search_step(search, [&] { search->search.set_slack_context(to_metric(metric), k, nn1_bound); });
+}
+
+TsdgStatus tsdg_search_status(const TsdgSearch* search, TsdgError* error) {
+  if (error != nullptr) std::memcpy(error->message, search->message, sizeof(error->message));
+  return search->status;
+}
+
+// ---- entry points and stop-rule statistics ----
+
+TsdgStatus tsdg_select_entry_points(const float* rows, int64_t n, int dim, TsdgMetric metric,
+                                    const uint32_t* neighbors, int degree, int count,
+                                    uint32_t* entry_ids, TsdgError* error) {
+  return guarded(error, [&] {
+    validate_rows(rows, n, dim);
+    to_metric(metric);  // every metric spreads the entries by L2; only validated
+    require(count >= 0, "count must not be negative");
+    require(count == 0 || entry_ids != nullptr, "entry_ids must not be NULL");
+    require(neighbors == nullptr || degree > 0, "degree must be positive");
+    const tsdg::GraphView graph{neighbors, nullptr, neighbors ? n : 0, neighbors ? degree : 0};
+    const std::vector<uint32_t> entries =
+        tsdg::select_entry_points(tsdg::MatrixView{rows, n, dim}, graph, count,
+                                  tsdg::SearchParams{}.seed);
+    std::fill(entry_ids, entry_ids + count, TSDG_INVALID_ID);
+    std::copy(entries.begin(), entries.end(), entry_ids);
+  });
+}
+
+TsdgStatus tsdg_graph_nn1_bound(const float* rows, int64_t n, int dim, TsdgMetric metric,
+                                const uint32_t* neighbors, int degree, float* bound,
+                                TsdgError* error) {
+  return guarded(error, [&] {
+    validate_rows(rows, n, dim);
+    require(degree > 0, "degree must be positive");
+    require(n == 0 || neighbors != nullptr, "neighbors must not be NULL");
+    require(bound != nullptr, "bound must not be NULL");
+    *bound = tsdg::graph_nn1_bound(tsdg::MatrixView{rows, n, dim},
+                                   tsdg::GraphView{neighbors, nullptr, n, degree},
+                                   to_metric(metric));
+  });
+}
+
+}  // extern "C"
