@@ -91,10 +91,9 @@ void to_distances(Metric metric, float query_norm, const float* base_norms, floa
   }
 }
 
-// Scratch of one worker: a query block padded to whole tiles, and its tile of
-// dot products against one column block.
+// Scratch of one worker: its tile of dot products of a query block against
+// one column block.
 struct WorkerScratch {
-  std::vector<float> queries;
   std::vector<float> tile;
 };
 
@@ -125,10 +124,9 @@ void exact_knn(MatrixView base, MatrixView queries, Metric metric, int k, uint32
 
   std::vector<float> packed(packed_panels_size(std::min(superblock_rows, base.rows), dim));
   std::vector<WorkerScratch> scratch(worker_count(control));
-  for (auto& s : scratch) {
-    s.queries.resize(kQueryBlock * dim);
-    s.tile.resize(kQueryBlock * kColumnBlock);
-  }
+  for (auto& s : scratch) s.tile.resize(kQueryBlock * kColumnBlock);
+  // A query block is padded to whole tiles with this row.
+  const std::vector<float> zero_row(dim, 0.0f);
 
   for (int64_t sb = 0; sb < superblocks; ++sb) {
     const int64_t first_row = sb * superblock_rows;
@@ -145,14 +143,16 @@ void exact_knn(MatrixView base, MatrixView queries, Metric metric, int k, uint32
       WorkerScratch& s = scratch[worker];
       const int64_t q0 = block * kQueryBlock;
       const int64_t qn = std::min(kQueryBlock, nq - q0);
-      std::copy(queries.row(q0), queries.row(q0) + qn * dim, s.queries.begin());
-      std::fill(s.queries.begin() + qn * dim, s.queries.end(), 0.0f);
+      const int64_t tile_rows = round_up(qn, kTileRows);
+      const float* query_rows[kQueryBlock];
+      for (int64_t q = 0; q < tile_rows; ++q) {
+        query_rows[q] = q < qn ? queries.row(q0 + q) : zero_row.data();
+      }
 
       for (int64_t c0 = 0; c0 < rows; c0 += kColumnBlock) {
         const int64_t cn = std::min(kColumnBlock, rows - c0);
         const int64_t col_panels = (cn + kPanelWidth - 1) / kPanelWidth;
-        const int64_t tile_rows = round_up(qn, kTileRows);
-        dot_tiles(s.queries.data(), tile_rows, packed.data() + c0 * dim, col_panels, dim,
+        dot_tiles(query_rows, tile_rows, packed.data() + c0 * dim, col_panels, dim,
                   s.tile.data(), kColumnBlock);
         for (int64_t q = 0; q < qn; ++q) {
           float* row = s.tile.data() + q * kColumnBlock;

@@ -23,11 +23,11 @@ inline int64_t packed_panels_size(int64_t n, int dim) { return round_up(n, kPane
 // data + ids[i] * dim.
 void pack_panels(const float* data, const uint32_t* ids, int64_t n, int dim, float* out);
 
-// out[i * out_stride + j] = dot(a row i, packed column j) for i < a_rows and
-// j < panels * kPanelWidth. a is row-major (a_rows x dim, a_rows a multiple of
-// kTileRows; pad with zero rows), packed comes from pack_panels.
-void dot_tiles(const float* a, int64_t a_rows, const float* packed, int64_t panels, int dim,
-               float* out, int64_t out_stride);
+// out[i * out_stride + j] = dot(a[i], packed column j) for i < a_rows and
+// j < panels * kPanelWidth. a holds a_rows row pointers, a_rows a multiple of
+// kTileRows (pad with pointers to a zero row); packed comes from pack_panels.
+void dot_tiles(const float* const* a, int64_t a_rows, const float* packed, int64_t panels,
+               int dim, float* out, int64_t out_stride);
 
 // The name of the kernel variant in use ("avx512", "avx2", "generic").
 const char* dot_tiles_variant();

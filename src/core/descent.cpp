@@ -1,0 +1,434 @@
+#include "descent.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "distance.h"
+#include "dot_tiles.h"
+#include "thread_pool.h"
+
+namespace tsdg {
+
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+inline bool entry_less(float da, uint32_t ia, float db, uint32_t ib) {
+  return da < db || (da == db && ia < ib);
+}
+
+// Rows joined per chunk of the thread pool: a few milliseconds of work, so
+// that cancellation is noticed quickly and threads stay balanced.
+constexpr int64_t kJoinChunk = 256;
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+
+// The samples of one iteration: per row up to 2p NEW and 2p OLD ids, the
+// first p of each taken from the row's own list, the rest reverse samples.
+struct Samples {
+  int capacity = 0;
+  std::vector<uint32_t> new_ids, old_ids;
+  std::vector<int> new_count, old_count;      // after reverse samples
+  std::vector<int> new_forward, old_forward;  // from the row's own list
+
+  Samples(int64_t n, int p)
+      : capacity(2 * p), new_ids(static_cast<size_t>(n) * 2 * p), old_ids(static_cast<size_t>(n) * 2 * p),
+        new_count(n), old_count(n), new_forward(n), old_forward(n) {}
+  uint32_t* new_list(int64_t s) { return new_ids.data() + s * capacity; }
+  uint32_t* old_list(int64_t s) { return old_ids.data() + s * capacity; }
+};
+
+// A pair found by cross-matching: v is the nearest sample to u in one group.
+struct Candidate {
+  uint32_t u, v;
+  float dist;
+};
+
+// Scratch of one worker for the local joins.
+struct JoinScratch {
+  std::vector<Candidate> candidates;
+  std::vector<uint32_t> new_ids, old_ids, columns;
+  std::vector<const float*> rows;  // the A side, padded to whole tiles with a zero row
+  std::vector<float> zero_row;
+  std::vector<float> packed;  // the columns in panels
+  std::vector<float> tile;    // distances, rows x padded columns
+};
+
+class Descent {
+ public:
+  Descent(MatrixView data, Metric metric, DescentLists& lists, const DescentOptions& options,
+          const RunControl& control)
+      : data_(data), metric_(metric), lists_(lists), options_(options), control_(control),
+        samples_(data.rows, options.samples), scratch_(worker_count(control)) {
+    if (metric_ == Metric::L2) {
+      norms_.resize(data.rows);
+      row_norms_squared(data, norms_.data());
+    }
+  }
+
+  int run() {
+    const int64_t n = data_.rows;
+    const double stop_below = options_.min_update_rate * static_cast<double>(n) * lists_.k();
+    int iteration = 0;
+    for (;; ++iteration) {
+      const int64_t updates = sample();
+      if (iteration > 0 && static_cast<double>(updates) < stop_below) break;
+      if (iteration == options_.iterations) break;
+      append_reverse_samples(iteration);
+      join_all();
+    }
+    return iteration;
+  }
+
+ private:
+  // Takes the first p NEW and the first p OLD neighbors of every list as its
+  // forward samples and marks the NEW ones OLD. Returns how many entries were
+  // inserted since the previous call (the update count of the last iteration).
+  int64_t sample() {
+    const int k = lists_.k();
+    const int p = options_.samples;
+    std::vector<int64_t> fresh(worker_count(control_), 0);
+    parallel_for(control_, data_.rows, 4096, [&](int64_t begin, int64_t end, int worker) {
+      int64_t count = 0;
+      for (int64_t s = begin; s < end; ++s) {
+        const DescentLists::Entry* entries = lists_.list(s);
+        uint8_t* flags = lists_.flags(s);
+        uint32_t* new_out = samples_.new_list(s);
+        uint32_t* old_out = samples_.old_list(s);
+        int new_n = 0, old_n = 0;
+        for (int j = 0; j < k && entries[j].id != kInvalidId; ++j) {
+          if (flags[j] & DescentLists::kFresh) ++count;
+          if (flags[j] & DescentLists::kNew) {
+            if (new_n < p) {
+              new_out[new_n++] = entries[j].id;
+              flags[j] = 0;
+            } else {
+              flags[j] = DescentLists::kNew;
+            }
+          } else {
+            flags[j] = 0;
+            if (old_n < p) old_out[old_n++] = entries[j].id;
+          }
+        }
+        samples_.new_forward[s] = samples_.new_count[s] = new_n;
+        samples_.old_forward[s] = samples_.old_count[s] = old_n;
+      }
+      fresh[worker] += count;
+    });
+    int64_t total = 0;
+    for (int64_t c : fresh) total += c;
+    return total;
+  }
+
+  // Appends s to the sample lists of its forward samples, up to 2p per list.
+  // Every target range scans the sources in the same order (starting at a
+  // point that moves each iteration, so that no row is always first), so the
+  // result does not depend on how many threads share the work.
+  void append_reverse_samples(int iteration) {
+    const int64_t n = data_.rows;
+    const int64_t start = static_cast<int64_t>(mix(options_.seed ^ (static_cast<uint64_t>(iteration + 1) << 32)) % n);
+    const int64_t ranges = std::max<int64_t>(1, worker_count(control_));
+    const int64_t range_size = (n + ranges - 1) / ranges;
+    parallel_for(control_, ranges, 1, [&](int64_t range, int64_t, int) {
+      const uint32_t lo = static_cast<uint32_t>(range * range_size);
+      const uint32_t hi = static_cast<uint32_t>(std::min(n, (range + 1) * range_size));
+      for (int64_t i = 0; i < n; ++i) {
+        if ((i & 0xffff) == 0) control_.throw_if_cancelled();
+        const int64_t s = (start + i) % n;
+        const uint32_t* fwd_new = samples_.new_list(s);
+        for (int j = 0; j < samples_.new_forward[s]; ++j) {
+          const uint32_t v = fwd_new[j];
+          if (v < lo || v >= hi || samples_.new_count[v] >= samples_.capacity) continue;
+          samples_.new_list(v)[samples_.new_count[v]++] = static_cast<uint32_t>(s);
+        }
+        const uint32_t* fwd_old = samples_.old_list(s);
+        for (int j = 0; j < samples_.old_forward[s]; ++j) {
+          const uint32_t v = fwd_old[j];
+          if (v < lo || v >= hi || samples_.old_count[v] >= samples_.capacity) continue;
+          samples_.old_list(v)[samples_.old_count[v]++] = static_cast<uint32_t>(s);
+        }
+      }
+    });
+  }
+
+  void join_all() {
+    parallel_for(control_, data_.rows, kJoinChunk, [&](int64_t begin, int64_t end, int worker) {
+      JoinScratch& scratch = scratch_[worker];
+      for (int64_t s = begin; s < end; ++s) {
+        if (s + 2 < end) prefetch_samples(s + 2);
+        join(s, scratch);
+        insert_candidates(scratch.candidates);
+      }
+      control_.add_done(end - begin);
+    });
+  }
+
+  // Starts loading the rows that the join of s will read, so that their
+  // memory latency overlaps the join before it.
+  void prefetch_samples(int64_t s) const {
+    const int64_t row_bytes = int64_t{data_.dim} * sizeof(float);
+    auto fetch = [&](const uint32_t* ids, int count) {
+      for (int j = 0; j < count; ++j) {
+        const char* row = reinterpret_cast<const char*>(data_.row(ids[j]));
+        for (int64_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(row + line, 0, 1);
+      }
+    };
+    fetch(samples_.new_ids.data() + s * samples_.capacity, samples_.new_count[s]);
+    fetch(samples_.old_ids.data() + s * samples_.capacity, samples_.old_count[s]);
+  }
+
+  // Selective update: only the candidates that can enter their list are kept;
+  // their lists are prefetched together before any is locked.
+  void insert_candidates(std::vector<Candidate>& candidates) {
+    size_t kept = 0;
+    for (const Candidate& c : candidates) {
+      if (c.u != c.v && lists_.may_improve(c.u, c.dist)) {
+        lists_.prefetch(c.u);
+        candidates[kept++] = c;
+      }
+    }
+    for (size_t i = 0; i < kept; ++i) lists_.insert(candidates[i].u, candidates[i].v, candidates[i].dist);
+    candidates.clear();
+  }
+
+  // Cross-matches the samples of row s (Algorithm 1, lines 10-31).
+  void join(int64_t s, JoinScratch& scratch) {
+    auto& nw = scratch.new_ids;
+    auto& od = scratch.old_ids;
+    nw.assign(samples_.new_list(s), samples_.new_list(s) + samples_.new_count[s]);
+    if (nw.empty()) return;
+    od.assign(samples_.old_list(s), samples_.old_list(s) + samples_.old_count[s]);
+    // A row can be both a forward and a reverse sample; keep one of each, and
+    // drop OLD samples that are also NEW.
+    std::sort(nw.begin(), nw.end());
+    nw.erase(std::unique(nw.begin(), nw.end()), nw.end());
+    std::sort(od.begin(), od.end());
+    od.erase(std::unique(od.begin(), od.end()), od.end());
+    od.erase(std::remove_if(od.begin(), od.end(),
+                            [&](uint32_t v) { return std::binary_search(nw.begin(), nw.end(), v); }),
+             od.end());
+
+    if (options_.split <= 0) {
+      cross_match(nw.data(), static_cast<int>(nw.size()), nullptr, 0, od.data(),
+                  static_cast<int>(od.size()), scratch);
+      return;
+    }
+    // Two sides: ids below split sort first, so each list splits in two.
+    const uint32_t split = static_cast<uint32_t>(options_.split);
+    const int new1 = static_cast<int>(std::lower_bound(nw.begin(), nw.end(), split) - nw.begin());
+    const int old1 = static_cast<int>(std::lower_bound(od.begin(), od.end(), split) - od.begin());
+    const int new2 = static_cast<int>(nw.size()) - new1;
+    const int old2 = static_cast<int>(od.size()) - old1;
+    // NEW of side 1 against NEW and OLD of side 2; NEW of side 2 against OLD of side 1.
+    cross_match(nw.data(), new1, nw.data() + new1, new2, od.data() + old1, old2, scratch);
+    cross_match(nw.data() + new1, new2, nullptr, 0, od.data(), old1, scratch);
+  }
+
+  // Distances between rows a and columns (other NEW samples, then OLD samples);
+  // other_new == nullptr means the other NEW samples are the rows themselves
+  // (a symmetric block, the diagonal skipped). Each row gets the nearest other
+  // NEW and the nearest OLD sample; each column gets its nearest row.
+  void cross_match(const uint32_t* a, int na, const uint32_t* other_new, int nn,
+                   const uint32_t* old, int no, JoinScratch& scratch) {
+    const bool symmetric = other_new == nullptr;
+    if (symmetric) {
+      other_new = a;
+      nn = na;
+    }
+    if (na == 0 || nn + no == 0) return;
+    const int dim = data_.dim;
+    const int columns = nn + no;
+    const int64_t padded_rows = round_up(na, kTileRows);
+    const int64_t panels = (columns + kPanelWidth - 1) / kPanelWidth;
+    const int64_t stride = panels * kPanelWidth;
+
+    scratch.columns.assign(other_new, other_new + nn);
+    scratch.columns.insert(scratch.columns.end(), old, old + no);
+    scratch.zero_row.resize(dim, 0.0f);
+    scratch.rows.resize(padded_rows);
+    for (int64_t i = 0; i < padded_rows; ++i) {
+      scratch.rows[i] = i < na ? data_.row(a[i]) : scratch.zero_row.data();
+    }
+    scratch.packed.resize(packed_panels_size(columns, dim));
+    pack_panels(data_.data, scratch.columns.data(), columns, dim, scratch.packed.data());
+    scratch.tile.resize(padded_rows * stride);
+    dot_tiles(scratch.rows.data(), padded_rows, scratch.packed.data(), panels, dim,
+              scratch.tile.data(), stride);
+    to_distances(a, na, scratch.columns.data(), columns, scratch.tile.data(), stride);
+
+    const float* tile = scratch.tile.data();
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    for (int i = 0; i < na; ++i) {
+      const float* row = tile + int64_t{i} * stride;
+      int best_new = -1, best_old = -1;
+      float d_new = kInf, d_old = kInf;
+      for (int j = 0; j < nn; ++j) {
+        if (symmetric && j == i) continue;
+        if (row[j] < d_new) d_new = row[j], best_new = j;
+      }
+      for (int j = nn; j < columns; ++j) {
+        if (row[j] < d_old) d_old = row[j], best_old = j;
+      }
+      if (best_new >= 0) scratch.candidates.push_back({a[i], scratch.columns[best_new], d_new});
+      if (best_old >= 0) scratch.candidates.push_back({a[i], scratch.columns[best_old], d_old});
+    }
+    for (int j = symmetric ? nn : 0; j < columns; ++j) {
+      int best = -1;
+      float d_best = kInf;
+      for (int i = 0; i < na; ++i) {
+        const float d = tile[int64_t{i} * stride + j];
+        if (d < d_best) d_best = d, best = i;
+      }
+      if (best >= 0) scratch.candidates.push_back({scratch.columns[j], a[best], d_best});
+    }
+  }
+
+  void to_distances(const uint32_t* a, int na, const uint32_t* columns, int nc, float* tile,
+                    int64_t stride) const {
+    for (int i = 0; i < na; ++i) {
+      float* row = tile + int64_t{i} * stride;
+      if (metric_ == Metric::L2) {
+        const float na2 = norms_[a[i]];
+        for (int j = 0; j < nc; ++j) row[j] = std::max(0.0f, na2 + norms_[columns[j]] - 2.0f * row[j]);
+      } else {
+        // -ip for InnerProduct, 1 - ip for Cosine on normalized rows.
+        const float offset = metric_ == Metric::Cosine ? 1.0f : 0.0f;
+        for (int j = 0; j < nc; ++j) row[j] = offset - row[j];
+      }
+    }
+  }
+
+  MatrixView data_;
+  Metric metric_;
+  DescentLists& lists_;
+  const DescentOptions& options_;
+  const RunControl& control_;
+  Samples samples_;
+  std::vector<JoinScratch> scratch_;
+  std::vector<float> norms_;
+};
+
+}  // namespace
+
+DescentLists::DescentLists(int64_t nodes, int k)
+    : nodes_(nodes), k_(k),
+      entries_(static_cast<size_t>(nodes) * k, Entry{std::numeric_limits<float>::infinity(), kInvalidId}),
+      flags_(static_cast<size_t>(nodes) * k, 0),
+      bound_(new std::atomic<float>[nodes]), locks_(new std::atomic<uint8_t>[nodes]) {
+  for (int64_t u = 0; u < nodes; ++u) {
+    bound_[u].store(std::numeric_limits<float>::infinity(), std::memory_order_relaxed);
+    locks_[u].store(0, std::memory_order_relaxed);
+  }
+}
+
+void DescentLists::sort_list(int64_t u) {
+  Entry* e = list(u);
+  uint8_t* f = flags(u);
+  // Insertion sort: lists are short and often nearly sorted.
+  for (int j = 1; j < k_; ++j) {
+    const Entry ve = e[j];
+    const uint8_t vf = f[j];
+    int i = j;
+    for (; i > 0 && entry_less(ve.dist, ve.id, e[i - 1].dist, e[i - 1].id); --i) {
+      e[i] = e[i - 1];
+      f[i] = f[i - 1];
+    }
+    e[i] = ve;
+    f[i] = vf;
+  }
+  bound_[u].store(e[k_ - 1].dist, std::memory_order_relaxed);
+}
+
+void DescentLists::prefetch(uint32_t u) const {
+  const char* begin = reinterpret_cast<const char*>(entries_.data() + int64_t{u} * k_);
+  const char* end = reinterpret_cast<const char*>(entries_.data() + (int64_t{u} + 1) * k_);
+  for (const char* line = begin; line < end; line += 64) __builtin_prefetch(line, 1);
+  __builtin_prefetch(&locks_[u], 1);
+}
+
+void DescentLists::lock(int64_t u) {
+  while (locks_[u].exchange(1, std::memory_order_acquire) != 0) {
+    while (locks_[u].load(std::memory_order_relaxed) != 0) cpu_relax();
+  }
+}
+
+void DescentLists::unlock(int64_t u) { locks_[u].store(0, std::memory_order_release); }
+
+void DescentLists::insert(uint32_t u, uint32_t v, float d) {
+  if (u == v || !may_improve(u, d)) return;
+  lock(u);
+  Entry* e = list(u);
+  const int last = k_ - 1;
+  if (!entry_less(d, v, e[last].dist, e[last].id)) {
+    unlock(u);
+    return;
+  }
+  for (int j = 0; j < k_; ++j) {
+    if (e[j].id == v) {
+      unlock(u);
+      return;
+    }
+  }
+  uint8_t* flag = flags(u);
+  int pos = last;
+  for (; pos > 0 && entry_less(d, v, e[pos - 1].dist, e[pos - 1].id); --pos) {
+    e[pos] = e[pos - 1];
+    flag[pos] = flag[pos - 1];
+  }
+  e[pos] = Entry{d, v};
+  flag[pos] = kNew | kFresh;
+  bound_[u].store(e[last].dist, std::memory_order_relaxed);
+  unlock(u);
+}
+
+KnnGraph DescentLists::to_graph() const {
+  KnnGraph graph(nodes_, k_);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    graph.ids[i] = entries_[i].id;
+    graph.dists[i] = entries_[i].dist;
+  }
+  return graph;
+}
+
+void draw_distinct(uint64_t& state, uint64_t range, int count, uint32_t* out) {
+  int drawn = 0;
+  for (uint64_t j = range - count; j < range; ++j) {
+    state += 0x9e3779b97f4a7c15ULL;
+    const auto t = static_cast<uint32_t>(mix(state) % (j + 1));
+    bool taken = false;
+    for (int i = 0; i < drawn; ++i) taken = taken || out[i] == t;
+    out[drawn++] = taken ? static_cast<uint32_t>(j) : t;
+  }
+}
+
+void check_gnnd_params(MatrixView data, const GnndParams& params) {
+  if (params.k <= 0 || params.samples <= 0 || params.iterations < 0) {
+    throw Error(Status::InvalidArgument,
+                "GNND needs k > 0, samples > 0 and iterations >= 0 (k=" + std::to_string(params.k) +
+                    ", samples=" + std::to_string(params.samples) + ")");
+  }
+  if (data.dim <= 0 && data.rows > 0) throw Error(Status::InvalidArgument, "GNND needs dim > 0");
+  if (data.rows >= static_cast<int64_t>(kInvalidId)) {
+    throw Error(Status::InvalidArgument, "too many rows for 32-bit ids");
+  }
+}
+
+int run_descent(MatrixView data, Metric metric, DescentLists& lists, const DescentOptions& options,
+                const RunControl& control) {
+  if (data.rows < 2 || options.iterations <= 0) return 0;
+  Descent descent(data, metric, lists, options, control);
+  return descent.run();
+}
+
+}  // namespace tsdg

@@ -1,0 +1,92 @@
+// The iteration shared by GNND and GGM (paper 000, Algorithm 1 lines 7-35):
+// k-NN lists with NEW/OLD flags, sampling of p NEW and p OLD neighbors per list
+// with reverse samples appended up to 2p, cross-matching of the samples, and
+// the selective update that inserts only the nearest pair found per sample.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "params.h"
+#include "run_control.h"
+#include "types.h"
+
+namespace tsdg {
+
+// k-NN lists under construction, each sorted by (distance, id) and guarded by
+// its own spinlock so that local joins on all threads can insert into it.
+class DescentLists {
+ public:
+  static constexpr uint8_t kNew = 1;    // not yet taken as a sample
+  static constexpr uint8_t kFresh = 2;  // inserted since the last tally
+
+  DescentLists(int64_t nodes, int k);
+
+  struct Entry {
+    float dist;
+    uint32_t id;
+  };
+
+  int64_t nodes() const { return nodes_; }
+  int k() const { return k_; }
+  Entry* list(int64_t u) { return entries_.data() + u * k_; }
+  uint8_t* flags(int64_t u) { return flags_.data() + u * k_; }
+
+  // Cheap test without the lock: false when d cannot enter list u.
+  bool may_improve(uint32_t u, float d) const {
+    return d <= bound_[u].load(std::memory_order_relaxed);
+  }
+  void prefetch(uint32_t u) const;
+
+  // Sorts list u by (distance, id) and refreshes its insertion bound; for
+  // filling the lists before the iterations start (not thread safe).
+  void sort_list(int64_t u);
+
+  // Inserts v at distance d into list u unless it is already there or not
+  // closer than the list's last entry; marks it NEW and fresh. Thread safe.
+  void insert(uint32_t u, uint32_t v, float d);
+
+  // The lists as a KnnGraph (flags dropped).
+  KnnGraph to_graph() const;
+
+ private:
+  void lock(int64_t u);
+  void unlock(int64_t u);
+
+  int64_t nodes_;
+  int k_;
+  std::vector<Entry> entries_;  // sorted by (dist, id), padded with kInvalidId / +inf
+  std::vector<uint8_t> flags_;
+  // The last entry's distance of each list, read without the lock to reject
+  // most candidates cheaply; exact checks happen under the lock.
+  std::unique_ptr<std::atomic<float>[]> bound_;
+  std::unique_ptr<std::atomic<uint8_t>[]> locks_;
+};
+
+struct DescentOptions {
+  int samples = 16;           // p
+  int iterations = 12;
+  double min_update_rate = 0.001;
+  // When positive, rows [0, split) and [split, n) are two sides whose own
+  // lists are final (GGM): only pairs across the sides are cross-matched.
+  int64_t split = 0;
+  uint64_t seed = 42;  // varies where the reverse sampling starts
+};
+
+// Draws count distinct values from [0, range) (count <= range) into out by
+// Floyd's algorithm, advancing the splitmix64 state.
+void draw_distinct(uint64_t& state, uint64_t range, int count, uint32_t* out);
+
+// Throws Error(Status::InvalidArgument) unless params and data suit GNND/GGM.
+void check_gnnd_params(MatrixView data, const GnndParams& params);
+
+// Refines lists by GNND iterations until options.iterations have run or an
+// iteration inserts fewer than min_update_rate * n * k entries. Returns the
+// number of iterations run. Reports progress in units of rows joined, out of
+// a total of iterations * n that the caller set.
+int run_descent(MatrixView data, Metric metric, DescentLists& lists, const DescentOptions& options,
+                const RunControl& control);
+
+}  // namespace tsdg

@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "bruteforce.h"
+#include "ggm.h"
+#include "gnnd.h"
+#include "recall.h"
+#include "synthetic.h"
+#include "thread_pool.h"
+
+namespace tsdg {
+namespace {
+
+Matrix clustered(int64_t rows, int dim, uint64_t seed) {
+  SyntheticSpec spec;
+  spec.rows = rows;
+  spec.dim = dim;
+  spec.clusters = 16;
+  spec.intrinsic_dim = 8;
+  spec.seed = seed;
+  return make_clustered(spec);
+}
+
+double graph_recall(const KnnGraph& found, const KnnGraph& exact, int at) {
+  return recall_at(found.ids.data(), found.k, exact.ids.data(), exact.k, found.nodes, at);
+}
+
+struct MergeCase {
+  Matrix data;
+  int64_t split;
+  KnnGraph first, second, exact;
+  GnndParams params;
+};
+
+MergeCase make_case(int64_t rows, int64_t split, const RunControl& control) {
+  MergeCase c;
+  c.data = clustered(rows, 24, 21);
+  c.split = split;
+  c.params.k = 16;
+  c.params.samples = 8;
+  c.first = gnnd_build(c.data.view().slice(0, split), Metric::L2, c.params, control);
+  c.second = gnnd_build(c.data.view().slice(split, rows - split), Metric::L2, c.params, control);
+  c.exact = exact_knn_graph(c.data.view(), Metric::L2, 10, control);
+  return c;
+}
+
+TEST(Ggm, MergedRecallCloseToDirectBuild) {
+  ThreadPool pool(2);
+  RunControl control;
+  control.pool = &pool;
+  const MergeCase c = make_case(6000, 3500, control);
+  const KnnGraph merged = ggm_merge(c.data.view(), c.split, c.first, c.second, Metric::L2, c.params, control);
+  const KnnGraph direct = gnnd_build(c.data.view(), Metric::L2, c.params, control);
+  ASSERT_EQ(merged.nodes, 6000);
+  ASSERT_EQ(merged.k, 16);
+  const double merged_recall = graph_recall(merged, c.exact, 10);
+  EXPECT_GE(merged_recall, graph_recall(direct, c.exact, 10) - 0.02);
+  EXPECT_GE(merged_recall, 0.93);
+  // Neighbors from both sides appear, lists are sorted and free of duplicates.
+  int64_t cross = 0;
+  for (int64_t i = 0; i < merged.nodes; ++i) {
+    std::set<uint32_t> seen;
+    for (int j = 0; j < merged.k; ++j) {
+      const uint32_t v = merged.list(i)[j];
+      ASSERT_NE(v, kInvalidId);
+      EXPECT_NE(v, static_cast<uint32_t>(i));
+      EXPECT_TRUE(seen.insert(v).second);
+      if (j > 0) {
+        EXPECT_LE(merged.list_dists(i)[j - 1], merged.list_dists(i)[j]);
+      }
+      cross += (i < c.split) != (v < c.split);
+    }
+  }
+  EXPECT_GT(cross, merged.nodes);
+}
+
+TEST(Ggm, SameSeedSameGraphOnAnyThreadCount) {
+  ThreadPool pool(2);
+  RunControl threaded;
+  threaded.pool = &pool;
+  const MergeCase c = make_case(2000, 1000, threaded);
+  const KnnGraph a = ggm_merge(c.data.view(), c.split, c.first, c.second, Metric::L2, c.params, RunControl{});
+  const KnnGraph b = ggm_merge(c.data.view(), c.split, c.first, c.second, Metric::L2, c.params, threaded);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.dists, b.dists);
+}
+
+TEST(Ggm, OneEmptySideKeepsTheOtherGraph) {
+  const MergeCase c = make_case(1000, 1000, RunControl{});
+  const KnnGraph empty;
+  const KnnGraph merged = ggm_merge(c.data.view(), 1000, c.first, empty, Metric::L2, c.params, RunControl{});
+  EXPECT_EQ(merged.ids, c.first.ids);
+}
+
+TEST(Ggm, RejectsMismatchedGraphs) {
+  const MergeCase c = make_case(1000, 400, RunControl{});
+  EXPECT_THROW(ggm_merge(c.data.view(), 500, c.first, c.second, Metric::L2, c.params, RunControl{}), Error);
+  EXPECT_THROW(ggm_merge(c.data.view(), 400, c.second, c.first, Metric::L2, c.params, RunControl{}), Error);
+}
+
+TEST(Ggm, Cancels) {
+  const MergeCase c = make_case(2000, 1000, RunControl{});
+  std::atomic<bool> cancel{true};
+  RunControl control;
+  control.cancel = &cancel;
+  EXPECT_THROW(ggm_merge(c.data.view(), c.split, c.first, c.second, Metric::L2, c.params, control), Error);
+}
+
+}  // namespace
+}  // namespace tsdg

@@ -1,0 +1,166 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "bruteforce.h"
+#include "gnnd.h"
+#include "recall.h"
+#include "synthetic.h"
+#include "thread_pool.h"
+
+namespace tsdg {
+namespace {
+
+Matrix clustered(int64_t rows, int dim, uint64_t seed) {
+  SyntheticSpec spec;
+  spec.rows = rows;
+  spec.dim = dim;
+  spec.clusters = 16;
+  spec.intrinsic_dim = 8;
+  spec.seed = seed;
+  return make_clustered(spec);
+}
+
+double graph_recall(const KnnGraph& found, const KnnGraph& exact, int at) {
+  return recall_at(found.ids.data(), found.k, exact.ids.data(), exact.k, found.nodes, at);
+}
+
+void expect_valid_lists(const KnnGraph& graph) {
+  for (int64_t i = 0; i < graph.nodes; ++i) {
+    std::set<uint32_t> seen;
+    for (int j = 0; j < graph.k; ++j) {
+      const uint32_t v = graph.list(i)[j];
+      if (v == kInvalidId) continue;
+      EXPECT_NE(v, static_cast<uint32_t>(i));
+      EXPECT_LT(v, graph.nodes);
+      EXPECT_TRUE(seen.insert(v).second) << "duplicate in list " << i;
+      if (j > 0) {
+        EXPECT_LE(graph.list_dists(i)[j - 1], graph.list_dists(i)[j]);
+      }
+    }
+  }
+}
+
+TEST(Gnnd, ReachesHighRecallOnSmallData) {
+  const Matrix data = clustered(5000, 32, 11);
+  ThreadPool pool(2);
+  RunControl control;
+  control.pool = &pool;
+  GnndParams params;
+  params.k = 20;
+  params.samples = 10;
+  const KnnGraph graph = gnnd_build(data.view(), Metric::L2, params, control);
+  ASSERT_EQ(graph.nodes, 5000);
+  ASSERT_EQ(graph.k, 20);
+  expect_valid_lists(graph);
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::L2, 10, control);
+  EXPECT_GE(graph_recall(graph, exact, 10), 0.95);
+}
+
+TEST(Gnnd, RecallGrowsWithIterations) {
+  const Matrix data = clustered(3000, 24, 12);
+  GnndParams params;
+  params.k = 16;
+  params.samples = 8;
+  params.min_update_rate = 0;
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::L2, 10, RunControl{});
+  params.iterations = 0;
+  const double random = graph_recall(gnnd_build(data.view(), Metric::L2, params, RunControl{}), exact, 10);
+  params.iterations = 2;
+  const double two = graph_recall(gnnd_build(data.view(), Metric::L2, params, RunControl{}), exact, 10);
+  params.iterations = 8;
+  const double eight = graph_recall(gnnd_build(data.view(), Metric::L2, params, RunControl{}), exact, 10);
+  EXPECT_LT(random, 0.05);
+  EXPECT_GT(two, random);
+  EXPECT_GT(eight, two);
+}
+
+TEST(Gnnd, SameSeedSameGraphOnAnyThreadCount) {
+  const Matrix data = clustered(2000, 16, 13);
+  GnndParams params;
+  params.k = 12;
+  params.samples = 6;
+  params.iterations = 5;
+  const KnnGraph single = gnnd_build(data.view(), Metric::L2, params, RunControl{});
+  ThreadPool pool(2);
+  RunControl control;
+  control.pool = &pool;
+  const KnnGraph threaded = gnnd_build(data.view(), Metric::L2, params, control);
+  EXPECT_EQ(single.ids, threaded.ids);
+  EXPECT_EQ(single.dists, threaded.dists);
+  const KnnGraph again = gnnd_build(data.view(), Metric::L2, params, control);
+  EXPECT_EQ(again.ids, threaded.ids);
+  params.seed = 43;
+  EXPECT_NE(gnnd_build(data.view(), Metric::L2, params, control).ids, threaded.ids);
+}
+
+TEST(Gnnd, InnerProductMetric) {
+  Matrix data = clustered(2000, 16, 14);
+  GnndParams params;
+  params.k = 16;
+  params.samples = 8;
+  const KnnGraph graph = gnnd_build(data.view(), Metric::InnerProduct, params, RunControl{});
+  expect_valid_lists(graph);
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::InnerProduct, 10, RunControl{});
+  EXPECT_GE(graph_recall(graph, exact, 10), 0.9);
+}
+
+TEST(Gnnd, TinyInputs) {
+  const Matrix data = clustered(5, 4, 15);
+  GnndParams params;
+  params.k = 8;
+  const KnnGraph graph = gnnd_build(data.view(), Metric::L2, params, RunControl{});
+  expect_valid_lists(graph);
+  // Every other row is a neighbor; the rest is padding.
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::L2, 4, RunControl{});
+  for (int64_t i = 0; i < 5; ++i) {
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(graph.list(i)[j], exact.list(i)[j]);
+    for (int j = 4; j < 8; ++j) EXPECT_EQ(graph.list(i)[j], kInvalidId);
+  }
+  EXPECT_EQ(gnnd_build(data.view().slice(0, 1), Metric::L2, params, RunControl{}).list(0)[0], kInvalidId);
+  EXPECT_EQ(gnnd_build(data.view().slice(0, 0), Metric::L2, params, RunControl{}).nodes, 0);
+}
+
+TEST(Gnnd, RejectsBadParams) {
+  const Matrix data = clustered(100, 4, 16);
+  GnndParams params;
+  params.k = 0;
+  EXPECT_THROW(gnnd_build(data.view(), Metric::L2, params, RunControl{}), Error);
+  params.k = 8;
+  params.samples = 0;
+  EXPECT_THROW(gnnd_build(data.view(), Metric::L2, params, RunControl{}), Error);
+}
+
+TEST(Gnnd, CancelsMidBuildAndReportsProgress) {
+  const Matrix data = clustered(20000, 32, 17);
+  ThreadPool pool(2);
+  std::atomic<bool> cancel{false};
+  std::atomic<int64_t> done{0}, total{0};
+  RunControl control;
+  control.pool = &pool;
+  control.cancel = &cancel;
+  control.progress_done = &done;
+  control.progress_total = &total;
+  GnndParams params;
+  params.k = 16;
+  params.iterations = 1000;
+  params.min_update_rate = 0;
+  std::thread canceller([&] {
+    while (done.load() < 30000) std::this_thread::yield();
+    cancel = true;
+  });
+  try {
+    gnnd_build(data.view(), Metric::L2, params, control);
+    ADD_FAILURE() << "expected Cancelled";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::Cancelled);
+  }
+  canceller.join();
+  EXPECT_EQ(total.load(), 20000 * 1001);
+  EXPECT_LT(done.load(), 20000 * 10);
+}
+
+}  // namespace
+}  // namespace tsdg
