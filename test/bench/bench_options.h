@@ -1,0 +1,53 @@
+// Command-line options of tsdg-bench.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "params.h"
+#include "synthetic.h"
+#include "types.h"
+
+namespace tsdg {
+namespace bench {
+
+struct BenchOptions {
+  // Data: a file (.fvecs/.bvecs/.fbin), or the synthetic mixture.
+  std::string data_path;
+  std::string query_path;  // empty: queries from the mixture, or rows held out of the file
+  int64_t max_rows = -1;
+  SyntheticSpec synthetic;
+  int64_t query_count = 1000;
+  uint64_t query_seed = 2;
+  Metric metric = Metric::L2;
+
+  int k = 10;
+  GnndParams gnnd;
+  DiversifyParams diversify;
+  std::vector<int> ef_list{10, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+  std::vector<int> lambda_limits{255};
+  std::vector<float> slacks{0.0f};
+  std::vector<int64_t> batch_sizes{0};  // 0: all queries in one call
+  int entry_samples = SearchParams{}.entry_samples;
+  int threads = 0;
+  double min_seconds = 0.5;  // each search point repeats until it ran this long
+  int64_t recall_sample = 1000;
+
+  bool exact_graph = false;
+  bool ggm = false;
+  bool hnsw = true;
+  int hnsw_m = 16;
+  int hnsw_ef_construction = 200;
+  std::vector<int> hnsw_ef_list{10, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+
+  std::string backend = "cpu";
+  std::string json_path;
+};
+
+// Throws Error(Status::InvalidArgument) with the offending flag; prints the
+// usage and exits for --help.
+BenchOptions parse_options(int argc, char** argv);
+
+}  // namespace bench
+}  // namespace tsdg

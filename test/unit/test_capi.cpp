@@ -1,0 +1,275 @@
+// The C interface end to end: build, merge and search through tsdg_capi.h,
+// cancellation through the poll callback, and error statuses for bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "bruteforce.h"
+#include "synthetic.h"
+#include "tsdg_capi.h"
+#include "tsdg_test_graphs.h"
+
+namespace tsdg {
+namespace {
+
+using testing::small_clustered_spec;
+
+struct Built {
+  std::vector<uint32_t> neighbors;
+  std::vector<uint8_t> lambdas;
+  std::vector<uint32_t> knn_ids;
+  std::vector<float> knn_dists;
+};
+
+TsdgBuildParams small_params() {
+  TsdgBuildParams params;
+  tsdg_build_params_default(&params);
+  params.degree = 24;
+  params.build_k = 24;
+  params.threads = 2;
+  return params;
+}
+
+Built build(const Matrix& data, const TsdgBuildParams& params) {
+  Built b;
+  b.neighbors.resize(data.rows * params.degree);
+  b.lambdas.resize(b.neighbors.size());
+  b.knn_ids.resize(data.rows * params.build_k);
+  b.knn_dists.resize(b.knn_ids.size());
+  TsdgError error;
+  const TsdgStatus status = tsdg_build_graph(
+      nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, &params,
+      b.neighbors.data(), b.lambdas.data(), b.knn_ids.data(), b.knn_dists.data(), nullptr,
+      nullptr, &error);
+  EXPECT_EQ(status, TSDG_OK) << error.message;
+  return b;
+}
+
+double recall_of(const std::vector<uint32_t>& found, const std::vector<uint32_t>& truth, int k) {
+  int64_t hits = 0;
+  const int64_t rows = static_cast<int64_t>(truth.size()) / k;
+  for (int64_t q = 0; q < rows; ++q) {
+    const std::set<uint32_t> expected(truth.begin() + q * k, truth.begin() + (q + 1) * k);
+    for (int j = 0; j < k; ++j) hits += expected.count(found[q * k + j]);
+  }
+  return static_cast<double>(hits) / (rows * k);
+}
+
+std::vector<uint32_t> exact_ids(const Matrix& data, const Matrix& queries, int k) {
+  std::vector<uint32_t> ids(queries.rows * k);
+  std::vector<float> dists(ids.size());
+  TsdgError error;
+  EXPECT_EQ(tsdg_exact_knn(nullptr, data.values.data(), data.rows, queries.values.data(),
+                           queries.rows, data.dim, TSDG_METRIC_L2, k, ids.data(), dists.data(),
+                           &error),
+            TSDG_OK)
+      << error.message;
+  return ids;
+}
+
+TEST(CApi, BuildUploadSearch) {
+  const SyntheticSpec spec = small_clustered_spec(8000, 24, 10, 31);
+  const Matrix data = make_clustered(spec);
+  const Matrix queries = make_clustered_queries(spec, 200, 5);
+  const TsdgBuildParams params = small_params();
+  const Built b = build(data, params);
+  const int k = 10;
+  TsdgError error;
+  TsdgResidentIndex* index =
+      tsdg_index_upload(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                        b.neighbors.data(), b.lambdas.data(), params.degree, &error);
+  ASSERT_NE(index, nullptr) << error.message;
+  std::vector<uint32_t> ids(queries.rows * k);
+  std::vector<float> dists(ids.size());
+  ASSERT_EQ(tsdg_index_search(index, queries.values.data(), queries.rows, k, 64, 255, ids.data(),
+                              dists.data(), &error),
+            TSDG_OK)
+      << error.message;
+  EXPECT_GE(recall_of(ids, exact_ids(data, queries, k), k), 0.95);
+  EXPECT_GT(tsdg_index_memory_bytes(index), 0u);
+  // One query at a time (the calling thread) gives the same answer.
+  std::vector<uint32_t> one(k);
+  ASSERT_EQ(tsdg_index_search(index, queries.row(7), 1, k, 64, 255, one.data(), dists.data(),
+                              &error),
+            TSDG_OK);
+  EXPECT_TRUE(std::equal(one.begin(), one.end(), ids.begin() + 7 * k));
+  tsdg_index_free(index);
+}
+
+TEST(CApi, IncrementalSearchFromEntryPoints) {
+  const SyntheticSpec spec = small_clustered_spec(3000, 16, 8, 41);
+  const Matrix data = make_clustered(spec);
+  const Matrix queries = make_clustered_queries(spec, 50, 6);
+  const TsdgBuildParams params = small_params();
+  const Built b = build(data, params);
+  TsdgError error;
+  uint32_t entries[8];
+  ASSERT_EQ(tsdg_select_entry_points(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                     b.neighbors.data(), params.degree, 8, entries, &error),
+            TSDG_OK)
+      << error.message;
+  float nn1 = -1.0f;
+  ASSERT_EQ(tsdg_graph_nn1_bound(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                 b.neighbors.data(), params.degree, &nn1, &error),
+            TSDG_OK);
+  EXPECT_GT(nn1, 0.0f);
+
+  const int k = 10;
+  TsdgSearch* search = tsdg_search_create(255, 0.0f, &error);
+  ASSERT_NE(search, nullptr);
+  std::vector<uint32_t> found(queries.rows * k);
+  std::vector<float> dists(k);
+  std::vector<uint32_t> fresh(params.degree);
+  for (int64_t q = 0; q < queries.rows; ++q) {
+    const float* query = queries.row(q);
+    tsdg_search_begin(search, 40);
+    for (uint32_t e : entries) {
+      tsdg_search_offer(search, e, tsdg_metric_distance(TSDG_METRIC_L2, query, data.row(e), data.dim));
+    }
+    uint32_t node;
+    while ((node = tsdg_search_next(search)) != TSDG_INVALID_ID) {
+      const int m = tsdg_search_unvisited(search, &b.neighbors[node * params.degree],
+                                          &b.lambdas[node * params.degree], params.degree,
+                                          fresh.data());
+      for (int i = 0; i < m; ++i) {
+        tsdg_search_offer(search, fresh[i],
+                          tsdg_metric_distance(TSDG_METRIC_L2, query, data.row(fresh[i]), data.dim));
+      }
+    }
+    ASSERT_EQ(tsdg_search_results(search, &found[q * k], dists.data(), k), k);
+    EXPECT_GT(tsdg_search_distance_count(search), 8);
+  }
+  EXPECT_EQ(tsdg_search_status(search, &error), TSDG_OK);
+  tsdg_search_free(search);
+  EXPECT_GE(recall_of(found, exact_ids(data, queries, k), k), 0.95);
+}
+
+// Merges n_new rows into a graph of the first n_old rows of a clustered set
+// and checks the merged k-NN lists against the exact ones.
+void check_merge(int64_t n_old, int64_t n_new) {
+  const SyntheticSpec spec = small_clustered_spec(n_old + n_new, 16, 8, 51);
+  const Matrix data = make_clustered(spec);
+  const TsdgBuildParams params = small_params();
+  Matrix old_rows(n_old, data.dim);
+  std::copy(data.values.begin(), data.values.begin() + n_old * data.dim, old_rows.values.begin());
+  const Built old_graph = build(old_rows, params);
+  Built merged;
+  merged.knn_ids.resize(data.rows * params.build_k);
+  merged.knn_dists.resize(merged.knn_ids.size());
+  merged.neighbors.resize(data.rows * params.degree);
+  merged.lambdas.resize(merged.neighbors.size());
+  TsdgError error;
+  ASSERT_EQ(tsdg_merge_graph(nullptr, data.values.data(), n_old, n_new, data.dim, TSDG_METRIC_L2,
+                             &params, old_graph.knn_ids.data(), old_graph.knn_dists.data(),
+                             merged.knn_ids.data(), merged.knn_dists.data(),
+                             merged.neighbors.data(), merged.lambdas.data(), nullptr, nullptr,
+                             &error),
+            TSDG_OK)
+      << error.message;
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::L2, 10, RunControl{});
+  std::vector<uint32_t> merged_top(data.rows * 10);
+  for (int64_t i = 0; i < data.rows; ++i) {
+    std::copy_n(&merged.knn_ids[i * params.build_k], 10, &merged_top[i * 10]);
+  }
+  EXPECT_GE(recall_of(merged_top, exact.ids, 10), 0.9);
+  // The new rows are reachable: old nodes link to them.
+  int64_t links_to_new = 0;
+  for (int64_t i = 0; i < n_old * params.degree; ++i) {
+    links_to_new += merged.neighbors[i] != TSDG_INVALID_ID && merged.neighbors[i] >= n_old;
+  }
+  EXPECT_GE(links_to_new, n_new);
+}
+
+TEST(CApi, MergeMatchesTheExactGraph) { check_merge(6000, 1000); }
+
+// Fewer new rows than k: the new side's graph is padded.
+TEST(CApi, MergeOfAFewRows) { check_merge(6000, 7); }
+
+bool cancel_at_once(void* arg, TsdgBuildPhase phase, int64_t, int64_t) {
+  *static_cast<int*>(arg) = phase;
+  return true;
+}
+
+TEST(CApi, PollCancelsABuild) {
+  const Matrix data = make_clustered(small_clustered_spec(60000, 64, 16, 61));
+  TsdgBuildParams params = small_params();
+  std::vector<uint32_t> neighbors(data.rows * params.degree);
+  std::vector<uint8_t> lambdas(neighbors.size());
+  int phase = 0;
+  TsdgError error;
+  const TsdgStatus status = tsdg_build_graph(
+      nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, &params, neighbors.data(),
+      lambdas.data(), nullptr, nullptr, cancel_at_once, &phase, &error);
+  EXPECT_EQ(status, TSDG_ERR_CANCELLED) << error.message;
+  EXPECT_EQ(phase, TSDG_PHASE_KNN_GRAPH);
+}
+
+TEST(CApi, BadInputIsReportedNotThrown) {
+  const float rows[4] = {0, 1, 2, 3};
+  TsdgBuildParams params = small_params();
+  uint32_t neighbors[64];
+  uint8_t lambdas[64];
+  TsdgError error;
+  EXPECT_EQ(tsdg_build_graph(nullptr, rows, 2, 0, TSDG_METRIC_L2, &params, neighbors, lambdas,
+                             nullptr, nullptr, nullptr, nullptr, &error),
+            TSDG_ERR_INVALID_ARGUMENT);
+  EXPECT_GT(std::strlen(error.message), 0u);
+  EXPECT_EQ(tsdg_build_graph(nullptr, rows, 2, 2, static_cast<TsdgMetric>(7), &params, neighbors,
+                             lambdas, nullptr, nullptr, nullptr, nullptr, &error),
+            TSDG_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tsdg_build_graph(nullptr, nullptr, 2, 2, TSDG_METRIC_L2, &params, neighbors, lambdas,
+                             nullptr, nullptr, nullptr, nullptr, &error),
+            TSDG_ERR_INVALID_ARGUMENT);
+  params.degree = 0;
+  EXPECT_EQ(tsdg_build_graph(nullptr, rows, 2, 2, TSDG_METRIC_L2, &params, neighbors, lambdas,
+                             nullptr, nullptr, nullptr, nullptr, &error),
+            TSDG_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tsdg_search_create(-1, 0.0f, &error), nullptr);
+  EXPECT_EQ(tsdg_search_create(10, -1.0f, &error), nullptr);
+  EXPECT_EQ(tsdg_backend_load("/nonexistent/pg_tsdg_cuda.so", 0, &error), nullptr);
+  EXPECT_GT(std::strlen(error.message), 0u);
+  EXPECT_STREQ(tsdg_backend_name(nullptr), "cpu");
+
+  // Neighbor ids out of range (corrupt pages) are refused at upload.
+  std::fill(std::begin(neighbors), std::end(neighbors), 99u);
+  std::fill(std::begin(lambdas), std::end(lambdas), 0);
+  EXPECT_EQ(tsdg_index_upload(nullptr, rows, 2, 2, TSDG_METRIC_L2, neighbors, lambdas, 4, &error),
+            nullptr);
+  EXPECT_NE(std::strstr(error.message, "out of range"), nullptr) << error.message;
+}
+
+TEST(CApi, TinyIndexesWork) {
+  // Fewer rows than k: the graph is exact and padded.
+  const float rows[6] = {0, 0, 1, 0, 5, 5};
+  TsdgBuildParams params = small_params();
+  std::vector<uint32_t> neighbors(3 * params.degree);
+  std::vector<uint8_t> lambdas(neighbors.size());
+  TsdgError error;
+  ASSERT_EQ(tsdg_build_graph(nullptr, rows, 3, 2, TSDG_METRIC_L2, &params, neighbors.data(),
+                             lambdas.data(), nullptr, nullptr, nullptr, nullptr, &error),
+            TSDG_OK)
+      << error.message;
+  TsdgResidentIndex* index = tsdg_index_upload(nullptr, rows, 3, 2, TSDG_METRIC_L2,
+                                               neighbors.data(), lambdas.data(), params.degree,
+                                               &error);
+  ASSERT_NE(index, nullptr) << error.message;
+  const float query[2] = {4.5f, 4.0f};
+  uint32_t ids[5];
+  float dists[5];
+  ASSERT_EQ(tsdg_index_search(index, query, 1, 5, 10, 255, ids, dists, &error), TSDG_OK);
+  EXPECT_EQ(ids[0], 2u);
+  EXPECT_EQ(ids[1], 1u);
+  EXPECT_EQ(ids[2], 0u);
+  EXPECT_EQ(ids[3], TSDG_INVALID_ID);
+  EXPECT_TRUE(std::isinf(dists[4]));
+  EXPECT_EQ(tsdg_index_search(index, query, 1, 0, 10, 255, ids, dists, &error),
+            TSDG_ERR_INVALID_ARGUMENT);
+  tsdg_index_free(index);
+}
+
+}  // namespace
+}  // namespace tsdg
