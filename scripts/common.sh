@@ -4,7 +4,7 @@ set -euo pipefail
 
 TSDG_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_MAJOR=15
-PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
+PGBIN=${PGBIN:-/usr/lib/postgresql/$PG_MAJOR/bin}  # override to build against another install
 export PATH=$PGBIN:$PATH
 
 log() { printf '\n== %s\n' "$*"; }
@@ -31,16 +31,21 @@ install_dependencies() {
 
 build_and_install() {
   log "building"
-  make -C "$TSDG_ROOT" -j"$(nproc)"
+  make -s --no-print-directory -C "$TSDG_ROOT" -j"$(nproc)"
   log "installing into $(pg_config --pkglibdir)"
-  make -C "$TSDG_ROOT" install >/dev/null
+  make -s --no-print-directory -C "$TSDG_ROOT" install >/dev/null
 }
 
 # The cluster belongs to an unprivileged user: PostgreSQL refuses to run as root.
 CLUSTER_USER=${CLUSTER_USER:-$( [ "$(id -u)" -eq 0 ] && echo tsdgrun || id -un )}
 
+# Runs from /, since the cluster user may not be allowed into the caller's directory.
 as_cluster_user() {
-  if [ "$(id -un)" = "$CLUSTER_USER" ]; then "$@"; else runuser -u "$CLUSTER_USER" -- "$@"; fi
+  if [ "$(id -un)" = "$CLUSTER_USER" ]; then
+    (cd / && "$@")
+  else
+    (cd / && runuser -u "$CLUSTER_USER" -- "$@")
+  fi
 }
 
 # start_cluster DIR PORT [extra postgresql.conf lines...]
@@ -61,7 +66,10 @@ start_cluster() {
     local line
     for line in "$@"; do echo "$line"; done
   } >> "$dir/data/postgresql.conf"
-  as_cluster_user pg_ctl -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
+  if ! as_cluster_user pg_ctl -D "$dir/data" -l "$dir/server.log" -w start >/dev/null; then
+    cat "$dir/server.log" >&2
+    return 1
+  fi
   export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 }
 
