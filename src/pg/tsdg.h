@@ -43,7 +43,7 @@
 #define TSDG_FORMAT_VERSION		1
 
 #define TSDG_METAPAGE_BLKNO		0
-#define TSDG_MAX_ENTRY_POINTS	16
+#define TSDG_MAX_ENTRY_POINTS	32
 
 /* opclass support function: returns the TsdgMetric of the opclass */
 #define TSDG_METRIC_PROC		1
@@ -63,7 +63,7 @@
 #define TSDG_MAX_LAMBDA0		255
 
 /* GUC defaults and ranges */
-#define TSDG_DEFAULT_EF_SEARCH	64
+#define TSDG_DEFAULT_EF_SEARCH	100
 #define TSDG_MIN_EF_SEARCH		1
 #define TSDG_MAX_EF_SEARCH		10000
 #define TSDG_DEFAULT_MAX_SCAN_TUPLES 20000

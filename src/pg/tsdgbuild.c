@@ -15,6 +15,7 @@
 #include "commands/progress.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/smgr.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
@@ -369,15 +370,19 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	return result;
 }
 
-/* The init fork of an unlogged index: an empty index, just a metapage. */
+/*
+ * The init fork of an unlogged index: an empty index, just a metapage. It is
+ * written and synced directly and WAL-logged as a full page, as btree does:
+ * a shared buffer of an unlogged relation is not written by checkpoints, and
+ * replaying a GenericXLog delta would not flush it either.
+ */
 void
 tsdgbuildempty(Relation index)
 {
 	TsdgBuildState bs;
 	TsdgLayout	layout;
 	TsdgMetaPageData meta;
-	Buffer		buf;
-	GenericXLogState *state;
+	Page		page;
 
 	MemSet(&bs, 0, sizeof(bs));
 	bs.metric = TsdgIndexMetric(index);
@@ -386,10 +391,12 @@ tsdgbuildempty(Relation index)
 	TsdgInitLayout(&layout, bs.dims, bs.params.degree, TSDG_METAPAGE_BLKNO + 1);
 	TsdgFillMeta(&meta, &bs, &layout);
 
-	buf = ReadBufferExtended(index, INIT_FORKNUM, P_NEW, RBM_NORMAL, NULL);
-	LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
-	state = GenericXLogStart(index);
-	TsdgInitMetaPage(GenericXLogRegisterBuffer(state, buf, GENERIC_XLOG_FULL_IMAGE), &meta);
-	GenericXLogFinish(state);
-	UnlockReleaseBuffer(buf);
+	page = (Page) palloc(BLCKSZ);
+	TsdgInitMetaPage(page, &meta);
+	PageSetChecksumInplace(page, TSDG_METAPAGE_BLKNO);
+	smgrwrite(RelationGetSmgr(index), INIT_FORKNUM, TSDG_METAPAGE_BLKNO, (char *) page, true);
+	log_newpage(&RelationGetSmgr(index)->smgr_rnode.node, INIT_FORKNUM, TSDG_METAPAGE_BLKNO,
+				page, true);
+	smgrimmedsync(RelationGetSmgr(index), INIT_FORKNUM);
+	pfree(page);
 }

@@ -350,6 +350,11 @@ TsdgNextGraphRow(Relation index, TsdgScanOpaque so)
 {
 	while (!so->graph_done)
 	{
+		if (so->graph_returned >= tsdg_max_scan_tuples)
+		{
+			so->graph_done = true;
+			break;
+		}
 		while (so->result_pos < so->result_count)
 		{
 			uint32		id = so->result_ids[so->result_pos];
@@ -376,8 +381,7 @@ TsdgNextGraphRow(Relation index, TsdgScanOpaque so)
 		 * This round is used up. A round that holds fewer than ef rows saw
 		 * every node it could reach, so only a full round is worth widening.
 		 */
-		if (so->graph_returned >= tsdg_max_scan_tuples ||
-			so->result_count < so->ef || (int64) so->ef >= (int64) so->meta.node_count)
+		if (so->result_count < so->ef || (int64) so->ef >= (int64) so->meta.node_count)
 			so->graph_done = true;
 		else
 		{

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Replication of tsdg indexes: a streaming replica made with pg_basebackup -R
+# answers index scans the same as its primary, for an index that existed at
+# the base backup and one built after it, through inserts and VACUUM.
+# Usage: tsdg_replica.sh WORKDIR (starts its own clusters on 54341 and 54342).
+source "$(dirname "$0")/../../scripts/common.sh"
+primary=$1/primary
+replica=$1/replica
+start_cluster "$primary" 54341
+trap 'stop_cluster "$replica"; stop_cluster "$primary"' EXIT
+
+sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
+answers() {
+  sql -At -h "$1" -p "$2" <<'SQL'
+SET enable_seqscan = off;
+SELECT string_agg(ids::text, ';' ORDER BY qid) FROM (
+  SELECT q.id AS qid,
+         ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS l2,
+         ARRAY(SELECT i.id FROM items i ORDER BY i.v <=> q.v LIMIT 10) AS ids
+  FROM queries q) s;
+SELECT concat_ws(',', rows, pending, deleted, graph_version) FROM tsdg_index_info('items_l2');
+SELECT concat_ws(',', rows, pending, deleted, graph_version) FROM tsdg_index_info('items_cos');
+SQL
+}
+wait_for_replay() {
+  local lsn
+  lsn=$(sql -At -h "$primary" -p 54341 -c "SELECT pg_current_wal_lsn()")
+  for _ in $(seq 1 300); do
+    if [ "$(sql -At -h "$replica" -p 54342 -c "SELECT pg_last_wal_replay_lsn() >= '$lsn'")" = t ]; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "FAIL: the replica did not replay up to $lsn"; exit 1
+}
+compare() {
+  local p r
+  wait_for_replay
+  p=$(answers "$primary" 54341)
+  r=$(answers "$replica" 54342)
+  if [ "$p" != "$r" ]; then
+    echo "FAIL: the replica answers differently $1"; echo "primary: $p"; echo "replica: $r"; exit 1
+  fi
+  echo "replica answers the same $1"
+}
+
+sql -h "$primary" -p 54341 <<'SQL'
+CREATE EXTENSION pg_tsdg;
+SELECT setseed(0.25);
+CREATE TABLE items (id int, v vector(16));
+INSERT INTO items SELECT i, (SELECT array_agg(random()::real) FROM generate_series(1, 16) WHERE i > 0)::vector
+  FROM generate_series(1, 4000) i;
+CREATE TABLE queries (id int, v vector(16));
+INSERT INTO queries SELECT i, (SELECT array_agg(random()::real) FROM generate_series(1, 16) WHERE i > 0)::vector
+  FROM generate_series(1, 10) i;
+CREATE INDEX items_l2 ON items USING tsdg (v vector_l2_ops);
+SQL
+
+mkdir -p "$replica"
+chown "$CLUSTER_USER" "$replica"
+as_cluster_user pg_basebackup -h "$primary" -p 54341 -U postgres -D "$replica/data" -R -X stream
+{
+  echo "port = 54342"
+  echo "unix_socket_directories = '$replica'"
+} >> "$replica/data/postgresql.conf"
+as_cluster_user pg_ctl -D "$replica/data" -l "$replica/server.log" -w start >/dev/null
+
+sql -h "$primary" -p 54341 -c "CREATE INDEX items_cos ON items USING tsdg (v vector_cosine_ops)"
+compare "after CREATE INDEX"
+
+sql -h "$primary" -p 54341 \
+    -c "INSERT INTO items SELECT i, (SELECT array_agg(random()::real) FROM generate_series(1, 16) WHERE i > 0)::vector FROM generate_series(4001, 4600) i"
+compare "after inserts"
+
+sql -h "$primary" -p 54341 -c "DELETE FROM items WHERE id % 4 = 0" -c "VACUUM items"
+compare "after VACUUM"
