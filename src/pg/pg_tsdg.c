@@ -13,5 +13,7 @@ PG_MODULE_MAGIC;
 void
 _PG_init(void)
 {
+	/* before TsdgInit, which reserves the tsdg. prefix once all GUCs exist */
+	TsdgWorkerInit();
 	TsdgInit();
 }

@@ -9,4 +9,7 @@ void		_PG_init(void);
 /* tsdg.c: reloptions and GUCs of the tsdg access method */
 void		TsdgInit(void);
 
+/* tsdgworker.c: GUCs and registration of the GPU worker (when preloaded) */
+void		TsdgWorkerInit(void);
+
 #endif							/* PG_TSDG_H */

@@ -1,8 +1,8 @@
 /*
  * CREATE INDEX for tsdg: the heap is scanned into (TID, vector) arrays held
  * within maintenance_work_mem, a graph builder turns the rows into the TSDG
- * graph (the CPU backend of the core today; the GPU worker plugs in at
- * TsdgComputeGraph), node pages are written in node order and WAL-logged as
+ * graph (on the GPU worker when it runs, else the CPU backend of the core;
+ * see TsdgComputeGraph), node pages are written in node order and WAL-logged as
  * whole pages, and the metapage is written last.
  */
 #include "postgres.h"
@@ -20,6 +20,7 @@
 #include "utils/rel.h"
 
 #include "tsdg.h"
+#include "tsdgworker.h"
 
 typedef struct TsdgBuildState
 {
@@ -195,10 +196,11 @@ TsdgReportCoreError(TsdgStatus status, const TsdgError *error, const char *what)
 
 /*
  * The graph builder: fills neighbors/lambdas (count * degree) for the loaded
- * rows. The CPU backend of the core does the work in this backend's process;
- * a GPU build goes through the background worker, which this build does not
- * have yet, so tsdg.device = gpu is refused rather than silently run on the
- * CPU.
+ * rows. The GPU worker builds it when it runs (the rows travel in a DSM
+ * segment); else, or when the worker cannot (no DSM, GPU out of memory), the
+ * CPU backend of the core does the work in this backend's process.
+ * tsdg.device = gpu without a worker is refused rather than silently run on
+ * the CPU.
  */
 static void
 TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
@@ -206,15 +208,19 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 	TsdgError	error;
 	TsdgStatus	status;
 
-	if (tsdg_device == TSDG_DEVICE_GPU)
+	if (tsdg_device == TSDG_DEVICE_GPU && !TsdgWorkerUsable())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("tsdg.device is \"gpu\" but no GPU worker is available"),
 				 errhint("SET tsdg.device = auto or cpu to build on the CPU.")));
 
-	status = tsdg_build_graph(NULL, bs->rows, bs->count, bs->dims, bs->metric, &bs->params,
-							  neighbors, lambdas, NULL, NULL,
-							  TsdgBuildPoll, bs, &error);
+	/* the worker declines (with a WARNING where it matters) and the CPU builds */
+	if (!TsdgWorkerBuildGraph(bs->index, bs->tids, bs->rows, bs->count, bs->dims, bs->metric,
+							  &bs->params, neighbors, lambdas, NULL, NULL,
+							  TsdgBuildPoll, bs, &status, &error))
+		status = tsdg_build_graph(NULL, bs->rows, bs->count, bs->dims, bs->metric, &bs->params,
+								  neighbors, lambdas, NULL, NULL,
+								  TsdgBuildPoll, bs, &error);
 	TsdgReportCoreError(status, &error, "index build");
 }
 

@@ -13,8 +13,9 @@
  * Node pages only change by VACUUM setting a deleted flag, so every read
  * takes a share lock on one page, copies what it needs and lets go.
  *
- * The seam for the GPU worker (issue 6) is TsdgGraphRound: a round may be
- * answered by the worker instead of by reading pages here.
+ * With the GPU worker running, the first round is answered by the worker
+ * (TsdgWorkerRound) instead of by reading pages here; wider rounds are
+ * searched here.
  */
 #include "postgres.h"
 
@@ -27,6 +28,7 @@
 #include "utils/rel.h"
 
 #include "tsdg.h"
+#include "tsdgworker.h"
 
 /* a pending row scored against the query */
 typedef struct TsdgPendingHit
@@ -182,6 +184,25 @@ TsdgExpand(Relation index, TsdgScanOpaque so)
 }
 
 /*
+ * The first round by the GPU worker, when it runs: the ids and distances it
+ * returns are read like a round of our own. A wider round later is searched
+ * here, from the entry points, skipping the nodes already returned.
+ */
+static bool
+TsdgWorkerRound(Relation index, TsdgScanOpaque so)
+{
+	so->result_ids = repalloc(so->result_ids, sizeof(uint32) * so->ef);
+	so->result_dists = repalloc(so->result_dists, sizeof(float) * so->ef);
+	if (!TsdgWorkerSearch(index, &so->meta, so->query, so->ef, so->ef, tsdg_lambda_search,
+						  so->result_ids, so->result_dists, &so->result_count))
+		return false;
+	for (int i = 0; i < so->result_count; i++)
+		TsdgCheckNodeId(index, so, so->result_ids[i]);
+	so->result_pos = 0;
+	return true;
+}
+
+/*
  * One round of the graph search at so->ef: the first round starts from the
  * metapage's entry points, later ones widen the previous round.
  */
@@ -190,7 +211,13 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 {
 	MemoryContext old_ctx = MemoryContextSwitchTo(so->ctx);
 
-	if (first)
+	if (first && TsdgWorkerRound(index, so))
+	{
+		MemoryContextSwitchTo(old_ctx);
+		return;
+	}
+	/* a first round, or a wider one after the worker answered the first */
+	if (so->search == NULL)
 	{
 		TsdgError	error;
 		MemoryContextCallback *cb;

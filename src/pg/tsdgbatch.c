@@ -1,0 +1,340 @@
+/*
+ * tsdg_search_batch(index regclass, queries vector[], k int)
+ *   RETURNS TABLE(query int, tid tid, distance real)
+ *
+ * Many searches in one call: on the GPU worker as one large batch when it
+ * runs, else on the CPU backend's batch search over the index read into
+ * memory. The pending rows are searched exactly and merged, as an index scan
+ * does, so a row is found whether or not it was merged into the graph yet.
+ * query is the ordinal of the query in the array (from 1); tid is the heap
+ * row, to join with the table on ctid.
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "access/relation.h"
+#include "catalog/index.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "storage/lmgr.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+
+#include "tsdg.h"
+#include "tsdgworker.h"
+
+#define TSDG_BATCH_MAX_K	1000
+
+PG_FUNCTION_INFO_V1(tsdg_search_batch);
+
+/* the queries of the array as one matrix; NULL and zero (cosine) queries have no row */
+typedef struct TsdgBatchQueries
+{
+	int			count;			/* elements of the array */
+	int			searchable;		/* rows of matrix */
+	int		   *ordinal;		/* per matrix row: its position in the array, from 1 */
+	float	   *matrix;
+} TsdgBatchQueries;
+
+static void
+TsdgCollectQueries(ArrayType *array, TsdgMetric metric, int dims, TsdgBatchQueries *queries)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("tsdg_search_batch takes a one-dimensional array of queries")));
+	get_typlenbyvalalign(ARR_ELEMTYPE(array), &typlen, &typbyval, &typalign);
+	deconstruct_array(array, ARR_ELEMTYPE(array), typlen, typbyval, typalign,
+					  &elems, &nulls, &queries->count);
+
+	queries->searchable = 0;
+	queries->ordinal = palloc(sizeof(int) * Max(queries->count, 1));
+	queries->matrix = MemoryContextAllocHuge(CurrentMemoryContext,
+											 sizeof(float) * dims * Max(queries->count, 1));
+	for (int i = 0; i < queries->count; i++)
+	{
+		float	   *vec;
+		int			vec_dims;
+
+		if (nulls[i])
+			continue;
+		vec = TsdgPrepareVector(elems[i], metric, &vec_dims);
+		if (vec_dims != dims)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_EXCEPTION),
+					 errmsg("different vector dimensions %d and %d", dims, vec_dims),
+					 errdetail("Query %d of the batch does not match the index.", i + 1)));
+		if (vec == NULL)
+			continue;
+		memcpy(queries->matrix + (Size) queries->searchable * dims, vec, sizeof(float) * dims);
+		queries->ordinal[queries->searchable++] = i + 1;
+		pfree(vec);
+	}
+}
+
+static void
+TsdgCheckCoreStatus(TsdgStatus status, const TsdgError *error)
+{
+	if (status != TSDG_OK)
+		ereport(ERROR,
+				(errcode(status == TSDG_ERR_OUT_OF_MEMORY ? ERRCODE_OUT_OF_MEMORY : ERRCODE_INTERNAL_ERROR),
+				 errmsg("tsdg batch search failed: %s", error->message)));
+}
+
+/*
+ * The CPU path: the graph read into memory and searched by the core's CPU
+ * backend, k results per query after deleted nodes are left out.
+ */
+static void
+TsdgCpuSearchBatch(Relation index, const TsdgMetaPageData *meta, const TsdgBatchQueries *queries,
+				   int k, int ef, ItemPointerData *tids, float *dists)
+{
+	TsdgIndexImage image;
+	TsdgResidentIndex *resident;
+	TsdgError	error;
+	int			wide_k = k + (meta->deleted_count > 0 ? Min(k, (int) meta->deleted_count) : 0);
+	int64		n = meta->node_count;
+	uint32	   *ids;
+	float	   *wide_dists;
+	TsdgStatus	status;
+
+	image.n = n;
+	image.dims = meta->dims;
+	image.degree = meta->degree;
+	image.rows = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * meta->dims * n);
+	image.neighbors = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * meta->degree * n);
+	image.lambdas = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint8) * meta->degree * n);
+	image.tids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(ItemPointerData) * n);
+	image.flags = MemoryContextAllocHuge(CurrentMemoryContext, n);
+	TsdgReadIndexImage(index, meta, &image);
+
+	ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * wide_k * queries->searchable);
+	wide_dists = MemoryContextAllocHuge(CurrentMemoryContext,
+										sizeof(float) * wide_k * queries->searchable);
+	resident = tsdg_index_upload(NULL, image.rows, n, meta->dims, (TsdgMetric) meta->metric,
+								 image.neighbors, image.lambdas, meta->degree, &error);
+	if (resident == NULL)
+		TsdgCheckCoreStatus(TSDG_ERR_OUT_OF_MEMORY, &error);
+	status = tsdg_index_search(resident, queries->matrix, queries->searchable, wide_k,
+							   Max(ef, wide_k), tsdg_lambda_search, ids, wide_dists, &error);
+	tsdg_index_free(resident);
+	TsdgCheckCoreStatus(status, &error);
+
+	for (int q = 0; q < queries->searchable; q++)
+	{
+		int			written = 0;
+
+		for (int j = 0; j < wide_k && written < k; j++)
+		{
+			uint32		id = ids[(Size) q * wide_k + j];
+
+			if (id == TSDG_INVALID_ID || id >= n)
+				break;
+			if (image.flags[id] & TSDG_NODE_DELETED)
+				continue;
+			tids[(Size) q * k + written] = image.tids[id];
+			dists[(Size) q * k + written] = wide_dists[(Size) q * wide_k + j];
+			written++;
+		}
+		for (; written < k; written++)
+		{
+			ItemPointerSetInvalid(&tids[(Size) q * k + written]);
+			dists[(Size) q * k + written] = INFINITY;
+		}
+	}
+}
+
+/* Reads the pending rows; returns how many. */
+static int64
+TsdgReadPending(Relation index, const TsdgMetaPageData *meta, float **rows, ItemPointerData **tids)
+{
+	TsdgLayout	layout;
+	BlockNumber blkno = meta->pending_head;
+	int64		capacity = Max(meta->pending_count, 16);
+	int64		count = 0;
+
+	TsdgLayoutFromMeta(&layout, meta);
+	*rows = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * layout.dims * capacity);
+	*tids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(ItemPointerData) * capacity);
+	while (BlockNumberIsValid(blkno))
+	{
+		Buffer		buf = ReadBuffer(index, blkno);
+		Page		page;
+		int			records;
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		records = TsdgPageRecordCount(page, layout.pending_size);
+		for (int i = 0; i < records; i++)
+		{
+			char	   *rec = PageGetContents(page) + layout.pending_size * i;
+
+			if (count == capacity)
+			{
+				capacity *= 2;
+				*rows = repalloc_huge(*rows, sizeof(float) * layout.dims * capacity);
+				*tids = repalloc_huge(*tids, sizeof(ItemPointerData) * capacity);
+			}
+			(*tids)[count] = ((TsdgPendingHeader *) rec)->heaptid;
+			memcpy(*rows + count * layout.dims, TsdgRecordVector(rec), sizeof(float) * layout.dims);
+			count++;
+		}
+		blkno = TsdgPageGetOpaque(page)->next;
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
+	return count;
+}
+
+/* Merges the exact k nearest pending rows into each query's k graph results. */
+static void
+TsdgMergePending(Relation index, const TsdgMetaPageData *meta, const TsdgBatchQueries *queries,
+				 int k, ItemPointerData *tids, float *dists)
+{
+	float	   *rows;
+	ItemPointerData *pending_tids;
+	int64		np = TsdgReadPending(index, meta, &rows, &pending_tids);
+	uint32	   *ids;
+	float	   *pdists;
+	ItemPointerData *merged_tids;
+	float	   *merged_dists;
+	TsdgError	error;
+
+	if (np == 0)
+		return;
+	ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * k * queries->searchable);
+	pdists = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * k * queries->searchable);
+	TsdgCheckCoreStatus(tsdg_exact_knn(NULL, rows, np, queries->matrix, queries->searchable,
+									   meta->dims, (TsdgMetric) meta->metric, k, ids, pdists,
+									   &error), &error);
+
+	merged_tids = palloc(sizeof(ItemPointerData) * k);
+	merged_dists = palloc(sizeof(float) * k);
+	for (int q = 0; q < queries->searchable; q++)
+	{
+		ItemPointerData *gt = tids + (Size) q * k;
+		float	   *gd = dists + (Size) q * k;
+		uint32	   *pi = ids + (Size) q * k;
+		float	   *pd = pdists + (Size) q * k;
+		int			g = 0,
+					p = 0;
+
+		for (int out = 0; out < k; out++)
+		{
+			bool		take_pending = p < k && pi[p] != TSDG_INVALID_ID &&
+				(g >= k || !ItemPointerIsValid(&gt[g]) || pd[p] < gd[g]);
+
+			if (take_pending)
+			{
+				merged_tids[out] = pending_tids[pi[p]];
+				merged_dists[out] = pd[p++];
+			}
+			else if (g < k)
+			{
+				merged_tids[out] = gt[g];
+				merged_dists[out] = gd[g++];
+			}
+		}
+		memcpy(gt, merged_tids, sizeof(ItemPointerData) * k);
+		memcpy(gd, merged_dists, sizeof(float) * k);
+	}
+}
+
+Datum
+tsdg_search_batch(PG_FUNCTION_ARGS)
+{
+	Oid			index_oid = PG_GETARG_OID(0);
+	ArrayType  *array = PG_GETARG_ARRAYTYPE_P(1);
+	int			k = PG_GETARG_INT32(2);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			heap_oid;
+	Relation	index;
+	TsdgMetaPageData meta;
+	TsdgBatchQueries queries;
+	ItemPointerData *tids;
+	float	   *dists;
+	int			ef;
+
+	if (k < 1 || k > TSDG_BATCH_MAX_K)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("k must be between 1 and %d", TSDG_BATCH_MAX_K)));
+	InitMaterializedSRF(fcinfo, 0);
+
+	heap_oid = IndexGetRelation(index_oid, true);
+	if (!OidIsValid(heap_oid))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("relation with OID %u is not an index", index_oid)));
+	if (pg_class_aclcheck(heap_oid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(heap_oid));
+	LockRelationOid(heap_oid, AccessShareLock);
+	index = index_open(index_oid, AccessShareLock);
+	if (index->rd_indam->ambuild != tsdgbuild)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(index))));
+
+	TsdgReadMeta(index, &meta);
+	if (meta.dims == 0)
+	{
+		/* an index built on an empty table: no row to find */
+		index_close(index, AccessShareLock);
+		return (Datum) 0;
+	}
+	TsdgCollectQueries(array, (TsdgMetric) meta.metric, meta.dims, &queries);
+	if (queries.searchable == 0)
+	{
+		index_close(index, AccessShareLock);
+		return (Datum) 0;
+	}
+
+	ef = Max(tsdg_ef_search, k);
+	tids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(ItemPointerData) * k * queries.searchable);
+	dists = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * k * queries.searchable);
+	if (meta.node_count == 0)
+	{
+		for (Size i = 0; i < (Size) k * queries.searchable; i++)
+		{
+			ItemPointerSetInvalid(&tids[i]);
+			dists[i] = INFINITY;
+		}
+	}
+	else if (!TsdgWorkerSearchBatch(index, &meta, queries.matrix, queries.searchable, k, ef,
+									tsdg_lambda_search, tids, dists))
+		TsdgCpuSearchBatch(index, &meta, &queries, k, ef, tids, dists);
+	TsdgMergePending(index, &meta, &queries, k, tids, dists);
+
+	for (int q = 0; q < queries.searchable; q++)
+	{
+		for (int j = 0; j < k; j++)
+		{
+			Datum		values[3];
+			bool		nulls[3] = {false, false, false};
+			ItemPointer tid = palloc(sizeof(ItemPointerData));
+			float		d = dists[(Size) q * k + j];
+
+			*tid = tids[(Size) q * k + j];
+			if (!ItemPointerIsValid(tid))
+				break;
+			values[0] = Int32GetDatum(queries.ordinal[q]);
+			values[1] = PointerGetDatum(tid);
+			values[2] = Float4GetDatum(meta.metric == TSDG_METRIC_L2 ? sqrtf(Max(d, 0.0f)) : d);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	}
+	index_close(index, AccessShareLock);
+	return (Datum) 0;
+}

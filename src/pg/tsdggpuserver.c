@@ -1,0 +1,893 @@
+/*
+ * The GPU server: the process that owns the CUDA context. It is forked by the
+ * supervisor background worker (tsdgworker.c) and is not itself a PostgreSQL
+ * backend: it has no PGPROC, takes no LWLock and runs no transaction. It
+ * sees the request slots in shared memory (tsdgipc.h), maps the sessions' DSM
+ * segments by handle, and answers:
+ *
+ *   searches  every query waiting in any slot is taken as one batch (after up
+ *             to tsdg.batch_wait_us for the sessions that were active lately),
+ *             grouped by index and settings, and searched with one call per
+ *             group, so the backend picks its small- or large-batch kernel
+ *             from the batch size;
+ *   loads     an index image shipped by a session becomes a resident index,
+ *             keyed by (database, relfilenode, graph_version, deleted count),
+ *             evicted least recently used under tsdg.gpu_memory_limit;
+ *   builds    GNND and both diversification stages on the device, with the
+ *             session's cancel flag polled; the fresh graph stays resident.
+ *
+ * Anything that fails is answered with a reply code, and the session falls
+ * back to the CPU; the process only exits on shutdown or a fatal error, and
+ * the supervisor restarts it.
+ */
+#include "postgres.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "utils/ps_status.h"
+#include "utils/timestamp.h"
+
+#include "tsdgipc.h"
+#include "tsdgworker.h"
+
+/* the sessions that submitted within this window are expected back soon */
+#define TSDG_ACTIVE_WINDOW_US	10000
+/* a load promised to a session expires if it never arrives */
+#define TSDG_LOAD_PROMISE_US	(60 * 1000000L)
+#define TSDG_MAX_PROMISES		16
+
+typedef struct ResidentIndex
+{
+	bool		used;
+	TsdgIndexKey key;
+	TsdgResidentIndex *index;
+	int64		n;
+	int			dims;
+	TsdgMetric	metric;
+	ItemPointerData *tids;		/* n, for batch answers */
+	uint8	   *flags;			/* n node flags, NULL when none is deleted */
+	/* host copies the CPU backend searches in place (NULL on the GPU) */
+	float	   *rows;
+	uint32	   *neighbors;
+	uint8	   *lambdas;
+	int64		bytes;
+	TimestampTz loaded_at;
+	TimestampTz last_used;
+} ResidentIndex;
+
+typedef struct LoadPromise
+{
+	TsdgIndexKey key;
+	TimestampTz promised_at;
+} LoadPromise;
+
+/* a request taken out of its slot for this batch */
+typedef struct TakenRequest
+{
+	TsdgRequestSlot *slot;
+	TsdgRequestSlot copy;		/* without the payload */
+	float	   *query;			/* inline searches */
+	bool		done;
+} TakenRequest;
+
+static TsdgBackend *device_backend = NULL;	/* NULL: the core's CPU backend */
+static ResidentIndex residents[TSDG_MAX_CACHED_INDEXES];
+static LoadPromise promises[TSDG_MAX_PROMISES];
+static TimestampTz *last_taken;		/* per slot: when its last request was taken */
+static int	ring_start = 0;
+static volatile sig_atomic_t shutdown_requested = false;
+
+/* ---- signals ---- */
+
+static void
+TsdgServerSigterm(SIGNAL_ARGS)
+{
+	int			save_errno = errno;
+
+	shutdown_requested = true;
+	(void) sem_post(&TsdgShared->wakeup);
+	errno = save_errno;
+}
+
+static bool
+KeysEqual(const TsdgIndexKey *a, const TsdgIndexKey *b)
+{
+	return a->database == b->database && a->relfilenode == b->relfilenode &&
+		a->graph_version == b->graph_version && a->deleted_count == b->deleted_count &&
+		a->node_count == b->node_count;
+}
+
+/* ---- the resident indexes ---- */
+
+static void
+PublishResidents(void)
+{
+	int			count = 0;
+	int64		used = 0;
+
+	SpinLockAcquire(&TsdgShared->mutex);
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	{
+		TsdgCachedIndexInfo *info;
+
+		if (!residents[i].used)
+			continue;
+		info = &TsdgShared->cached[count++];
+		info->key = residents[i].key;
+		info->bytes = residents[i].bytes;
+		info->loaded_at = residents[i].loaded_at;
+		info->last_used = residents[i].last_used;
+		used += residents[i].bytes;
+	}
+	TsdgShared->cached_count = count;
+	TsdgShared->memory_used = used;
+	SpinLockRelease(&TsdgShared->mutex);
+}
+
+static ResidentIndex *
+FindResident(const TsdgIndexKey *key)
+{
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		if (residents[i].used && KeysEqual(&residents[i].key, key))
+			return &residents[i];
+	return NULL;
+}
+
+static void
+FreeResident(ResidentIndex *r, const char *why)
+{
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: dropped index %u/%u version " UINT64_FORMAT " (%lld MB): %s",
+					r->key.database, r->key.relfilenode, r->key.graph_version,
+					(long long) (r->bytes >> 20), why)));
+	tsdg_index_free(r->index);
+	free(r->tids);
+	free(r->flags);
+	free(r->rows);
+	free(r->neighbors);
+	free(r->lambdas);
+	memset(r, 0, sizeof(ResidentIndex));
+}
+
+static ResidentIndex *
+LeastRecentlyUsed(void)
+{
+	ResidentIndex *lru = NULL;
+
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		if (residents[i].used && (lru == NULL || residents[i].last_used < lru->last_used))
+			lru = &residents[i];
+	return lru;
+}
+
+/* Makes room for bytes more under tsdg.gpu_memory_limit and for a free entry. */
+static void
+EvictFor(int64 bytes)
+{
+	int64		limit = TsdgShared->memory_limit_bytes;
+	int64		used = 0;
+	bool		free_entry = false;
+
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	{
+		used += residents[i].used ? residents[i].bytes : 0;
+		free_entry |= !residents[i].used;
+	}
+	while ((limit > 0 && used + bytes > limit) || !free_entry)
+	{
+		ResidentIndex *lru = LeastRecentlyUsed();
+
+		if (lru == NULL)
+			break;
+		used -= lru->bytes;
+		FreeResident(lru, "least recently used, to make room under tsdg.gpu_memory_limit");
+		free_entry = true;
+	}
+}
+
+static void
+EvictAll(const char *why)
+{
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		if (residents[i].used)
+			FreeResident(&residents[i], why);
+	PublishResidents();
+}
+
+static int64
+ResidentBytesEstimate(int64 n, int dims, int degree)
+{
+	return n * ((int64) sizeof(float) * dims + (int64) (sizeof(uint32) + sizeof(uint8)) * degree);
+}
+
+static void *
+CopyOut(const void *src, Size bytes)
+{
+	void	   *dst = malloc(Max(bytes, 1));
+
+	if (dst != NULL && bytes > 0)
+		memcpy(dst, src, bytes);
+	return dst;
+}
+
+/*
+ * Makes a graph resident. rows/neighbors/lambdas may be freed by the caller
+ * afterwards. On failure returns the status with error filled.
+ */
+static TsdgStatus
+AddResident(const TsdgIndexKey *key, const float *rows, int64 n, int dims, int degree,
+			TsdgMetric metric, const uint32 *neighbors, const uint8 *lambdas,
+			const ItemPointerData *tids, const uint8 *flags, TsdgError *error)
+{
+	ResidentIndex *r = NULL;
+	int64		estimate = ResidentBytesEstimate(n, dims, degree);
+	bool		any_deleted = false;
+
+	EvictFor(estimate);
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES && r == NULL; i++)
+		if (!residents[i].used)
+			r = &residents[i];
+	Assert(r != NULL);
+
+	memset(r, 0, sizeof(ResidentIndex));
+	r->tids = CopyOut(tids, sizeof(ItemPointerData) * n);
+	for (int64 i = 0; flags != NULL && i < n && !any_deleted; i++)
+		any_deleted = (flags[i] & TSDG_NODE_DELETED) != 0;
+	if (any_deleted)
+		r->flags = CopyOut(flags, n);
+	if (device_backend == NULL)
+	{
+		r->rows = CopyOut(rows, sizeof(float) * n * dims);
+		r->neighbors = CopyOut(neighbors, sizeof(uint32) * n * degree);
+		r->lambdas = CopyOut(lambdas, n * degree);
+		rows = r->rows;
+		neighbors = r->neighbors;
+		lambdas = r->lambdas;
+	}
+	if (r->tids == NULL || (any_deleted && r->flags == NULL) ||
+		(device_backend == NULL && (r->rows == NULL || r->neighbors == NULL || r->lambdas == NULL)))
+	{
+		strlcpy(error->message, "out of host memory for the index copy", sizeof(error->message));
+		free(r->tids);
+		free(r->flags);
+		free(r->rows);
+		free(r->neighbors);
+		free(r->lambdas);
+		memset(r, 0, sizeof(ResidentIndex));
+		return TSDG_ERR_OUT_OF_MEMORY;
+	}
+
+	r->index = tsdg_index_upload(device_backend, rows, n, dims, metric, neighbors, lambdas,
+								 degree, error);
+	if (r->index == NULL && LeastRecentlyUsed() != NULL)
+	{
+		/* the device may be full of other indexes: drop them and try again */
+		EvictAll("device out of memory for a new index");
+		r->index = tsdg_index_upload(device_backend, rows, n, dims, metric, neighbors, lambdas,
+									 degree, error);
+	}
+	if (r->index == NULL)
+	{
+		free(r->tids);
+		free(r->flags);
+		free(r->rows);
+		free(r->neighbors);
+		free(r->lambdas);
+		memset(r, 0, sizeof(ResidentIndex));
+		return strstr(error->message, "memory") != NULL ? TSDG_ERR_OUT_OF_MEMORY : TSDG_ERR_DEVICE;
+	}
+
+	r->used = true;
+	r->key = *key;
+	r->n = n;
+	r->dims = dims;
+	r->metric = metric;
+	r->bytes = (int64) tsdg_index_memory_bytes(r->index);
+	r->loaded_at = r->last_used = GetCurrentTimestamp();
+	PublishResidents();
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: loaded index %u/%u version " UINT64_FORMAT ": %lld rows of %d dimensions, %lld MB on %s",
+					key->database, key->relfilenode, key->graph_version, (long long) n, dims,
+					(long long) (r->bytes >> 20), tsdg_backend_name(device_backend))));
+	return TSDG_OK;
+}
+
+/* ---- load promises: one session ships a missing index, the others use the CPU ---- */
+
+static bool
+PromiseLoad(const TsdgIndexKey *key)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	LoadPromise *free_promise = NULL;
+
+	for (int i = 0; i < TSDG_MAX_PROMISES; i++)
+	{
+		LoadPromise *p = &promises[i];
+
+		if (p->promised_at != 0 && now - p->promised_at > TSDG_LOAD_PROMISE_US)
+			p->promised_at = 0;
+		if (p->promised_at != 0 && KeysEqual(&p->key, key))
+			return false;
+		if (p->promised_at == 0 && free_promise == NULL)
+			free_promise = p;
+	}
+	if (free_promise == NULL)
+		return false;
+	free_promise->key = *key;
+	free_promise->promised_at = now;
+	return true;
+}
+
+static void
+ForgetPromise(const TsdgIndexKey *key)
+{
+	for (int i = 0; i < TSDG_MAX_PROMISES; i++)
+		if (promises[i].promised_at != 0 && KeysEqual(&promises[i].key, key))
+			promises[i].promised_at = 0;
+}
+
+/* ---- bulk segments ---- */
+
+typedef struct BulkMapping
+{
+	dsm_handle	handle;
+	void	   *impl_private;
+	void	   *address;
+	Size		size;
+} BulkMapping;
+
+static bool
+MapBulk(const TsdgRequestSlot *request, BulkMapping *map)
+{
+	memset(map, 0, sizeof(BulkMapping));
+	map->handle = request->bulk_handle;
+	if (!dsm_impl_op(DSM_OP_ATTACH, map->handle, 0, &map->impl_private, &map->address,
+					 &map->size, LOG))
+		return false;
+	if (map->size < request->bulk_size ||
+		((TsdgBulkHeader *) map->address)->total_size != request->bulk_size)
+	{
+		(void) dsm_impl_op(DSM_OP_DETACH, map->handle, 0, &map->impl_private, &map->address,
+						   &map->size, LOG);
+		return false;
+	}
+	return true;
+}
+
+static void
+UnmapBulk(BulkMapping *map)
+{
+	(void) dsm_impl_op(DSM_OP_DETACH, map->handle, 0, &map->impl_private, &map->address,
+					   &map->size, LOG);
+}
+
+static TsdgReply
+ReplyOf(TsdgStatus status)
+{
+	switch (status)
+	{
+		case TSDG_OK:
+			return TSDG_REPLY_OK;
+		case TSDG_ERR_OUT_OF_MEMORY:
+			return TSDG_REPLY_OUT_OF_MEMORY;
+		case TSDG_ERR_CANCELLED:
+			return TSDG_REPLY_CANCELLED;
+		default:
+			return TSDG_REPLY_FAILED;
+	}
+}
+
+/* ---- searches ---- */
+
+/*
+ * Answers every search in taken[] that shares the first one's index and
+ * settings with one search call.
+ */
+static void
+ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
+{
+	const TsdgSearchArgs *args = &taken[first].copy.args.search;
+	int		   *members = palloc(sizeof(int) * ntaken);
+	int			nq = 0;
+	ResidentIndex *r = FindResident(&args->key);
+	int			k = Min(args->k, TSDG_SLOT_MAX_RESULTS);
+
+	for (int i = first; i < ntaken; i++)
+	{
+		const TsdgSearchArgs *other = &taken[i].copy.args.search;
+
+		if (taken[i].done || taken[i].copy.kind != TSDG_REQUEST_SEARCH ||
+			!KeysEqual(&other->key, &args->key) || other->k != args->k ||
+			other->ef != args->ef || other->lambda_limit != args->lambda_limit ||
+			other->dims != args->dims)
+			continue;
+		members[nq++] = i;
+		taken[i].done = true;
+	}
+
+	if (r == NULL || r->dims != args->dims)
+	{
+		/* the first asker ships the index; the others search on the CPU meanwhile */
+		bool		promised = r == NULL && PromiseLoad(&args->key);
+
+		for (int m = 0; m < nq; m++)
+		{
+			TakenRequest *t = &taken[members[m]];
+
+			TsdgIpcAnswer(t->slot, t->copy.request_id,
+						  m == 0 && promised ? TSDG_REPLY_NEED_INDEX : TSDG_REPLY_NOT_RESIDENT,
+						  0, NULL, NULL, 0, NULL);
+		}
+	}
+	else
+	{
+		float	   *queries = palloc(sizeof(float) * args->dims * nq);
+		uint32	   *ids = palloc(sizeof(uint32) * k * nq);
+		float	   *dists = palloc(sizeof(float) * k * nq);
+		TsdgError	error;
+		TsdgStatus	status;
+
+		for (int m = 0; m < nq; m++)
+			memcpy(queries + (Size) m * args->dims, taken[members[m]].query,
+				   sizeof(float) * args->dims);
+		r->last_used = GetCurrentTimestamp();
+		status = tsdg_index_search(r->index, queries, nq, k, Max(args->ef, k),
+								   args->lambda_limit, ids, dists, &error);
+		for (int m = 0; m < nq; m++)
+		{
+			TakenRequest *t = &taken[members[m]];
+			const uint32 *qids = ids + (Size) m * k;
+			int			count = 0;
+
+			if (status == TSDG_OK)
+				while (count < k && qids[count] != TSDG_INVALID_ID)
+					count++;
+			TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), count,
+						  dists + (Size) m * k, qids, k,
+						  status == TSDG_OK ? NULL : error.message);
+		}
+		pg_atomic_fetch_add_u64(&TsdgShared->batches, 1);
+		pg_atomic_fetch_add_u64(&TsdgShared->batched_queries, nq);
+		pfree(queries);
+		pfree(ids);
+		pfree(dists);
+	}
+	pfree(members);
+}
+
+/*
+ * A batch of queries in a DSM segment, answered as heap TIDs: the session does
+ * not read a page per result. Deleted nodes are skipped, so the search asks
+ * for as many more results as the index has deleted nodes, up to k more.
+ */
+static void
+ServeSearchBatch(TakenRequest *t)
+{
+	const TsdgSearchArgs *args = &t->copy.args.search;
+	ResidentIndex *r = FindResident(&args->key);
+	BulkMapping map;
+	TsdgBulkHeader *header;
+	TsdgError	error;
+	TsdgStatus	status;
+	int			k = args->k;
+	int			wide_k;
+	uint32	   *ids;
+	float	   *dists;
+	ItemPointerData *out_tids;
+	float	   *out_dists;
+
+	t->done = true;
+	if (r == NULL || r->dims != args->dims)
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id,
+					  r == NULL && PromiseLoad(&args->key) ? TSDG_REPLY_NEED_INDEX : TSDG_REPLY_NOT_RESIDENT,
+					  0, NULL, NULL, 0, NULL);
+		return;
+	}
+	if (!MapBulk(&t->copy, &map))
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, 0,
+					  "the GPU worker could not map the batch's shared memory segment");
+		return;
+	}
+	header = (TsdgBulkHeader *) map.address;
+	wide_k = r->flags != NULL ? k + Min(k, (int) args->key.deleted_count) : k;
+	ids = malloc(sizeof(uint32) * (Size) wide_k * args->nq);
+	dists = malloc(sizeof(float) * (Size) wide_k * args->nq);
+	if (ids == NULL || dists == NULL)
+	{
+		status = TSDG_ERR_OUT_OF_MEMORY;
+		strlcpy(error.message, "out of host memory for the batch's results", sizeof(error.message));
+	}
+	else
+	{
+		r->last_used = GetCurrentTimestamp();
+		status = tsdg_index_search(r->index, TsdgBulkArray(map.address, header->queries),
+								   args->nq, wide_k, Max(args->ef, wide_k), args->lambda_limit,
+								   ids, dists, &error);
+	}
+	if (status == TSDG_OK)
+	{
+		out_tids = TsdgBulkArray(map.address, header->tids);
+		out_dists = TsdgBulkArray(map.address, header->dists);
+		for (int q = 0; q < args->nq; q++)
+		{
+			int			written = 0;
+
+			for (int j = 0; j < wide_k && written < k; j++)
+			{
+				uint32		id = ids[(Size) q * wide_k + j];
+
+				if (id == TSDG_INVALID_ID || id >= r->n)
+					break;
+				if (r->flags != NULL && (r->flags[id] & TSDG_NODE_DELETED))
+					continue;
+				out_tids[(Size) q * k + written] = r->tids[id];
+				out_dists[(Size) q * k + written] = dists[(Size) q * wide_k + j];
+				written++;
+			}
+			for (; written < k; written++)
+			{
+				ItemPointerSetInvalid(&out_tids[(Size) q * k + written]);
+				out_dists[(Size) q * k + written] = INFINITY;
+			}
+		}
+		pg_atomic_fetch_add_u64(&TsdgShared->batches, 1);
+		pg_atomic_fetch_add_u64(&TsdgShared->batched_queries, args->nq);
+	}
+	free(ids);
+	free(dists);
+	UnmapBulk(&map);
+	TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), status == TSDG_OK ? args->nq : 0,
+				  NULL, NULL, 0, status == TSDG_OK ? NULL : error.message);
+}
+
+/* ---- loads and builds ---- */
+
+static void
+ServeLoad(TakenRequest *t)
+{
+	const TsdgLoadArgs *args = &t->copy.args.load;
+	BulkMapping map;
+	TsdgBulkHeader *header;
+	TsdgError	error;
+	TsdgStatus	status;
+
+	t->done = true;
+	ForgetPromise(&args->key);
+	if (FindResident(&args->key) != NULL)
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, 0, NULL);
+		return;
+	}
+	if (!MapBulk(&t->copy, &map))
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, 0,
+					  "the GPU worker could not map the index image's shared memory segment");
+		return;
+	}
+	header = (TsdgBulkHeader *) map.address;
+	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
+	status = AddResident(&args->key, TsdgBulkArray(map.address, header->rows), args->n,
+						 args->dims, args->degree, args->metric,
+						 TsdgBulkArray(map.address, header->neighbors),
+						 TsdgBulkArray(map.address, header->lambdas),
+						 TsdgBulkArray(map.address, header->tids),
+						 TsdgBulkArray(map.address, header->flags), &error);
+	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+	UnmapBulk(&map);
+	if (status == TSDG_OK)
+		pg_atomic_fetch_add_u64(&TsdgShared->loads, 1);
+	else
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: could not load index %u/%u version " UINT64_FORMAT ": %s",
+						args->key.database, args->key.relfilenode, args->key.graph_version,
+						error.message)));
+	TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), 0, NULL, NULL, 0,
+				  status == TSDG_OK ? NULL : error.message);
+}
+
+typedef struct BuildPollState
+{
+	TakenRequest *request;
+	TakenRequest *others;		/* the rest of this batch, to turn away */
+	int			nothers;
+} BuildPollState;
+
+/* Sends searches that arrive during a build to the CPU instead of making them wait. */
+static void
+TurnAwaySearches(void)
+{
+	for (int i = 0; i < TsdgShared->slot_count; i++)
+	{
+		TsdgRequestSlot *slot = &TsdgShared->slots[i];
+		TsdgRequestSlot copy;
+
+		if (slot->state != TSDG_SLOT_QUEUED || slot->kind == TSDG_REQUEST_BUILD ||
+			slot->kind == TSDG_REQUEST_LOAD_INDEX)
+			continue;
+		if (TsdgIpcTake(slot, &copy, NULL))
+			TsdgIpcAnswer(slot, copy.request_id, TSDG_REPLY_BUSY, 0, NULL, NULL, 0, NULL);
+	}
+}
+
+static bool
+BuildPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
+{
+	BuildPollState *state = (BuildPollState *) arg;
+	TakenRequest *t = state->request;
+
+	TsdgIpcReportProgress(t->slot, t->copy.request_id, (int) phase, done, total);
+	TurnAwaySearches();
+	return shutdown_requested || TsdgIpcCancelRequested(t->slot, t->copy.request_id);
+}
+
+static void
+ServeBuild(TakenRequest *t)
+{
+	const TsdgBuildArgs *args = &t->copy.args.build;
+	BulkMapping map;
+	TsdgBulkHeader *header;
+	TsdgError	error;
+	TsdgStatus	status;
+	BuildPollState poll = {t, NULL, 0};
+	const float *rows;
+	uint32	   *neighbors;
+	uint8	   *lambdas;
+
+	t->done = true;
+	if (!MapBulk(&t->copy, &map))
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, 0,
+					  "the GPU worker could not map the build's shared memory segment");
+		return;
+	}
+	header = (TsdgBulkHeader *) map.address;
+	rows = TsdgBulkArray(map.address, header->rows);
+	neighbors = TsdgBulkArray(map.address, header->neighbors);
+	lambdas = TsdgBulkArray(map.address, header->lambdas);
+
+	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: building the graph of %lld rows of %d dimensions for index %u/%u on %s",
+					(long long) args->n, args->dims, args->key.database, args->key.relfilenode,
+					tsdg_backend_name(device_backend))));
+	status = tsdg_build_graph(device_backend, rows, args->n, args->dims, args->metric,
+							  &args->params, neighbors, lambdas,
+							  TsdgBulkArray(map.address, header->knn_ids),
+							  TsdgBulkArray(map.address, header->knn_dists),
+							  BuildPoll, &poll, &error);
+	if (status == TSDG_ERR_OUT_OF_MEMORY && LeastRecentlyUsed() != NULL)
+	{
+		EvictAll("device out of memory for a build");
+		status = tsdg_build_graph(device_backend, rows, args->n, args->dims, args->metric,
+								  &args->params, neighbors, lambdas,
+								  TsdgBulkArray(map.address, header->knn_ids),
+								  TsdgBulkArray(map.address, header->knn_dists),
+								  BuildPoll, &poll, &error);
+	}
+
+	if (status == TSDG_OK)
+	{
+		pg_atomic_fetch_add_u64(&TsdgShared->builds, 1);
+		/* answer first: the session writes its pages while the graph is uploaded */
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, 0, NULL);
+		if (args->key.relfilenode != InvalidOid && FindResident(&args->key) == NULL)
+		{
+			TsdgError	load_error;
+
+			if (AddResident(&args->key, rows, args->n, args->dims, args->params.degree,
+							args->metric, neighbors, lambdas,
+							TsdgBulkArray(map.address, header->tids), NULL,
+							&load_error) != TSDG_OK)
+				ereport(LOG,
+						(errmsg("pg_tsdg GPU worker: the new graph of index %u/%u stays on disk only: %s",
+								args->key.database, args->key.relfilenode, load_error.message)));
+		}
+	}
+	else
+	{
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: build for index %u/%u %s: %s",
+						args->key.database, args->key.relfilenode,
+						status == TSDG_ERR_CANCELLED ? "cancelled" : "failed", error.message)));
+		TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), 0, NULL, NULL, 0,
+					  error.message);
+	}
+	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+	UnmapBulk(&map);
+}
+
+/* ---- the request loop ---- */
+
+static void
+SemWaitUntil(TimestampTz deadline)
+{
+	long		secs;
+	int			usecs;
+	struct timespec ts;
+
+	TimestampDifference(GetCurrentTimestamp(), deadline, &secs, &usecs);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += secs;
+	ts.tv_nsec += (long) usecs * 1000;
+	if (ts.tv_nsec >= 1000000000L)
+	{
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	while (sem_timedwait(&TsdgShared->wakeup, &ts) != 0 && errno == EINTR && !shutdown_requested)
+		;
+}
+
+/* how many sessions submitted lately: the batch waits for about that many */
+static int
+RecentlyActiveSessions(TimestampTz now)
+{
+	int			active = 0;
+
+	for (int i = 0; i < TsdgShared->slot_count; i++)
+		if (last_taken[i] != 0 && now - last_taken[i] < TSDG_ACTIVE_WINDOW_US)
+			active++;
+	return active;
+}
+
+/*
+ * Waits for the first request, then up to tsdg.batch_wait_us while fewer
+ * requests are queued than sessions were active lately.
+ */
+static void
+WaitForBatch(void)
+{
+	TimestampTz deadline;
+	int			expected;
+
+	while (pg_atomic_read_u32(&TsdgShared->queued) == 0 && !shutdown_requested)
+		SemWaitUntil(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000));
+	if (shutdown_requested || TsdgShared->batch_wait_us <= 0)
+		return;
+
+	expected = RecentlyActiveSessions(GetCurrentTimestamp());
+	deadline = GetCurrentTimestamp() + TsdgShared->batch_wait_us;
+	while ((int) pg_atomic_read_u32(&TsdgShared->queued) < expected &&
+		   GetCurrentTimestamp() < deadline && !shutdown_requested)
+		SemWaitUntil(deadline);
+}
+
+static void
+ServeBatch(TakenRequest *taken)
+{
+	int			ntaken = 0;
+	int			nslots = TsdgShared->slot_count;
+	TimestampTz now = GetCurrentTimestamp();
+
+	/* drain the wake-ups counted so far: the scan below sees their requests */
+	while (sem_trywait(&TsdgShared->wakeup) == 0)
+		;
+
+	for (int n = 0; n < nslots; n++)
+	{
+		int			i = (ring_start + n) % nslots;
+		TsdgRequestSlot *slot = &TsdgShared->slots[i];
+		TakenRequest *t = &taken[ntaken];
+
+		if (slot->state != TSDG_SLOT_QUEUED)
+			continue;
+		if (!TsdgIpcTake(slot, &t->copy, t->query))
+			continue;
+		t->slot = slot;
+		t->done = false;
+		last_taken[i] = now;
+		ntaken++;
+	}
+	ring_start = (ring_start + 1) % nslots;
+
+	/* searches first, so that a build in the same batch does not delay them */
+	for (int i = 0; i < ntaken; i++)
+		if (!taken[i].done && taken[i].copy.kind == TSDG_REQUEST_SEARCH)
+			ServeSearchGroup(taken, ntaken, i);
+	for (int i = 0; i < ntaken; i++)
+		if (!taken[i].done && taken[i].copy.kind == TSDG_REQUEST_SEARCH_BATCH)
+			ServeSearchBatch(&taken[i]);
+	for (int i = 0; i < ntaken; i++)
+		if (!taken[i].done && taken[i].copy.kind == TSDG_REQUEST_LOAD_INDEX)
+			ServeLoad(&taken[i]);
+	for (int i = 0; i < ntaken; i++)
+		if (!taken[i].done && taken[i].copy.kind == TSDG_REQUEST_BUILD)
+			ServeBuild(&taken[i]);
+}
+
+/* Becomes a process of its own: no PGPROC, no exit callbacks of the supervisor. */
+static void
+DetachFromSupervisor(pid_t supervisor)
+{
+	MyProcPid = getpid();
+	MyStartTime = time(NULL);
+	on_exit_reset();
+	MyProc = NULL;
+
+	/* die with the supervisor, which dies with the postmaster */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != supervisor)
+		_exit(1);
+
+	pqsignal(SIGTERM, TsdgServerSigterm);
+	pqsignal(SIGINT, SIG_IGN);
+	pqsignal(SIGHUP, SIG_IGN);
+	pqsignal(SIGUSR1, SIG_IGN);
+	pqsignal(SIGUSR2, SIG_IGN);
+	pqsignal(SIGCHLD, SIG_DFL);
+
+	init_ps_display("pg_tsdg GPU worker");
+}
+
+static void
+LoadDevice(void)
+{
+	char		path[MAXPGPATH];
+	TsdgError	error;
+
+	if (tsdg_worker_backend == TSDG_WORKER_BACKEND_CPU)
+	{
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker started with the CPU backend (tsdg.worker_backend = cpu)")));
+		TsdgIpcSetServerState(TSDG_SERVER_READY, "cpu", "");
+		return;
+	}
+
+	snprintf(path, sizeof(path), "%s/pg_tsdg_cuda.so", pkglib_path);
+	device_backend = tsdg_backend_load(path, tsdg_gpu_device_number, &error);
+	if (device_backend == NULL)
+	{
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker found no GPU: %s", error.message),
+				 errdetail("Index builds and searches run on the CPU.")));
+		TsdgIpcSetServerState(TSDG_SERVER_NO_DEVICE, "", error.message);
+		proc_exit(0);
+	}
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker started on %s (device %d)",
+					tsdg_backend_name(device_backend), tsdg_gpu_device_number)));
+	TsdgIpcSetServerState(TSDG_SERVER_READY, tsdg_backend_name(device_backend), "");
+}
+
+void
+TsdgGpuServerMain(void)
+{
+	TakenRequest *taken;
+	pid_t		supervisor = getppid();
+
+	DetachFromSupervisor(supervisor);
+	SpinLockAcquire(&TsdgShared->mutex);
+	TsdgShared->server_pid = MyProcPid;
+	SpinLockRelease(&TsdgShared->mutex);
+
+	LoadDevice();
+
+	last_taken = palloc0(sizeof(TimestampTz) * TsdgShared->slot_count);
+	taken = palloc(sizeof(TakenRequest) * TsdgShared->slot_count);
+	for (int i = 0; i < TsdgShared->slot_count; i++)
+		taken[i].query = palloc(sizeof(float) * TSDG_SLOT_MAX_DIMS);
+
+	while (!shutdown_requested)
+	{
+		WaitForBatch();
+		if (shutdown_requested)
+			break;
+		ServeBatch(taken);
+	}
+
+	EvictAll("shutting down");
+	if (device_backend != NULL)
+		tsdg_backend_free(device_backend);
+	TsdgIpcSetServerState(TSDG_SERVER_STOPPED, NULL, NULL);
+	proc_exit(0);
+}

@@ -1,0 +1,393 @@
+/*
+ * The request slots shared by the sessions and the GPU worker: the shared
+ * memory segment, the slot protocol of both sides, and the layout helpers of
+ * bulk (DSM) segments. See tsdgipc.h for the protocol.
+ */
+#include "postgres.h"
+
+#include <errno.h>
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/backendid.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/wait_event.h"
+
+#include "tsdgipc.h"
+
+/* how often a waiting backend looks at the worker's state and runs its poll */
+#define TSDG_WAIT_TICK_MS	50
+
+TsdgWorkerShared *TsdgShared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+static bool slot_exit_callback_registered = false;
+
+static Size
+TsdgIpcShmemSize(void)
+{
+	return add_size(offsetof(TsdgWorkerShared, slots),
+					mul_size(MaxBackends, sizeof(TsdgRequestSlot)));
+}
+
+static void
+TsdgIpcShmemRequest(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(TsdgIpcShmemSize());
+}
+
+static void
+TsdgIpcShmemStartup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	TsdgShared = ShmemInitStruct("pg_tsdg GPU worker", TsdgIpcShmemSize(), &found);
+	if (!found)
+	{
+		memset(TsdgShared, 0, TsdgIpcShmemSize());
+		SpinLockInit(&TsdgShared->mutex);
+		TsdgShared->state = TSDG_SERVER_STOPPED;
+		if (sem_init(&TsdgShared->wakeup, 1, 0) != 0)
+			ereport(FATAL,
+					(errmsg("could not initialize the pg_tsdg GPU worker semaphore: %m")));
+		pg_atomic_init_u64(&TsdgShared->next_request_id, 1);
+		pg_atomic_init_u32(&TsdgShared->queued, 0);
+		pg_atomic_init_u64(&TsdgShared->batches, 0);
+		pg_atomic_init_u64(&TsdgShared->batched_queries, 0);
+		pg_atomic_init_u64(&TsdgShared->builds, 0);
+		pg_atomic_init_u64(&TsdgShared->loads, 0);
+		pg_atomic_init_u64(&TsdgShared->fallbacks, 0);
+		TsdgShared->slot_count = MaxBackends;
+		for (int i = 0; i < MaxBackends; i++)
+			SpinLockInit(&TsdgShared->slots[i].mutex);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Called from _PG_init while shared_preload_libraries is processed. */
+void
+TsdgIpcRequestShmem(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = TsdgIpcShmemRequest;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = TsdgIpcShmemStartup;
+}
+
+/* true when the segment exists: pg_tsdg was preloaded */
+bool
+TsdgIpcIsAvailable(void)
+{
+	return TsdgShared != NULL;
+}
+
+TsdgServerState
+TsdgIpcServerState(void)
+{
+	TsdgServerState state;
+
+	if (TsdgShared == NULL)
+		return TSDG_SERVER_STOPPED;
+	SpinLockAcquire(&TsdgShared->mutex);
+	state = TsdgShared->state;
+	SpinLockRelease(&TsdgShared->mutex);
+	return state;
+}
+
+void
+TsdgIpcSetServerState(TsdgServerState state, const char *device, const char *error)
+{
+	SpinLockAcquire(&TsdgShared->mutex);
+	TsdgShared->state = state;
+	if (device != NULL)
+		strlcpy(TsdgShared->device, device, sizeof(TsdgShared->device));
+	if (error != NULL)
+		strlcpy(TsdgShared->last_error, error, sizeof(TsdgShared->last_error));
+	SpinLockRelease(&TsdgShared->mutex);
+}
+
+/* Reserves bytes (8-byte aligned) at *offset; returns where they start. */
+Size
+TsdgBulkAdd(Size *offset, Size bytes)
+{
+	Size		start = TYPEALIGN(8, *offset);
+
+	*offset = start + bytes;
+	return start;
+}
+
+void *
+TsdgBulkArray(void *base, Size offset)
+{
+	return offset == 0 ? NULL : (char *) base + offset;
+}
+
+/* ---- backend side ---- */
+
+static TsdgRequestSlot *
+TsdgMySlot(void)
+{
+	Assert(MyBackendId != InvalidBackendId && MyBackendId <= TsdgShared->slot_count);
+	return &TsdgShared->slots[MyBackendId - 1];
+}
+
+/* A backend that exits while waiting leaves its slot free for the next one. */
+static void
+TsdgIpcReleaseSlotAtExit(int code, Datum arg)
+{
+	TsdgRequestSlot *slot = TsdgMySlot();
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->state == TSDG_SLOT_QUEUED)
+		pg_atomic_fetch_sub_u32(&TsdgShared->queued, 1);
+	slot->state = TSDG_SLOT_FREE;
+	slot->cancel_requested = true;
+	slot->requester_latch = NULL;
+	SpinLockRelease(&slot->mutex);
+}
+
+TsdgRequestSlot *
+TsdgIpcBeginRequest(TsdgRequestKind kind)
+{
+	TsdgRequestSlot *slot = TsdgMySlot();
+
+	if (!slot_exit_callback_registered)
+	{
+		before_shmem_exit(TsdgIpcReleaseSlotAtExit, (Datum) 0);
+		slot_exit_callback_registered = true;
+	}
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->state == TSDG_SLOT_QUEUED)
+		pg_atomic_fetch_sub_u32(&TsdgShared->queued, 1);
+	slot->state = TSDG_SLOT_FREE;
+	slot->kind = kind;
+	slot->cancel_requested = false;
+	slot->bulk_handle = 0;
+	slot->bulk_size = 0;
+	slot->phase = 0;
+	slot->done = 0;
+	slot->total = 0;
+	slot->reply = TSDG_REPLY_FAILED;
+	slot->result_count = 0;
+	slot->message[0] = '\0';
+	SpinLockRelease(&slot->mutex);
+	return slot;
+}
+
+uint64
+TsdgIpcSubmit(TsdgRequestSlot *slot)
+{
+	uint64		request_id = pg_atomic_fetch_add_u64(&TsdgShared->next_request_id, 1);
+
+	ResetLatch(MyLatch);
+	SpinLockAcquire(&slot->mutex);
+	slot->request_id = request_id;
+	slot->requester_latch = MyLatch;
+	slot->state = TSDG_SLOT_QUEUED;
+	SpinLockRelease(&slot->mutex);
+	pg_atomic_fetch_add_u32(&TsdgShared->queued, 1);
+
+	if (sem_post(&TsdgShared->wakeup) != 0)
+		elog(WARNING, "could not wake the pg_tsdg GPU worker: %m");
+	return request_id;
+}
+
+void
+TsdgIpcAbandon(TsdgRequestSlot *slot, uint64 request_id)
+{
+	SpinLockAcquire(&slot->mutex);
+	if (slot->request_id == request_id)
+	{
+		if (slot->state == TSDG_SLOT_QUEUED)
+			pg_atomic_fetch_sub_u32(&TsdgShared->queued, 1);
+		slot->cancel_requested = true;
+		slot->state = TSDG_SLOT_FREE;
+	}
+	SpinLockRelease(&slot->mutex);
+}
+
+void
+TsdgIpcFinish(TsdgRequestSlot *slot)
+{
+	SpinLockAcquire(&slot->mutex);
+	if (slot->state == TSDG_SLOT_ANSWERED)
+		slot->state = TSDG_SLOT_FREE;
+	SpinLockRelease(&slot->mutex);
+}
+
+static bool
+TsdgServerAlive(void)
+{
+	TsdgServerState state = TsdgIpcServerState();
+
+	return state == TSDG_SERVER_READY || state == TSDG_SERVER_BUSY;
+}
+
+bool
+TsdgIpcWait(TsdgRequestSlot *slot, uint64 request_id, int timeout_ms,
+			TsdgWaitPollFn poll, void *poll_arg)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	bool		answered = false;
+
+	PG_TRY();
+	{
+		for (;;)
+		{
+			TsdgSlotState state;
+			uint64		current_id;
+			long		wait_ms = TSDG_WAIT_TICK_MS;
+
+			SpinLockAcquire(&slot->mutex);
+			state = slot->state;
+			current_id = slot->request_id;
+			SpinLockRelease(&slot->mutex);
+
+			if (current_id != request_id)
+				break;			/* taken over by a later request: never ours again */
+			if (state == TSDG_SLOT_ANSWERED)
+			{
+				answered = true;
+				break;
+			}
+			if (!TsdgServerAlive())
+				break;
+			if (poll != NULL && poll(poll_arg, slot))
+				break;
+			if (timeout_ms >= 0)
+			{
+				long		elapsed_ms = (long) ((GetCurrentTimestamp() - start) / 1000);
+
+				if (elapsed_ms >= timeout_ms)
+					break;
+				wait_ms = Min(wait_ms, timeout_ms - elapsed_ms);
+			}
+
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 wait_ms, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	PG_CATCH();
+	{
+		TsdgIpcAbandon(slot, request_id);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (!answered)
+		TsdgIpcAbandon(slot, request_id);
+	return answered;
+}
+
+/* ---- server side ---- */
+
+bool
+TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *query)
+{
+	bool		taken = false;
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->state == TSDG_SLOT_QUEUED)
+	{
+		slot->state = TSDG_SLOT_RUNNING;
+		memcpy(copy, slot, offsetof(TsdgRequestSlot, payload));
+		if (query != NULL && slot->kind == TSDG_REQUEST_SEARCH)
+			memcpy(query, TsdgSlotQuery(slot), sizeof(float) * slot->args.search.dims);
+		taken = true;
+	}
+	SpinLockRelease(&slot->mutex);
+	if (taken)
+		pg_atomic_fetch_sub_u32(&TsdgShared->queued, 1);
+	return taken;
+}
+
+bool
+TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
+			  int result_count, const float *dists, const uint32 *ids,
+			  int max_results, const char *message)
+{
+	Latch	   *latch = NULL;
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->request_id == request_id && slot->state == TSDG_SLOT_RUNNING)
+	{
+		slot->reply = reply;
+		slot->result_count = result_count;
+		if (dists != NULL && result_count > 0)
+		{
+			memcpy(TsdgSlotResultDists(slot), dists, sizeof(float) * result_count);
+			memcpy(TsdgSlotResultIds(slot, max_results), ids, sizeof(uint32) * result_count);
+		}
+		strlcpy(slot->message, message != NULL ? message : "", sizeof(slot->message));
+		slot->state = TSDG_SLOT_ANSWERED;
+		latch = slot->requester_latch;
+	}
+	SpinLockRelease(&slot->mutex);
+
+	if (latch != NULL)
+		SetLatch(latch);
+	return latch != NULL;
+}
+
+bool
+TsdgIpcCancelRequested(TsdgRequestSlot *slot, uint64 request_id)
+{
+	bool		cancel;
+
+	SpinLockAcquire(&slot->mutex);
+	cancel = slot->request_id != request_id || slot->cancel_requested ||
+		slot->state != TSDG_SLOT_RUNNING;
+	SpinLockRelease(&slot->mutex);
+	return cancel;
+}
+
+void
+TsdgIpcReportProgress(TsdgRequestSlot *slot, uint64 request_id, int phase,
+					  int64 done, int64 total)
+{
+	SpinLockAcquire(&slot->mutex);
+	if (slot->request_id == request_id)
+	{
+		slot->phase = phase;
+		slot->done = done;
+		slot->total = total;
+	}
+	SpinLockRelease(&slot->mutex);
+}
+
+void
+TsdgIpcFailAll(const char *message)
+{
+	for (int i = 0; i < TsdgShared->slot_count; i++)
+	{
+		TsdgRequestSlot *slot = &TsdgShared->slots[i];
+		Latch	   *latch = NULL;
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->state == TSDG_SLOT_QUEUED || slot->state == TSDG_SLOT_RUNNING)
+		{
+			if (slot->state == TSDG_SLOT_QUEUED)
+				pg_atomic_fetch_sub_u32(&TsdgShared->queued, 1);
+			slot->reply = TSDG_REPLY_FAILED;
+			slot->result_count = 0;
+			strlcpy(slot->message, message, sizeof(slot->message));
+			slot->state = TSDG_SLOT_ANSWERED;
+			latch = slot->requester_latch;
+		}
+		SpinLockRelease(&slot->mutex);
+		if (latch != NULL)
+			SetLatch(latch);
+	}
+}

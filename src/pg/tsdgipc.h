@@ -1,0 +1,286 @@
+/*
+ * Shared memory between the sessions and the GPU worker: one request slot per
+ * backend (indexed by BackendId, so a slot can never be lost by a backend
+ * that dies: the next backend with that id takes it over), the worker's
+ * counters, and the list of indexes resident on the GPU for tsdg_gpu_status().
+ *
+ * A request is written into the slot under its spinlock and marked QUEUED; the
+ * GPU server scans the slots as a ring, takes every QUEUED one as one batch
+ * (RUNNING), answers (ANSWERED, with a reply code) and sets the requester's
+ * latch. Every request carries a fresh request_id: an answer is written only
+ * while the slot still holds the request it answers, so a backend that gave up
+ * (timeout, cancel, exit) never receives a late answer meant for an older
+ * request.
+ *
+ * Small payloads (one query, its results) travel inline in the slot; bulk data
+ * (a build's rows and graph, an index image, a batch of queries) travels in a
+ * DSM segment created by the backend, whose layout is a TsdgBulkHeader
+ * followed by the arrays at the offsets it names.
+ *
+ * The GPU server is not a PostgreSQL backend (see tsdgworker.c): it uses only
+ * the spinlocks, semaphore and latches of this segment, never LWLocks.
+ */
+#ifndef TSDG_IPC_H
+#define TSDG_IPC_H
+
+#include "postgres.h"
+
+#include <semaphore.h>
+
+#include "port/atomics.h"
+#include "storage/dsm_impl.h"
+#include "storage/itemptr.h"
+#include "storage/latch.h"
+#include "storage/spin.h"
+#include "utils/timestamp.h"
+
+#include "tsdg_capi.h"
+
+/* inline payload of a slot: a query going in, (node id, distance) pairs coming out */
+#define TSDG_SLOT_PAYLOAD_BYTES	32768
+#define TSDG_SLOT_MAX_DIMS		(TSDG_SLOT_PAYLOAD_BYTES / (int) sizeof(float))
+#define TSDG_SLOT_MAX_RESULTS \
+	(TSDG_SLOT_PAYLOAD_BYTES / (int) (sizeof(float) + sizeof(uint32)))
+
+#define TSDG_MAX_CACHED_INDEXES	64
+#define TSDG_DEVICE_NAME_LEN	128
+
+typedef enum TsdgSlotState
+{
+	TSDG_SLOT_FREE = 0,
+	TSDG_SLOT_QUEUED,
+	TSDG_SLOT_RUNNING,
+	TSDG_SLOT_ANSWERED
+} TsdgSlotState;
+
+typedef enum TsdgRequestKind
+{
+	TSDG_REQUEST_SEARCH = 1,	/* one query, inline */
+	TSDG_REQUEST_SEARCH_BATCH,	/* many queries, in a DSM segment */
+	TSDG_REQUEST_LOAD_INDEX,	/* an index image to make resident */
+	TSDG_REQUEST_BUILD			/* rows in, graph out, in a DSM segment */
+} TsdgRequestKind;
+
+typedef enum TsdgReply
+{
+	TSDG_REPLY_OK = 0,
+	TSDG_REPLY_NEED_INDEX,		/* not resident: the requester ships it */
+	TSDG_REPLY_NOT_RESIDENT,	/* not resident, another backend ships it */
+	TSDG_REPLY_BUSY,			/* building or loading: search on the CPU */
+	TSDG_REPLY_OUT_OF_MEMORY,	/* GPU memory exhausted */
+	TSDG_REPLY_CANCELLED,
+	TSDG_REPLY_FAILED			/* message says why */
+} TsdgReply;
+
+typedef enum TsdgServerState
+{
+	TSDG_SERVER_STOPPED = 0,	/* no worker (not preloaded) or not started yet */
+	TSDG_SERVER_STARTING,
+	TSDG_SERVER_READY,			/* a device is loaded and answers requests */
+	TSDG_SERVER_BUSY,			/* building or loading: searches go to the CPU */
+	TSDG_SERVER_NO_DEVICE,		/* no GPU or no CUDA backend: idle */
+	TSDG_SERVER_DISABLED		/* tsdg.device = cpu in the server configuration */
+} TsdgServerState;
+
+/*
+ * Which graph a GPU copy is of. relfilenode rather than the index OID: REINDEX
+ * and TRUNCATE give the index new storage, whose graph_version starts over.
+ * deleted_count: VACUUM marks nodes deleted, which must not be returned.
+ */
+typedef struct TsdgIndexKey
+{
+	Oid			database;
+	Oid			relfilenode;
+	uint64		graph_version;
+	uint32		deleted_count;
+	uint32		node_count;
+} TsdgIndexKey;
+
+typedef struct TsdgSearchArgs
+{
+	TsdgIndexKey key;
+	int			dims;
+	int			k;				/* results wanted */
+	int			ef;
+	int			lambda_limit;
+	int			nq;				/* queries (1 for an inline search) */
+} TsdgSearchArgs;
+
+typedef struct TsdgBuildArgs
+{
+	TsdgIndexKey key;			/* what the built graph will be, to keep it resident */
+	int64		n;
+	int			dims;
+	TsdgMetric	metric;
+	TsdgBuildParams params;
+} TsdgBuildArgs;
+
+typedef struct TsdgLoadArgs
+{
+	TsdgIndexKey key;
+	int64		n;
+	int			dims;
+	int			degree;
+	TsdgMetric	metric;
+} TsdgLoadArgs;
+
+/*
+ * The arrays of a bulk segment, as byte offsets from its start (0: absent).
+ * Which are used depends on the request kind:
+ *   build:  rows (in), neighbors, lambdas, knn_ids, knn_dists (out)
+ *   load:   rows, neighbors, lambdas, tids, flags (in)
+ *   batch:  queries (in), tids, dists (out, nq * k)
+ */
+typedef struct TsdgBulkHeader
+{
+	Size		total_size;
+	Size		rows;
+	Size		neighbors;
+	Size		lambdas;
+	Size		knn_ids;
+	Size		knn_dists;
+	Size		tids;
+	Size		flags;
+	Size		queries;
+	Size		dists;
+} TsdgBulkHeader;
+
+typedef struct TsdgRequestSlot
+{
+	slock_t		mutex;
+	TsdgSlotState state;
+	uint64		request_id;
+	Latch	   *requester_latch;
+	TsdgRequestKind kind;
+	union
+	{
+		TsdgSearchArgs search;
+		TsdgBuildArgs build;
+		TsdgLoadArgs load;
+	}			args;
+	dsm_handle	bulk_handle;	/* DSM segment of bulk requests */
+	Size		bulk_size;
+	bool		cancel_requested;
+
+	/* build progress, for pg_stat_progress_create_index */
+	int			phase;
+	int64		done;
+	int64		total;
+
+	/* the answer */
+	TsdgReply	reply;
+	int			result_count;
+	char		message[TSDG_ERROR_MESSAGE_LEN];
+
+	/* SEARCH: the query in; then the dists and node ids of the results */
+	char		payload[TSDG_SLOT_PAYLOAD_BYTES];
+} TsdgRequestSlot;
+
+#define TsdgSlotQuery(slot)			((float *) (slot)->payload)
+#define TsdgSlotResultDists(slot)	((float *) (slot)->payload)
+#define TsdgSlotResultIds(slot, max_results) \
+	((uint32 *) ((slot)->payload + sizeof(float) * (max_results)))
+
+typedef struct TsdgCachedIndexInfo
+{
+	TsdgIndexKey key;
+	int64		bytes;
+	TimestampTz loaded_at;
+	TimestampTz last_used;
+} TsdgCachedIndexInfo;
+
+typedef struct TsdgWorkerShared
+{
+	slock_t		mutex;			/* the fields up to the counters */
+	TsdgServerState state;
+	pid_t		supervisor_pid;
+	pid_t		server_pid;
+	int			server_starts;
+	char		device[TSDG_DEVICE_NAME_LEN];
+	char		last_error[TSDG_ERROR_MESSAGE_LEN];
+	int64		memory_used;	/* bytes of the resident indexes */
+	int64		device_free;	/* -1 when the backend cannot tell */
+	int64		device_total;
+	int			cached_count;
+	TsdgCachedIndexInfo cached[TSDG_MAX_CACHED_INDEXES];
+
+	/* posted by a backend after queueing a request: wakes the GPU server */
+	sem_t		wakeup;
+
+	pg_atomic_uint64 next_request_id;
+	pg_atomic_uint32 queued;	/* requests QUEUED now */
+	pg_atomic_uint64 batches;	/* search batches served */
+	pg_atomic_uint64 batched_queries;	/* queries in those batches */
+	pg_atomic_uint64 builds;
+	pg_atomic_uint64 loads;
+	pg_atomic_uint64 fallbacks; /* requests a backend ran on the CPU instead */
+
+	/* settings the supervisor copies from its configuration for the server */
+	int			batch_wait_us;
+	int64		memory_limit_bytes; /* 0: no limit but the device's */
+
+	int			slot_count;
+	TsdgRequestSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} TsdgWorkerShared;
+
+extern TsdgWorkerShared *TsdgShared;
+
+/* registration from _PG_init, and attaching in every process */
+extern void TsdgIpcRequestShmem(void);
+extern bool TsdgIpcIsAvailable(void);
+
+extern TsdgServerState TsdgIpcServerState(void);
+extern void TsdgIpcSetServerState(TsdgServerState state, const char *device, const char *error);
+
+/* layout of bulk segments */
+extern Size TsdgBulkAdd(Size *offset, Size bytes);
+extern void *TsdgBulkArray(void *base, Size offset);
+
+/* ---- backend side ---- */
+
+/* this backend's slot, reset for a new request of the given kind */
+extern TsdgRequestSlot *TsdgIpcBeginRequest(TsdgRequestKind kind);
+/* queue the request written into the slot; returns its id */
+extern uint64 TsdgIpcSubmit(TsdgRequestSlot *slot);
+
+typedef bool (*TsdgWaitPollFn) (void *arg, TsdgRequestSlot *slot);
+
+/*
+ * Wait until the worker answers request_id. timeout_ms < 0 waits without a
+ * limit (while the worker lives). poll, if given, runs at every wake-up (at
+ * least every 50 ms) and returns true to cancel the request. Returns true
+ * with the slot ANSWERED, false when the request was abandoned (timeout,
+ * worker gone, cancelled by poll); an ERROR thrown while waiting (a query
+ * cancel) abandons it too.
+ */
+extern bool TsdgIpcWait(TsdgRequestSlot *slot, uint64 request_id, int timeout_ms,
+						TsdgWaitPollFn poll, void *poll_arg);
+/* give up a request: the worker stops a build at its next poll */
+extern void TsdgIpcAbandon(TsdgRequestSlot *slot, uint64 request_id);
+/* release an answered slot */
+extern void TsdgIpcFinish(TsdgRequestSlot *slot);
+
+/* ---- server side ---- */
+
+/* fail every request queued or running (the GPU server died) */
+extern void TsdgIpcFailAll(const char *message);
+/*
+ * Take a QUEUED slot: marks it RUNNING and copies the request out (with the
+ * inline query, when query is not NULL). Returns false when it is not queued.
+ */
+extern bool TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *query);
+/*
+ * Answer a request that is still current, then wake its backend. For an
+ * inline search, dists/ids hold result_count results (max_results is the
+ * request's k, which places the ids in the payload); bulk answers are in the
+ * request's DSM segment already. Returns false when the backend gave up.
+ */
+extern bool TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
+						  int result_count, const float *dists, const uint32 *ids,
+						  int max_results, const char *message);
+/* the backend's cancel flag of a running request (read by a build's poll) */
+extern bool TsdgIpcCancelRequested(TsdgRequestSlot *slot, uint64 request_id);
+extern void TsdgIpcReportProgress(TsdgRequestSlot *slot, uint64 request_id, int phase,
+								  int64 done, int64 total);
+
+#endif							/* TSDG_IPC_H */

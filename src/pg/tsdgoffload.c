@@ -1,0 +1,457 @@
+/*
+ * What a session hands to the GPU worker: one search, a batch of searches,
+ * an index image for the worker to keep resident, a build. Every call returns
+ * false where the session should do the work on the CPU instead, so a worker
+ * that is missing, busy, slow, out of memory or killed costs a query a CPU
+ * search, never a wrong answer or an error.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/backendid.h"
+#include "storage/dsm.h"
+#include "utils/rel.h"
+#include "utils/resowner.h"
+
+#include "tsdg.h"
+#include "tsdgipc.h"
+#include "tsdgworker.h"
+
+/* each kind of fallback is logged once per session, not once per query */
+typedef enum TsdgFallbackKind
+{
+	TSDG_FALLBACK_TIMEOUT,
+	TSDG_FALLBACK_WORKER_GONE,
+	TSDG_FALLBACK_OUT_OF_MEMORY,
+	TSDG_FALLBACK_FAILED,
+	TSDG_FALLBACK_KINDS
+} TsdgFallbackKind;
+
+static bool fallback_logged[TSDG_FALLBACK_KINDS];
+
+static void
+TsdgCountFallback(void)
+{
+	pg_atomic_fetch_add_u64(&TsdgShared->fallbacks, 1);
+}
+
+static void
+TsdgLogFallback(TsdgFallbackKind kind, const char *what, const char *detail)
+{
+	TsdgCountFallback();
+	if (fallback_logged[kind])
+		return;
+	fallback_logged[kind] = true;
+	ereport(kind == TSDG_FALLBACK_OUT_OF_MEMORY ? WARNING : LOG,
+			(errmsg("pg_tsdg: %s on the CPU: %s", what, detail),
+			 errdetail("Logged once per session; tsdg_gpu_status() counts every fallback.")));
+}
+
+bool
+TsdgWorkerUsable(void)
+{
+	return TsdgIpcIsAvailable() && tsdg_device != TSDG_DEVICE_CPU &&
+		MyBackendId != InvalidBackendId &&
+		TsdgIpcServerState() == TSDG_SERVER_READY;
+}
+
+static void
+TsdgIndexKeyOf(Relation index, const TsdgMetaPageData *meta, TsdgIndexKey *key)
+{
+	memset(key, 0, sizeof(TsdgIndexKey));
+	key->database = MyDatabaseId;
+	key->relfilenode = index->rd_node.relNode;
+	key->graph_version = meta->graph_version;
+	key->deleted_count = meta->deleted_count;
+	key->node_count = meta->node_count;
+}
+
+/*
+ * A DSM segment of size bytes owned by the current resource owner, or NULL
+ * with a WARNING that says what to raise: containers often cap /dev/shm far
+ * below what an index or a build needs.
+ */
+static dsm_segment *
+TsdgCreateBulkSegment(Size size, const char *what)
+{
+	ResourceOwner saved_owner = CurrentResourceOwner;
+	ResourceOwner owner = ResourceOwnerCreate(CurrentResourceOwner, "pg_tsdg bulk segment");
+	MemoryContext ctx = CurrentMemoryContext;
+	dsm_segment *seg = NULL;
+	char	   *failure = NULL;
+
+	/* the segment is created under a private owner, so a failure can be undone here */
+	CurrentResourceOwner = owner;
+	PG_TRY();
+	{
+		seg = dsm_create(size, DSM_CREATE_NULL_IF_MAXSEGMENTS);
+		if (seg != NULL)
+			dsm_pin_mapping(seg);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		CurrentResourceOwner = saved_owner;
+		MemoryContextSwitchTo(ctx);
+		edata = CopyErrorData();
+		FlushErrorState();
+		failure = edata->message;
+		seg = NULL;
+	}
+	PG_END_TRY();
+	CurrentResourceOwner = saved_owner;
+	ResourceOwnerRelease(owner, RESOURCE_RELEASE_BEFORE_LOCKS, false, false);
+	ResourceOwnerRelease(owner, RESOURCE_RELEASE_LOCKS, false, false);
+	ResourceOwnerRelease(owner, RESOURCE_RELEASE_AFTER_LOCKS, false, false);
+	ResourceOwnerDelete(owner);
+
+	if (seg == NULL)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("could not create a %zu MB shared memory segment for %s; working on the CPU instead",
+						(size >> 20) + 1, what),
+				 errdetail("%s", failure != NULL ? failure : "Too many dynamic shared memory segments are in use."),
+				 errhint("The GPU worker receives bulk data in dynamic shared memory: make /dev/shm larger than %zu MB (docker run --shm-size, a Kubernetes emptyDir with medium Memory), or set tsdg.device = cpu.",
+						 (size >> 20) + 1)));
+		return NULL;
+	}
+	/* from here on an error anywhere releases the segment with the transaction */
+	dsm_unpin_mapping(seg);
+	return seg;
+}
+
+/*
+ * Reads the index into a DSM segment and has the worker make it resident.
+ * True when the worker now holds key.
+ */
+static bool
+TsdgShipIndex(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *key)
+{
+	int64		n = meta->node_count;
+	Size		offset = sizeof(TsdgBulkHeader);
+	TsdgBulkHeader header;
+	TsdgIndexImage image;
+	TsdgMetaPageData after;
+	dsm_segment *seg;
+	TsdgRequestSlot *slot;
+	uint64		request_id;
+	bool		loaded;
+
+	memset(&header, 0, sizeof(header));
+	header.rows = TsdgBulkAdd(&offset, sizeof(float) * meta->dims * n);
+	header.neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * meta->degree * n);
+	header.lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * meta->degree * n);
+	header.tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * n);
+	header.flags = TsdgBulkAdd(&offset, sizeof(uint8) * n);
+	header.total_size = offset;
+
+	seg = TsdgCreateBulkSegment(header.total_size, "an index the GPU worker loads");
+	if (seg == NULL)
+	{
+		TsdgCountFallback();
+		return false;
+	}
+	memcpy(dsm_segment_address(seg), &header, sizeof(header));
+	image.n = n;
+	image.dims = meta->dims;
+	image.degree = meta->degree;
+	image.rows = TsdgBulkArray(dsm_segment_address(seg), header.rows);
+	image.neighbors = TsdgBulkArray(dsm_segment_address(seg), header.neighbors);
+	image.lambdas = TsdgBulkArray(dsm_segment_address(seg), header.lambdas);
+	image.tids = TsdgBulkArray(dsm_segment_address(seg), header.tids);
+	image.flags = TsdgBulkArray(dsm_segment_address(seg), header.flags);
+	TsdgReadIndexImage(index, meta, &image);
+
+	/* a merge or VACUUM while the pages were read: that image is of no version */
+	TsdgReadMeta(index, &after);
+	if (after.graph_version != meta->graph_version || after.deleted_count != meta->deleted_count)
+	{
+		dsm_detach(seg);
+		return false;
+	}
+
+	slot = TsdgIpcBeginRequest(TSDG_REQUEST_LOAD_INDEX);
+	slot->args.load.key = *key;
+	slot->args.load.n = n;
+	slot->args.load.dims = meta->dims;
+	slot->args.load.degree = meta->degree;
+	slot->args.load.metric = (TsdgMetric) meta->metric;
+	slot->bulk_handle = dsm_segment_handle(seg);
+	slot->bulk_size = header.total_size;
+	request_id = TsdgIpcSubmit(slot);
+	loaded = TsdgIpcWait(slot, request_id, -1, NULL, NULL) && slot->reply == TSDG_REPLY_OK;
+	if (!loaded)
+		TsdgLogFallback(slot->reply == TSDG_REPLY_OUT_OF_MEMORY ?
+						TSDG_FALLBACK_OUT_OF_MEMORY : TSDG_FALLBACK_FAILED,
+						"the GPU worker could not load the index, searching",
+						slot->message[0] != '\0' ? slot->message : "the worker stopped");
+	TsdgIpcFinish(slot);
+	dsm_detach(seg);
+	return loaded;
+}
+
+/* Handles a reply other than OK; true when the request should be sent again. */
+static bool
+TsdgHandleReply(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *key,
+				TsdgRequestSlot *slot, bool answered, bool may_retry)
+{
+	TsdgReply	reply = answered ? slot->reply : TSDG_REPLY_FAILED;
+	char		message[TSDG_ERROR_MESSAGE_LEN];
+
+	strlcpy(message, slot->message, sizeof(message));
+	TsdgIpcFinish(slot);
+	if (!answered)
+	{
+		if (TsdgIpcServerState() == TSDG_SERVER_READY)
+		{
+			char		detail[128];
+
+			snprintf(detail, sizeof(detail), "no answer within tsdg.worker_timeout_ms (%d ms)",
+					 tsdg_worker_timeout_ms);
+			TsdgLogFallback(TSDG_FALLBACK_TIMEOUT, "the GPU worker is slow, searching", detail);
+		}
+		else
+			TsdgLogFallback(TSDG_FALLBACK_WORKER_GONE, "the GPU worker stopped, searching",
+							"it is restarted by its supervisor");
+		return false;
+	}
+	switch (reply)
+	{
+		case TSDG_REPLY_NEED_INDEX:
+			return may_retry && TsdgShipIndex(index, meta, key);
+		case TSDG_REPLY_NOT_RESIDENT:
+		case TSDG_REPLY_BUSY:
+			TsdgCountFallback();
+			return false;
+		case TSDG_REPLY_OUT_OF_MEMORY:
+			TsdgLogFallback(TSDG_FALLBACK_OUT_OF_MEMORY, "GPU out of memory, searching", message);
+			return false;
+		case TSDG_REPLY_CANCELLED:
+		case TSDG_REPLY_FAILED:
+			TsdgLogFallback(TSDG_FALLBACK_FAILED, "the GPU worker failed, searching", message);
+			return false;
+		case TSDG_REPLY_OK:
+			break;
+	}
+	return false;
+}
+
+bool
+TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *query,
+				 int max_results, int ef, int lambda_limit,
+				 uint32 *ids, float *dists, int *count)
+{
+	TsdgIndexKey key;
+
+	if (!TsdgWorkerUsable() || meta->dims > TSDG_SLOT_MAX_DIMS ||
+		max_results > TSDG_SLOT_MAX_RESULTS || meta->node_count == 0)
+		return false;
+	TsdgIndexKeyOf(index, meta, &key);
+
+	for (int attempt = 0; attempt < 2; attempt++)
+	{
+		TsdgRequestSlot *slot = TsdgIpcBeginRequest(TSDG_REQUEST_SEARCH);
+		uint64		request_id;
+		bool		answered;
+
+		slot->args.search.key = key;
+		slot->args.search.dims = meta->dims;
+		slot->args.search.k = max_results;
+		slot->args.search.ef = ef;
+		slot->args.search.lambda_limit = lambda_limit;
+		slot->args.search.nq = 1;
+		memcpy(TsdgSlotQuery(slot), query, sizeof(float) * meta->dims);
+		request_id = TsdgIpcSubmit(slot);
+		answered = TsdgIpcWait(slot, request_id, tsdg_worker_timeout_ms, NULL, NULL);
+
+		if (answered && slot->reply == TSDG_REPLY_OK)
+		{
+			*count = slot->result_count;
+			memcpy(dists, TsdgSlotResultDists(slot), sizeof(float) * *count);
+			memcpy(ids, TsdgSlotResultIds(slot, max_results), sizeof(uint32) * *count);
+			TsdgIpcFinish(slot);
+			return true;
+		}
+		if (!TsdgHandleReply(index, meta, &key, slot, answered, attempt == 0))
+			return false;
+	}
+	return false;
+}
+
+bool
+TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta,
+					  const float *queries, int nq, int k, int ef, int lambda_limit,
+					  ItemPointerData *tids, float *dists)
+{
+	TsdgIndexKey key;
+	TsdgBulkHeader header;
+	Size		offset = sizeof(TsdgBulkHeader);
+	dsm_segment *seg;
+	bool		done = false;
+
+	if (!TsdgWorkerUsable() || meta->node_count == 0)
+		return false;
+	TsdgIndexKeyOf(index, meta, &key);
+
+	memset(&header, 0, sizeof(header));
+	header.queries = TsdgBulkAdd(&offset, sizeof(float) * meta->dims * (Size) nq);
+	header.tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * (Size) k * nq);
+	header.dists = TsdgBulkAdd(&offset, sizeof(float) * (Size) k * nq);
+	header.total_size = offset;
+	seg = TsdgCreateBulkSegment(header.total_size, "a batch of queries for the GPU worker");
+	if (seg == NULL)
+	{
+		TsdgCountFallback();
+		return false;
+	}
+	memcpy(dsm_segment_address(seg), &header, sizeof(header));
+	memcpy(TsdgBulkArray(dsm_segment_address(seg), header.queries), queries,
+		   sizeof(float) * meta->dims * (Size) nq);
+
+	for (int attempt = 0; attempt < 2 && !done; attempt++)
+	{
+		TsdgRequestSlot *slot = TsdgIpcBeginRequest(TSDG_REQUEST_SEARCH_BATCH);
+		uint64		request_id;
+		bool		answered;
+
+		slot->args.search.key = key;
+		slot->args.search.dims = meta->dims;
+		slot->args.search.k = k;
+		slot->args.search.ef = ef;
+		slot->args.search.lambda_limit = lambda_limit;
+		slot->args.search.nq = nq;
+		slot->bulk_handle = dsm_segment_handle(seg);
+		slot->bulk_size = header.total_size;
+		request_id = TsdgIpcSubmit(slot);
+		/* a batch is one explicit call: wait as long as the worker lives */
+		answered = TsdgIpcWait(slot, request_id, -1, NULL, NULL);
+
+		if (answered && slot->reply == TSDG_REPLY_OK)
+		{
+			memcpy(tids, TsdgBulkArray(dsm_segment_address(seg), header.tids),
+				   sizeof(ItemPointerData) * (Size) k * nq);
+			memcpy(dists, TsdgBulkArray(dsm_segment_address(seg), header.dists),
+				   sizeof(float) * (Size) k * nq);
+			TsdgIpcFinish(slot);
+			done = true;
+		}
+		else if (!TsdgHandleReply(index, meta, &key, slot, answered, attempt == 0))
+			break;
+	}
+	dsm_detach(seg);
+	return done;
+}
+
+typedef struct TsdgBuildWait
+{
+	TsdgPollFn	poll;
+	void	   *poll_arg;
+	bool		cancelled;
+} TsdgBuildWait;
+
+/* forwards the worker's progress to the build's poll, which may cancel it */
+static bool
+TsdgBuildWaitPoll(void *arg, TsdgRequestSlot *slot)
+{
+	TsdgBuildWait *wait = (TsdgBuildWait *) arg;
+
+	if (wait->poll != NULL && slot->phase != 0 &&
+		wait->poll(wait->poll_arg, (TsdgBuildPhase) slot->phase, slot->done, slot->total))
+		wait->cancelled = true;
+	return wait->cancelled;
+}
+
+bool
+TsdgWorkerBuildGraph(Relation index, const ItemPointerData *tids,
+					 const float *rows, int64 n, int dims, TsdgMetric metric,
+					 const TsdgBuildParams *params, uint32 *neighbors, uint8 *lambdas,
+					 uint32 *knn_ids, float *knn_dists,
+					 TsdgPollFn poll, void *poll_arg,
+					 TsdgStatus *status, TsdgError *error)
+{
+	TsdgBulkHeader header;
+	Size		offset = sizeof(TsdgBulkHeader);
+	dsm_segment *seg;
+	void	   *base;
+	TsdgRequestSlot *slot;
+	uint64		request_id;
+	bool		answered;
+	TsdgBuildWait wait = {poll, poll_arg, false};
+	TsdgReply	reply;
+
+	if (!TsdgWorkerUsable() || n == 0)
+		return false;
+
+	memset(&header, 0, sizeof(header));
+	header.rows = TsdgBulkAdd(&offset, sizeof(float) * dims * (Size) n);
+	header.tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * (Size) n);
+	header.neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * (Size) n);
+	header.lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * (Size) n);
+	if (knn_ids != NULL)
+		header.knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) n);
+	if (knn_dists != NULL)
+		header.knn_dists = TsdgBulkAdd(&offset, sizeof(float) * params->build_k * (Size) n);
+	header.total_size = offset;
+	seg = TsdgCreateBulkSegment(header.total_size, "the rows of an index build on the GPU");
+	if (seg == NULL)
+	{
+		TsdgCountFallback();
+		return false;
+	}
+	base = dsm_segment_address(seg);
+	memcpy(base, &header, sizeof(header));
+	memcpy(TsdgBulkArray(base, header.rows), rows, sizeof(float) * dims * (Size) n);
+	memcpy(TsdgBulkArray(base, header.tids), tids, sizeof(ItemPointerData) * (Size) n);
+
+	slot = TsdgIpcBeginRequest(TSDG_REQUEST_BUILD);
+	memset(&slot->args.build, 0, sizeof(TsdgBuildArgs));
+	/* what the build's metapage will say: the worker keeps the graph as that version */
+	slot->args.build.key.database = MyDatabaseId;
+	slot->args.build.key.relfilenode = index->rd_node.relNode;
+	slot->args.build.key.graph_version = 1;
+	slot->args.build.key.node_count = (uint32) n;
+	slot->args.build.n = n;
+	slot->args.build.dims = dims;
+	slot->args.build.metric = metric;
+	slot->args.build.params = *params;
+	slot->bulk_handle = dsm_segment_handle(seg);
+	slot->bulk_size = header.total_size;
+	request_id = TsdgIpcSubmit(slot);
+	answered = TsdgIpcWait(slot, request_id, -1, TsdgBuildWaitPoll, &wait);
+	reply = answered ? slot->reply : TSDG_REPLY_FAILED;
+	strlcpy(error->message, answered ? slot->message : "the GPU worker stopped during the build",
+			sizeof(error->message));
+	TsdgIpcFinish(slot);
+
+	if (wait.cancelled || reply == TSDG_REPLY_CANCELLED)
+	{
+		dsm_detach(seg);
+		*status = TSDG_ERR_CANCELLED;
+		return true;
+	}
+	if (reply != TSDG_REPLY_OK)
+	{
+		dsm_detach(seg);
+		TsdgCountFallback();
+		ereport(WARNING,
+				(errmsg("tsdg index build falls back to the CPU: %s",
+						reply == TSDG_REPLY_OUT_OF_MEMORY ? "the GPU is out of memory" :
+						"the GPU worker could not build the graph"),
+				 errdetail("%s", error->message)));
+		return false;
+	}
+	memcpy(neighbors, TsdgBulkArray(base, header.neighbors),
+		   sizeof(uint32) * params->degree * (Size) n);
+	memcpy(lambdas, TsdgBulkArray(base, header.lambdas), sizeof(uint8) * params->degree * (Size) n);
+	if (knn_ids != NULL)
+		memcpy(knn_ids, TsdgBulkArray(base, header.knn_ids),
+			   sizeof(uint32) * params->build_k * (Size) n);
+	if (knn_dists != NULL)
+		memcpy(knn_dists, TsdgBulkArray(base, header.knn_dists),
+			   sizeof(float) * params->build_k * (Size) n);
+	dsm_detach(seg);
+	*status = TSDG_OK;
+	return true;
+}
