@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds and installs pg_tsdg, starts a
 # private PostgreSQL cluster in a temporary directory, fills a table with
-# random vectors and runs a few distance queries. Stops the cluster at the end.
+# random vectors and runs a few distance queries, exact and through a tsdg
+# index. Stops the cluster at the end.
 #   TSDG_DEMO_PORT (54330), TSDG_DEMO_ROWS (5000), TSDG_DEMO_DIMS (128)
 source "$(dirname "$0")/common.sh"
 cd "$TSDG_ROOT"
@@ -46,5 +47,19 @@ SELECT id, -(embedding <#> :'query') AS inner_product
 \echo 'the mean vector, its norm, and the mean distance to it:'
 SELECT l2_norm(avg(embedding)) AS norm_of_mean FROM items;
 SELECT avg(embedding <-> (SELECT avg(embedding) FROM items)) AS mean_distance_to_mean FROM items;
+
+\echo 'a tsdg graph index for L2 distance, and the same query through it'
+\echo '(a table this small is cheaper to scan, so sequential scans are turned off):'
+\timing on
+CREATE INDEX items_embedding_tsdg ON items USING tsdg (embedding vector_l2_ops);
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT id FROM items
+  ORDER BY embedding <-> (SELECT embedding FROM items WHERE id = 1) LIMIT 5;
+SELECT id, embedding <-> :'query' AS l2_distance
+  FROM items ORDER BY embedding <-> :'query' LIMIT 5;
+RESET enable_seqscan;
+\timing off
+SELECT rows, pending, degree, pg_size_pretty(size) AS size, graph_version, build_k, alpha, lambda0
+  FROM tsdg_index_info('items_embedding_tsdg');
 SQL
 log "demo finished"
