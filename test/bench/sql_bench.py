@@ -211,7 +211,7 @@ def main(argv):
     description.update(rows=int(base.shape[0]), dim=int(base.shape[1]))
     sys.stderr.write("  %d base rows, %d queries, %d dims\n" % (base.shape[0], queries.shape[0], base.shape[1]))
     meter = Progress("exact ground truth (float64 brute force)", queries.shape[0], unit="queries")
-    truth = dataset.exact_neighbors(base, queries, K, meter.update)
+    truth = dataset.exact_neighbors(base, queries, K, lambda done, total: meter.update(done))
     meter.finish()
 
     results = {

@@ -73,9 +73,10 @@ class Server:
         proc.stdin.close()
         return proc
 
-    def copy_in(self, database, table_sql, chunks, total_bytes, label):
-        """COPY `table_sql` FROM STDIN, feeding the byte chunks and showing progress."""
-        proc = subprocess.Popen(self._psql_args(database) + ["-c", "COPY %s FROM STDIN" % table_sql],
+    def copy_in(self, database, table, copy_format, chunks, total_bytes, label):
+        """COPY `table` FROM STDIN, feeding the byte chunks and showing progress."""
+        sql = "COPY %s FROM STDIN WITH (FORMAT %s)" % (table, copy_format)
+        proc = subprocess.Popen(self._psql_args(database) + ["-c", sql],
                                 stdin=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=self.environment())
         meter = Progress(label, total_bytes, unit="MB", scale=1e-6)
@@ -90,7 +91,7 @@ class Server:
             pass
         err = proc.stderr.read().decode(errors="replace")
         if proc.wait() != 0:
-            raise PgError("COPY %s failed:\n%s" % (table_sql, err.strip()))
+            raise PgError("%s failed:\n%s" % (sql, err.strip()))
         meter.finish()
 
 

@@ -38,12 +38,11 @@ def load(server, database, base, queries, copy_format):
     1..nq) into fresh tables; returns seconds spent on the base rows."""
     create_tables(server, database, base.shape[1])
     chunks = pg.copy_binary_chunks if copy_format == "binary" else pg.copy_text_chunks
-    options = "(FORMAT binary)" if copy_format == "binary" else ""
     start = time.monotonic()
-    server.copy_in(database, "items %s" % options, chunks(np.arange(base.shape[0]), base),
+    server.copy_in(database, "items", copy_format, chunks(np.arange(base.shape[0]), base),
                    pg.copy_stream_size(copy_format, *base.shape), "COPY items (%s)" % copy_format)
     seconds = time.monotonic() - start
-    server.copy_in(database, "queries %s" % options, chunks(np.arange(1, queries.shape[0] + 1), queries),
+    server.copy_in(database, "queries", copy_format, chunks(np.arange(1, queries.shape[0] + 1), queries),
                    pg.copy_stream_size(copy_format, *queries.shape), "COPY queries")
     server.query(database, "VACUUM ANALYZE items; VACUUM ANALYZE queries;")
     return seconds
@@ -71,8 +70,8 @@ def build_index(server, database, method, maintenance_work_mem):
             meter.update(None, detail)
         time.sleep(0.5)
     seconds = time.monotonic() - start
-    out, err = build.communicate()
-    if build.returncode != 0:
+    err = build.stderr.read()
+    if build.wait() != 0:
         raise pg.PgError("%s failed:\n%s" % (method.index_sql, err.strip()))
     meter.finish("built in %.1f s" % seconds)
     size = int(server.value(database, "SELECT pg_relation_size('%s')" % method.index_name))
