@@ -81,6 +81,15 @@ INSERT INTO tzero VALUES (4, '[0,0]');
 SELECT metric, rows, pending FROM tsdg_index_info('tzero_cos');
 SELECT metric, rows, pending FROM tsdg_index_info('tzero_l2');
 
+-- the rows, the graph and the k-NN lists of a build must fit in
+-- maintenance_work_mem
+CREATE TABLE tmem (v vector(3));
+INSERT INTO tmem SELECT ARRAY[i, i % 7, i % 11]::real[]::vector FROM generate_series(1, 2000) i;
+ANALYZE tmem;
+SET maintenance_work_mem = '1MB';
+CREATE INDEX ON tmem USING tsdg (v vector_l2_ops);
+RESET maintenance_work_mem;
+
 -- an empty table
 CREATE TABLE tempty (v vector(4));
 CREATE INDEX tempty_idx ON tempty USING tsdg (v vector_l2_ops);
@@ -109,4 +118,4 @@ SELECT * FROM tsdg_index_info('tb');
 CREATE INDEX tb_btree ON tb (id);
 SELECT * FROM tsdg_index_info('tb_btree');
 
-DROP TABLE tb, tfree, twide, twide2, tzero, tempty, tunlogged;
+DROP TABLE tb, tfree, twide, twide2, tzero, tmem, tempty, tunlogged;
