@@ -277,7 +277,8 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 	if (!OidIsValid(heap_oid))
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("relation with OID %u is not an index", index_oid)));
+				 errmsg("\"%s\" is not an index",
+						get_rel_name(index_oid) ? get_rel_name(index_oid) : "?")));
 	if (pg_class_aclcheck(heap_oid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(heap_oid));
 	LockRelationOid(heap_oid, AccessShareLock);

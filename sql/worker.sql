@@ -1,0 +1,85 @@
+-- The GPU worker's SQL surface, on any machine: tsdg_gpu_status() has its
+-- shape whether a GPU, the CPU-backed worker or no worker answers, and
+-- tsdg_search_batch() returns what ORDER BY returns (on the GPU worker when
+-- it runs, else on the CPU).
+SET client_min_messages = warning;
+
+-- the shape of the status row
+SELECT unnest(string_to_array(pg_get_function_arguments('tsdg_gpu_status'::regproc), ', ')) AS column;
+SELECT state IN ('not preloaded', 'stopped', 'starting', 'ready', 'busy', 'no gpu', 'disabled') AS known_state,
+	jsonb_typeof(cached_indexes) AS cached_type,
+	queue_depth >= 0 AS queue_ok,
+	batches >= 0 AND fallbacks >= 0 AS counters_ok,
+	(batches = 0) = (mean_batch_size IS NULL) AS mean_defined
+FROM tsdg_gpu_status();
+
+CREATE TABLE wb (id int, v vector(8));
+INSERT INTO wb SELECT i,
+	ARRAY[sin(i), cos(i * 0.3), (i % 17) / 9.0, (i % 5) / 3.0,
+		  sin(i * 0.11), cos(i * 0.05), (i % 23) / 11.0, (i % 7) / 4.0]::real[]::vector
+	FROM generate_series(1, 1500) i;
+CREATE INDEX wb_l2 ON wb USING tsdg (v vector_l2_ops);
+CREATE INDEX wb_cos ON wb USING tsdg (v vector_cosine_ops);
+-- rows inserted after the build are pending: the batch must find them too
+INSERT INTO wb SELECT i,
+	ARRAY[sin(i), cos(i * 0.3), (i % 17) / 9.0, (i % 5) / 3.0,
+		  sin(i * 0.11), cos(i * 0.05), (i % 23) / 11.0, (i % 7) / 4.0]::real[]::vector
+	FROM generate_series(1501, 1550) i;
+
+-- on 1550 rows a search this wide finds the exact answers
+SET tsdg.ef_search = 400;
+
+CREATE TABLE wq AS SELECT row_number() OVER (ORDER BY id)::int AS q, v
+	FROM wb WHERE id IN (3, 77, 500, 1200, 1511, 1549) ;
+
+-- batch results against the exact order, for both metrics
+CREATE FUNCTION batch_vs_exact(idx regclass, op text, k int) RETURNS TABLE(q int, same bool)
+LANGUAGE plpgsql AS $$
+BEGIN
+	RETURN QUERY EXECUTE format($f$
+		WITH b AS (
+			SELECT b.query, array_agg(w.id ORDER BY b.distance, w.id) AS ids
+			FROM tsdg_search_batch(%L, (SELECT array_agg(v ORDER BY q) FROM wq), %s) b
+			JOIN wb w ON w.ctid = b.tid GROUP BY b.query),
+		e AS (
+			SELECT wq.q, (SELECT array_agg(id ORDER BY d, id) FROM
+				(SELECT id, v %s wq.v AS d FROM wb ORDER BY v %s wq.v, id LIMIT %s) s) AS ids
+			FROM wq)
+		SELECT e.q, b.ids = e.ids FROM e LEFT JOIN b ON b.query = e.q ORDER BY e.q$f$,
+		idx, k, op, op, k);
+END $$;
+SELECT * FROM batch_vs_exact('wb_l2', '<->', 10);
+SELECT * FROM batch_vs_exact('wb_cos', '<=>', 5);
+
+-- distances are the operator's values
+SELECT b.query, w.id, round(b.distance::numeric, 4) = round((w.v <-> q.v)::numeric, 4) AS same_distance
+FROM tsdg_search_batch('wb_l2', (SELECT array_agg(v ORDER BY q) FROM wq WHERE q <= 2), 3) b
+JOIN wb w ON w.ctid = b.tid JOIN wq q ON q.q = b.query
+ORDER BY b.query, b.distance, w.id;
+
+-- and the same rows as the index scan
+SET enable_seqscan = off;
+SELECT (SELECT array_agg(id) FROM (SELECT id FROM wb ORDER BY v <-> (SELECT v FROM wq WHERE q = 4) LIMIT 10) s)
+	= (SELECT array_agg(w.id ORDER BY b.distance) FROM tsdg_search_batch('wb_l2', ARRAY[(SELECT v FROM wq WHERE q = 4)], 10) b
+	   JOIN wb w ON w.ctid = b.tid) AS same_as_index_scan;
+RESET enable_seqscan;
+
+-- NULL queries have no rows; query numbers stay positions in the array
+SELECT b.query, count(*) FROM tsdg_search_batch('wb_l2', ARRAY[NULL, (SELECT v FROM wq WHERE q = 1), NULL]::vector[], 4) b
+GROUP BY b.query ORDER BY b.query;
+SELECT count(*) FROM tsdg_search_batch('wb_l2', ARRAY[]::vector[], 4);
+
+-- bad input
+SELECT * FROM tsdg_search_batch('wb_l2', ARRAY['[1,2,3]']::vector[], 4);
+SELECT * FROM tsdg_search_batch('wb_l2', ARRAY[(SELECT v FROM wq WHERE q = 1)], 0);
+SELECT * FROM tsdg_search_batch('wb', ARRAY[(SELECT v FROM wq WHERE q = 1)], 4);
+CREATE INDEX wb_id ON wb (id);
+SELECT * FROM tsdg_search_batch('wb_id', ARRAY[(SELECT v FROM wq WHERE q = 1)], 4);
+
+-- an empty index
+CREATE TABLE wempty (v vector(3));
+CREATE INDEX wempty_idx ON wempty USING tsdg (v vector_l2_ops);
+SELECT count(*) FROM tsdg_search_batch('wempty_idx', ARRAY['[1,2,3]']::vector[], 4);
+
+DROP TABLE wb, wq, wempty;
+DROP FUNCTION batch_vs_exact(regclass, text, int);
