@@ -55,6 +55,27 @@ TsdgWorkerUsable(void)
 		TsdgIpcServerState() == TSDG_SERVER_READY;
 }
 
+/*
+ * TsdgWorkerUsable() for a request: a worker that exists but cannot take it
+ * now (restarting after a crash, busy with a build or a load) counts as a
+ * fallback, since the session does on the CPU what the worker would have done.
+ */
+static bool
+TsdgWorkerTakesRequest(void)
+{
+	TsdgServerState state;
+
+	if (TsdgWorkerUsable())
+		return true;
+	if (!TsdgIpcIsAvailable() || tsdg_device == TSDG_DEVICE_CPU)
+		return false;
+	state = TsdgIpcServerState();
+	if (state == TSDG_SERVER_BUSY || state == TSDG_SERVER_STARTING ||
+		(state == TSDG_SERVER_STOPPED && TsdgShared->server_starts > 0))
+		TsdgCountFallback();
+	return false;
+}
+
 static void
 TsdgIndexKeyOf(Relation index, const TsdgMetaPageData *meta, TsdgIndexKey *key)
 {
@@ -245,8 +266,8 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 {
 	TsdgIndexKey key;
 
-	if (!TsdgWorkerUsable() || meta->dims > TSDG_SLOT_MAX_DIMS ||
-		max_results > TSDG_SLOT_MAX_RESULTS || meta->node_count == 0)
+	if (meta->dims > TSDG_SLOT_MAX_DIMS || max_results > TSDG_SLOT_MAX_RESULTS ||
+		meta->node_count == 0 || !TsdgWorkerTakesRequest())
 		return false;
 	TsdgIndexKeyOf(index, meta, &key);
 
@@ -291,7 +312,7 @@ TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta,
 	dsm_segment *seg;
 	bool		done = false;
 
-	if (!TsdgWorkerUsable() || meta->node_count == 0)
+	if (meta->node_count == 0 || !TsdgWorkerTakesRequest())
 		return false;
 	TsdgIndexKeyOf(index, meta, &key);
 
@@ -381,7 +402,7 @@ TsdgWorkerBuildGraph(Relation index, const ItemPointerData *tids,
 	TsdgBuildWait wait = {poll, poll_arg, false};
 	TsdgReply	reply;
 
-	if (!TsdgWorkerUsable() || n == 0)
+	if (n == 0 || !TsdgWorkerTakesRequest())
 		return false;
 
 	memset(&header, 0, sizeof(header));
