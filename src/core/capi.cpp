@@ -31,6 +31,7 @@ struct TsdgResidentIndex {
   tsdg::TsdgGraph graph;  // a copy for backends that are handed a TsdgGraph
   std::unique_ptr<tsdg::SearchIndex> index;
   std::unique_ptr<tsdg::ThreadPool> pool;  // CPU: created at the first large batch
+  bool on_cpu = false;
   int dim = 0;
 };
 
@@ -435,7 +436,8 @@ TsdgResidentIndex* tsdg_index_upload(TsdgBackend* backend, const float* rows, in
     }
     auto index = std::make_unique<TsdgResidentIndex>();
     index->dim = dim;
-    if (backend == nullptr) {
+    index->on_cpu = backend == nullptr;
+    if (index->on_cpu) {
       index->index = std::make_unique<tsdg::CpuSearchIndex>(
           data, tsdg::GraphView{neighbors, lambdas, n, degree}, m);
     } else {
@@ -464,7 +466,7 @@ TsdgStatus tsdg_index_search(TsdgResidentIndex* index, const float* queries, int
     params.ef = ef;
     params.lambda_limit = lambda_limit;
     tsdg::RunControl control;
-    if (nq >= kParallelSearchBatch) {
+    if (index->on_cpu && nq >= kParallelSearchBatch) {
       if (!index->pool) index->pool = std::make_unique<tsdg::ThreadPool>(0);
       control.pool = index->pool.get();
     }

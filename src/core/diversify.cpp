@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "connectivity.h"
 #include "distance.h"
 #include "thread_pool.h"
 
@@ -182,6 +183,7 @@ TsdgGraph diversify_tsdg(MatrixView data, Metric metric, const KnnGraph& knn,
     control.add_done(end - begin);
   });
   control.throw_if_cancelled();
+  connect_components(data, graph, control);
   return graph;
 }
 

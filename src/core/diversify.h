@@ -13,7 +13,8 @@ namespace tsdg {
 // list bounded by 2R, no duplicates). Stage 2 gives every edge of a list its
 // occlusion factor λ, the number of other edges of the list that occlude it by
 // Inequation 1, sorts by (λ, distance), drops edges with λ > params.lambda0
-// and stores the first R. Lists are padded with kInvalidId.
+// and stores the first R. Lists are padded with kInvalidId. Finally the
+// components of the graph are linked into one (connectivity.h).
 TsdgGraph diversify_tsdg(MatrixView data, Metric metric, const KnnGraph& knn,
                          const DiversifyParams& params, const RunControl& control);
 

@@ -13,28 +13,6 @@ namespace {
 constexpr int kLloydIterations = 5;
 constexpr int kSamplesPerEntry = 64;
 constexpr int64_t kMinSample = 4096;
-constexpr int kMaxDescentSteps = 1000;
-
-// The node nearest target reachable from start by moves to a closer neighbor.
-uint32_t greedy_descent(MatrixView data, GraphView graph, const float* target, uint32_t start,
-                        DistanceFn l2) {
-  uint32_t current = start;
-  float current_dist = l2(target, data.row(current), data.dim);
-  for (int step = 0; step < kMaxDescentSteps; ++step) {
-    uint32_t best = current;
-    const uint32_t* list = graph.list(current);
-    for (int j = 0; j < graph.degree && list[j] != kInvalidId; ++j) {
-      const float d = l2(target, data.row(list[j]), data.dim);
-      if (d < current_dist) {
-        current_dist = d;
-        best = list[j];
-      }
-    }
-    if (best == current) break;
-    current = best;
-  }
-  return current;
-}
 
 // Index into sample of the row nearest point.
 size_t nearest_sampled(MatrixView data, const std::vector<uint32_t>& sample, const float* point,

@@ -27,10 +27,14 @@ struct SearchParams {
   int ef = 64;              // candidate list length
   int lambda_limit = 255;   // visit only edges with occlusion factor <= this
   float slack = 0.0f;       // tau of the GGNN stop rule; 0 disables it
-  int entry_samples = 32;   // random nodes scored to pick the entry point
+  // The navigating set every search starts from (select_entry_points). It must
+  // reach every cluster: a k-NN graph has few edges between clusters, and 32
+  // entries left half the queries of 64 clusters stuck (docs/benchmarks.md).
+  int entry_samples = 256;
   uint64_t seed = 7;
   // GPU only (paper 003, section 4): 0 picks the kernel by batch size, 1 forces
-  // the small-batch kernel, 2 the large-batch kernel.
+  // the small-batch kernel, 2 the large-batch kernel; 3 scans the resident
+  // rows exactly (the GPU brute force, as a baseline).
   int gpu_kernel = 0;
   // GPU small-batch kernel: independent greedy searches per query (t0); 0 = ef / 4.
   int gpu_parallel_searches = 0;

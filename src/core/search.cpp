@@ -60,6 +60,25 @@ float graph_nn1_bound(MatrixView data, GraphView graph, Metric metric) {
   return bound;
 }
 
+uint32_t greedy_descent(MatrixView data, GraphView graph, const float* target, uint32_t start,
+                        DistanceFn distance) {
+  uint32_t current = start;
+  float current_dist = distance(target, data.row(current), data.dim);
+  for (;;) {
+    uint32_t best = current;
+    const uint32_t* list = graph.list(current);
+    for (int j = 0; j < graph.degree && list[j] != kInvalidId; ++j) {
+      const float d = distance(target, data.row(list[j]), data.dim);
+      if (d < current_dist) {
+        current_dist = d;
+        best = list[j];
+      }
+    }
+    if (best == current) return current;  // strictly decreasing, so this ends
+    current = best;
+  }
+}
+
 // ---- candidate pool ----
 
 void CandidatePool::reset(int capacity) {
@@ -280,7 +299,8 @@ CpuSearchIndex::~CpuSearchIndex() = default;
 
 size_t CpuSearchIndex::memory_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  size_t bytes = sizeof(*this) + entries_.size() * sizeof(uint32_t);
+  size_t bytes = sizeof(*this) + entries_.size() * sizeof(uint32_t) +
+                 entry_rows_.values.size() * sizeof(float);
   for (const auto& scratch : free_scratch_) {
     bytes += scratch->visited.bytes() + scratch->fresh.size() * sizeof(uint32_t) +
              scratch->query.size() * sizeof(float);
@@ -305,19 +325,21 @@ void CpuSearchIndex::release_scratch(std::unique_ptr<Scratch> scratch) {
   free_scratch_.push_back(std::move(scratch));
 }
 
-const std::vector<uint32_t>& CpuSearchIndex::entry_points(const SearchParams& params) {
+void CpuSearchIndex::prepare_entry_points(const SearchParams& params) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (entries_count_ != params.entry_samples || entries_seed_ != params.seed) {
-    entries_ = select_entry_points(data_, graph_, params.entry_samples, params.seed);
-    entries_count_ = params.entry_samples;
-    entries_seed_ = params.seed;
+  if (entries_count_ == params.entry_samples && entries_seed_ == params.seed) return;
+  entries_ = select_entry_points(data_, graph_, params.entry_samples, params.seed);
+  entry_rows_ = Matrix(static_cast<int64_t>(entries_.size()), data_.dim);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    std::copy(data_.row(entries_[i]), data_.row(entries_[i]) + data_.dim, entry_rows_.row(i));
   }
-  return entries_;
+  entries_count_ = params.entry_samples;
+  entries_seed_ = params.seed;
 }
 
 int64_t CpuSearchIndex::search_one(const float* query, const SearchParams& params,
-                                   const SlackRule& slack, const std::vector<uint32_t>& entries,
-                                   Scratch& scratch, uint32_t* ids, float* dists) const {
+                                   const SlackRule& slack, Scratch& scratch, uint32_t* ids,
+                                   float* dists) const {
   const int dim = data_.dim;
   const int degree = graph_.degree;
   const int lambda_limit = params.lambda_limit;
@@ -327,12 +349,15 @@ int64_t CpuSearchIndex::search_one(const float* query, const SearchParams& param
   visited.next_query();
   pool.reset(std::max(params.ef, params.k));
 
-  int64_t computed = 0;
-  for (uint32_t entry : entries) {
-    if (!visited.mark(entry)) continue;
-    pool.insert(entry, distance_(query, data_.row(entry), dim), nullptr, nullptr);
-    ++computed;
+  const int64_t entry_count = static_cast<int64_t>(entries_.size());
+  for (int64_t i = 0; i < entry_count; ++i) {
+    visited.mark(entries_[i]);
+    const float d = distance_(query, entry_rows_.row(i), dim);
+    if (pool.size() < pool.capacity() || d < pool[pool.size() - 1].dist) {
+      pool.insert(entries_[i], d, nullptr, nullptr);
+    }
   }
+  int64_t computed = entry_count;
 
   uint32_t node;
   while ((node = pool.pop_nearest_unexpanded(slack)) != kInvalidId) {
@@ -386,7 +411,7 @@ void CpuSearchIndex::search(MatrixView queries, const SearchParams& params, uint
     std::fill(dists, dists + queries.rows * k, std::numeric_limits<float>::infinity());
     return;
   }
-  const std::vector<uint32_t>& entries = entry_points(params);
+  prepare_entry_points(params);
   const SlackRule slack = slack_rule_for(metric_, params.slack, k, nn1_bound_);
   const int workers = worker_count(control);
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, queries.rows / (4 * workers)));
@@ -401,7 +426,7 @@ void CpuSearchIndex::search(MatrixView queries, const SearchParams& params, uint
         normalize_rows(scratch->query.data(), 1, queries.dim);
         query = scratch->query.data();
       }
-      computed += search_one(query, params, slack, entries, *scratch, ids + q * k, dists + q * k);
+      computed += search_one(query, params, slack, *scratch, ids + q * k, dists + q * k);
     }
     distance_computations_.fetch_add(computed, std::memory_order_relaxed);
     control.add_done(end - begin);

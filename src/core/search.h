@@ -60,6 +60,11 @@ SlackRule slack_rule_for(Metric metric, float tau, int k, float nn1_bound);
 // by distance). Absolute value, so that the slack stays non-negative.
 float graph_nn1_bound(MatrixView data, GraphView graph, Metric metric);
 
+// The node nearest target (by distance) reachable from start by repeated moves
+// to the nearest closer neighbor; for placing entry points and bridges.
+uint32_t greedy_descent(MatrixView data, GraphView graph, const float* target, uint32_t start,
+                        DistanceFn distance);
+
 // The bounded best-first candidate list: the ef best (distance, id) pairs seen,
 // ascending, each marked once expanded.
 class CandidatePool {
@@ -137,7 +142,8 @@ class GraphSearch {
 // The in-memory search over rows and a graph held in memory (the CPU
 // backend's SearchIndex). Entry points: a navigating set of
 // params.entry_samples nodes spread over the data (select_entry_points),
-// computed once per (entry_samples, seed). Thread-safe.
+// computed once per (entry_samples, seed) and scanned in full by every query.
+// Thread-safe.
 class CpuSearchIndex : public SearchIndex {
  public:
   CpuSearchIndex(MatrixView data, GraphView graph, Metric metric);
@@ -156,10 +162,9 @@ class CpuSearchIndex : public SearchIndex {
   struct Scratch;
   std::unique_ptr<Scratch> acquire_scratch();
   void release_scratch(std::unique_ptr<Scratch> scratch);
-  const std::vector<uint32_t>& entry_points(const SearchParams& params);
+  void prepare_entry_points(const SearchParams& params);
   int64_t search_one(const float* query, const SearchParams& params, const SlackRule& slack,
-                     const std::vector<uint32_t>& entries, Scratch& scratch, uint32_t* ids,
-                     float* dists) const;
+                     Scratch& scratch, uint32_t* ids, float* dists) const;
 
   MatrixView data_;
   GraphView graph_;
@@ -170,6 +175,7 @@ class CpuSearchIndex : public SearchIndex {
   mutable std::mutex mutex_;  // guards the two caches below
   std::vector<std::unique_ptr<Scratch>> free_scratch_;
   std::vector<uint32_t> entries_;
+  Matrix entry_rows_;  // the entries' rows side by side, so scanning them stays in cache
   int entries_count_ = -1;
   uint64_t entries_seed_ = 0;
 

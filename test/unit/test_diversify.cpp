@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -113,6 +114,35 @@ TEST(Diversify, ReverseEdgesMakeTheGraphMostlySymmetric) {
   int64_t symmetric = 0;
   for (const auto& e : edges) symmetric += edges.count({e.second, e.first});
   EXPECT_GT(static_cast<double>(symmetric) / edges.size(), 0.8);
+}
+
+// Three far apart blobs: no k-NN list leaves its blob, so only the
+// connectivity step can join them; every node must be reachable from node 0.
+TEST(Diversify, SeparateClustersAreBridged) {
+  const int per_blob = 150;
+  Matrix data(3 * per_blob, 4);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  for (int64_t i = 0; i < data.rows; ++i) {
+    for (int j = 0; j < data.dim; ++j) data.row(i)[j] = noise(rng) + (j == 0 ? 1000.0f * (i / per_blob) : 0.0f);
+  }
+  const TsdgGraph graph = tsdg_graph_of(data, 10, DiversifyParams{12, 1.2f, 10});
+  expect_list_invariants(graph, 10);
+  std::vector<bool> reached(data.rows, false);
+  std::vector<uint32_t> frontier{0};
+  reached[0] = true;
+  while (!frontier.empty()) {
+    const uint32_t u = frontier.back();
+    frontier.pop_back();
+    for (int j = 0; j < graph.degree && graph.list(u)[j] != kInvalidId; ++j) {
+      const uint32_t v = graph.list(u)[j];
+      if (!reached[v]) {
+        reached[v] = true;
+        frontier.push_back(v);
+      }
+    }
+  }
+  EXPECT_EQ(std::count(reached.begin(), reached.end(), true), data.rows);
 }
 
 TEST(Diversify, SameResultOnAThreadPool) {

@@ -1,0 +1,181 @@
+#include "connectivity.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "distance.h"
+#include "search.h"
+
+namespace tsdg {
+
+namespace {
+
+// Borůvka halves the component count each round; the cap only guards against
+// a round that dropped as many edges as it added.
+constexpr int kMaxRounds = 64;
+// Components each component links to in the first round.
+constexpr int kFirstRoundLinks = 4;
+// Components compared pairwise for their nearest neighbor; past this many, a
+// component is compared with an evenly spaced subset.
+constexpr int64_t kMaxCompared = 2048;
+// Component means are computed while they fit in this many doubles.
+constexpr int64_t kMaxMeanValues = int64_t{1} << 24;
+
+class DisjointSets {
+ public:
+  explicit DisjointSets(int64_t count) : parent_(count) {
+    std::iota(parent_.begin(), parent_.end(), 0);
+  }
+  int64_t find(int64_t x) {
+    while (parent_[x] != x) {
+      parent_[x] = parent_[parent_[x]];
+      x = parent_[x];
+    }
+    return x;
+  }
+  bool unite(int64_t a, int64_t b) {
+    a = find(a);
+    b = find(b);
+    if (a == b) return false;
+    parent_[std::max(a, b)] = std::min(a, b);
+    return true;
+  }
+
+ private:
+  std::vector<int64_t> parent_;
+};
+
+// Dense component ids (0..count-1, numbered by their smallest node).
+std::vector<int64_t> component_ids(const TsdgGraph& graph, int64_t* count) {
+  DisjointSets sets(graph.nodes);
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    const uint32_t* list = graph.list(u);
+    for (int j = 0; j < graph.degree && list[j] != kInvalidId; ++j) sets.unite(u, list[j]);
+  }
+  std::vector<int64_t> dense(graph.nodes, -1);
+  std::vector<int64_t> ids(graph.nodes);
+  *count = 0;
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    const int64_t root = sets.find(u);
+    if (dense[root] < 0) dense[root] = (*count)++;
+    ids[u] = dense[root];
+  }
+  return ids;
+}
+
+// Each component's member nearest its mean, or its first member when the
+// means would not fit in memory.
+std::vector<uint32_t> representatives(MatrixView data, const std::vector<int64_t>& component,
+                                      int64_t count, DistanceFn l2) {
+  std::vector<uint32_t> chosen(count, kInvalidId);
+  for (int64_t u = static_cast<int64_t>(component.size()) - 1; u >= 0; --u) {
+    chosen[component[u]] = static_cast<uint32_t>(u);
+  }
+  if (count * data.dim > kMaxMeanValues) return chosen;
+  std::vector<double> sums(static_cast<size_t>(count) * data.dim, 0.0);
+  std::vector<int64_t> sizes(count, 0);
+  for (int64_t u = 0; u < data.rows; ++u) {
+    double* sum = &sums[component[u] * data.dim];
+    for (int j = 0; j < data.dim; ++j) sum[j] += data.row(u)[j];
+    ++sizes[component[u]];
+  }
+  std::vector<float> mean(static_cast<size_t>(count) * data.dim);
+  for (int64_t c = 0; c < count; ++c) {
+    for (int j = 0; j < data.dim; ++j) {
+      mean[c * data.dim + j] = static_cast<float>(sums[c * data.dim + j] / sizes[c]);
+    }
+  }
+  std::vector<float> best(count, std::numeric_limits<float>::infinity());
+  for (int64_t u = 0; u < data.rows; ++u) {
+    const int64_t c = component[u];
+    const float d = l2(&mean[c * data.dim], data.row(u), data.dim);
+    if (d < best[c]) {
+      best[c] = d;
+      chosen[c] = static_cast<uint32_t>(u);
+    }
+  }
+  return chosen;
+}
+
+// Inserts from -> to with λ = 0 at the end of the λ = 0 prefix.
+void add_bridge(TsdgGraph& graph, uint32_t from, uint32_t to) {
+  const int degree = graph.degree;
+  uint32_t* ids = graph.neighbors.data() + static_cast<int64_t>(from) * degree;
+  uint8_t* lambdas = graph.lambdas.data() + static_cast<int64_t>(from) * degree;
+  int count = 0;
+  while (count < degree && ids[count] != kInvalidId) ++count;
+  const auto present = std::find(ids, ids + count, to) - ids;
+  if (present < count) {  // already linked: move it to λ = 0
+    std::copy(ids + present + 1, ids + count, ids + present);
+    std::copy(lambdas + present + 1, lambdas + count, lambdas + present);
+    --count;
+  }
+  int at = 0;
+  while (at < count && lambdas[at] == 0) ++at;
+  if (count == degree) --count;  // the last, most occluded edge gives way
+  at = std::min(at, degree - 1);
+  std::copy_backward(ids + at, ids + count, ids + count + 1);
+  std::copy_backward(lambdas + at, lambdas + count, lambdas + count + 1);
+  ids[at] = to;
+  lambdas[at] = 0;
+}
+
+}  // namespace
+
+int64_t connect_components(MatrixView data, TsdgGraph& graph, const RunControl& control) {
+  if (graph.nodes <= 1 || graph.degree <= 0) return 0;
+  // Bridges follow the geometry of the rows, so L2 for every metric.
+  const DistanceFn l2 = distance_kernels().l2_squared;
+  int64_t added = 0;
+  // A node no list points to cannot be found at all: its nearest neighbor
+  // links back to it.
+  std::vector<bool> pointed_to(graph.nodes, false);
+  for (size_t i = 0; i < graph.neighbors.size(); ++i) {
+    if (graph.neighbors[i] != kInvalidId) pointed_to[graph.neighbors[i]] = true;
+  }
+  for (int64_t v = 0; v < graph.nodes; ++v) {
+    const uint32_t nearest = graph.list(v)[0];
+    if (pointed_to[v] || nearest == kInvalidId) continue;
+    add_bridge(graph, nearest, static_cast<uint32_t>(v));
+    ++added;
+  }
+  for (int round = 0; round < kMaxRounds; ++round) {
+    control.throw_if_cancelled();
+    int64_t count = 0;
+    const std::vector<int64_t> component = component_ids(graph, &count);
+    if (count <= 1) break;
+    const std::vector<uint32_t> rep = representatives(data, component, count, l2);
+    const int64_t stride = std::max<int64_t>(1, count / kMaxCompared);
+    const GraphView view = GraphView::of(graph);
+    // The first round links each component to several nearest ones, so a
+    // search can walk from cluster to cluster towards its query; later rounds
+    // only join what is still apart.
+    const int links = round == 0 ? kFirstRoundLinks : 1;
+    DisjointSets joined(count);
+    std::vector<std::pair<float, int64_t>> nearest;
+    for (int64_t c = 0; c < count; ++c) {
+      nearest.clear();
+      for (int64_t d = c % stride; d < count; d += stride) {
+        if (d != c) nearest.emplace_back(l2(data.row(rep[c]), data.row(rep[d]), data.dim), d);
+      }
+      const size_t kept = std::min<size_t>(links, nearest.size());
+      std::partial_sort(nearest.begin(), nearest.begin() + kept, nearest.end());
+      for (size_t i = 0; i < kept; ++i) {
+        const int64_t d = nearest[i].second;
+        if (!joined.unite(c, d) && links == 1) continue;
+        const uint32_t there = greedy_descent(data, view, data.row(rep[c]), rep[d], l2);
+        const uint32_t here = greedy_descent(data, view, data.row(there), rep[c], l2);
+        // A bridge added earlier in this round can lead both descents to one node.
+        if (here == there) continue;
+        add_bridge(graph, here, there);
+        add_bridge(graph, there, here);
+        added += 2;
+      }
+    }
+  }
+  return added;
+}
+
+}  // namespace tsdg
