@@ -9,6 +9,7 @@ recall_qps.png and build.png under --out.
 """
 import argparse
 import datetime
+import json
 import os
 import platform
 import shlex
@@ -45,6 +46,8 @@ def parse_args(argv):
     p.add_argument("--gpu", action="store_true",
                    help="large preset for the GPU machine: 1M x 128, more clients")
     p.add_argument("--out", default="bench-out", help="folder for the results (created)")
+    p.add_argument("--report-only", action="store_true",
+                   help="measure nothing: redraw the table and plots from OUT/results.json")
     conn = p.add_argument_group("connection (default: the PG* environment variables)")
     conn.add_argument("--dsn", default="", help="libpq key=value connection string, without dbname")
     conn.add_argument("--pgbin", help="folder of psql and pgbench (default: $PGBIN, then PATH)")
@@ -167,7 +170,6 @@ def info_row(server, database, call):
 
 def sweep(server, method, truth, args, results, deadline, counter):
     recall_queries = args.exact_queries if not method.uses_index else truth.shape[0]
-    clients = args.clients if method.uses_index else args.clients[:1] + args.clients[-1:]
     seconds = args.seconds if method.uses_index else args.exact_seconds
     for settings in method.sweep:
         workload.check_plan(server, method.database, method, settings)
@@ -177,7 +179,7 @@ def sweep(server, method, truth, args, results, deadline, counter):
         recall = dataset.recall_at_k(found, truth[:recall_queries], K)
         sys.stderr.write("  %s %s: recall@%d %.4f over %d queries (%.0f q/s in one session)\n"
                          % (method.name, label, K, recall, recall_queries, session_qps))
-        for c in sorted(set(clients)):
+        for c in args.clients:
             counter[0] += 1
             if deadline and time.monotonic() + seconds > deadline:
                 sys.stderr.write("  [%d/%d] skipped: --time-budget reached\n" % (counter[0], counter[1]))
@@ -196,7 +198,11 @@ def sweep(server, method, truth, args, results, deadline, counter):
 
 def main(argv):
     args = parse_args(argv)
-    args.clients = int_list(args.clients)
+    if args.report_only:
+        with open(os.path.join(args.out, "results.json")) as f:
+            report.write_all(json.load(f), args.out)
+        return
+    args.clients = sorted(set(int_list(args.clients)))
     ef_values = int_list(args.ef)
     lambda_values = [float(x) for x in args.lambda_search.split(",") if x.strip()]
     session = dict(s.split("=", 1) for s in args.set)
@@ -232,9 +238,7 @@ def main(argv):
         candidates.append(methods.pgvector_hnsw(args.dbname + "_pgvector", ef_values))
     else:
         step("pgvector not installed (or --no-pgvector): comparing tsdg with the exact scan only")
-    points = sum(len(m.sweep) * (len(args.clients) if m.uses_index else len(set(args.clients[:1] + args.clients[-1:])))
-                 for m in candidates)
-    counter = [0, points]
+    counter = [0, sum(len(m.sweep) for m in candidates) * len(args.clients)]
 
     prepared = set()
     for method in candidates:

@@ -49,7 +49,7 @@ def plot_recall_qps(results, path):
         return
     methods = list(dict.fromkeys(r["method"] for r in results["runs"]))
     fig, axes = plt.subplots(1, len(clients), figsize=(4.2 * len(clients), 3.6),
-                             squeeze=False, sharey=True)
+                             squeeze=False, sharex=True, sharey=True)
     for ax, c in zip(axes[0], clients):
         for m in methods:
             runs = sorted((r for r in results["runs"] if r["method"] == m and r["clients"] == c),
@@ -67,6 +67,8 @@ def plot_recall_qps(results, path):
         ax.set_xlabel("recall@%d" % results["k"])
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
+    lowest = min(r["recall"] for r in results["runs"])
+    axes[0][0].set_xlim(max(0.0, lowest - 0.05), 1.02)
     axes[0][0].set_ylabel("queries per second")
     axes[0][0].legend(fontsize=8)
     ds = results["dataset"]
