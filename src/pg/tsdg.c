@@ -80,6 +80,7 @@ TsdgInit(void)
 							 &tsdg_device, TSDG_DEVICE_AUTO, tsdg_device_options,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
 
+	TsdgMergeInit();
 	MarkGUCPrefixReserved("tsdg");
 }
 

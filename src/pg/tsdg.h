@@ -18,6 +18,34 @@
  * lambdas[R] (uint8)} rounded up to 4 bytes and must fit one page, so the
  * largest dimension an index supports is (BLCKSZ - 24 - 8 - 5 R) / 4:
  * 2000 at the default degree 32 with 8 kB pages (TsdgMaxDimensions()).
+ *
+ * Merges (tsdgmerge.c, DESIGN.md "Insert and merge"). GGM needs every node's
+ * k-NN list. The index keeps the ids of each node's build_k nearest
+ * neighbors in k-NN pages (record i at knn_start + i / knn_per_page, packed
+ * like node records) and not their distances: ids cost 4 build_k bytes a node
+ * (256 at the default k = 64, +38% over a 128-dimension node record, where
+ * ids and distances would be +75%) and CREATE INDEX writes them with the node
+ * pages it writes anyway, while the distances are recomputed by a merge
+ * (build_k distances per node, a small part of a merge's time). Rebuilding
+ * the lists from the stored TSDG lists and their reverse edges is the
+ * fallback for an index whose graph came without them (knn_k = 0): the
+ * diversified lists keep only the far-apart members of a k-NN list, so GGM
+ * then starts from a poorer graph.
+ *
+ * A graph occupies one contiguous region: node pages then k-NN pages. A
+ * merge writes the new graph into another region (the spare one when it is
+ * large enough, else new blocks at the end, with half again as many blocks as
+ * it needs, so that growing graphs soon fit the spare region again; a spare
+ * region too small is given to the free list), WAL-logged page by page, then
+ * switches the metapage in one GenericXLog record; a crash before that
+ * record leaves the old graph and its pending rows as they were. The old
+ * region and the pending pages the merge consumed are then "retired": scans
+ * that read the metapage before the switch may still read them. Scans keep
+ * the metapage pinned until they end, so the next merge, once it holds a
+ * cleanup lock on the metapage (no other pin left), knows no such scan
+ * remains: the retired region becomes the spare region, the retired pending
+ * pages go to the free list that new pending pages are taken from. The
+ * spare-region and free-list fields use block 0 (the metapage) for "none".
  */
 #ifndef TSDG_H
 #define TSDG_H
@@ -36,11 +64,13 @@
 #define TSDG_MAGIC_NUMBER		0x54534447	/* "TSDG" */
 
 /*
- * Format 1: metapage, node pages, pending pages. The k-NN lists of the build
- * are not stored; a later format that stores them for merges (GGM needs them)
- * uses knn_start in the metapage, which format 1 leaves InvalidBlockNumber.
+ * Format 1: metapage, node pages, pending pages. Format 2 adds the k-NN pages
+ * and the merge fields at the end of the metapage (see above).
  */
-#define TSDG_FORMAT_VERSION		1
+#define TSDG_FORMAT_VERSION		2
+
+/* "no block" in the merge fields of the metapage, as nbtree's P_NONE */
+#define TSDG_NO_BLOCK			0
 
 #define TSDG_METAPAGE_BLKNO		0
 #define TSDG_MAX_ENTRY_POINTS	32
@@ -124,6 +154,19 @@ typedef struct TsdgMetaPageData
 	uint32		entry_points[TSDG_MAX_ENTRY_POINTS];
 	/* statistics: d_nn1+ of the slack stop rule (largest distance to a nearest neighbor) */
 	float4		nn1_bound;
+
+	/* format 2: stored k-NN lists and merges (tsdgmerge.c) */
+	int32		knn_k;			/* ids per k-NN record; 0 when none are stored */
+	uint32		region_blocks;	/* blocks of the graph's region, room to grow included;
+								 * 0: just its node and k-NN pages (a fresh build) */
+	BlockNumber spare_start;	/* a free graph region, or TSDG_NO_BLOCK */
+	uint32		spare_blocks;
+	BlockNumber retired_head;	/* pending pages the last merge consumed */
+	BlockNumber retired_tail;
+	bool		retired_readable;	/* scans may still read the spare region and retired pages */
+	BlockNumber free_head;		/* free pages for pending rows, linked by next */
+	int64		last_merge;		/* TimestampTz of the last merge; 0 before one */
+	uint64		merge_count;
 } TsdgMetaPageData;
 
 typedef TsdgMetaPageData *TsdgMetaPage;
@@ -142,6 +185,7 @@ typedef TsdgPageOpaqueData *TsdgPageOpaque;
 
 #define TSDG_PAGE_META			(1 << 0)
 #define TSDG_PAGE_PENDING		(1 << 1)
+#define TSDG_PAGE_FREE			(1 << 2)
 #define TSDG_PAGE_ID			0xFF91
 
 #define TsdgPageGetOpaque(page)	((TsdgPageOpaque) PageGetSpecialPointer(page))
@@ -219,5 +263,20 @@ extern void tsdgendscan(IndexScanDesc scan);
 extern IndexBulkDeleteResult *tsdgbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 											 IndexBulkDeleteCallback callback, void *callback_state);
 extern IndexBulkDeleteResult *tsdgvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats);
+
+/* tsdgmerge.c */
+extern int	tsdg_merge_threshold;
+extern double tsdg_merge_scale_factor;
+extern void TsdgMergeInit(void);
+extern void TsdgWriteBuildKnnPages(Relation index, TsdgMetaPageData *meta,
+								   const uint32 *knn_ids, int64 count, int k);
+extern Buffer TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta,
+								   BlockNumber *free_head_after);
+extern void TsdgVacuumMerge(IndexVacuumInfo *info);
+extern void TsdgMergeComputeGraph(Relation index, const float *rows, int64 n_old, int64 n_new,
+								  int dims, TsdgMetric metric, const TsdgBuildParams *params,
+								  const uint32 *old_knn_ids, const float *old_knn_dists,
+								  uint32 *knn_ids, float *knn_dists,
+								  uint32 *neighbors, uint8 *lambdas);
 
 #endif							/* TSDG_H */

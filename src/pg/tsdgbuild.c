@@ -3,7 +3,8 @@
  * within maintenance_work_mem, a graph builder turns the rows into the TSDG
  * graph (on the GPU worker when it runs, else the CPU backend of the core;
  * see TsdgComputeGraph), node pages are written in node order and WAL-logged as
- * whole pages, and the metapage is written last.
+ * whole pages, then the k-NN pages (the k-NN lists, for merges:
+ * tsdgmerge.c), and the metapage is written last.
  */
 #include "postgres.h"
 
@@ -34,6 +35,10 @@ typedef struct TsdgBuildState
 	int64		capacity;
 	ItemPointerData *tids;
 	float	   *rows;
+
+	/* the k-NN graph (count * build_k), kept in k-NN pages for merges */
+	uint32	   *knn_ids;
+	float	   *knn_dists;
 
 	Size		memory_limit;	/* maintenance_work_mem in bytes */
 	double		estimated_rows; /* the planner's row count of the heap */
@@ -216,10 +221,10 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 
 	/* the worker declines (with a WARNING where it matters) and the CPU builds */
 	if (!TsdgWorkerBuildGraph(bs->index, bs->tids, bs->rows, bs->count, bs->dims, bs->metric,
-							  &bs->params, neighbors, lambdas, NULL, NULL,
+							  &bs->params, neighbors, lambdas, bs->knn_ids, bs->knn_dists,
 							  TsdgBuildPoll, bs, &status, &error))
 		status = tsdg_build_graph(NULL, bs->rows, bs->count, bs->dims, bs->metric, &bs->params,
-								  neighbors, lambdas, NULL, NULL,
+								  neighbors, lambdas, bs->knn_ids, bs->knn_dists,
 								  TsdgBuildPoll, bs, &error);
 	TsdgReportCoreError(status, &error, "index build");
 }
@@ -356,9 +361,17 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 										   sizeof(uint32) * bs.params.degree * bs.count);
 		lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
 										 sizeof(uint8) * bs.params.degree * bs.count);
+		bs.knn_ids = MemoryContextAllocHuge(CurrentMemoryContext,
+											sizeof(uint32) * bs.params.build_k * bs.count);
+		bs.knn_dists = MemoryContextAllocHuge(CurrentMemoryContext,
+											  sizeof(float) * bs.params.build_k * bs.count);
+		bs.knn_ids[0] = TSDG_INVALID_ID;
 		TsdgComputeGraph(&bs, neighbors, lambdas);
 		TsdgGraphSummary(&bs, &meta, neighbors);
 		TsdgWriteNodePages(&bs, &layout, neighbors, lambdas);
+		/* a builder that returns no k-NN lists leaves the first one empty */
+		if (bs.count == 1 || bs.knn_ids[0] != TSDG_INVALID_ID)
+			TsdgWriteBuildKnnPages(index, &meta, bs.knn_ids, bs.count, bs.params.build_k);
 	}
 
 	metabuf = ReadBuffer(index, TSDG_METAPAGE_BLKNO);

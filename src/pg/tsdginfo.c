@@ -15,6 +15,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/timestamp.h"
 
 #include "tsdg.h"
 
@@ -42,8 +43,8 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 	Relation	index;
 	TsdgMetaPageData meta;
 	TupleDesc	tupdesc;
-	Datum		values[14];
-	bool		nulls[14] = {0};
+	Datum		values[16];
+	bool		nulls[16] = {0};
 	int64		size;
 	Oid			heapid;
 
@@ -81,6 +82,9 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 	values[11] = Float4GetDatum(meta.alpha);
 	values[12] = Int32GetDatum(meta.lambda0);
 	values[13] = Int32GetDatum(meta.entry_count);
+	values[14] = TimestampTzGetDatum(meta.last_merge);
+	nulls[14] = meta.merge_count == 0;
+	values[15] = Int64GetDatum((int64) meta.merge_count);
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

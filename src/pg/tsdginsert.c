@@ -1,6 +1,7 @@
 /*
  * aminsert for tsdg: a new row goes to the tail of the pending list, whose
- * rows every scan searches exactly until a merge moves them into the graph.
+ * rows every scan searches exactly until a merge moves them into the graph
+ * (a new page comes from the free list that merges fill, else the end).
  * The metapage lock serializes inserts; each one is a single GenericXLog
  * record over the metapage, the tail page and, when the tail is full, a new
  * page.
@@ -23,6 +24,7 @@ TsdgAppendPending(Relation index, ItemPointer heap_tid, const float *vec, int di
 	GenericXLogState *state;
 	Page		target;
 	char	   *rec;
+	BlockNumber free_head_after = InvalidBlockNumber;
 
 	metabuf = ReadBuffer(index, TSDG_METAPAGE_BLKNO);
 	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
@@ -46,10 +48,10 @@ TsdgAppendPending(Relation index, ItemPointer heap_tid, const float *vec, int di
 		LockBuffer(tailbuf, BUFFER_LOCK_EXCLUSIVE);
 		if (TsdgPageRecordCount(BufferGetPage(tailbuf), layout.pending_size) >=
 			layout.pending_per_page)
-			newbuf = TsdgNewBuffer(index, MAIN_FORKNUM);
+			newbuf = TsdgNewPendingBuffer(index, meta, &free_head_after);
 	}
 	else
-		newbuf = TsdgNewBuffer(index, MAIN_FORKNUM);
+		newbuf = TsdgNewPendingBuffer(index, meta, &free_head_after);
 
 	/* nothing can fail from here to GenericXLogFinish */
 	state = GenericXLogStart(index);
@@ -66,6 +68,7 @@ TsdgAppendPending(Relation index, ItemPointer heap_tid, const float *vec, int di
 		else
 			meta->pending_head = newblk;
 		meta->pending_tail = newblk;
+		meta->free_head = free_head_after;
 		target = newpage;
 	}
 

@@ -42,6 +42,7 @@ typedef struct TsdgScanOpaqueData
 	MemoryContext ctx;			/* all of one scan; reset by amrescan */
 	TsdgMetric	metric;
 	bool		started;
+	Buffer		meta_pin;		/* see TsdgStartScan */
 
 	/* set up by the first amgettuple call */
 	TsdgMetaPageData meta;
@@ -322,6 +323,12 @@ TsdgStartScan(IndexScanDesc scan)
 	MemoryContext old_ctx = MemoryContextSwitchTo(so->ctx);
 	ScanKey		orderby = &scan->orderByData[0];
 
+	/*
+	 * The metapage stays pinned until the scan ends: a merge reuses the
+	 * pages of the graph this scan reads only once no such pin is left
+	 * (tsdgmerge.c).
+	 */
+	so->meta_pin = ReadBuffer(scan->indexRelation, TSDG_METAPAGE_BLKNO);
 	TsdgReadMeta(scan->indexRelation, &so->meta);
 	TsdgLayoutFromMeta(&so->layout, &so->meta);
 
@@ -449,6 +456,9 @@ tsdgrescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int no
 {
 	TsdgScanOpaque so = (TsdgScanOpaque) scan->opaque;
 
+	if (BufferIsValid(so->meta_pin))
+		ReleaseBuffer(so->meta_pin);
+	so->meta_pin = InvalidBuffer;
 	/* frees the previous scan's search through its reset callback */
 	MemoryContextReset(so->ctx);
 	so->search = NULL;
@@ -517,6 +527,8 @@ tsdgendscan(IndexScanDesc scan)
 {
 	TsdgScanOpaque so = (TsdgScanOpaque) scan->opaque;
 
+	if (BufferIsValid(so->meta_pin))
+		ReleaseBuffer(so->meta_pin);
 	MemoryContextDelete(so->ctx);
 	pfree(so);
 	scan->opaque = NULL;

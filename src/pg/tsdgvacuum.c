@@ -2,7 +2,8 @@
  * VACUUM for tsdg. Nodes whose heap rows are gone are flagged deleted: they
  * keep routing searches through the graph but are never returned. Dead
  * pending rows are removed by compacting their page. Every page change is a
- * GenericXLog record.
+ * GenericXLog record. The cleanup merges the pending rows into the graph and
+ * drops the deleted nodes when they are many (tsdgmerge.c).
  */
 #include "postgres.h"
 
@@ -159,6 +160,7 @@ tsdgvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
 	if (stats == NULL)
 		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
 
+	TsdgVacuumMerge(info);
 	TsdgReadMeta(info->index, &meta);
 	stats->num_pages = RelationGetNumberOfBlocks(info->index);
 	stats->num_index_tuples = (double) (meta.node_count - meta.deleted_count) +

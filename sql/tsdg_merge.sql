@@ -1,0 +1,104 @@
+-- Merging pending rows into the graph: tsdg_merge(), VACUUM past
+-- tsdg.merge_threshold, deleted rows dropped, inserts during and after merges.
+SET enable_seqscan = off;
+SET client_min_messages = warning;
+
+-- pseudo-random rows in [0, 1)^8, the same on every run
+CREATE FUNCTION merge_vec(i int) RETURNS vector LANGUAGE sql IMMUTABLE AS $$
+	SELECT (SELECT array_agg((x - floor(x))::real ORDER BY d)
+			FROM generate_series(0, 7) d,
+				 LATERAL (SELECT sin(i * 12.9898 + d * 78.233) * 43758.5453 AS x) r)::vector
+$$;
+
+CREATE TABLE merge_items (id int PRIMARY KEY, v vector(8));
+INSERT INTO merge_items SELECT i, merge_vec(i) FROM generate_series(1, 4000) i;
+CREATE INDEX merge_idx ON merge_items USING tsdg (v vector_l2_ops);
+
+-- recall@10 of the index against the exact order over 30 queries, and
+-- whether every query equal to a row of the table finds that row first
+CREATE FUNCTION merge_check(OUT recall_ok bool, OUT self_found bool) LANGUAGE sql AS $$
+	WITH q AS (SELECT id, v FROM merge_items WHERE id % 97 = 3 ORDER BY id LIMIT 30),
+	hits AS (
+		SELECT q.id,
+			(SELECT count(*) FROM
+				(SELECT m.id FROM merge_items m ORDER BY m.v <-> q.v LIMIT 10) a
+				WHERE a.id IN (SELECT m.id FROM merge_items m ORDER BY (m.v <-> q.v) + 0, m.id LIMIT 10)) AS hits,
+			(SELECT m.id FROM merge_items m ORDER BY m.v <-> q.v LIMIT 1) AS first
+		FROM q)
+	SELECT avg(hits) / 10 >= 0.95, bool_and(first = id) FROM hits
+$$;
+
+SELECT rows, pending, deleted, graph_version, merges, last_merge IS NULL AS never_merged
+FROM tsdg_index_info('merge_idx');
+SELECT * FROM merge_check();
+
+-- pending rows are found before any merge
+INSERT INTO merge_items SELECT i, merge_vec(i) FROM generate_series(4001, 5500) i;
+SELECT rows, pending, graph_version FROM tsdg_index_info('merge_idx');
+SELECT id FROM merge_items ORDER BY v <-> merge_vec(5321) LIMIT 1;
+SELECT * FROM merge_check();
+
+-- the merge moves them into the graph
+SELECT tsdg_merge('merge_idx');
+SELECT rows, pending, deleted, graph_version, merges, last_merge IS NOT NULL AS merged
+FROM tsdg_index_info('merge_idx');
+SELECT id FROM merge_items ORDER BY v <-> merge_vec(5321) LIMIT 1;
+SELECT * FROM merge_check();
+-- every row is still reachable through the index
+SELECT count(*) FROM (SELECT id FROM merge_items ORDER BY v <-> merge_vec(1) LIMIT 10000) s;
+
+-- nothing to merge: nothing changes
+SELECT tsdg_merge('merge_idx');
+SELECT graph_version, merges FROM tsdg_index_info('merge_idx');
+
+-- rows inserted after a merge are pending again, and found
+INSERT INTO merge_items SELECT i, merge_vec(i) FROM generate_series(5501, 5600) i;
+SELECT rows, pending FROM tsdg_index_info('merge_idx');
+SELECT id FROM merge_items ORDER BY v <-> merge_vec(5555) LIMIT 1;
+
+-- VACUUM below the threshold leaves the pending rows alone
+DELETE FROM merge_items WHERE id % 10 = 0;
+SET tsdg.merge_threshold = 100000;
+VACUUM merge_items;
+SELECT rows, pending, deleted, graph_version FROM tsdg_index_info('merge_idx');
+
+-- past the threshold it merges, dropping the deleted rows
+SET tsdg.merge_threshold = 10;
+SET tsdg.merge_scale_factor = 0;
+VACUUM merge_items;
+SELECT rows, pending, deleted, graph_version, merges FROM tsdg_index_info('merge_idx');
+SELECT count(*) FROM (SELECT id FROM merge_items ORDER BY v <-> merge_vec(1) LIMIT 10000) s;
+SELECT count(*) AS deleted_returned
+FROM (SELECT id FROM merge_items ORDER BY v <-> merge_vec(10) LIMIT 10000) s WHERE id % 10 = 0;
+SELECT * FROM merge_check();
+
+-- a churning table: the index stops growing once merges reuse their blocks
+CREATE TABLE merge_sizes (cycle int, size bigint);
+SELECT cmd FROM generate_series(1, 8) c,
+	LATERAL (VALUES
+		(1, format('DELETE FROM merge_items WHERE id IN (SELECT id FROM merge_items ORDER BY id LIMIT 400)')),
+		(2, format('INSERT INTO merge_items SELECT i, merge_vec(i) FROM generate_series(%s, %s) i',
+				   10000 + c * 400, 10000 + c * 400 + 399)),
+		(3, 'VACUUM merge_items'),
+		(4, format('INSERT INTO merge_sizes SELECT %s, size FROM tsdg_index_info(''merge_idx'')', c))
+	) AS step(n, cmd)
+ORDER BY c, n \gexec
+SELECT (SELECT size FROM merge_sizes WHERE cycle = 8) <= (SELECT size FROM merge_sizes WHERE cycle = 4)
+	AS stopped_growing;
+SELECT rows, pending, deleted, merges FROM tsdg_index_info('merge_idx');
+SELECT * FROM merge_check();
+
+-- cosine: rows are merged normalized, like the build
+CREATE TABLE merge_cos (id int, v vector(8));
+INSERT INTO merge_cos SELECT i, merge_vec(i) FROM generate_series(1, 300) i;
+CREATE INDEX merge_cos_idx ON merge_cos USING tsdg (v vector_cosine_ops);
+INSERT INTO merge_cos SELECT i, merge_vec(i) FROM generate_series(301, 400) i;
+SELECT tsdg_merge('merge_cos_idx');
+SELECT id FROM merge_cos ORDER BY v <=> merge_vec(350) LIMIT 1;
+
+-- errors
+SELECT tsdg_merge('merge_items_pkey');
+SELECT tsdg_merge('merge_items');
+
+DROP TABLE merge_items, merge_sizes, merge_cos;
+DROP FUNCTION merge_check, merge_vec;

@@ -1,0 +1,979 @@
+/*
+ * Merging the pending rows of a tsdg index into its graph (DESIGN.md "Insert
+ * and merge", issue 7): the pending rows get their own k-NN graph by GNND,
+ * GGM (paper 000, section 5) merges it with the stored k-NN lists of the live
+ * nodes, the merged lists are diversified again (TSDG), and the new graph is
+ * written into a region of its own before one metapage record switches to it
+ * (the format and the block bookkeeping are described in tsdg.h).
+ *
+ * Triggers: SELECT tsdg_merge('index'), and VACUUM/autovacuum
+ * (amvacuumcleanup) when the pending rows or the deleted nodes exceed
+ * tsdg.merge_threshold + tsdg.merge_scale_factor * live nodes, the way
+ * autovacuum's own threshold is written.
+ *
+ * Concurrency. A merge holds ShareUpdateExclusiveLock on the table, as VACUUM
+ * does, so two merges of an index never overlap, and no VACUUM marks nodes
+ * deleted or removes pending rows while a merge reads them. Searches and
+ * inserts go on: the merge "detaches" the pending list by appending an empty
+ * page to it and consuming the pages before that one; inserts keep appending
+ * after it, and those rows stay pending. A search reads the metapage once:
+ * before the switch it sees the old graph and the whole pending list (the
+ * consumed pages still lead to the rest), after it the new graph and the
+ * rows that stayed pending. Deleted nodes are left out of the new graph
+ * (nodes are renumbered, heap TIDs kept) after their neighbors' lists were
+ * repaired with the deleted node's own neighbors.
+ */
+#include "postgres.h"
+
+#include "access/relation.h"
+#include "access/table.h"
+#include "catalog/index.h"
+#include "catalog/pg_am.h"
+#include "commands/defrem.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/float.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+
+#include "tsdg.h"
+
+int			tsdg_merge_threshold = 1000;
+double		tsdg_merge_scale_factor = 0.05;
+
+/* room for records on a node or k-NN page */
+#define TSDG_RECORD_PAGE_SPACE	(BLCKSZ - MAXALIGN(SizeOfPageHeaderData))
+
+/* One merge: what it consumed, the rows it merges, and the graph it made. */
+typedef struct TsdgMerge
+{
+	Relation	index;
+	TsdgMetaPageData meta;		/* as it was when the pending list was detached */
+	TsdgLayout	layout;			/* of the old graph */
+
+	/* the pending pages consumed: consumed_head .. consumed_tail */
+	BlockNumber consumed_head;
+	BlockNumber consumed_tail;
+	BlockNumber remaining_head; /* the page appended at the detach */
+	int64		consumed_rows;
+
+	/* rows [0, n_old) are the live nodes, [n_old, n_old + n_new) the pending rows */
+	int64		n_old;
+	int64		n_new;
+	int			dims;
+	int			k;
+	float	   *rows;
+	ItemPointerData *tids;
+	uint32	   *old_knn_ids;	/* n_old * k, ids of the new numbering */
+	float	   *old_knn_dists;
+
+	/* the merged graph */
+	uint32	   *knn_ids;
+	float	   *knn_dists;
+	uint32	   *neighbors;
+	uint8	   *lambdas;
+	TsdgMetaPageData new_meta;
+} TsdgMerge;
+
+void
+TsdgMergeInit(void)
+{
+	DefineCustomIntVariable("tsdg.merge_threshold",
+							"Pending rows (or deleted nodes) past which VACUUM merges a tsdg index.",
+							"VACUUM merges when they exceed tsdg.merge_threshold + "
+							"tsdg.merge_scale_factor * live nodes; -1 disables merges by VACUUM.",
+							&tsdg_merge_threshold, 1000, -1, INT_MAX,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomRealVariable("tsdg.merge_scale_factor",
+							 "Fraction of the live nodes added to tsdg.merge_threshold.",
+							 NULL,
+							 &tsdg_merge_scale_factor, 0.05, 0.0, 100.0,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
+}
+
+static int
+TsdgKnnPerPage(int k)
+{
+	return (int) (TSDG_RECORD_PAGE_SPACE / (sizeof(uint32) * k));
+}
+
+static BlockNumber
+TsdgPagesFor(int64 records, int per_page)
+{
+	return (BlockNumber) ((records + per_page - 1) / per_page);
+}
+
+/* the blocks of the current graph's region: its node and k-NN pages at least */
+static BlockNumber
+TsdgRegionBlocks(const TsdgMetaPageData *meta)
+{
+	BlockNumber blocks;
+
+	if (meta->node_count == 0)
+		return meta->region_blocks;
+	blocks = TsdgPagesFor(meta->node_count, meta->nodes_per_page);
+	if (meta->knn_k > 0)
+		blocks += TsdgPagesFor(meta->node_count, TsdgKnnPerPage(meta->knn_k));
+	return Max(blocks, meta->region_blocks);
+}
+
+static void
+TsdgFillKnnPage(Page page, const uint32 *knn_ids, int64 first, int64 end, int k)
+{
+	TsdgInitNodePage(page);
+	memcpy(PageGetContents(page), knn_ids + first * k, sizeof(uint32) * k * (end - first));
+	((PageHeader) page)->pd_lower += sizeof(uint32) * k * (end - first);
+}
+
+/*
+ * CREATE INDEX: the k-NN pages right after the node pages (the build logs
+ * every page at its end). Sets knn_start and knn_k in meta.
+ */
+void
+TsdgWriteBuildKnnPages(Relation index, TsdgMetaPageData *meta,
+					   const uint32 *knn_ids, int64 count, int k)
+{
+	int			per_page = TsdgKnnPerPage(k);
+
+	meta->knn_k = k;
+	meta->knn_start = InvalidBlockNumber;
+	for (int64 first = 0; first < count; first += per_page)
+	{
+		Buffer		buf = TsdgNewBuffer(index, MAIN_FORKNUM);
+
+		if (first == 0)
+			meta->knn_start = BufferGetBlockNumber(buf);
+		Assert(BufferGetBlockNumber(buf) == meta->knn_start + first / per_page);
+		TsdgFillKnnPage(BufferGetPage(buf), knn_ids, first, Min(first + per_page, count), k);
+		MarkBufferDirty(buf);
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * A page for pending rows, exclusively locked: the head of the free list
+ * when there is one, else a new page. *free_head_after is what the caller
+ * stores in the metapage's free_head in the record that uses the page. The
+ * caller holds the metapage locked exclusively.
+ */
+Buffer
+TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta, BlockNumber *free_head_after)
+{
+	Buffer		buf;
+
+	if (meta->free_head == TSDG_NO_BLOCK)
+	{
+		*free_head_after = TSDG_NO_BLOCK;
+		return TsdgNewBuffer(index, MAIN_FORKNUM);
+	}
+	buf = ReadBuffer(index, meta->free_head);
+	LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+	*free_head_after = TsdgPageGetOpaque(BufferGetPage(buf))->next;
+	if (*free_head_after == InvalidBlockNumber)
+		*free_head_after = TSDG_NO_BLOCK;
+	return buf;
+}
+
+/*
+ * The previous merge's retired pages become reusable once no scan that read
+ * the metapage before its switch can still run: scans pin the metapage for
+ * their whole life, so holding a cleanup lock on it (no other pin) proves
+ * it. The retired pending pages go to the free list, the spare region stays
+ * spare, now writable. Without wait, gives up (returns false) when a scan
+ * still holds a pin.
+ */
+static bool
+TsdgReclaimRetired(Relation index, bool wait)
+{
+	Buffer		metabuf = ReadBuffer(index, TSDG_METAPAGE_BLKNO);
+	TsdgMetaPage meta;
+	Buffer		tailbuf = InvalidBuffer;
+	GenericXLogState *state;
+
+	LockBuffer(metabuf, BUFFER_LOCK_SHARE);
+	meta = TsdgPageGetMeta(BufferGetPage(metabuf));
+	if (!meta->retired_readable)
+	{
+		UnlockReleaseBuffer(metabuf);
+		return true;
+	}
+	LockBuffer(metabuf, BUFFER_LOCK_UNLOCK);
+
+	if (wait)
+		LockBufferForCleanup(metabuf);
+	else if (!ConditionalLockBufferForCleanup(metabuf))
+	{
+		ReleaseBuffer(metabuf);
+		return false;
+	}
+
+	meta = TsdgPageGetMeta(BufferGetPage(metabuf));
+	if (meta->retired_head != TSDG_NO_BLOCK)
+	{
+		tailbuf = ReadBuffer(index, meta->retired_tail);
+		LockBuffer(tailbuf, BUFFER_LOCK_EXCLUSIVE);
+	}
+	state = GenericXLogStart(index);
+	meta = TsdgPageGetMeta(GenericXLogRegisterBuffer(state, metabuf, 0));
+	if (BufferIsValid(tailbuf))
+	{
+		Page		tail = GenericXLogRegisterBuffer(state, tailbuf, 0);
+
+		TsdgPageGetOpaque(tail)->next =
+			meta->free_head == TSDG_NO_BLOCK ? InvalidBlockNumber : meta->free_head;
+		meta->free_head = meta->retired_head;
+		meta->retired_head = TSDG_NO_BLOCK;
+		meta->retired_tail = TSDG_NO_BLOCK;
+	}
+	meta->retired_readable = false;
+	GenericXLogFinish(state);
+	if (BufferIsValid(tailbuf))
+		UnlockReleaseBuffer(tailbuf);
+	UnlockReleaseBuffer(metabuf);
+	return true;
+}
+
+/*
+ * Appends an empty page to the pending list: the pages before it are what
+ * this merge consumes, new rows go to it and after it.
+ */
+static void
+TsdgDetachPending(TsdgMerge *m)
+{
+	Buffer		metabuf = ReadBuffer(m->index, TSDG_METAPAGE_BLKNO);
+	TsdgMetaPage meta;
+	Buffer		tailbuf;
+	Buffer		newbuf;
+	BlockNumber free_head_after;
+	GenericXLogState *state;
+	Page		newpage;
+
+	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+	meta = TsdgPageGetMeta(BufferGetPage(metabuf));
+	m->consumed_head = meta->pending_head;
+	m->consumed_tail = meta->pending_tail;
+	m->consumed_rows = meta->pending_count;
+	m->remaining_head = InvalidBlockNumber;
+	if (!BlockNumberIsValid(meta->pending_head))
+	{
+		memcpy(&m->meta, meta, sizeof(TsdgMetaPageData));
+		UnlockReleaseBuffer(metabuf);
+		return;
+	}
+
+	tailbuf = ReadBuffer(m->index, meta->pending_tail);
+	LockBuffer(tailbuf, BUFFER_LOCK_EXCLUSIVE);
+	newbuf = TsdgNewPendingBuffer(m->index, meta, &free_head_after);
+
+	state = GenericXLogStart(m->index);
+	meta = TsdgPageGetMeta(GenericXLogRegisterBuffer(state, metabuf, 0));
+	newpage = GenericXLogRegisterBuffer(state, newbuf, GENERIC_XLOG_FULL_IMAGE);
+	TsdgInitPendingPage(newpage);
+	m->remaining_head = BufferGetBlockNumber(newbuf);
+	TsdgPageGetOpaque(GenericXLogRegisterBuffer(state, tailbuf, 0))->next = m->remaining_head;
+	meta->pending_tail = m->remaining_head;
+	meta->free_head = free_head_after;
+	memcpy(&m->meta, meta, sizeof(TsdgMetaPageData));
+	GenericXLogFinish(state);
+
+	UnlockReleaseBuffer(newbuf);
+	UnlockReleaseBuffer(tailbuf);
+	UnlockReleaseBuffer(metabuf);
+}
+
+/*
+ * The k-NN list (old ids) a node starts from: its stored k-NN list, or, when
+ * none is stored, its TSDG list and its reverse edges. Returns the count.
+ */
+typedef struct TsdgOldGraph
+{
+	int64		nodes;
+	int			width;			/* knn_k, or the degree */
+	uint32	   *lists;			/* nodes * width, TSDG_INVALID_ID padded */
+	int64	   *reverse_offsets;	/* only without stored k-NN lists */
+	uint32	   *reverse;
+	uint32	   *new_id;			/* old id -> new id, TSDG_INVALID_ID when deleted */
+} TsdgOldGraph;
+
+static int
+TsdgSourceList(const TsdgOldGraph *g, uint32 node, uint32 *out, int max)
+{
+	int			count = 0;
+	const uint32 *list = g->lists + (int64) node * g->width;
+
+	for (int j = 0; j < g->width && count < max; j++)
+		if (list[j] != TSDG_INVALID_ID && list[j] < g->nodes)
+			out[count++] = list[j];
+	if (g->reverse_offsets != NULL)
+		for (int64 r = g->reverse_offsets[node]; r < g->reverse_offsets[node + 1] && count < max; r++)
+			out[count++] = g->reverse[r];
+	return count;
+}
+
+typedef struct TsdgCandidate
+{
+	float		distance;
+	uint32		id;
+} TsdgCandidate;
+
+static int
+TsdgCompareCandidates(const void *a, const void *b)
+{
+	const TsdgCandidate *x = a;
+	const TsdgCandidate *y = b;
+
+	if (x->distance != y->distance)
+		return x->distance < y->distance ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+/*
+ * Each live node's k-NN list in the new numbering, with distances: its old
+ * list without deleted nodes, repaired with the lists of the deleted nodes
+ * it held (their neighbors are likely its own), the k nearest kept.
+ */
+static void
+TsdgOldKnnLists(TsdgMerge *m, const TsdgOldGraph *g, TsdgMetric metric)
+{
+	int			source_max = g->width + (g->reverse_offsets ? 2 * m->meta.degree : 0);
+	int			candidate_max = source_max * (1 + source_max);
+	uint32	   *source = palloc(sizeof(uint32) * source_max);
+	uint32	   *second = palloc(sizeof(uint32) * source_max);
+	TsdgCandidate *candidates = palloc(sizeof(TsdgCandidate) * candidate_max);
+
+	for (uint32 old = 0; old < g->nodes; old++)
+	{
+		uint32		self = g->new_id[old];
+		int			count = 0;
+		int			kept = 0;
+		int			sources;
+		uint32	   *ids;
+		float	   *dists;
+
+		if (self == TSDG_INVALID_ID)
+			continue;
+		sources = TsdgSourceList(g, old, source, source_max);
+		for (int j = 0; j < sources; j++)
+		{
+			uint32		v = g->new_id[source[j]];
+
+			if (v != TSDG_INVALID_ID)
+				candidates[count++].id = v;
+			else
+			{
+				int			seconds = TsdgSourceList(g, source[j], second, source_max);
+
+				for (int i = 0; i < seconds; i++)
+				{
+					uint32		w = g->new_id[second[i]];
+
+					if (w != TSDG_INVALID_ID && w != self)
+						candidates[count++].id = w;
+				}
+			}
+		}
+		for (int j = 0; j < count; j++)
+			candidates[j].distance = tsdg_metric_distance(metric, m->rows + (int64) self * m->dims,
+														  m->rows + (int64) candidates[j].id * m->dims,
+														  m->dims);
+		qsort(candidates, count, sizeof(TsdgCandidate), TsdgCompareCandidates);
+
+		ids = m->old_knn_ids + (int64) self * m->k;
+		dists = m->old_knn_dists + (int64) self * m->k;
+		for (int j = 0; j < count && kept < m->k; j++)
+			if (candidates[j].id != self && (kept == 0 || ids[kept - 1] != candidates[j].id))
+			{
+				ids[kept] = candidates[j].id;
+				dists[kept++] = candidates[j].distance;
+			}
+		for (; kept < m->k; kept++)
+		{
+			ids[kept] = TSDG_INVALID_ID;
+			dists[kept] = get_float4_infinity();
+		}
+		if ((old & 1023) == 0)
+			CHECK_FOR_INTERRUPTS();
+	}
+	pfree(source);
+	pfree(second);
+	pfree(candidates);
+}
+
+/* reverse edges of the TSDG lists, for an index without stored k-NN lists */
+static void
+TsdgReverseEdges(TsdgOldGraph *g)
+{
+	int64		edges = 0;
+	int64	   *fill;
+
+	g->reverse_offsets = MemoryContextAllocHuge(CurrentMemoryContext,
+												sizeof(int64) * (g->nodes + 1));
+	MemSet(g->reverse_offsets, 0, sizeof(int64) * (g->nodes + 1));
+	for (int64 i = 0; i < g->nodes * g->width; i++)
+		if (g->lists[i] < g->nodes)
+		{
+			g->reverse_offsets[g->lists[i] + 1]++;
+			edges++;
+		}
+	for (int64 v = 0; v < g->nodes; v++)
+		g->reverse_offsets[v + 1] += g->reverse_offsets[v];
+	g->reverse = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(edges, 1));
+	fill = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(int64) * (g->nodes + 1));
+	memcpy(fill, g->reverse_offsets, sizeof(int64) * (g->nodes + 1));
+	for (int64 i = 0; i < g->nodes * g->width; i++)
+		if (g->lists[i] < g->nodes)
+			g->reverse[fill[g->lists[i]]++] = (uint32) (i / g->width);
+	pfree(fill);
+}
+
+/* Bytes a merge holds per row, to check against maintenance_work_mem. */
+static Size
+TsdgMergeBytesPerRow(const TsdgMetaPageData *meta)
+{
+	return sizeof(float) * meta->dims + sizeof(ItemPointerData) +
+		(sizeof(uint32) + sizeof(uint8)) * meta->degree +
+		3 * (sizeof(uint32) + sizeof(float)) * meta->build_k;
+}
+
+static void
+TsdgCheckMergeMemory(Relation index, const TsdgMetaPageData *meta, int64 rows)
+{
+	Size		per_row = TsdgMergeBytesPerRow(meta);
+
+	if ((double) rows * per_row > (double) maintenance_work_mem * 1024.0)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("merging tsdg index \"%s\" does not fit in maintenance_work_mem (%d kB)",
+						RelationGetRelationName(index), maintenance_work_mem),
+				 errdetail("The merge holds %lld rows, about %zu bytes each.",
+						   (long long) rows, per_row),
+				 errhint("Raise maintenance_work_mem to at least %.0f MB.",
+						 rows * (double) per_row / (1024.0 * 1024.0) + 1)));
+}
+
+/*
+ * Reads the live nodes (vectors, TIDs, k-NN or TSDG lists) of the old graph
+ * and the consumed pending rows into the merge's arrays, and builds the
+ * live nodes' starting k-NN lists.
+ */
+static void
+TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
+{
+	const TsdgMetaPageData *meta = &m->meta;
+	TsdgOldGraph g;
+	int64		capacity;
+	BlockNumber blkno;
+
+	MemSet(&g, 0, sizeof(g));
+	g.nodes = meta->node_count;
+	g.width = meta->knn_k > 0 ? meta->knn_k : meta->degree;
+	g.new_id = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(g.nodes, 1));
+	g.lists = MemoryContextAllocHuge(CurrentMemoryContext,
+									 sizeof(uint32) * Max(g.nodes, 1) * g.width);
+
+	capacity = (int64) (meta->node_count - meta->deleted_count) + m->consumed_rows;
+	TsdgCheckMergeMemory(m->index, meta, Max(capacity, (int64) meta->node_count));
+	m->rows = MemoryContextAllocHuge(CurrentMemoryContext,
+									 sizeof(float) * m->dims * Max(capacity, 1));
+	m->tids = MemoryContextAllocHuge(CurrentMemoryContext,
+									 sizeof(ItemPointerData) * Max(capacity, 1));
+	m->n_old = 0;
+
+	/* node pages: live nodes get new ids in order */
+	for (uint32 first = 0; first < g.nodes; first += m->layout.nodes_per_page)
+	{
+		uint32		end = Min(first + m->layout.nodes_per_page, g.nodes);
+		Buffer		buf = ReadBuffer(m->index, TsdgNodeBlock(&m->layout, first));
+		Page		page;
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		for (uint32 id = first; id < end; id++)
+		{
+			char	   *rec = TsdgNodeRecord(&m->layout, page, id);
+			TsdgNodeHeader *hdr = (TsdgNodeHeader *) rec;
+
+			if (meta->knn_k == 0)
+				memcpy(g.lists + (int64) id * g.width, TsdgNodeNeighbors(rec, m->dims),
+					   sizeof(uint32) * g.width);
+			if (hdr->flags & TSDG_NODE_DELETED)
+			{
+				g.new_id[id] = TSDG_INVALID_ID;
+				continue;
+			}
+			if (m->n_old == capacity)
+				elog(ERROR, "tsdg index \"%s\" has more live nodes than its metapage counts",
+					 RelationGetRelationName(m->index));
+			g.new_id[id] = (uint32) m->n_old;
+			m->tids[m->n_old] = hdr->heaptid;
+			memcpy(m->rows + m->n_old * m->dims, TsdgRecordVector(rec), sizeof(float) * m->dims);
+			m->n_old++;
+		}
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	/* k-NN pages */
+	if (meta->knn_k > 0)
+	{
+		int			per_page = TsdgKnnPerPage(meta->knn_k);
+
+		for (int64 first = 0; first < g.nodes; first += per_page)
+		{
+			int64		end = Min(first + per_page, g.nodes);
+			Buffer		buf = ReadBuffer(m->index, meta->knn_start + first / per_page);
+
+			LockBuffer(buf, BUFFER_LOCK_SHARE);
+			memcpy(g.lists + first * g.width, PageGetContents(BufferGetPage(buf)),
+				   sizeof(uint32) * g.width * (end - first));
+			UnlockReleaseBuffer(buf);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	else
+		TsdgReverseEdges(&g);
+
+	/* the consumed pending rows */
+	m->n_new = 0;
+	blkno = m->consumed_head;
+	while (BlockNumberIsValid(blkno) && blkno != m->remaining_head)
+	{
+		Buffer		buf = ReadBuffer(m->index, blkno);
+		Page		page;
+		int			count;
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		count = TsdgPageRecordCount(page, m->layout.pending_size);
+		for (int i = 0; i < count; i++)
+		{
+			char	   *rec = PageGetContents(page) + m->layout.pending_size * i;
+			int64		row = m->n_old + m->n_new;
+
+			if (row == capacity)
+				elog(ERROR, "tsdg index \"%s\" has more pending rows than its metapage counts",
+					 RelationGetRelationName(m->index));
+			m->tids[row] = ((TsdgPendingHeader *) rec)->heaptid;
+			memcpy(m->rows + row * m->dims, TsdgRecordVector(rec), sizeof(float) * m->dims);
+			m->n_new++;
+		}
+		blkno = TsdgPageGetOpaque(page)->next;
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
+	m->consumed_rows = m->n_new;
+
+	m->old_knn_ids = MemoryContextAllocHuge(CurrentMemoryContext,
+											sizeof(uint32) * Max(m->n_old, 1) * m->k);
+	m->old_knn_dists = MemoryContextAllocHuge(CurrentMemoryContext,
+											  sizeof(float) * Max(m->n_old, 1) * m->k);
+	TsdgOldKnnLists(m, &g, metric);
+}
+
+static bool
+TsdgMergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
+{
+	return InterruptPending && (QueryCancelPending || ProcDiePending);
+}
+
+static void
+TsdgCheckCore(Relation index, TsdgStatus status, const TsdgError *error)
+{
+	if (status == TSDG_OK)
+		return;
+	if (status == TSDG_ERR_CANCELLED)
+		CHECK_FOR_INTERRUPTS();
+	ereport(ERROR,
+			(errcode(status == TSDG_ERR_OUT_OF_MEMORY ? ERRCODE_OUT_OF_MEMORY :
+					 status == TSDG_ERR_CANCELLED ? ERRCODE_QUERY_CANCELED :
+					 ERRCODE_INTERNAL_ERROR),
+			 errmsg("merging tsdg index \"%s\" failed: %s",
+					RelationGetRelationName(index), error->message)));
+}
+
+/*
+ * The seam of the merge computation: (old rows, their k-NN lists, new rows)
+ * in, (merged k-NN lists, new search graph) out. rows holds n_old + n_new
+ * rows, old first. On the CPU in this backend today; the GPU worker can take
+ * it over here, as it does for CREATE INDEX.
+ */
+void
+TsdgMergeComputeGraph(Relation index, const float *rows, int64 n_old, int64 n_new,
+					  int dims, TsdgMetric metric, const TsdgBuildParams *params,
+					  const uint32 *old_knn_ids, const float *old_knn_dists,
+					  uint32 *knn_ids, float *knn_dists,
+					  uint32 *neighbors, uint8 *lambdas)
+{
+	TsdgError	error;
+	TsdgStatus	status;
+
+	status = tsdg_merge_graph(NULL, rows, n_old, n_new, dims, metric, params,
+							  old_knn_ids, old_knn_dists, knn_ids, knn_dists,
+							  neighbors, lambdas, TsdgMergePoll, NULL, &error);
+	TsdgCheckCore(index, status, &error);
+}
+
+/* merged graph, entry points and d_nn1+ into m->new_meta's graph fields */
+static void
+TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
+{
+	TsdgMetaPageData *nm = &m->new_meta;
+	int64		n = m->n_old + m->n_new;
+	TsdgBuildParams params;
+	TsdgError	error;
+	TsdgStatus	status;
+	uint32		entries[TSDG_MAX_ENTRY_POINTS];
+
+	tsdg_build_params_default(&params);
+	params.degree = m->meta.degree;
+	params.build_k = m->meta.build_k;
+	params.samples = m->meta.samples;
+	params.iterations = m->meta.iterations;
+	params.alpha = m->meta.alpha;
+	params.lambda0 = m->meta.lambda0;
+
+	m->knn_ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(n, 1) * m->k);
+	m->knn_dists = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * Max(n, 1) * m->k);
+	m->neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
+										  sizeof(uint32) * Max(n, 1) * params.degree);
+	m->lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
+										sizeof(uint8) * Max(n, 1) * params.degree);
+	if (n > 0)
+		TsdgMergeComputeGraph(m->index, m->rows, m->n_old, m->n_new, m->dims, metric, &params,
+							  m->old_knn_ids, m->old_knn_dists, m->knn_ids, m->knn_dists,
+							  m->neighbors, m->lambdas);
+
+	nm->entry_count = 0;
+	nm->nn1_bound = 0;
+	if (n == 0)
+		return;
+	status = tsdg_select_entry_points(m->rows, n, m->dims, metric, m->neighbors, params.degree,
+									  TSDG_MAX_ENTRY_POINTS, entries, &error);
+	TsdgCheckCore(m->index, status, &error);
+	for (int i = 0; i < TSDG_MAX_ENTRY_POINTS; i++)
+		if (entries[i] != TSDG_INVALID_ID)
+			nm->entry_points[nm->entry_count++] = entries[i];
+	status = tsdg_graph_nn1_bound(m->rows, n, m->dims, metric, m->neighbors, params.degree,
+								  &nm->nn1_bound, &error);
+	TsdgCheckCore(m->index, status, &error);
+}
+
+/* One page of the new region, WAL-logged as a full image. */
+static void
+TsdgWriteRegionPage(TsdgMerge *m, Buffer buf, BlockNumber page_no, BlockNumber node_pages,
+					BlockNumber used_pages, const TsdgLayout *layout)
+{
+	GenericXLogState *state = GenericXLogStart(m->index);
+	Page		page = GenericXLogRegisterBuffer(state, buf, GENERIC_XLOG_FULL_IMAGE);
+	int64		n = m->n_old + m->n_new;
+	int			degree = m->meta.degree;
+
+	if (page_no < node_pages)
+	{
+		int64		first = (int64) page_no * layout->nodes_per_page;
+		int64		end = Min(first + layout->nodes_per_page, n);
+
+		TsdgInitNodePage(page);
+		for (int64 id = first; id < end; id++)
+		{
+			char	   *rec = TsdgNodeRecord(layout, page, (uint32) id);
+
+			MemSet(rec, 0, layout->node_size);
+			((TsdgNodeHeader *) rec)->heaptid = m->tids[id];
+			memcpy(TsdgRecordVector(rec), m->rows + id * m->dims, sizeof(float) * m->dims);
+			memcpy(TsdgNodeNeighbors(rec, m->dims), m->neighbors + id * degree,
+				   sizeof(uint32) * degree);
+			memcpy(TsdgNodeLambdas(rec, m->dims, degree), m->lambdas + id * degree, degree);
+			((PageHeader) page)->pd_lower += layout->node_size;
+		}
+	}
+	else if (page_no < used_pages)
+	{
+		int			per_page = TsdgKnnPerPage(m->k);
+		int64		first = (int64) (page_no - node_pages) * per_page;
+
+		TsdgFillKnnPage(page, m->knn_ids, first, Min(first + per_page, n), m->k);
+	}
+	else
+		TsdgInitNodePage(page); /* room to grow */
+	GenericXLogFinish(state);
+}
+
+/*
+ * Writes the node and k-NN pages of the new graph into the spare region when
+ * it is large enough, else into new blocks at the end of the index, with
+ * room to grow. Fills the region fields of m->new_meta.
+ */
+static void
+TsdgWriteRegion(TsdgMerge *m)
+{
+	int64		n = m->n_old + m->n_new;
+	TsdgMetaPageData *nm = &m->new_meta;
+	TsdgLayout	layout;
+	BlockNumber node_pages;
+	BlockNumber used;
+	BlockNumber start;
+	bool		extend;
+	bool		need_lock = !RELATION_IS_LOCAL(m->index);
+
+	TsdgInitLayout(&layout, m->dims, m->meta.degree, InvalidBlockNumber);
+	node_pages = TsdgPagesFor(n, layout.nodes_per_page);
+	used = n == 0 ? 0 : node_pages + TsdgPagesFor(n, TsdgKnnPerPage(m->k));
+	nm->node_size = (uint16) layout.node_size;
+	nm->nodes_per_page = (uint16) layout.nodes_per_page;
+	nm->region_blocks = 0;
+	nm->node_start = TSDG_METAPAGE_BLKNO + 1;
+	nm->knn_start = InvalidBlockNumber;
+	if (used == 0)
+		return;
+
+	extend = !(m->meta.spare_start != TSDG_NO_BLOCK && m->meta.spare_blocks >= used);
+	if (extend)
+	{
+		nm->region_blocks = used + used / 2;
+		if (need_lock)
+			LockRelationForExtension(m->index, ExclusiveLock);
+		start = RelationGetNumberOfBlocks(m->index);
+	}
+	else
+	{
+		nm->region_blocks = m->meta.spare_blocks;
+		start = m->meta.spare_start;
+	}
+	for (BlockNumber i = 0; i < nm->region_blocks; i++)
+	{
+		Buffer		buf;
+
+		if (extend)
+		{
+			buf = ReadBufferExtended(m->index, MAIN_FORKNUM, P_NEW, RBM_NORMAL, NULL);
+			LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+			if (BufferGetBlockNumber(buf) != start + i)
+				elog(ERROR, "tsdg merge: block %u of index \"%s\" does not follow block %u",
+					 BufferGetBlockNumber(buf), RelationGetRelationName(m->index), start + i - 1);
+		}
+		else if (i >= used)
+			break;				/* the spare region's pages past the graph keep what they hold */
+		else
+			buf = ReadBufferExtended(m->index, MAIN_FORKNUM, start + i, RBM_ZERO_AND_LOCK, NULL);
+		TsdgWriteRegionPage(m, buf, i, node_pages, used, &layout);
+		UnlockReleaseBuffer(buf);
+		if ((i & 63) == 0)
+			CHECK_FOR_INTERRUPTS();
+	}
+	if (extend && need_lock)
+		UnlockRelationForExtension(m->index, ExclusiveLock);
+
+	nm->node_start = start;
+	nm->knn_start = start + node_pages;
+}
+
+/*
+ * A spare region the new graph did not fit in is given to the free list of
+ * pending pages: its pages are initialized as free pages linked in block
+ * order here; the switch links the last one to the free list.
+ */
+static void
+TsdgPrepareFreedSpare(TsdgMerge *m)
+{
+	BlockNumber start = m->meta.spare_start;
+	BlockNumber blocks = m->meta.spare_blocks;
+
+	for (BlockNumber i = 0; i < blocks; i++)
+	{
+		Buffer		buf = ReadBufferExtended(m->index, MAIN_FORKNUM, start + i,
+											 RBM_ZERO_AND_LOCK, NULL);
+		GenericXLogState *state = GenericXLogStart(m->index);
+		Page		page = GenericXLogRegisterBuffer(state, buf, GENERIC_XLOG_FULL_IMAGE);
+
+		TsdgInitPendingPage(page);
+		TsdgPageGetOpaque(page)->flags = TSDG_PAGE_FREE;
+		TsdgPageGetOpaque(page)->next = i + 1 < blocks ? start + i + 1 : InvalidBlockNumber;
+		GenericXLogFinish(state);
+		UnlockReleaseBuffer(buf);
+		if ((i & 63) == 0)
+			CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * The switch: one GenericXLog record over the metapage moves every reader
+ * to the new graph and the rows that stayed pending, retires the old region
+ * and the consumed pages, and bumps graph_version.
+ */
+static void
+TsdgSwitchGraph(TsdgMerge *m, bool free_spare)
+{
+	Buffer		metabuf = ReadBuffer(m->index, TSDG_METAPAGE_BLKNO);
+	Buffer		lastbuf = InvalidBuffer;
+	GenericXLogState *state;
+	TsdgMetaPage meta;
+	const TsdgMetaPageData *nm = &m->new_meta;
+	BlockNumber old_region = TsdgRegionBlocks(&m->meta);
+
+	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+	if (free_spare)
+	{
+		lastbuf = ReadBuffer(m->index, m->meta.spare_start + m->meta.spare_blocks - 1);
+		LockBuffer(lastbuf, BUFFER_LOCK_EXCLUSIVE);
+	}
+	state = GenericXLogStart(m->index);
+	meta = TsdgPageGetMeta(GenericXLogRegisterBuffer(state, metabuf, 0));
+
+	meta->node_count = (uint32) (m->n_old + m->n_new);
+	meta->deleted_count = 0;
+	meta->node_start = nm->node_start;
+	meta->knn_start = nm->knn_start;
+	meta->region_blocks = nm->region_blocks;
+	meta->node_size = nm->node_size;
+	meta->nodes_per_page = nm->nodes_per_page;
+	meta->knn_k = m->k;
+	meta->entry_count = nm->entry_count;
+	memcpy(meta->entry_points, nm->entry_points, sizeof(meta->entry_points));
+	meta->nn1_bound = nm->nn1_bound;
+	meta->graph_version++;
+
+	if (BlockNumberIsValid(m->remaining_head))
+	{
+		meta->pending_head = m->remaining_head;
+		meta->pending_count -= m->consumed_rows;
+		meta->retired_head = m->consumed_head;
+		meta->retired_tail = m->consumed_tail;
+	}
+	if (free_spare)
+	{
+		TsdgPageGetOpaque(GenericXLogRegisterBuffer(state, lastbuf, 0))->next =
+			meta->free_head == TSDG_NO_BLOCK ? InvalidBlockNumber : meta->free_head;
+		meta->free_head = m->meta.spare_start;
+	}
+
+	/* the old region becomes the spare one, once no scan reads it */
+	meta->spare_start = old_region > 0 ? m->meta.node_start : TSDG_NO_BLOCK;
+	meta->spare_blocks = old_region;
+	meta->retired_readable = true;
+	meta->last_merge = GetCurrentTimestamp();
+	meta->merge_count++;
+	GenericXLogFinish(state);
+	if (BufferIsValid(lastbuf))
+		UnlockReleaseBuffer(lastbuf);
+	UnlockReleaseBuffer(metabuf);
+}
+
+/*
+ * Merges the pending rows and drops the deleted nodes of index. The caller
+ * holds ShareUpdateExclusiveLock on its table. Returns the pending rows
+ * merged, or -1 when wait is false and a scan from before the previous merge
+ * still runs.
+ */
+static int64
+TsdgMergeIndex(Relation index, bool wait)
+{
+	TsdgMerge	m;
+	TsdgMetric	metric = TsdgIndexMetric(index);
+	TsdgMetaPageData before;
+	MemoryContext merge_ctx;
+	MemoryContext old_ctx;
+	bool		free_spare;
+	int64		merged;
+
+	TsdgReadMeta(index, &before);
+	if (before.pending_count == 0 && before.deleted_count == 0)
+		return 0;
+	if (!TsdgReclaimRetired(index, wait))
+		return -1;
+
+	merge_ctx = AllocSetContextCreate(CurrentMemoryContext, "tsdg merge", ALLOCSET_DEFAULT_SIZES);
+	old_ctx = MemoryContextSwitchTo(merge_ctx);
+
+	MemSet(&m, 0, sizeof(m));
+	m.index = index;
+	TsdgDetachPending(&m);
+	TsdgLayoutFromMeta(&m.layout, &m.meta);
+	m.dims = m.meta.dims;
+	m.k = m.meta.build_k;
+
+	TsdgLoadRows(&m, metric);
+	TsdgComputeMerged(&m, metric);
+	TsdgWriteRegion(&m);
+	free_spare = m.meta.spare_start != TSDG_NO_BLOCK && m.meta.spare_blocks > 0 &&
+		m.new_meta.node_start != m.meta.spare_start;
+	if (free_spare)
+		TsdgPrepareFreedSpare(&m);
+	TsdgSwitchGraph(&m, free_spare);
+	merged = m.n_new;
+
+	MemoryContextSwitchTo(old_ctx);
+	MemoryContextDelete(merge_ctx);
+	return merged;
+}
+
+static bool
+TsdgMergeDue(const TsdgMetaPageData *meta)
+{
+	double		live = (double) (meta->node_count - meta->deleted_count);
+	double		threshold = tsdg_merge_threshold + tsdg_merge_scale_factor * live;
+
+	if (tsdg_merge_threshold < 0)
+		return false;
+	return (double) meta->pending_count > threshold || (double) meta->deleted_count > threshold;
+}
+
+/*
+ * amvacuumcleanup's merge, when the pending rows or the deleted nodes are
+ * past the threshold. VACUUM already holds the table's
+ * ShareUpdateExclusiveLock; it does not wait for old scans, it leaves the
+ * merge to a later VACUUM.
+ */
+void
+TsdgVacuumMerge(IndexVacuumInfo *info)
+{
+	TsdgMetaPageData meta;
+
+	if (info->analyze_only)
+		return;
+	TsdgReadMeta(info->index, &meta);
+	if (!TsdgMergeDue(&meta))
+		return;
+	if (TsdgMergeIndex(info->index, false) < 0)
+		ereport(DEBUG1,
+				(errmsg("tsdg index \"%s\" not merged: a scan from before its last merge still runs",
+						RelationGetRelationName(info->index))));
+}
+
+PG_FUNCTION_INFO_V1(tsdg_merge);
+Datum
+tsdg_merge(PG_FUNCTION_ARGS)
+{
+	Oid			relid = PG_GETARG_OID(0);
+	Oid			heapid;
+	Relation	heap;
+	Relation	index;
+	int64		merged;
+
+	heapid = IndexGetRelation(relid, true);
+	if (!OidIsValid(heapid))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is not an index", get_rel_name(relid) ? get_rel_name(relid) : "?")));
+	/* the table first, as VACUUM locks it; this lock keeps VACUUM and other merges out */
+	heap = table_open(heapid, ShareUpdateExclusiveLock);
+	index = index_open(relid, RowExclusiveLock);
+	if (index->rd_rel->relam != get_index_am_oid("tsdg", false))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(index))));
+	if (!pg_class_ownercheck(heapid, GetUserId()))
+		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE, RelationGetRelationName(heap));
+
+	merged = TsdgMergeIndex(index, true);
+
+	index_close(index, RowExclusiveLock);
+	table_close(heap, ShareUpdateExclusiveLock);
+	PG_RETURN_INT64(merged);
+}
