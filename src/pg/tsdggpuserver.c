@@ -44,6 +44,8 @@
 /* a load promised to a session expires if it never arrives */
 #define TSDG_LOAD_PROMISE_US	(60 * 1000000L)
 #define TSDG_MAX_PROMISES		16
+/* batches of SQL batch searches this large get a LOG line with their time */
+#define TSDG_LOGGED_BATCH		1000
 
 typedef struct ResidentIndex
 {
@@ -55,7 +57,7 @@ typedef struct ResidentIndex
 	TsdgMetric	metric;
 	ItemPointerData *tids;		/* n, for batch answers */
 	uint8	   *flags;			/* n node flags, NULL when none is deleted */
-	/* host copies the CPU backend searches in place (NULL on the GPU) */
+	/* host copies: the rows for every backend, the graph for the CPU's */
 	float	   *rows;
 	uint32	   *neighbors;
 	uint8	   *lambdas;
@@ -96,6 +98,12 @@ TsdgServerSigterm(SIGNAL_ARGS)
 	shutdown_requested = true;
 	(void) sem_post(&TsdgShared->wakeup);
 	errno = save_errno;
+}
+
+static double
+SecondsSince(TimestampTz start)
+{
+	return (double) (GetCurrentTimestamp() - start) / 1000000.0;
 }
 
 static bool
@@ -230,6 +238,7 @@ AddResident(const TsdgIndexKey *key, const float *rows, int64 n, int dims, int d
 {
 	ResidentIndex *r = NULL;
 	int64		estimate = ResidentBytesEstimate(n, dims, degree);
+	TimestampTz start = GetCurrentTimestamp();
 	bool		any_deleted = false;
 
 	EvictFor(estimate);
@@ -244,17 +253,18 @@ AddResident(const TsdgIndexKey *key, const float *rows, int64 n, int dims, int d
 		any_deleted = (flags[i] & TSDG_NODE_DELETED) != 0;
 	if (any_deleted)
 		r->flags = CopyOut(flags, n);
+	/* the GPU index reads the host rows when it picks its entry points */
+	r->rows = CopyOut(rows, sizeof(float) * n * dims);
+	rows = r->rows;
 	if (device_backend == NULL)
 	{
-		r->rows = CopyOut(rows, sizeof(float) * n * dims);
 		r->neighbors = CopyOut(neighbors, sizeof(uint32) * n * degree);
 		r->lambdas = CopyOut(lambdas, n * degree);
-		rows = r->rows;
 		neighbors = r->neighbors;
 		lambdas = r->lambdas;
 	}
-	if (r->tids == NULL || (any_deleted && r->flags == NULL) ||
-		(device_backend == NULL && (r->rows == NULL || r->neighbors == NULL || r->lambdas == NULL)))
+	if (r->tids == NULL || (any_deleted && r->flags == NULL) || r->rows == NULL ||
+		(device_backend == NULL && (r->neighbors == NULL || r->lambdas == NULL)))
 	{
 		strlcpy(error->message, "out of host memory for the index copy", sizeof(error->message));
 		free(r->tids);
@@ -295,9 +305,10 @@ AddResident(const TsdgIndexKey *key, const float *rows, int64 n, int dims, int d
 	r->loaded_at = r->last_used = GetCurrentTimestamp();
 	PublishResidents();
 	ereport(LOG,
-			(errmsg("pg_tsdg GPU worker: loaded index %u/%u version " UINT64_FORMAT ": %lld rows of %d dimensions, %lld MB on %s",
+			(errmsg("pg_tsdg GPU worker: loaded index %u/%u version " UINT64_FORMAT ": %lld rows of %d dimensions, %lld MB on %s in %.3f s",
 					key->database, key->relfilenode, key->graph_version, (long long) n, dims,
-					(long long) (r->bytes >> 20), tsdg_backend_name(device_backend))));
+					(long long) (r->bytes >> 20), tsdg_backend_name(device_backend),
+					SecondsSince(start))));
 	return TSDG_OK;
 }
 
@@ -478,6 +489,7 @@ ServeSearchBatch(TakenRequest *t)
 	TsdgBulkHeader *header;
 	TsdgError	error;
 	TsdgStatus	status;
+	TimestampTz start;
 	int			k = args->k;
 	int			wide_k;
 	uint32	   *ids;
@@ -510,10 +522,14 @@ ServeSearchBatch(TakenRequest *t)
 	}
 	else
 	{
-		r->last_used = GetCurrentTimestamp();
+		r->last_used = start = GetCurrentTimestamp();
 		status = tsdg_index_search(r->index, TsdgBulkArray(map.address, header->queries),
 								   args->nq, wide_k, Max(args->ef, wide_k), args->lambda_limit,
 								   ids, dists, &error);
+		if (args->nq >= TSDG_LOGGED_BATCH)
+			ereport(LOG,
+					(errmsg("pg_tsdg GPU worker: searched a batch of %d queries (k %d, ef %d) in %.3f ms",
+							args->nq, wide_k, Max(args->ef, wide_k), SecondsSince(start) * 1000)));
 	}
 	if (status == TSDG_OK)
 	{
@@ -640,6 +656,7 @@ ServeBuild(TakenRequest *t)
 	TsdgError	error;
 	TsdgStatus	status;
 	BuildPollState poll = {t, NULL, 0};
+	TimestampTz start;
 	const float *rows;
 	uint32	   *neighbors;
 	uint8	   *lambdas;
@@ -661,6 +678,7 @@ ServeBuild(TakenRequest *t)
 			(errmsg("pg_tsdg GPU worker: building the graph of %lld rows of %d dimensions for index %u/%u on %s",
 					(long long) args->n, args->dims, args->key.database, args->key.relfilenode,
 					tsdg_backend_name(device_backend))));
+	start = GetCurrentTimestamp();
 	status = tsdg_build_graph(device_backend, rows, args->n, args->dims, args->metric,
 							  &args->params, neighbors, lambdas,
 							  TsdgBulkArray(map.address, header->knn_ids),
@@ -679,6 +697,9 @@ ServeBuild(TakenRequest *t)
 	if (status == TSDG_OK)
 	{
 		pg_atomic_fetch_add_u64(&TsdgShared->builds, 1);
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: built the graph of index %u/%u in %.3f s",
+						args->key.database, args->key.relfilenode, SecondsSince(start))));
 		/* answer first: the session writes its pages while the graph is uploaded */
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, 0, NULL);
 		if (args->key.relfilenode != InvalidOid && FindResident(&args->key) == NULL)

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""The GPU worker's checks and benchmarks through SQL (issue 6), against the running
+server named by PGHOST/PGPORT/PGUSER (test/gpu/pg_worker_run.sh starts it):
+
+  * synthetic clustered rows (overlapping clusters, high intrinsic dimension; the
+    model of test/bench/sqlbench/dataset.py) loaded with COPY BINARY;
+  * CREATE INDEX on the GPU worker and on the CPU (tsdg.device = cpu) of the same
+    table, each timed end to end, recall@10 of both at default search settings
+    (they must agree within 0.01);
+  * the same index searched by the worker and by the session on the CPU: recall and
+    how many of the rows they return agree;
+  * pgbench throughput and latency at several client counts, GPU path and CPU path,
+    with a script that picks a random query vector per transaction;
+  * tsdg_search_batch with many queries: time inside the call and recall.
+
+Writes JSON (--out) after every step, so a run cut short still reports what it did.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from sqlbench import dataset, pg  # noqa: E402
+
+K = 10
+DB = "worker_bench"
+
+
+def psql(sql, db=DB, settings=None, check=True):
+    env = dict(os.environ)
+    if settings:
+        env["PGOPTIONS"] = " ".join("-c %s=%s" % kv for kv in settings.items())
+    done = subprocess.run([os.path.join(os.environ["PGBIN"], "psql"), "-X", "-q", "-At",
+                           "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql],
+                          capture_output=True, text=True, env=env)
+    if check and done.returncode != 0:
+        raise RuntimeError("psql failed: %s\n%s" % (sql[:200], done.stderr[-2000:]))
+    return done.stdout.strip()
+
+
+def status():
+    row = psql("SELECT row_to_json(s) FROM tsdg_gpu_status() s")
+    return json.loads(row)
+
+
+def copy_in(table, ids, vectors):
+    args = [os.path.join(os.environ["PGBIN"], "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
+            "-d", DB, "-c", "COPY %s FROM STDIN (FORMAT binary)" % table]
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    for chunk in pg.copy_binary_chunks(ids, vectors):
+        proc.stdin.write(chunk)
+    proc.stdin.close()
+    if proc.wait() != 0:
+        raise RuntimeError("COPY %s failed: %s" % (table, proc.stderr.read().decode()[-2000:]))
+
+
+def timed(sql, settings=None):
+    start = time.monotonic()
+    out = psql(sql, settings=settings)
+    return time.monotonic() - start, out
+
+
+def search_results(settings, nq):
+    """{query row: [item ids]} for the first nq queries, one session, by the index."""
+    sql = ("SET enable_seqscan = off; SELECT q.id, r.id FROM queries q CROSS JOIN LATERAL "
+           "(SELECT i.id FROM items i ORDER BY i.embedding <-> q.v LIMIT %d) r "
+           "WHERE q.id <= %d" % (K, nq))
+    start = time.monotonic()
+    out = psql(sql, settings=settings)
+    seconds = time.monotonic() - start
+    found = {}
+    for line in out.splitlines():
+        qid, item = line.split("|")
+        found.setdefault(int(qid) - 1, []).append(int(item))
+    return found, nq / seconds
+
+
+def agreement(a, b):
+    common = sum(len(set(a.get(q, ())) & set(b.get(q, ()))) for q in set(a) | set(b))
+    return common / (K * max(len(a), 1))
+
+
+def pgbench(clients, seconds, nq, settings):
+    with tempfile.TemporaryDirectory() as work:
+        script = os.path.join(work, "search.sql")
+        with open(script, "w") as f:
+            f.write("\\set qid random(1, %d)\n"
+                    "SELECT id FROM items ORDER BY embedding <-> "
+                    "(SELECT v FROM queries WHERE id = :qid) LIMIT %d;\n" % (nq, K))
+        env = dict(os.environ)
+        env["PGOPTIONS"] = " ".join("-c %s=%s" % kv for kv in settings.items())
+        done = subprocess.run([os.path.join(os.environ["PGBIN"], "pgbench"), "-n", "-M", "prepared",
+                               "-f", script, "-c", str(clients), "-j", str(min(clients, 16)),
+                               "-T", str(seconds), "-r", DB],
+                              capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError("pgbench failed:\n%s\n%s" % (done.stdout[-1500:], done.stderr[-1500:]))
+    tps = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", done.stdout)
+    lat = re.search(r"latency average = ([0-9.]+) ms", done.stdout)
+    return {"clients": clients, "qps": float(tps.group(1)),
+            "latency_ms": float(lat.group(1)) if lat else None}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--queries", type=int, default=1000, help="queries of the recall passes and pgbench")
+    p.add_argument("--batch-queries", type=int, default=10000)
+    p.add_argument("--clients", default="1,8,32,128")
+    p.add_argument("--seconds", type=int, default=8)
+    p.add_argument("--skip-cpu-build", action="store_true")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+
+    results = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+
+    def save():
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+    def step(name):
+        print("== %s (%.0f s)" % (name, time.monotonic() - t0), flush=True)
+
+    t0 = time.monotonic()
+    spec = dataset.SyntheticSpec(rows=args.rows, dim=args.dim, clusters=64, intrinsic_dim=32,
+                                 spread=1.0, noise=0.05, seed=1)
+    results["dataset"] = spec.describe()
+    nq_total = max(args.queries, args.batch_queries)
+    step("generating %d x %d rows and %d queries" % (args.rows, args.dim, nq_total))
+    base, queries = dataset.synthetic(spec, nq_total)
+    truth = dataset.exact_neighbors(base, queries, K)
+
+    psql("DROP DATABASE IF EXISTS %s" % DB, db="postgres")
+    psql("CREATE DATABASE %s" % DB, db="postgres")
+    psql("CREATE EXTENSION pg_tsdg")
+    psql("CREATE TABLE items (id int4 NOT NULL, embedding vector(%d) NOT NULL);"
+         "CREATE TABLE queries (id int4 PRIMARY KEY, v vector(%d) NOT NULL)" % (args.dim, args.dim))
+    step("COPY")
+    start = time.monotonic()
+    copy_in("items", np.arange(args.rows), base)
+    results["copy_seconds"] = time.monotonic() - start
+    copy_in("queries", np.arange(1, nq_total + 1), queries)
+    for sql in ("VACUUM ANALYZE items", "VACUUM ANALYZE queries", "CHECKPOINT"):
+        psql(sql)
+    results["worker_before"] = status()
+    save()
+
+    gpu = {"tsdg.device": "auto"}
+    cpu = {"tsdg.device": "cpu"}
+    mwm = {"maintenance_work_mem": "16GB"}
+
+    step("CREATE INDEX on the GPU worker")
+    seconds, _ = timed("CREATE INDEX items_gpu ON items USING tsdg (embedding vector_l2_ops)",
+                       dict(gpu, **mwm))
+    results["gpu_build_seconds"] = seconds
+    results["worker_after_gpu_build"] = status()
+    save()
+    found_gpu, qps_gpu1 = search_results(gpu, args.queries)
+    found_cpu, qps_cpu1 = search_results(cpu, args.queries)
+    results["gpu_built"] = {
+        "recall_gpu_search": dataset.recall_at_k(found_gpu, truth[:args.queries], K),
+        "recall_cpu_search": dataset.recall_at_k(found_cpu, truth[:args.queries], K),
+        "gpu_cpu_agreement": agreement(found_gpu, found_cpu),
+        "one_session_qps_gpu": qps_gpu1, "one_session_qps_cpu": qps_cpu1}
+    print(json.dumps(results["gpu_built"]), flush=True)
+    save()
+
+    step("tsdg_search_batch with %d queries" % args.batch_queries)
+    batch_sql = ("SELECT b.query, i.id FROM tsdg_search_batch('items_gpu', "
+                 "(SELECT array_agg(v ORDER BY id) FROM queries WHERE id <= %d), %d) b "
+                 "JOIN items i ON i.ctid = b.tid" % (args.batch_queries, K))
+    inside_sql = ("EXPLAIN (ANALYZE, TIMING OFF, SUMMARY ON) SELECT count(*) FROM tsdg_search_batch("
+                  "'items_gpu', (SELECT array_agg(v ORDER BY id) FROM queries WHERE id <= %d), %d)"
+                  % (args.batch_queries, K))
+    batch = {}
+    for label, settings in (("gpu", gpu), ("cpu", cpu)):
+        runs = []
+        for _ in range(3):
+            plan = psql(inside_sql, settings=settings)
+            runs.append(float(re.search(r"Execution Time: ([0-9.]+) ms", plan).group(1)))
+        out = psql(batch_sql, settings=settings)
+        found = {}
+        for line in out.splitlines():
+            q, item = line.split("|")
+            found.setdefault(int(q) - 1, []).append(int(item))
+        ms = min(runs)
+        batch[label] = {"execution_ms_runs": runs, "queries_per_second": args.batch_queries / (ms / 1000),
+                        "recall": dataset.recall_at_k(found, truth[:args.batch_queries], K)}
+        print(label, json.dumps(batch[label]), flush=True)
+    results["search_batch"] = batch
+    save()
+
+    step("pgbench")
+    bench = {"gpu": [], "cpu": []}
+    for clients in [int(c) for c in args.clients.split(",")]:
+        for label, settings in (("gpu", gpu), ("cpu", cpu)):
+            point = pgbench(clients, args.seconds, args.queries, settings)
+            bench[label].append(point)
+            print(label, json.dumps(point), flush=True)
+            results["pgbench"] = bench
+            save()
+    results["worker_after_pgbench"] = status()
+    save()
+
+    if not args.skip_cpu_build:
+        step("CREATE INDEX on the CPU")
+        psql("DROP INDEX items_gpu")
+        seconds, _ = timed("CREATE INDEX items_cpu ON items USING tsdg (embedding vector_l2_ops)",
+                           dict(cpu, **mwm))
+        results["cpu_build_seconds"] = seconds
+        found_cpu_built, _ = search_results(cpu, args.queries)
+        results["cpu_built"] = {"recall_cpu_search":
+                                dataset.recall_at_k(found_cpu_built, truth[:args.queries], K)}
+        results["build_recall_difference"] = abs(results["cpu_built"]["recall_cpu_search"] -
+                                                 results["gpu_built"]["recall_cpu_search"])
+        print(json.dumps(results["cpu_built"]), flush=True)
+        save()
+    results["worker_end"] = status()
+    results["seconds"] = time.monotonic() - t0
+    save()
+    step("done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The GPU worker on the GPU machine, in one command (issue 6). Inside a device run
+# with .gpu carried (see ../shared/gpu/README.md; stage first, here:
+#   bash ../shared/gpu/make-pg-runtime.sh
+#   make && make install DESTDIR=$PWD/.gpu/stage      # pg_tsdg_cuda.so lands there too
+# ), from the project root:
+#   bash test/gpu/pg_worker_run.sh [tests|bench|all]
+# starts PostgreSQL with pg_tsdg preloaded (the worker loads pg_tsdg_cuda.so), then
+#   tests: the worker regression test (sql/worker.sql against expected/worker.out, the
+#          searches answered by the GPU) and test/tap/worker_fallback.sh with the CUDA
+#          worker (SIGKILL during searches and during CREATE INDEX, terminated sessions);
+#   bench: test/gpu/pg_worker_bench.py: ROWS x DIM (default 1M x 128) clustered rows
+#          loaded with COPY, CREATE INDEX on the GPU and on the CPU, recall@10 of both,
+#          GPU and CPU searches compared, pgbench at CLIENTS, tsdg_search_batch.
+# Writes under $OUT: run.log, worker_regress.diff, worker_fallback.log, bench.log,
+# worker_bench.json, server.log.
+set -uo pipefail
+mode=${1:-all}
+OUT=${OUT:-/tmp/pg_worker_out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/run.log") 2>&1
+
+# Containers often cap /dev/shm: DSM segments then live in files (pg_dynshmem/).
+shm_kb=$(df -k --output=size /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
+dsm_type=posix
+if [ -z "$shm_kb" ] || [ "$shm_kb" -lt $((8 * 1024 * 1024)) ]; then dsm_type=mmap; fi
+echo "== /dev/shm: ${shm_kb:-?} kB -> dynamic_shared_memory_type = $dsm_type"
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
+
+PG_FRESH=1 source .gpu/pg-on-device.sh "shared_preload_libraries = 'pg_tsdg'" \
+  "dynamic_shared_memory_type = $dsm_type" "jit = off" "max_wal_size = 20GB" \
+  "checkpoint_timeout = 30min" "log_min_duration_statement = 1000" "log_statement = 'ddl'" \
+  "tsdg.batch_wait_us = ${BATCH_WAIT_US:-100}" || exit 1
+trap 'cp /tmp/pg.log "$OUT/server.log"' EXIT
+
+state=""
+for _ in $(seq 1 120); do
+  state=$(pg -At -c "SELECT state FROM tsdg_gpu_status()" 2>/dev/null)
+  [ "$state" = ready ] || [ "$state" = "no gpu" ] && break
+  sleep 0.5
+done
+pg -x -c "SELECT * FROM tsdg_gpu_status()"
+if [ "$state" != ready ]; then
+  echo "FAIL: the GPU worker is not ready (state: $state)"
+  exit 1
+fi
+
+failed=0
+if [ "$mode" = tests ] || [ "$mode" = all ]; then
+  echo "== worker regression test (GPU searches)"
+  pg -q -c "DROP DATABASE IF EXISTS contrib_regression" -c "CREATE DATABASE contrib_regression"
+  pg -q -d contrib_regression -c "CREATE EXTENSION pg_tsdg"
+  "$PGBIN/psql" -X -a -q -d contrib_regression <sql/worker.sql >"$OUT/worker_regress.out" 2>&1
+  if diff -u expected/worker.out "$OUT/worker_regress.out" >"$OUT/worker_regress.diff"; then
+    echo "worker regression test: ok"
+  else
+    echo "worker regression test: FAILED"; head -60 "$OUT/worker_regress.diff"; failed=1
+  fi
+  rm -f "$OUT/worker_regress.out"
+  pg -At -c "SELECT 'after the regression test: ' || batches || ' batches, ' || fallbacks || ' fallbacks' FROM tsdg_gpu_status()"
+
+  echo "== worker_fallback.sh with the CUDA worker"
+  work=$(mktemp -d /tmp/worker_fallback.XXXXXX)
+  chmod 755 "$work"
+  if TSDG_WORKER_BACKEND=cuda timeout 300 bash test/tap/worker_fallback.sh "$work" >"$OUT/worker_fallback.log" 2>&1; then
+    echo "worker_fallback.sh: ok"; tail -12 "$OUT/worker_fallback.log"
+  else
+    echo "worker_fallback.sh: FAILED"; tail -40 "$OUT/worker_fallback.log"; failed=1
+  fi
+fi
+
+if [ "$mode" = bench ] || [ "$mode" = all ]; then
+  echo "== benchmark"
+  PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-480}" python3 test/gpu/pg_worker_bench.py \
+    --rows "${ROWS:-1000000}" --dim "${DIM:-128}" --clients "${CLIENTS:-1,8,32,128}" \
+    --seconds "${SECONDS_PER_POINT:-8}" ${BENCH_ARGS:-} --out "$OUT/worker_bench.json" \
+    >"$OUT/bench.log" 2>&1 || { echo "benchmark: FAILED or cut short"; failed=1; }
+  cat "$OUT/bench.log" | tail -40
+fi
+pg -x -c "SELECT * FROM tsdg_gpu_status()"
+exit $failed
