@@ -5,6 +5,7 @@
 # cluster (port $TSDG_BENCH_PORT, default 54338) and stops it at the end. With --dsn, or
 # with PGHOST set (as on the GPU machine after pg-on-device.sh), it uses that server.
 # Results land in --out (default bench-out/): results.json, results.md, *.png.
+# TSDG_BENCH_SKIP_BUILD=1 benchmarks the extension already installed, without building.
 source "$(dirname "$0")/../../scripts/common.sh"
 
 # Debian's python3 has numpy and matplotlib (install_dependencies); a python3 earlier on
@@ -22,7 +23,7 @@ if [ -n "$existing_server" ]; then
 fi
 
 install_dependencies
-( cd "$TSDG_ROOT" && build_and_install )
+[ -n "${TSDG_BENCH_SKIP_BUILD:-}" ] || build_and_install
 work=$(mktemp -d /tmp/pg_tsdg_bench.XXXXXX)
 chmod 755 "$work"
 trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
