@@ -139,6 +139,8 @@ PublishResidents(void)
 	TsdgShared->cached_count = count;
 	TsdgShared->memory_used = used;
 	SpinLockRelease(&TsdgShared->mutex);
+	if (device_backend != NULL)
+		TsdgPublishDeviceMemory();
 }
 
 static ResidentIndex *
@@ -773,7 +775,12 @@ WaitForBatch(void)
 	int			expected;
 
 	while (pg_atomic_read_u32(&TsdgShared->queued) == 0 && !shutdown_requested)
+	{
 		SemWaitUntil(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000));
+		/* idle: the device's memory may have changed under other processes */
+		if (device_backend != NULL && pg_atomic_read_u32(&TsdgShared->queued) == 0)
+			TsdgPublishDeviceMemory();
+	}
 	if (shutdown_requested || TsdgShared->batch_wait_us <= 0)
 		return;
 
@@ -877,6 +884,7 @@ LoadDevice(void)
 	ereport(LOG,
 			(errmsg("pg_tsdg GPU worker started on %s (device %d)",
 					tsdg_backend_name(device_backend), tsdg_gpu_device_number)));
+	TsdgPublishDeviceMemory();
 	TsdgIpcSetServerState(TSDG_SERVER_READY, tsdg_backend_name(device_backend), "");
 }
 

@@ -173,6 +173,8 @@ TsdgReapServer(void)
 		TsdgShared->server_pid = 0;
 		TsdgShared->cached_count = 0;
 		TsdgShared->memory_used = 0;
+		TsdgShared->device_free = 0;
+		TsdgShared->device_total = 0;
 		SpinLockRelease(&TsdgShared->mutex);
 
 		if (WIFEXITED(status) && WEXITSTATUS(status) == 0)

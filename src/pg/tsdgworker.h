@@ -36,6 +36,9 @@ extern PGDLLEXPORT void TsdgWorkerSupervisorMain(Datum main_arg);
 /* tsdggpuserver.c: the GPU server process, forked by the supervisor */
 extern void TsdgGpuServerMain(void) pg_attribute_noreturn();
 
+/* tsdggpumemory.c: the device's free and total memory, for tsdg_gpu_status() */
+extern void TsdgPublishDeviceMemory(void);
+
 /* tsdgoffload.c: what a session hands to the worker */
 
 /* true when this session may send work to the worker now */
