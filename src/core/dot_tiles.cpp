@@ -10,27 +10,53 @@ namespace {
 // depending on the target of the function that uses it.
 typedef float Lanes __attribute__((vector_size(kPanelWidth * sizeof(float))));
 
+// kTileRows rows against `width` adjacent panels: kTileRows * width
+// accumulators, one load per panel and kTileRows broadcasts per dimension.
+template <int width>
+__attribute__((always_inline)) inline void dot_tile(const float* const* rows, const float* b,
+                                                    int dim, float* out, int64_t out_stride) {
+  const int64_t panel_floats = static_cast<int64_t>(kPanelWidth) * dim;
+  Lanes acc[kTileRows][width];
+  for (int r = 0; r < kTileRows; ++r) {
+    for (int w = 0; w < width; ++w) acc[r][w] = Lanes{};
+  }
+  for (int p = 0; p < dim; ++p) {
+    Lanes column[width];
+    for (int w = 0; w < width; ++w) {
+      std::memcpy(&column[w], b + w * panel_floats + static_cast<int64_t>(p) * kPanelWidth, sizeof(Lanes));
+    }
+    for (int r = 0; r < kTileRows; ++r) {
+      const float x = rows[r][p];
+      for (int w = 0; w < width; ++w) acc[r][w] += column[w] * x;
+    }
+  }
+  for (int r = 0; r < kTileRows; ++r) {
+    for (int w = 0; w < width; ++w) {
+      std::memcpy(out + r * out_stride + w * kPanelWidth, &acc[r][w], sizeof(Lanes));
+    }
+  }
+}
+
 // The body shared by every ISA variant; inlined into each so that it is
-// compiled for that variant's target.
+// compiled for that variant's target. `width` panels are done at once where
+// the target has registers for their accumulators.
+template <int width>
 __attribute__((always_inline)) inline void dot_tiles_body(const float* const* a, int64_t a_rows,
                                                           const float* packed, int64_t panels,
                                                           int dim, float* out,
                                                           int64_t out_stride) {
   const int64_t panel_floats = static_cast<int64_t>(kPanelWidth) * dim;
-  for (int64_t panel = 0; panel < panels; ++panel) {
-    const float* b = packed + panel * panel_floats;
+  int64_t panel = 0;
+  for (; panel + width <= panels; panel += width) {
     for (int64_t row = 0; row < a_rows; row += kTileRows) {
-      const float* const* rows = a + row;
-      Lanes acc[kTileRows];
-      for (int r = 0; r < kTileRows; ++r) acc[r] = Lanes{};
-      for (int p = 0; p < dim; ++p) {
-        Lanes column;
-        std::memcpy(&column, b + static_cast<int64_t>(p) * kPanelWidth, sizeof(Lanes));
-        for (int r = 0; r < kTileRows; ++r) acc[r] += column * rows[r][p];
-      }
-      for (int r = 0; r < kTileRows; ++r) {
-        std::memcpy(out + (row + r) * out_stride + panel * kPanelWidth, &acc[r], sizeof(Lanes));
-      }
+      dot_tile<width>(a + row, packed + panel * panel_floats, dim,
+                      out + row * out_stride + panel * kPanelWidth, out_stride);
+    }
+  }
+  for (; panel < panels; ++panel) {
+    for (int64_t row = 0; row < a_rows; row += kTileRows) {
+      dot_tile<1>(a + row, packed + panel * panel_floats, dim,
+                  out + row * out_stride + panel * kPanelWidth, out_stride);
     }
   }
 }
@@ -39,18 +65,18 @@ __attribute__((target("avx512f"))) void dot_tiles_avx512(const float* const* a, 
                                                          const float* packed, int64_t panels,
                                                          int dim, float* out,
                                                          int64_t out_stride) {
-  dot_tiles_body(a, a_rows, packed, panels, dim, out, out_stride);
+  dot_tiles_body<2>(a, a_rows, packed, panels, dim, out, out_stride);
 }
 
 __attribute__((target("avx2,fma"))) void dot_tiles_avx2(const float* const* a, int64_t a_rows,
                                                         const float* packed, int64_t panels,
                                                         int dim, float* out, int64_t out_stride) {
-  dot_tiles_body(a, a_rows, packed, panels, dim, out, out_stride);
+  dot_tiles_body<1>(a, a_rows, packed, panels, dim, out, out_stride);
 }
 
 void dot_tiles_generic(const float* const* a, int64_t a_rows, const float* packed, int64_t panels,
                        int dim, float* out, int64_t out_stride) {
-  dot_tiles_body(a, a_rows, packed, panels, dim, out, out_stride);
+  dot_tiles_body<1>(a, a_rows, packed, panels, dim, out, out_stride);
 }
 
 typedef int32_t LaneIndex __attribute__((vector_size(kPanelWidth * sizeof(int32_t))));
