@@ -81,6 +81,8 @@ def parse_args(argv):
                      help="queries in the exact scan's recall pass (it is slow)")
     idx.add_argument("--exact-seconds", type=int)
     idx.add_argument("--no-exact", action="store_true", help="skip the exact scan baseline")
+    idx.add_argument("--no-batch", dest="batch", action="store_false",
+                     help="skip the tsdg_search_batch(index, queries[], k) measurement")
     idx.add_argument("--no-pgvector", action="store_true", help="skip pgvector even if installed")
     idx.add_argument("--maintenance-work-mem")
     idx.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -170,6 +172,8 @@ def info_row(server, database, call):
 
 def sweep(server, method, truth, args, results, deadline, counter):
     recall_queries = args.exact_queries if not method.uses_index else truth.shape[0]
+    batch = method.name == "tsdg" and args.batch and server.value(
+        method.database, "SELECT to_regproc('tsdg_search_batch') IS NOT NULL") == "t"
     seconds = args.seconds if method.uses_index else args.exact_seconds
     for settings in method.sweep:
         workload.check_plan(server, method.database, method, settings)
@@ -179,6 +183,16 @@ def sweep(server, method, truth, args, results, deadline, counter):
         recall = dataset.recall_at_k(found, truth[:recall_queries], K)
         sys.stderr.write("  %s %s: recall@%d %.4f over %d queries (%.0f q/s in one session)\n"
                          % (method.name, label, K, recall, recall_queries, session_qps))
+        if batch:
+            found, batch_qps = workload.batch_pass(server, method.database, method, settings,
+                                                   truth.shape[0], K)
+            batch_recall = dataset.recall_at_k(found, truth, K)
+            sys.stderr.write("  tsdg_search_batch %s: recall@%d %.4f, %.0f QPS (%d queries a call)\n"
+                             % (label, K, batch_recall, batch_qps, truth.shape[0]))
+            results["runs"].append({"method": "tsdg_search_batch", "settings": settings,
+                                    "recall": batch_recall, "recall_queries": int(truth.shape[0]),
+                                    "clients": 1, "batch": int(truth.shape[0]), "qps": batch_qps,
+                                    "latency_ms": None})
         for c in args.clients:
             counter[0] += 1
             if deadline and time.monotonic() + seconds > deadline:

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from .methods import setting_label  # noqa: E402
 
-MARKERS = {"tsdg": "o-", "pgvector hnsw": "s--", "exact scan": "k*"}
+MARKERS = {"tsdg": "o-", "tsdg_search_batch": "d:", "pgvector hnsw": "s--", "exact scan": "k*"}
 
 
 def write_json(results, out_dir):
@@ -32,9 +32,11 @@ def markdown(results):
               "|---|---|---:|---:|---:|---:|---:|"]
     for run in results["runs"]:
         lat = run["latency_ms"]
-        lines.append("| %s | %s | %.3f | %d | %.0f | %.2f | %.2f |"
+        clients = ("1 call of %d queries" % run["batch"]) if run.get("batch") else str(run["clients"])
+        latency = ("%.2f | %.2f" % (lat["p50"], lat["p99"])) if lat else "- | -"
+        lines.append("| %s | %s | %.3f | %s | %.0f | %s |"
                      % (run["method"], setting_label(run["settings"]), run["recall"],
-                        run["clients"], run["qps"], lat["p50"], lat["p99"]))
+                        clients, run["qps"], latency))
     return "\n".join(lines) + "\n"
 
 

@@ -109,6 +109,37 @@ def recall_pass(server, database, method, settings, query_count, k):
     return found, query_count / seconds
 
 
+def batch_pass(server, database, method, settings, query_count, k):
+    """{query row: [ids]} from one tsdg_search_batch call over queries 1..query_count,
+    and the queries per second of that call, timed on the server around the call alone
+    (not the building of the array, nor the join back to the table)."""
+    rows = server.query(database, """
+        CREATE TEMP TABLE batch_result (query int, tid tid);
+        CREATE TEMP TABLE batch_time (seconds float8);
+        DO $$
+        DECLARE
+          qs vector[];
+          started timestamptz;
+        BEGIN
+          SELECT array_agg(v ORDER BY id) INTO qs FROM queries WHERE id <= %d;
+          started := clock_timestamp();
+          INSERT INTO batch_result SELECT b.query, b.tid FROM tsdg_search_batch('%s', qs, %d) b;
+          INSERT INTO batch_time VALUES (extract(epoch FROM clock_timestamp() - started));
+        END $$;
+        SELECT 0, seconds::text FROM batch_time
+        UNION ALL
+        SELECT r.query, i.id::text FROM batch_result r JOIN items i ON i.ctid = r.tid;
+    """ % (query_count, method.index_name, k), _settings(method, settings))
+    found = {}
+    seconds = None
+    for query, value in rows:
+        if query == "0":
+            seconds = float(value)
+        else:
+            found.setdefault(int(query) - 1, []).append(int(value))
+    return found, query_count / seconds
+
+
 def pgbench_run(server, database, method, settings, clients, seconds, query_count, k):
     """QPS and latency percentiles (ms) of `clients` sessions, each running the search
     for random queries for `seconds`."""
