@@ -174,6 +174,32 @@ def main():
     print(json.dumps(results["gpu_built"]), flush=True)
     save()
 
+    step("a GPU build cancelled while the worker builds frees its GPU memory")
+    before = status()
+    build = subprocess.Popen(
+        [os.path.join(os.environ["PGBIN"], "psql"), "-X", "-q", "-d", DB, "-c",
+         "SET application_name = 'cancelled_build'; SET maintenance_work_mem = '16GB'; "
+         "CREATE INDEX items_cancelled ON items USING tsdg (embedding vector_l2_ops)"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    busy = False
+    for _ in range(600):
+        if status()["state"] == "busy":
+            busy = True
+            break
+        time.sleep(0.02)
+    time.sleep(0.3)
+    psql("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'cancelled_build'")
+    _, err = build.communicate()
+    time.sleep(2)
+    after = status()
+    results["cancelled_build"] = {
+        "worker_was_building": busy, "error": err.strip()[-300:], "worker_state_after": after["state"],
+        "device_free_before": before.get("memory_free"), "device_free_after": after.get("memory_free"),
+        "freed": (before.get("memory_free") is not None and after.get("memory_free") is not None
+                  and after["memory_free"] >= before["memory_free"] - (256 << 20))}
+    print(json.dumps(results["cancelled_build"]), flush=True)
+    save()
+
     step("tsdg_search_batch with %d queries" % args.batch_queries)
     batch_sql = ("SELECT b.query, i.id FROM tsdg_search_batch('items_gpu', "
                  "(SELECT array_agg(v ORDER BY id) FROM queries WHERE id <= %d), %d) b "
