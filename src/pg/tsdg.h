@@ -73,7 +73,7 @@
 #define TSDG_NO_BLOCK			0
 
 #define TSDG_METAPAGE_BLKNO		0
-#define TSDG_MAX_ENTRY_POINTS	32
+#define TSDG_MAX_ENTRY_POINTS	256
 
 /* opclass support function: returns the TsdgMetric of the opclass */
 #define TSDG_METRIC_PROC		1

@@ -7,7 +7,7 @@
 source "$(dirname "$0")/../../scripts/common.sh"
 dir=$1/crash
 port=54340
-start_cluster "$dir" "$port"
+start_cluster "$dir" "$port" "autovacuum = off"
 trap 'stop_cluster "$dir"' EXIT
 
 sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }

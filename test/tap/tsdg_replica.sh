@@ -6,7 +6,7 @@
 source "$(dirname "$0")/../../scripts/common.sh"
 primary=$1/primary
 replica=$1/replica
-start_cluster "$primary" 54341
+start_cluster "$primary" 54341 "autovacuum = off"
 trap 'stop_cluster "$replica"; stop_cluster "$primary"' EXIT
 
 sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
