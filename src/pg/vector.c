@@ -363,74 +363,28 @@ vector_to_float4(PG_FUNCTION_ARGS)
 
 /* ---- distances, all through the core kernels ---- */
 
-PG_FUNCTION_INFO_V1(l2_distance);
-Datum
-l2_distance(PG_FUNCTION_ARGS)
-{
-	Vector	   *a = PG_GETARG_VECTOR_P(0);
-	Vector	   *b = PG_GETARG_VECTOR_P(1);
-
-	CheckDims(a, b);
-	PG_RETURN_FLOAT8(sqrt((double) tsdg_l2_squared_distance(a->x, b->x, a->dim)));
+/* A float8 function of two vectors of the same dimension: a, b in scope. */
+#define VECTOR_DISTANCE(name, result) \
+PG_FUNCTION_INFO_V1(name); \
+Datum \
+name(PG_FUNCTION_ARGS) \
+{ \
+	Vector	   *a = PG_GETARG_VECTOR_P(0); \
+	Vector	   *b = PG_GETARG_VECTOR_P(1); \
+\
+	CheckDims(a, b); \
+	PG_RETURN_FLOAT8(result); \
 }
 
-/* What the index orders by for <->: same order as l2_distance, no sqrt. */
-PG_FUNCTION_INFO_V1(vector_l2_squared_distance);
-Datum
-vector_l2_squared_distance(PG_FUNCTION_ARGS)
-{
-	Vector	   *a = PG_GETARG_VECTOR_P(0);
-	Vector	   *b = PG_GETARG_VECTOR_P(1);
-
-	CheckDims(a, b);
-	PG_RETURN_FLOAT8((double) tsdg_l2_squared_distance(a->x, b->x, a->dim));
-}
-
-PG_FUNCTION_INFO_V1(inner_product);
-Datum
-inner_product(PG_FUNCTION_ARGS)
-{
-	Vector	   *a = PG_GETARG_VECTOR_P(0);
-	Vector	   *b = PG_GETARG_VECTOR_P(1);
-
-	CheckDims(a, b);
-	PG_RETURN_FLOAT8((double) tsdg_inner_product(a->x, b->x, a->dim));
-}
-
+VECTOR_DISTANCE(l2_distance, sqrt((double) tsdg_l2_squared_distance(a->x, b->x, a->dim)))
+/* what the index orders by for <->: the order of l2_distance without the sqrt */
+VECTOR_DISTANCE(vector_l2_squared_distance, tsdg_l2_squared_distance(a->x, b->x, a->dim))
+VECTOR_DISTANCE(inner_product, tsdg_inner_product(a->x, b->x, a->dim))
 /* <#>: negated so that ascending order puts the largest inner product first */
-PG_FUNCTION_INFO_V1(vector_negative_inner_product);
-Datum
-vector_negative_inner_product(PG_FUNCTION_ARGS)
-{
-	Vector	   *a = PG_GETARG_VECTOR_P(0);
-	Vector	   *b = PG_GETARG_VECTOR_P(1);
-
-	CheckDims(a, b);
-	PG_RETURN_FLOAT8(-(double) tsdg_inner_product(a->x, b->x, a->dim));
-}
-
+VECTOR_DISTANCE(vector_negative_inner_product, -(double) tsdg_inner_product(a->x, b->x, a->dim))
 /* NaN when either vector is zero, like pgvector */
-PG_FUNCTION_INFO_V1(cosine_distance);
-Datum
-cosine_distance(PG_FUNCTION_ARGS)
-{
-	Vector	   *a = PG_GETARG_VECTOR_P(0);
-	Vector	   *b = PG_GETARG_VECTOR_P(1);
-
-	CheckDims(a, b);
-	PG_RETURN_FLOAT8((double) tsdg_cosine_distance(a->x, b->x, a->dim));
-}
-
-PG_FUNCTION_INFO_V1(l1_distance);
-Datum
-l1_distance(PG_FUNCTION_ARGS)
-{
-	Vector	   *a = PG_GETARG_VECTOR_P(0);
-	Vector	   *b = PG_GETARG_VECTOR_P(1);
-
-	CheckDims(a, b);
-	PG_RETURN_FLOAT8((double) tsdg_l1_distance(a->x, b->x, a->dim));
-}
+VECTOR_DISTANCE(cosine_distance, tsdg_cosine_distance(a->x, b->x, a->dim))
+VECTOR_DISTANCE(l1_distance, tsdg_l1_distance(a->x, b->x, a->dim))
 
 /* ---- functions ---- */
 
@@ -493,62 +447,55 @@ subvector(PG_FUNCTION_ARGS)
 
 /* ---- element-wise arithmetic ---- */
 
-PG_FUNCTION_INFO_V1(vector_add);
-Datum
-vector_add(PG_FUNCTION_ARGS)
+typedef enum ElementOp
 {
-	Vector	   *a = PG_GETARG_VECTOR_P(0);
-	Vector	   *b = PG_GETARG_VECTOR_P(1);
+	ELEMENT_ADD,
+	ELEMENT_SUB,
+	ELEMENT_MUL
+} ElementOp;
+
+/* Overflow to infinity and (for *) underflow to zero are errors, like float4. */
+static Vector *
+ElementWise(const Vector *a, const Vector *b, ElementOp op)
+{
 	Vector	   *result;
 
 	CheckDims(a, b);
 	result = InitVector(a->dim);
 	for (int i = 0; i < a->dim; i++)
-		result->x[i] = a->x[i] + b->x[i];
-	for (int i = 0; i < a->dim; i++)
-		if (isinf(result->x[i]))
+	{
+		float		x = a->x[i];
+		float		y = b->x[i];
+		float		r = op == ELEMENT_ADD ? x + y : op == ELEMENT_SUB ? x - y : x * y;
+
+		if (isinf(r))
 			float_overflow_error();
-	PG_RETURN_VECTOR_P(result);
+		if (op == ELEMENT_MUL && r == 0 && x != 0 && y != 0)
+			float_underflow_error();
+		result->x[i] = r;
+	}
+	return result;
+}
+
+PG_FUNCTION_INFO_V1(vector_add);
+Datum
+vector_add(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_VECTOR_P(ElementWise(PG_GETARG_VECTOR_P(0), PG_GETARG_VECTOR_P(1), ELEMENT_ADD));
 }
 
 PG_FUNCTION_INFO_V1(vector_sub);
 Datum
 vector_sub(PG_FUNCTION_ARGS)
 {
-	Vector	   *a = PG_GETARG_VECTOR_P(0);
-	Vector	   *b = PG_GETARG_VECTOR_P(1);
-	Vector	   *result;
-
-	CheckDims(a, b);
-	result = InitVector(a->dim);
-	for (int i = 0; i < a->dim; i++)
-		result->x[i] = a->x[i] - b->x[i];
-	for (int i = 0; i < a->dim; i++)
-		if (isinf(result->x[i]))
-			float_overflow_error();
-	PG_RETURN_VECTOR_P(result);
+	PG_RETURN_VECTOR_P(ElementWise(PG_GETARG_VECTOR_P(0), PG_GETARG_VECTOR_P(1), ELEMENT_SUB));
 }
 
 PG_FUNCTION_INFO_V1(vector_mul);
 Datum
 vector_mul(PG_FUNCTION_ARGS)
 {
-	Vector	   *a = PG_GETARG_VECTOR_P(0);
-	Vector	   *b = PG_GETARG_VECTOR_P(1);
-	Vector	   *result;
-
-	CheckDims(a, b);
-	result = InitVector(a->dim);
-	for (int i = 0; i < a->dim; i++)
-		result->x[i] = a->x[i] * b->x[i];
-	for (int i = 0; i < a->dim; i++)
-	{
-		if (isinf(result->x[i]))
-			float_overflow_error();
-		if (result->x[i] == 0 && !(a->x[i] == 0 || b->x[i] == 0))
-			float_underflow_error();
-	}
-	PG_RETURN_VECTOR_P(result);
+	PG_RETURN_VECTOR_P(ElementWise(PG_GETARG_VECTOR_P(0), PG_GETARG_VECTOR_P(1), ELEMENT_MUL));
 }
 
 /* ---- comparison: element by element, then the shorter vector first ---- */
