@@ -10,7 +10,9 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from .methods import setting_label  # noqa: E402
 
-MARKERS = {"tsdg": "o-", "tsdg_search_batch": "d:", "pgvector hnsw": "s--", "exact scan": "k*"}
+# One look per method in every panel: (line style, color)
+STYLES = {"tsdg": ("o-", "tab:blue"), "tsdg_search_batch": ("d:", "tab:green"),
+          "pgvector hnsw": ("s--", "tab:red"), "exact scan": ("*", "black")}
 
 
 def write_json(results, out_dir):
@@ -30,7 +32,8 @@ def markdown(results):
                                                    idx["build_seconds"], idx["size_bytes"] / 1e6))
     lines += ["", "| method | setting | recall@10 | clients | QPS | p50 (ms) | p99 (ms) |",
               "|---|---|---:|---:|---:|---:|---:|"]
-    for run in results["runs"]:
+    order = {m: i for i, m in enumerate(dict.fromkeys(r["method"] for r in results["runs"]))}
+    for run in sorted(results["runs"], key=lambda r: order[r["method"]]):
         lat = run["latency_ms"]
         clients = ("1 call of %d queries" % run["batch"]) if run.get("batch") else str(run["clients"])
         latency = ("%.2f | %.2f" % (lat["p50"], lat["p99"])) if lat else "- | -"
@@ -58,9 +61,10 @@ def plot_recall_qps(results, path):
                           key=lambda r: r["recall"])
             if not runs:
                 continue
-            ax.plot([r["recall"] for r in runs], [r["qps"] for r in runs],
-                    MARKERS.get(m, "^-"), label=m, markersize=5)
-            if len(runs) > 1:
+            style, color = STYLES.get(m, ("^-", "tab:purple"))
+            ax.plot([r["recall"] for r in runs], [r["qps"] for r in runs], style, color=color,
+                    label=m, markersize=5)
+            if len(runs) > 1 and m != "tsdg_search_batch":
                 for r in runs:
                     ax.annotate(setting_label(r["settings"]).replace("ef_search=", "ef "),
                                 (r["recall"], r["qps"]), fontsize=6,
@@ -72,7 +76,10 @@ def plot_recall_qps(results, path):
     lowest = min(r["recall"] for r in results["runs"])
     axes[0][0].set_xlim(max(0.0, lowest - 0.05), 1.02)
     axes[0][0].set_ylabel("queries per second")
-    axes[0][0].legend(fontsize=8)
+    handles = {}
+    for ax in axes[0]:
+        handles.update(zip(ax.get_legend_handles_labels()[1], ax.get_legend_handles_labels()[0]))
+    axes[0][0].legend(handles.values(), handles.keys(), fontsize=8, loc="lower left")
     ds = results["dataset"]
     fig.suptitle("%d x %d %s, %s" % (ds["rows"], ds["dim"], ds.get("kind"),
                                       results["machine"]["summary"]), fontsize=9)
