@@ -432,21 +432,41 @@ TsdgReverseEdges(TsdgOldGraph *g)
 	pfree(fill);
 }
 
-/* Bytes a merge holds per row, to check against maintenance_work_mem. */
+/*
+ * Bytes a merge holds per row in this backend: the row, its TID, its search
+ * graph list, its k-NN list as read from the pages, as GGM starts from it
+ * and as GGM returns it.
+ */
 static Size
 TsdgMergeBytesPerRow(const TsdgMetaPageData *meta)
 {
 	return sizeof(float) * meta->dims + sizeof(ItemPointerData) +
 		(sizeof(uint32) + sizeof(uint8)) * meta->degree +
-		3 * (sizeof(uint32) + sizeof(float)) * meta->build_k;
+		(sizeof(uint32) + 2 * (sizeof(uint32) + sizeof(float))) * meta->build_k;
+}
+
+/* the rows a merge would hold: live nodes and pending rows */
+static int64
+TsdgMergeRows(const TsdgMetaPageData *meta)
+{
+	return Max((int64) (meta->node_count - meta->deleted_count) + meta->pending_count,
+			   (int64) meta->node_count);
+}
+
+static bool
+TsdgMergeFits(const TsdgMetaPageData *meta)
+{
+	return (double) TsdgMergeRows(meta) * TsdgMergeBytesPerRow(meta) <=
+		(double) maintenance_work_mem * 1024.0;
 }
 
 static void
-TsdgCheckMergeMemory(Relation index, const TsdgMetaPageData *meta, int64 rows)
+TsdgCheckMergeMemory(Relation index, const TsdgMetaPageData *meta)
 {
 	Size		per_row = TsdgMergeBytesPerRow(meta);
+	int64		rows = TsdgMergeRows(meta);
 
-	if ((double) rows * per_row > (double) maintenance_work_mem * 1024.0)
+	if (!TsdgMergeFits(meta))
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("merging tsdg index \"%s\" does not fit in maintenance_work_mem (%d kB)",
@@ -478,7 +498,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 									 sizeof(uint32) * Max(g.nodes, 1) * g.width);
 
 	capacity = (int64) (meta->node_count - meta->deleted_count) + m->consumed_rows;
-	TsdgCheckMergeMemory(m->index, meta, Max(capacity, (int64) meta->node_count));
+	TsdgCheckMergeMemory(m->index, meta);
 	m->rows = MemoryContextAllocHuge(CurrentMemoryContext,
 									 sizeof(float) * m->dims * Max(capacity, 1));
 	m->tids = MemoryContextAllocHuge(CurrentMemoryContext,
@@ -940,6 +960,16 @@ TsdgVacuumMerge(IndexVacuumInfo *info)
 	TsdgReadMeta(info->index, &meta);
 	if (!TsdgMergeDue(&meta))
 		return;
+	if (!TsdgMergeFits(&meta))
+	{
+		/* a VACUUM that cannot merge still does the rest of its work */
+		ereport(WARNING,
+				(errmsg("tsdg index \"%s\" not merged: the merge needs about %.0f MB of maintenance_work_mem",
+						RelationGetRelationName(info->index),
+						TsdgMergeRows(&meta) * (double) TsdgMergeBytesPerRow(&meta) / (1024.0 * 1024.0) + 1),
+				 errhint("Raise maintenance_work_mem (autovacuum_work_mem for autovacuum), or run tsdg_merge() with more.")));
+		return;
+	}
 	if (TsdgMergeIndex(info->index, false) < 0)
 		ereport(DEBUG1,
 				(errmsg("tsdg index \"%s\" not merged: a scan from before its last merge still runs",
