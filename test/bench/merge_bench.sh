@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Incremental merge benchmark (issue 7, CPU): 200k x 128 synthetic clustered
+# rows. A fresh CREATE INDEX on all 200k rows is the reference (build time,
+# recall@10). Then an index is built on the first 100k rows and 10 loads of
+# 10k rows follow, each followed by tsdg_merge(): every merge is timed, and
+# while each load's rows are pending and while each merge runs, rows just
+# inserted are looked up by their own vector (the exact nearest row must come
+# back first). At the end recall@10 is compared with the fresh build's.
+#
+# usage: merge_bench.sh [OUTDIR]   (default ./merge-bench-out; starts its own
+# cluster on $TSDG_BENCH_PORT, default 54337; ROWS, LOADS, DIMS, QUERIES
+# override the sizes). Writes OUTDIR/merge_bench.md and prints it.
+source "$(dirname "$0")/../../scripts/common.sh"
+out=$(realpath -m "${1:-merge-bench-out}")
+port=${TSDG_BENCH_PORT:-54337}
+dims=${DIMS:-128}
+chunk=${CHUNK:-10000}             # rows per load
+base_chunks=${BASE_CHUNKS:-10}    # the first index: base_chunks * chunk rows
+loads=${LOADS:-10}
+queries=${QUERIES:-200}
+probes=${PROBES:-20}              # just-inserted rows looked up after each load
+total=$(( (base_chunks + loads) * chunk ))
+
+mkdir -p "$out"
+work=$(mktemp -d /tmp/merge_bench.XXXXXX)
+chmod 755 "$work"
+trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
+start_cluster "$work" "$port" "autovacuum = off" "maintenance_work_mem = '2GB'" \
+  "shared_buffers = '1GB'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'"
+
+sql() { psql -X -q -v ON_ERROR_STOP=1 -At "$@"; }
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+gen="$TSDG_ROOT/test/tap/clustered_vectors.py"
+# the system Python, which has python3-numpy
+py=$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3 )
+
+log "generating $total x $dims clustered rows and $queries queries"
+sql -c "CREATE EXTENSION pg_tsdg" \
+    -c "CREATE TABLE staging (chunk int, local int, v vector($dims))" \
+    -c "CREATE TABLE queries (id int, v vector($dims), truth int[])"
+for c in $(seq 1 $((base_chunks + loads))); do
+  "$py" "$gen" "$chunk" "$dims" "$c" | sed "s/^/$c\t/" | sql -c "COPY staging FROM STDIN"
+done
+"$py" "$gen" "$queries" "$dims" 999 | sql -c "COPY queries (id, v) FROM STDIN"
+sql -c "CREATE TABLE rows_all AS SELECT (chunk - 1) * $chunk + local AS id, chunk, v FROM staging" \
+    -c "DROP TABLE staging" -c "CREATE INDEX ON rows_all (chunk)" -c "VACUUM ANALYZE rows_all"
+
+log "exact top 10 of each query"
+sql -c "SET max_parallel_workers_per_gather = 0" \
+    -c "UPDATE queries q SET truth = ARRAY(SELECT r.id FROM rows_all r ORDER BY (r.v <-> q.v) + 0 LIMIT 10)"
+
+# recall@10 of the tsdg index of table $1 over the queries
+recall() {
+  sql -c "SET enable_seqscan = off" -c "SELECT round(avg(hits) / 10, 4) FROM (
+    SELECT (SELECT count(*) FROM (SELECT t.id FROM $1 t ORDER BY t.v <-> q.v LIMIT 10) a
+            WHERE a.id = ANY (q.truth)) AS hits FROM queries q) s"
+}
+
+log "fresh CREATE INDEX on all $total rows"
+sql -c "CREATE TABLE fresh AS SELECT id, v FROM rows_all" -c "VACUUM ANALYZE fresh"
+t0=$(now)
+sql -c "CREATE INDEX fresh_idx ON fresh USING tsdg (v vector_l2_ops)"
+fresh_build=$(elapsed "$t0" "$(now)")
+fresh_recall=$(recall fresh)
+fresh_size=$(sql -c "SELECT pg_relation_size('fresh_idx')")
+sql -c "DROP TABLE fresh"
+echo "fresh build ${fresh_build}s, recall@10 $fresh_recall"
+
+log "index on the first $((base_chunks * chunk)) rows, then $loads loads of $chunk with a merge after each"
+sql -c "CREATE TABLE inc AS SELECT id, v FROM rows_all WHERE chunk <= $base_chunks" -c "VACUUM ANALYZE inc"
+t0=$(now)
+sql -c "CREATE INDEX inc_idx ON inc USING tsdg (v vector_l2_ops)"
+base_build=$(elapsed "$t0" "$(now)")
+
+# looks up $probes random rows of chunk $1 by their own vector; prints misses
+probe() {
+  sql -c "SET enable_seqscan = off" -c "SELECT count(*) FILTER (WHERE first IS DISTINCT FROM id) FROM (
+    SELECT p.id, (SELECT t.id FROM inc t ORDER BY t.v <-> p.v LIMIT 1) AS first
+    FROM (SELECT id, v FROM rows_all WHERE chunk = $1 ORDER BY random() LIMIT $probes) p) s"
+}
+
+table="| load | rows after | insert s | merge s | merge / fresh build | probes (misses) while pending | probes (misses) during the merge |"
+table+=$'\n'"|---|---|---|---|---|---|---|"
+max_ratio=0
+misses_total=0
+probes_total=0
+for l in $(seq 1 "$loads"); do
+  c=$((base_chunks + l))
+  t0=$(now)
+  sql -c "INSERT INTO inc SELECT id, v FROM rows_all WHERE chunk = $c"
+  insert_s=$(elapsed "$t0" "$(now)")
+  pending_misses=$(probe "$c")
+
+  t0=$(now)
+  sql -c "SELECT tsdg_merge('inc_idx')" >"$work/merge.out" &
+  merge_pid=$!
+  during=0
+  during_misses=0
+  while kill -0 "$merge_pid" 2>/dev/null; do
+    m=$(probe "$c")
+    during=$((during + probes))
+    during_misses=$((during_misses + m))
+  done
+  wait "$merge_pid"
+  merge_s=$(elapsed "$t0" "$(now)")
+  merged=$(cat "$work/merge.out")
+  [ "$merged" = "$chunk" ] || { echo "FAIL: merge $l merged $merged rows, expected $chunk"; exit 1; }
+  ratio=$(awk -v m="$merge_s" -v f="$fresh_build" 'BEGIN { printf "%.3f", m / f }')
+  max_ratio=$(awk -v a="$ratio" -v b="$max_ratio" 'BEGIN { print (a > b) ? a : b }')
+  misses_total=$((misses_total + pending_misses + during_misses))
+  probes_total=$((probes_total + probes + during))
+  rows_after=$(sql -c "SELECT rows FROM tsdg_index_info('inc_idx')")
+  table+=$'\n'"| $l | $rows_after | $insert_s | $merge_s | $ratio | $probes ($pending_misses) | $during ($during_misses) |"
+  echo "load $l: merge ${merge_s}s ($ratio of the fresh build), misses $pending_misses pending, $during_misses of $during during the merge"
+done
+
+inc_recall=$(recall inc)
+info=$(sql -c "SELECT concat_ws(', ', 'rows ' || rows, 'pending ' || pending, 'graph_version ' || graph_version, 'merges ' || merges, 'size ' || pg_size_pretty(size)) FROM tsdg_index_info('inc_idx')")
+recall_gap=$(awk -v a="$fresh_recall" -v b="$inc_recall" 'BEGIN { printf "%.4f", a - b }')
+
+{
+  echo "Command: \`bash test/bench/merge_bench.sh\` (ROWS: $total x $dims, $loads loads of $chunk, $queries queries)"
+  echo
+  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); date $(date -u +%Y-%m-%d)"
+  echo
+  echo "Data: synthetic clustered (test/tap/clustered_vectors.py: 64 clusters, 12-dimensional latent subspaces, noise 0.02), L2, default index options, tsdg.ef_search 64; ground truth exact."
+  echo
+  echo "| | fresh CREATE INDEX on $total | $((base_chunks * chunk)) + $loads merges |"
+  echo "|---|---|---|"
+  echo "| build / base build s | $fresh_build | $base_build |"
+  echo "| recall@10 at the end | $fresh_recall | $inc_recall (gap $recall_gap) |"
+  echo "| index size | $(numfmt --to=iec "$fresh_size") | ${info##*size } |"
+  echo "| largest merge / fresh build | | $max_ratio |"
+  echo "| just-inserted rows not found first | | $misses_total of $probes_total probes |"
+  echo
+  echo "$table"
+  echo
+  echo "End state: $info"
+} >"$out/merge_bench.md"
+cat "$out/merge_bench.md"
