@@ -105,6 +105,11 @@ class Descent {
   int64_t sample() {
     const int k = lists_.k();
     const int p = options_.samples;
+    // Across two sides every NEW neighbor of a row lies on the other side (only
+    // pairs across the sides are ever inserted), so only OLD neighbors on the
+    // row's own side can meet a NEW sample; the others would only take slots.
+    const bool split = options_.split > 0;
+    const auto side = [&](uint32_t v) { return static_cast<int64_t>(v) >= options_.split; };
     std::vector<int64_t> fresh(worker_count(control_), 0);
     parallel_for(control_, data_.rows, 4096, [&](int64_t begin, int64_t end, int worker) {
       int64_t count = 0;
@@ -125,7 +130,9 @@ class Descent {
             }
           } else {
             flags[j] = 0;
-            if (old_n < p) old_out[old_n++] = entries[j].id;
+            if (old_n < p && (!split || side(entries[j].id) == side(static_cast<uint32_t>(s)))) {
+              old_out[old_n++] = entries[j].id;
+            }
           }
         }
         samples_.new_forward[s] = samples_.new_count[s] = new_n;
