@@ -176,8 +176,14 @@ def sweep(server, method, truth, args, results, deadline, counter):
         method.database, "SELECT to_regproc('tsdg_search_batch') IS NOT NULL") == "t"
     seconds = args.seconds if method.uses_index else args.exact_seconds
     for settings in method.sweep:
-        workload.check_plan(server, method.database, method, settings)
         label = methods.setting_label(settings)
+        if deadline and time.monotonic() > deadline:
+            for c in args.clients:
+                counter[0] += 1
+                results["skipped"].append({"method": method.name, "settings": settings, "clients": c})
+            sys.stderr.write("  %s %s skipped: --time-budget reached\n" % (method.name, label))
+            continue
+        workload.check_plan(server, method.database, method, settings)
         found, session_qps = workload.recall_pass(server, method.database, method, settings,
                                                   recall_queries, K)
         recall = dataset.recall_at_k(found, truth[:recall_queries], K)
@@ -218,7 +224,7 @@ def main(argv):
         return
     args.clients = sorted(set(int_list(args.clients)))
     ef_values = int_list(args.ef)
-    lambda_values = [float(x) for x in args.lambda_search.split(",") if x.strip()]
+    lambda_values = int_list(args.lambda_search)
     session = dict(s.split("=", 1) for s in args.set)
     session.setdefault("jit", "off")
     os.makedirs(args.out, exist_ok=True)
