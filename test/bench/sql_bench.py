@@ -154,7 +154,7 @@ def build(server, method, args, results):
     step("building %s" % method.name)
     seconds, size = workload.build_index(server, method.database, method, args.maintenance_work_mem)
     entry = {"method": method.name, "index": method.index_name, "sql": method.index_sql,
-             "options": args.tsdg_options if method.name == "tsdg" else "m=16, ef_construction=64",
+             "options": method.index_options,
              "build_seconds": round(seconds, 2), "size_bytes": size}
     if method.name == "tsdg":
         entry["tsdg_index_info"] = info_row(server, method.database,
@@ -163,11 +163,11 @@ def build(server, method, args, results):
 
 
 def info_row(server, database, call):
-    """The row of a function returning a record, as JSON text; None if the function is missing."""
+    """The row of a function returning a record, as a dict; None if the function is missing."""
     name = call.split("(")[0]
     if server.value(database, "SELECT to_regproc('%s') IS NOT NULL" % name) != "t":
         return None
-    return server.value(database, "SELECT row_to_json(r)::text FROM %s r" % call)
+    return json.loads(server.value(database, "SELECT row_to_json(r)::text FROM %s r" % call))
 
 
 def sweep(server, method, truth, args, results, deadline, counter):

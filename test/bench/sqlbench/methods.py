@@ -12,6 +12,7 @@ class Method:
     extension: str
     index_name: str = ""           # empty: no index (exact scan)
     index_sql: str = ""
+    index_options: str = ""        # as shown in the results
     # settings of every query session of this method
     query_settings: dict = field(default_factory=dict)
     # one dict of settings per point of the sweep
@@ -37,6 +38,7 @@ def tsdg(database, options, ef_values, lambda_values):
                   index_name="items_tsdg_idx",
                   index_sql="CREATE INDEX items_tsdg_idx ON items USING tsdg "
                             "(embedding vector_l2_ops)%s" % with_clause,
+                  index_options=options or "defaults",
                   query_settings={"enable_seqscan": "off"}, sweep=sweep)
 
 
@@ -45,6 +47,7 @@ def pgvector_hnsw(database, ef_values):
                   index_name="items_hnsw_idx",
                   index_sql="CREATE INDEX items_hnsw_idx ON items USING hnsw "
                             "(embedding vector_l2_ops) WITH (m = 16, ef_construction = 64)",
+                  index_options="m = 16, ef_construction = 64",
                   query_settings={"enable_seqscan": "off"},
                   sweep=[{"hnsw.ef_search": ef} for ef in ef_values])
 

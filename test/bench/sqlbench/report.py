@@ -28,7 +28,7 @@ def markdown(results):
     lines += ["| method | options | build (s) | index size (MB) |",
               "|---|---|---:|---:|"]
     for idx in results["indexes"]:
-        lines.append("| %s | %s | %.1f | %.1f |" % (idx["method"], idx["options"] or "defaults",
+        lines.append("| %s | %s | %.1f | %.1f |" % (idx["method"], idx["options"],
                                                    idx["build_seconds"], idx["size_bytes"] / 1e6))
     lines += ["", "| method | setting | recall@10 | clients | QPS | p50 (ms) | p99 (ms) |",
               "|---|---|---:|---:|---:|---:|---:|"]
