@@ -125,8 +125,10 @@ __global__ void select_tile_topk_kernel(const float* products, int rows, int col
   }
 }
 
-void launch_squared_norms(const float* rows, int64_t count, int dim, float* norms,
-                          cudaStream_t stream) {
+}  // namespace
+
+void compute_squared_norms(const float* rows, int64_t count, int dim, float* norms,
+                           cudaStream_t stream) {
   if (count == 0) return;
   const int threads = 256;
   const int64_t blocks = (count * kWarpSize + threads - 1) / threads;
@@ -135,10 +137,9 @@ void launch_squared_norms(const float* rows, int64_t count, int dim, float* norm
   check_launch("squared_norms_kernel");
 }
 
-}  // namespace
-
 void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric metric, int k,
-               uint32_t* ids, float* dists, const RunControl& control) {
+               uint32_t* ids, float* dists, const RunControl& control,
+               const ResidentRows* resident) {
   if (k <= 0 || k > kMaxSelectK) {
     throw Error(Status::InvalidArgument, "GPU exact k-NN supports 1 <= k <= 2048");
   }
@@ -159,25 +160,28 @@ void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric m
   // Tile sizes from the free memory: the product tile dominates.
   const size_t usable = usable_device_memory();
   const size_t base_bytes = static_cast<size_t>(base.rows) * dim * sizeof(float);
-  const bool base_resident = base_bytes <= usable / 3;
+  const bool base_resident = resident != nullptr || base_bytes <= usable / 3;
   const int64_t base_tile = std::min<int64_t>(base.rows, 32768);
-  size_t budget = std::min<size_t>((base_resident ? usable - base_bytes : usable) / 3, size_t{2} << 30);
+  const bool upload_base = base_resident && resident == nullptr;
+  size_t budget = std::min<size_t>((upload_base ? usable - base_bytes : usable) / 3, size_t{2} << 30);
   int64_t query_tile = static_cast<int64_t>(budget / (static_cast<size_t>(base_tile) * sizeof(float)));
   const size_t per_query = static_cast<size_t>(dim) * sizeof(float) + 2 * k * sizeof(float);
   query_tile = std::min<int64_t>(query_tile, static_cast<int64_t>(budget / per_query));
   query_tile = std::min<int64_t>(query_count, std::max<int64_t>(query_tile, 256));
 
-  DeviceBuffer<float> base_rows(static_cast<size_t>(base_resident ? base.rows : base_tile) * dim);
-  DeviceBuffer<float> base_norms(base_resident ? base.rows : base_tile);
+  DeviceBuffer<float> base_rows(resident ? 0 : static_cast<size_t>(base_resident ? base.rows : base_tile) * dim);
+  DeviceBuffer<float> base_norms(resident ? 0 : (base_resident ? base.rows : base_tile));
   DeviceBuffer<float> query_rows(static_cast<size_t>(query_tile) * dim);
   DeviceBuffer<float> query_norms(query_tile);
   DeviceBuffer<float> products(static_cast<size_t>(query_tile) * base_tile);
   DeviceBuffer<float> topk_dists(static_cast<size_t>(query_tile) * k);
   DeviceBuffer<uint32_t> topk_ids(static_cast<size_t>(query_tile) * k);
-  if (base_resident) {
+  if (upload_base) {
     copy_to_device(base_rows.data(), base.data, base_rows.size(), stream);
-    if (metric == Metric::L2) launch_squared_norms(base_rows.data(), base.rows, dim, base_norms.data(), stream);
+    if (metric == Metric::L2) compute_squared_norms(base_rows.data(), base.rows, dim, base_norms.data(), stream);
   }
+  const float* all_rows = resident ? resident->rows : base_rows.data();
+  const float* all_norms = resident ? resident->norms : base_norms.data();
 
   const size_t per_warp = static_cast<size_t>(2 * k + kWarpSize) * (sizeof(float) + sizeof(uint32_t));
   const int warps_per_block =
@@ -190,14 +194,14 @@ void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric m
     control.throw_if_cancelled();
     const int64_t q_rows = std::min(query_tile, query_count - q0);
     copy_to_device(query_rows.data(), queries.row(q0), static_cast<size_t>(q_rows) * dim, stream);
-    if (metric == Metric::L2) launch_squared_norms(query_rows.data(), q_rows, dim, query_norms.data(), stream);
+    if (metric == Metric::L2) compute_squared_norms(query_rows.data(), q_rows, dim, query_norms.data(), stream);
     for (int64_t b0 = 0; b0 < base.rows; b0 += base_tile) {
       const int64_t b_rows = std::min(base_tile, base.rows - b0);
-      const float* tile_rows = base_rows.data() + (base_resident ? b0 * dim : 0);
-      const float* tile_norms = base_norms.data() + (base_resident ? b0 : 0);
+      const float* tile_rows = all_rows + (base_resident ? b0 * dim : 0);
+      const float* tile_norms = all_norms == nullptr ? nullptr : all_norms + (base_resident ? b0 : 0);
       if (!base_resident) {
         copy_to_device(base_rows.data(), base.row(b0), static_cast<size_t>(b_rows) * dim, stream);
-        if (metric == Metric::L2) launch_squared_norms(base_rows.data(), b_rows, dim, base_norms.data(), stream);
+        if (metric == Metric::L2) compute_squared_norms(base_rows.data(), b_rows, dim, base_norms.data(), stream);
       }
       // Column-major view: products^T (b_rows x q_rows) = B (d x b_rows)^T * Q (d x q_rows).
       TSDG_CUBLAS_CHECK(cublasSgemm(ctx.blas.get(), CUBLAS_OP_T, CUBLAS_OP_N,

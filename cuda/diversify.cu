@@ -6,15 +6,18 @@
 //   occlusion_rank_kernel   stage 2: forward + closest reverse edges (<= 2R),
 //                           occlusion factors (Inequation 1), sort by (λ, distance),
 //                           drop λ > λ0, keep R
+// then, on the host, the components are linked as on the CPU (connectivity.h).
 // The same rules, bounds and tie-breaks as the CPU diversify_tsdg.
 #include <cub/cub.cuh>
 
 #include <algorithm>
 #include <string>
 
+#include "connectivity.h"
 #include "distance.cuh"
 #include "gpu_algorithms.h"
 #include "pairwise.cuh"
+#include "phase_trace.h"
 #include "warp_primitives.cuh"
 
 namespace tsdg::cuda {
@@ -277,6 +280,7 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
   const size_t batch_bytes = static_cast<size_t>(batch) * (k * 8 + degree * 5);
   require_device_memory(data_bytes + pruned_bytes + batch_bytes, "diversification of this graph");
   control.set_total(2 * n);
+  PhaseTrace trace("diversify", stream);
 
   DeviceMatrix rows = DeviceMatrix::upload(data, stream);
   DeviceBuffer<uint32_t> batch_ids(static_cast<size_t>(batch) * k);
@@ -301,6 +305,7 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
     control.add_done(count);
   }
 
+  trace.mark("upload + stage 1");
   // Reverse edges as CSR: counts, offsets by a scan, fill, then each node's
   // segment sorted by (distance, id).
   DeviceBuffer<int> reverse_count(n);
@@ -337,6 +342,7 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
         offsets.data(), offsets.data() + 1, stream));
   }
   reverse_keys.release();
+  trace.mark("reverse edges (CSR, sorted)", reverse_total);
 
   DeviceBuffer<uint32_t> out_ids(static_cast<size_t>(batch) * degree);
   DeviceBuffer<uint8_t> out_lambdas(static_cast<size_t>(batch) * degree);
@@ -356,6 +362,10 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
     ctx.stream.synchronize();
     control.add_done(count);
   }
+  trace.mark("stage 2 + download");
+  // The same bridges between components as the CPU path (on the host).
+  const int64_t bridges = connect_components(data, graph, control);
+  trace.mark("connect components (host)", bridges);
   return graph;
 }
 

@@ -9,6 +9,7 @@
 #include "distance.cuh"
 #include "gnnd_workspace.h"
 #include "gpu_algorithms.h"
+#include "phase_trace.h"
 #include "warp_primitives.cuh"
 
 namespace tsdg::cuda {
@@ -132,6 +133,7 @@ KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const Knn
                             static_cast<size_t>(n) * k * 8,
                         "GGM of this set");
   cudaStream_t stream = ctx.stream.get();
+  PhaseTrace trace("ggm ", stream);
   DeviceMatrix rows = DeviceMatrix::upload(data, stream);
   DeviceBuffer<uint32_t> original_ids(original.ids.size());
   DeviceBuffer<float> original_dists(original.dists.size());
@@ -147,6 +149,7 @@ KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const Knn
         data.dim, params.seed);
     check_launch("start_merge_lists_kernel");
   });
+  trace.mark("upload + start lists");
   run_gnnd_iterations(ctx, ws, rows.values.data(), data.dim, metric, params, split, control);
 
   const size_t shared_bytes = static_cast<size_t>(kMergeWarpsPerBlock) * 4 * k * sizeof(float);
@@ -158,6 +161,7 @@ KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const Knn
   copy_to_host(merged.ids.data(), ws.ids.data(), merged.ids.size(), stream);
   copy_to_host(merged.dists.data(), ws.dists.data(), merged.dists.size(), stream);
   ctx.stream.synchronize();
+  trace.mark("merge with originals + download");
   return merged;
 }
 

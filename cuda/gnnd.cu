@@ -3,9 +3,9 @@
 //   add_reverse_samples reverse samples appended with atomics up to 2p
 //   dedupe_samples      a warp per sample list drops repeated ids
 //   cross_match         a block per node: NEW-NEW distances with the triangular
-//                       thread mapping, NEW-OLD as a 16x16 tiled product, both
-//                       in shared memory over tiles of 32 dimensions; then a
-//                       warp-shuffle arg-min per sample and one insertion of
+//                       thread mapping, NEW-OLD as a 16x16-thread tiled product,
+//                       both in shared memory over tiles of 32 dimensions; then
+//                       a warp-shuffle arg-min per sample and one insertion of
 //                       that nearest pair into the segmented lists
 // until the number of successful insertions falls under the update rate.
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include "gnnd_workspace.h"
 #include "gpu_algorithms.h"
 #include "pairwise.cuh"
+#include "phase_trace.h"
 #include "warp_primitives.cuh"
 
 namespace tsdg::cuda {
@@ -25,9 +26,7 @@ namespace {
 constexpr int kCrossThreads = 256;
 constexpr int kDimTile = 32;
 constexpr int kTile = 16;  // the NEW-OLD product tile is kTile x kTile threads
-constexpr int kTilesPerSide = kMaxSamplesPerList / kTile;
 constexpr int kMaxNewNewPairs = kMaxSamplesPerList * (kMaxSamplesPerList - 1) / 2;
-constexpr int kPairSlots = (kMaxNewNewPairs + kCrossThreads - 1) / kCrossThreads;
 constexpr int kListWarpsPerBlock = 4;
 
 __global__ void clear_lists_kernel(uint32_t* ids, float* dists, int64_t entries, int* locks,
@@ -158,20 +157,30 @@ __device__ __forceinline__ bool same_side(uint32_t a, uint32_t b, int64_t split)
   return split >= 0 && ((static_cast<int64_t>(a) < split) == (static_cast<int64_t>(b) < split));
 }
 
+constexpr int kMaxTasks = 3 * kMaxSamplesPerList;  // 2 per NEW sample, 1 per OLD sample
+constexpr int kBlockSide = 2 * kTile;  // the NEW-OLD product runs in 32 x 32 blocks
+
 struct CrossMatchShared {
   uint32_t new_ids[kMaxSamplesPerList];
   uint32_t old_ids[kMaxSamplesPerList];
   float new_rows[kMaxSamplesPerList][kDimTile + 1];
   float old_rows[kMaxSamplesPerList][kDimTile + 1];
-  float new_new[kMaxNewNewPairs];                       // at u(u-1)/2 + v, u > v
+  float new_new[kMaxNewNewPairs];                          // at u(u-1)/2 + v, u > v
   float new_old[kMaxSamplesPerList * kMaxSamplesPerList];  // at u * 64 + o
+  uint32_t task_owner[kMaxTasks];
+  uint32_t task_candidate[kMaxTasks];
+  float task_dist[kMaxTasks];
+  int passing[kMaxTasks];
+  int passing_count;
   unsigned int updates;
 };
 
 // A block per node: the cross-matching of its NEW and OLD samples and the
-// selective update of the lists of those samples.
+// selective update of the lists of those samples. Partial distances are
+// accumulated in shared memory, one slot per thread, so that few registers
+// are live and several blocks share an SM.
 template <Metric M>
-__global__ void __launch_bounds__(kCrossThreads)
+__global__ void __launch_bounds__(kCrossThreads, 4)
     cross_match_kernel(KnnListsView lists, int64_t nodes, const float* data, int dim, int samples,
                        const uint32_t* new_samples, const uint32_t* old_samples,
                        const int* total_new, const int* total_old, int64_t split,
@@ -186,31 +195,26 @@ __global__ void __launch_bounds__(kCrossThreads)
   const int tid = threadIdx.x;
   if (tid < new_count) shared.new_ids[tid] = new_samples[node * stride + tid];
   if (tid < old_count) shared.old_ids[tid] = old_samples[node * stride + tid];
-  if (tid == 0) shared.updates = 0;
+  if (tid == 0) {
+    shared.updates = 0;
+    shared.passing_count = 0;
+  }
+  const int pair_count = new_count * (new_count - 1) / 2;
+  for (int t = tid; t < pair_count; t += kCrossThreads) shared.new_new[t] = 0.0f;
+  for (int t = tid; t < new_count * kMaxSamplesPerList; t += kCrossThreads) shared.new_old[t] = 0.0f;
   __syncthreads();
 
-  const int pair_count = new_count * (new_count - 1) / 2;
-  int pair_u[kPairSlots];
-  int pair_v[kPairSlots];
-  float new_new_sum[kPairSlots];
-#pragma unroll
-  for (int s = 0; s < kPairSlots; ++s) {
-    triangle_pair(tid + s * kCrossThreads, pair_u[s], pair_v[s]);
-    new_new_sum[s] = 0.0f;
-  }
   const int row_in_tile = tid / kTile;
   const int col_in_tile = tid % kTile;
-  float new_old_sum[kTilesPerSide][kTilesPerSide] = {};
-  const int new_tiles = (new_count + kTile - 1) / kTile;
-  const int old_tiles = (old_count + kTile - 1) / kTile;
-
+  const int new_blocks = (new_count + kBlockSide - 1) / kBlockSide;
+  const int old_blocks = (old_count + kBlockSide - 1) / kBlockSide;
   for (int d0 = 0; d0 < dim; d0 += kDimTile) {
     for (int idx = tid; idx < (new_count + old_count) * kDimTile; idx += kCrossThreads) {
       const int r = idx / kDimTile;
       const int c = idx % kDimTile;
       const bool is_new = r < new_count;
       const uint32_t id = is_new ? shared.new_ids[r] : shared.old_ids[r - new_count];
-      const float value = d0 + c < dim ? data[static_cast<int64_t>(id) * dim + d0 + c] : 0.0f;
+      const float value = d0 + c < dim ? __ldg(data + static_cast<int64_t>(id) * dim + d0 + c) : 0.0f;
       if (is_new) {
         shared.new_rows[r][c] = value;
       } else {
@@ -218,62 +222,63 @@ __global__ void __launch_bounds__(kCrossThreads)
       }
     }
     __syncthreads();
-#pragma unroll
-    for (int s = 0; s < kPairSlots; ++s) {
-      if (tid + s * kCrossThreads < pair_count) {
-        float sum = 0.0f;
+    // NEW-NEW: thread t takes pair t by the triangular mapping.
+    for (int t = tid; t < pair_count; t += kCrossThreads) {
+      int u;
+      int v;
+      triangle_pair(t, u, v);
+      float sum = 0.0f;
 #pragma unroll 8
-        for (int c = 0; c < kDimTile; ++c) {
-          sum += distance_term<M>(shared.new_rows[pair_u[s]][c], shared.new_rows[pair_v[s]][c]);
-        }
-        new_new_sum[s] += sum;
-      }
-    }
-    if (old_count > 0) {
-#pragma unroll 4
       for (int c = 0; c < kDimTile; ++c) {
-        float new_values[kTilesPerSide];
-        float old_values[kTilesPerSide];
+        sum += distance_term<M>(shared.new_rows[u][c], shared.new_rows[v][c]);
+      }
+      shared.new_new[t] += sum;
+    }
+    // NEW-OLD: a tiled product, 16 x 16 threads each owning 2 x 2 entries of a
+    // 32 x 32 block.
+    for (int block = 0; block < new_blocks * old_blocks; ++block) {
+      const int new_base = (block / old_blocks) * kBlockSide;
+      const int old_base = (block % old_blocks) * kBlockSide;
+      float sum[2][2] = {};
+#pragma unroll 8
+      for (int c = 0; c < kDimTile; ++c) {
+        const float n0 = shared.new_rows[new_base + row_in_tile][c];
+        const float n1 = shared.new_rows[new_base + row_in_tile + kTile][c];
+        const float o0 = shared.old_rows[old_base + col_in_tile][c];
+        const float o1 = shared.old_rows[old_base + col_in_tile + kTile][c];
+        sum[0][0] += distance_term<M>(n0, o0);
+        sum[0][1] += distance_term<M>(n0, o1);
+        sum[1][0] += distance_term<M>(n1, o0);
+        sum[1][1] += distance_term<M>(n1, o1);
+      }
 #pragma unroll
-        for (int a = 0; a < kTilesPerSide; ++a) {
-          new_values[a] = a < new_tiles ? shared.new_rows[row_in_tile + a * kTile][c] : 0.0f;
-          old_values[a] = a < old_tiles ? shared.old_rows[col_in_tile + a * kTile][c] : 0.0f;
-        }
+      for (int a = 0; a < 2; ++a) {
 #pragma unroll
-        for (int a = 0; a < kTilesPerSide; ++a) {
-#pragma unroll
-          for (int b = 0; b < kTilesPerSide; ++b) {
-            new_old_sum[a][b] += distance_term<M>(new_values[a], old_values[b]);
-          }
+        for (int b = 0; b < 2; ++b) {
+          const int u = new_base + row_in_tile + a * kTile;
+          const int o = old_base + col_in_tile + b * kTile;
+          if (u < new_count && o < old_count) shared.new_old[u * kMaxSamplesPerList + o] += sum[a][b];
         }
       }
     }
     __syncthreads();
   }
 
-#pragma unroll
-  for (int s = 0; s < kPairSlots; ++s) {
-    const int t = tid + s * kCrossThreads;
-    if (t < pair_count) {
-      const uint32_t a = shared.new_ids[pair_u[s]];
-      const uint32_t b = shared.new_ids[pair_v[s]];
-      shared.new_new[t] =
-          (a == b || same_side(a, b, split)) ? INFINITY : finish_distance<M>(new_new_sum[s]);
-    }
+  for (int t = tid; t < pair_count; t += kCrossThreads) {
+    int u;
+    int v;
+    triangle_pair(t, u, v);
+    const uint32_t a = shared.new_ids[u];
+    const uint32_t b = shared.new_ids[v];
+    shared.new_new[t] = (a == b || same_side(a, b, split)) ? INFINITY : finish_distance<M>(shared.new_new[t]);
   }
-#pragma unroll
-  for (int a = 0; a < kTilesPerSide; ++a) {
-#pragma unroll
-    for (int b = 0; b < kTilesPerSide; ++b) {
-      const int u = row_in_tile + a * kTile;
-      const int o = col_in_tile + b * kTile;
-      if (u < new_count && o < old_count) {
-        const uint32_t x = shared.new_ids[u];
-        const uint32_t y = shared.old_ids[o];
-        shared.new_old[u * kMaxSamplesPerList + o] =
-            (x == y || same_side(x, y, split)) ? INFINITY : finish_distance<M>(new_old_sum[a][b]);
-      }
-    }
+  for (int t = tid; t < new_count * kMaxSamplesPerList; t += kCrossThreads) {
+    const int u = t / kMaxSamplesPerList;
+    const int o = t % kMaxSamplesPerList;
+    if (o >= old_count) continue;
+    const uint32_t x = shared.new_ids[u];
+    const uint32_t y = shared.old_ids[o];
+    shared.new_old[t] = (x == y || same_side(x, y, split)) ? INFINITY : finish_distance<M>(shared.new_old[t]);
   }
   __syncthreads();
 
@@ -301,9 +306,8 @@ __global__ void __launch_bounds__(kCrossThreads)
       float d;
       uint32_t id;
       if (task < new_count) {
-        const int u = task;
-        if (j == u) continue;
-        d = shared.new_new[triangle_index(u, j)];
+        if (j == task) continue;
+        d = shared.new_new[triangle_index(task, j)];
         id = shared.new_ids[j];
       } else if (task < 2 * new_count) {
         d = shared.new_old[(task - new_count) * kMaxSamplesPerList + j];
@@ -318,8 +322,32 @@ __global__ void __launch_bounds__(kCrossThreads)
       }
     }
     warp_arg_min(best, best_id);
-    if (best_id != kInvalidId && best < INFINITY &&
-        warp_insert_candidate(lists, owner, best_id, best, true) && lane == 0) {
+    if (lane == 0) {
+      shared.task_owner[task] = owner;
+      shared.task_candidate[task] = best < INFINITY ? best_id : kInvalidId;
+      shared.task_dist[task] = best;
+    }
+  }
+  __syncthreads();
+  // The unlocked look at each target segment's worst entry, all tasks at
+  // once, so that only the pairs that can enter a list queue for a lock.
+  for (int task = tid; task < tasks; task += kCrossThreads) {
+    const uint32_t candidate = shared.task_candidate[task];
+    if (candidate == kInvalidId) continue;
+    const int segment = static_cast<int>(candidate % static_cast<uint32_t>(lists.segments));
+    const int first = segment * kSegmentSize;
+    const int length = min(kSegmentSize, lists.k - first);
+    const int64_t worst_at = static_cast<int64_t>(shared.task_owner[task]) * lists.k + first + length - 1;
+    if (shared.task_dist[task] < __ldcg(lists.dists + worst_at)) {
+      shared.passing[atomicAdd(&shared.passing_count, 1)] = task;
+    }
+  }
+  __syncthreads();
+  for (int i = warp; i < shared.passing_count; i += kCrossThreads / kWarpSize) {
+    const int task = shared.passing[i];
+    if (warp_insert_candidate(lists, shared.task_owner[task], shared.task_candidate[task],
+                              shared.task_dist[task], true) &&
+        lane == 0) {
       atomicAdd(&shared.updates, 1u);
     }
   }
@@ -421,6 +449,7 @@ void run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* dat
   const size_t list_shared = static_cast<size_t>(kListWarpsPerBlock) * 2 * ws.k * sizeof(float);
   const double stop_below = params.min_update_rate * static_cast<double>(ws.nodes) * ws.k;
   control.set_total(params.iterations);
+  PhaseTrace trace(split >= 0 ? "ggm " : "gnnd", stream);
   for (int iteration = 0; iteration < params.iterations; ++iteration) {
     control.throw_if_cancelled();
     sample_lists_kernel<<<grid_for(ws.nodes, kListWarpsPerBlock), kListWarpsPerBlock * kWarpSize,
@@ -429,6 +458,7 @@ void run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* dat
                                                  ws.forward_old.data(), ws.total_new.data(),
                                                  ws.total_old.data());
     check_launch("sample_lists_kernel");
+    trace.mark("sample");
     add_reverse_samples_kernel<<<grid_for(ws.nodes * p, 256), 256, 0, stream>>>(
         ws.nodes, p, ws.new_samples.data(), ws.forward_new.data(), ws.total_new.data());
     check_launch("add_reverse_samples_kernel(new)");
@@ -441,6 +471,7 @@ void run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* dat
     dedupe_samples_kernel<<<grid_for(ws.nodes * kWarpSize, 256), 256, 0, stream>>>(
         ws.nodes, p, ws.old_samples.data(), ws.total_old.data());
     check_launch("dedupe_samples_kernel(old)");
+    trace.mark("reverse + dedupe");
     TSDG_CUDA_CHECK(cudaMemsetAsync(ws.updates.data(), 0, sizeof(unsigned long long), stream));
     dispatch_metric(metric, [&](auto tag) {
       constexpr Metric M = decltype(tag)::value;
@@ -452,6 +483,7 @@ void run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* dat
     unsigned long long updates = 0;
     copy_to_host(&updates, ws.updates.data(), 1, stream);
     ctx.stream.synchronize();
+    trace.mark("cross-match + update", static_cast<long long>(updates));
     control.add_done(1);
     if (static_cast<double>(updates) < stop_below) break;
   }
@@ -497,19 +529,24 @@ KnnGraph gnnd_build(DeviceContext& ctx, MatrixView data, Metric metric, const Gn
     throw Error(Status::InvalidArgument, "too many rows for 31-bit ids");
   }
   // Sampling needs lists much shorter than the set.
-  if (data.rows <= 2 * static_cast<int64_t>(params.k) + 2) {
+  if (data.rows <= 4 * static_cast<int64_t>(params.k)) {
     return exact_graph_by_bruteforce(ctx, data, metric, params.k, control);
   }
   const size_t data_bytes = static_cast<size_t>(data.rows) * data.dim * sizeof(float);
   require_device_memory(data_bytes + GnndWorkspace::bytes_needed(data.rows, params.k, p),
                         "GNND of this set");
   cudaStream_t stream = ctx.stream.get();
+  PhaseTrace trace("gnnd", stream);
   DeviceMatrix rows = DeviceMatrix::upload(data, stream);
   GnndWorkspace ws(data.rows, params.k, p);
   ws.clear(stream);
+  trace.mark("upload + allocate");
   fill_random_lists(ws, rows.values.data(), data.dim, metric, params.seed, stream);
+  trace.mark("random lists");
   run_gnnd_iterations(ctx, ws, rows.values.data(), data.dim, metric, params, -1, control);
-  return download_sorted_lists(ctx, ws);
+  KnnGraph graph = download_sorted_lists(ctx, ws);
+  trace.mark("sort + download");
+  return graph;
 }
 
 }  // namespace tsdg::cuda

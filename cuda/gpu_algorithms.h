@@ -12,9 +12,21 @@
 
 namespace tsdg::cuda {
 
-// bruteforce.cu: cuBLAS products tiled over queries and base, warp top-k selection.
+// Base rows already on the device, with their squared norms for L2.
+struct ResidentRows {
+  const float* rows = nullptr;
+  const float* norms = nullptr;
+};
+
+// bruteforce.cu: cuBLAS products tiled over queries and base, warp top-k
+// selection. With resident, base gives only the shape and the device rows
+// are used; otherwise the base is uploaded (whole, or a tile at a time when it
+// does not fit).
 void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric metric, int k,
-               uint32_t* ids, float* dists, const RunControl& control);
+               uint32_t* ids, float* dists, const RunControl& control,
+               const ResidentRows* resident = nullptr);
+void compute_squared_norms(const float* rows, int64_t count, int dim, float* norms,
+                           cudaStream_t stream);
 
 // gnnd.cu: GNND (paper 000, section 4).
 KnnGraph gnnd_build(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& params,

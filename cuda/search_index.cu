@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "entry_points.h"
+#include "gpu_algorithms.h"
 #include "search_kernels.h"
 
 namespace tsdg::cuda {
@@ -17,7 +19,7 @@ constexpr int64_t kThresholdBase = 5600;
 constexpr int64_t kMaxRowsPerLaunch = 1 << 16;
 constexpr int kKernelAuto = 0;
 constexpr int kKernelSmallBatch = 1;
-constexpr int kKernelLargeBatch = 2;
+constexpr int kKernelExactScan = 3;  // 2 is the large-batch kernel
 
 // d_nn1+: the distance from each node to its first (nearest kept) neighbor.
 template <Metric M>
@@ -35,21 +37,25 @@ __global__ void first_neighbor_distance_kernel(DeviceGraph g, float* out) {
 }  // namespace
 
 CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, const TsdgGraph& graph, Metric metric)
-    : device_(device), metric_(metric), nodes_(graph.nodes), dim_(data.dim), degree_(graph.degree) {
+    : device_(device), host_data_(data), host_graph_(GraphView::of(graph)), metric_(metric), nodes_(graph.nodes), dim_(data.dim), degree_(graph.degree) {
   if (graph.nodes != data.rows) throw Error(Status::InvalidArgument, "graph and data sizes differ");
   if (graph.nodes == 0 || graph.degree < 1) throw Error(Status::InvalidArgument, "empty graph");
   TSDG_CUDA_CHECK(cudaSetDevice(device));
   TSDG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   const size_t bytes = static_cast<size_t>(nodes_) * (static_cast<size_t>(dim_) * 4 + degree_ * 5);
   require_device_memory(bytes, "the GPU search index");
-  stream_ = std::make_unique<Stream>();
-  cudaStream_t stream = stream_->get();
+  ctx_ = std::make_unique<DeviceContext>(device);
+  cudaStream_t stream = ctx_->stream.get();
   data_.allocate(static_cast<size_t>(nodes_) * dim_);
   neighbors_.allocate(graph.neighbors.size());
   lambdas_.allocate(graph.lambdas.size());
   copy_to_device(data_.data(), data.data, data_.size(), stream);
   copy_to_device(neighbors_.data(), graph.neighbors.data(), neighbors_.size(), stream);
   copy_to_device(lambdas_.data(), graph.lambdas.data(), lambdas_.size(), stream);
+  if (metric == Metric::L2) {
+    norms_.allocate(nodes_);
+    compute_squared_norms(data_.data(), nodes_, dim_, norms_.data(), stream);
+  }
 
   DeviceBuffer<float> first_distances(nodes_);
   DeviceBuffer<float> bound(1);
@@ -65,11 +71,11 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, const TsdgGraph& g
   DeviceBuffer<unsigned char> temp(temp_bytes);
   TSDG_CUDA_CHECK(cub::DeviceReduce::Max(temp.data(), temp_bytes, first_distances.data(), bound.data(), nodes_, stream));
   copy_to_host(&nn1_bound_, bound.data(), 1, stream);
-  stream_->synchronize();
+  ctx_->stream.synchronize();
 }
 
 size_t CudaSearchIndex::memory_bytes() const {
-  return data_.bytes() + neighbors_.bytes() + lambdas_.bytes() + queries_.bytes() +
+  return data_.bytes() + norms_.bytes() + neighbors_.bytes() + lambdas_.bytes() + queries_.bytes() +
          result_ids_.bytes() + result_dists_.bytes() + partial_ids_.bytes() + partial_dists_.bytes();
 }
 
@@ -94,24 +100,44 @@ void CudaSearchIndex::reserve_batch(int64_t rows, int k, int searches) {
   }
 }
 
+void CudaSearchIndex::prepare_entries(int count, uint64_t seed) {
+  if (count == entries_for_count_ && seed == entries_for_seed_) return;
+  const std::vector<uint32_t> entries = select_entry_points(host_data_, host_graph_, count, seed);
+  entries_.allocate(std::max<size_t>(entries.size(), 1));
+  copy_to_device(entries_.data(), entries.data(), entries.size(), ctx_->stream.get());
+  ctx_->stream.synchronize();
+  entry_count_ = static_cast<int>(entries.size());
+  entries_for_count_ = count;
+  entries_for_seed_ = seed;
+}
+
 void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uint32_t* ids,
                              float* dists, const RunControl& control) {
   if (queries.dim != dim_) throw Error(Status::InvalidArgument, "query dimension differs from the index");
   if (params.k < 1 || params.k > 1024) throw Error(Status::InvalidArgument, "GPU search supports 1 <= k <= 1024");
-  if (params.gpu_kernel < kKernelAuto || params.gpu_kernel > kKernelLargeBatch) {
-    throw Error(Status::InvalidArgument, "gpu_kernel must be 0 (auto), 1 (small batch) or 2 (large batch)");
+  if (params.gpu_kernel < kKernelAuto || params.gpu_kernel > kKernelExactScan) {
+    throw Error(Status::InvalidArgument,
+                "gpu_kernel must be 0 (auto), 1 (small batch), 2 (large batch) or 3 (exact scan)");
   }
   std::lock_guard<std::mutex> guard(mutex_);
   TSDG_CUDA_CHECK(cudaSetDevice(device_));
+  if (params.gpu_kernel == kKernelExactScan) {
+    const ResidentRows resident{data_.data(), norms_.data()};
+    exact_knn(*ctx_, MatrixView{nullptr, nodes_, dim_}, queries, metric_, params.k, ids, dists, control,
+              &resident);
+    return;
+  }
   const int k = params.k;
   const int ef = std::clamp(std::max(params.ef, k), 1, 1024);
   const bool small_batch = params.gpu_kernel == kKernelSmallBatch ||
                            (params.gpu_kernel == kKernelAuto && queries.rows < small_batch_limit());
   const int searches = small_batch ? std::max(1, params.gpu_parallel_searches > 0
                                                      ? params.gpu_parallel_searches
-                                                     : ef / 4)
+                                                     : ef / 2)
                                    : 0;
-  cudaStream_t stream = stream_->get();
+  if (params.entry_samples < 1) throw Error(Status::InvalidArgument, "search entry_samples must be positive");
+  if (!small_batch) prepare_entries(params.entry_samples, params.seed);
+  cudaStream_t stream = ctx_->stream.get();
   const DeviceGraph g{data_.data(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
   control.set_total(queries.rows);
   for (int64_t first = 0; first < queries.rows; first += kMaxRowsPerLaunch) {
@@ -126,7 +152,8 @@ void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uin
                         k,
                         ef,
                         std::clamp(params.lambda_limit, 0, 255),
-                        std::clamp(params.entry_samples, 1, 1024),
+                        entries_.data(),
+                        small_batch ? 0 : entry_count_,
                         params.seed,
                         StopRule{params.slack, std::max(1, k), nn1_bound_, metric_ == Metric::L2},
                         result_ids_.data(),
@@ -139,7 +166,7 @@ void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uin
     const size_t results = static_cast<size_t>(rows) * k;
     copy_to_host(pinned_ids_.data(), result_ids_.data(), results, stream);
     copy_to_host(pinned_dists_.data(), result_dists_.data(), results, stream);
-    stream_->synchronize();
+    ctx_->stream.synchronize();
     std::memcpy(ids + first * k, pinned_ids_.data(), results * sizeof(uint32_t));
     std::memcpy(dists + first * k, pinned_dists_.data(), results * sizeof(float));
     control.add_done(rows);

@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "device_memory.h"
+#include "search.h"
 
 namespace tsdg::cuda {
 
@@ -26,18 +27,27 @@ class CudaSearchIndex final : public SearchIndex {
 
  private:
   void reserve_batch(int64_t rows, int k, int searches);
+  // The CPU search's navigating entry points for (count, seed), on the device.
+  void prepare_entries(int count, uint64_t seed);
 
   int device_;
+  MatrixView host_data_;
+  GraphView host_graph_;
   Metric metric_;
   int64_t nodes_;
   int dim_;
   int degree_;
   int sm_count_ = 0;
   float nn1_bound_ = 0.0f;
-  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<DeviceContext> ctx_;
   DeviceBuffer<float> data_;
+  DeviceBuffer<float> norms_;  // squared norms of the rows, for the exact scan
   DeviceBuffer<uint32_t> neighbors_;
   DeviceBuffer<uint8_t> lambdas_;
+  DeviceBuffer<uint32_t> entries_;
+  int entry_count_ = 0;
+  int entries_for_count_ = -1;
+  uint64_t entries_for_seed_ = 0;
   // Per-batch buffers, grown on demand.
   DeviceBuffer<float> queries_;
   DeviceBuffer<uint32_t> result_ids_;

@@ -19,15 +19,16 @@ struct SearchLaunch {
   int k;
   int ef;
   int lambda_limit;
-  int entry_samples;
+  const uint32_t* entries;        // large batch: the navigating entry set (device)
+  int entry_count;
   uint64_t seed;
   StopRule stop;
   uint32_t* ids;  // device, rows * k
   float* dists;   // device, rows * k
 };
 
-// One warp-sized block per query: segmented sorted expansion queue,
-// segmented visited table, sorted top-ef list.
+// One warp-sized block per query, started from the navigating entry set:
+// segmented sorted expansion queue, segmented visited table, sorted top-ef list.
 void launch_large_batch_search(const SearchLaunch& launch, cudaStream_t stream);
 
 // searches blocks of 32 warps per query, each a cheap greedy search keeping

@@ -1,5 +1,5 @@
 // The large-batch search (paper 003, section 4.2, Algorithm 2): one block of
-// one warp per query. In shared memory:
+// one warp per query, started from the navigating entry set. In shared memory:
 //   R  the ef best (distance, id) found, sorted, merged 32 candidates at a time
 //   C  the expansion queue: kQueueSegments sorted arrays of 32, node e in
 //      segment e % kQueueSegments; a pop takes the smallest head
@@ -171,26 +171,20 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
   if (lane < kVisitedSegments) visited_heads[lane] = 0;
   __syncwarp();
 
-  // Entry: the best of entry_samples random nodes (Alg. 2, lines 1-4).
-  for (int first = 0; first < launch.entry_samples; first += kWarpSize) {
-    const int count = min(kWarpSize, launch.entry_samples - first);
-    const uint32_t id =
-        lane < count ? random_node(launch.seed, query_index, 0, first + lane, g.nodes) : kInvalidId;
-    bool repeated = false;  // a node picked twice would enter R twice
-    for (int other = 0; other < kWarpSize; ++other) {
-      const uint32_t other_id = __shfl_sync(kFullMask, id, other);
-      repeated |= other < lane && other_id == id;
-    }
-    for (int i = 0; i < ef && !repeated; ++i) repeated = best_ids[i] == id;
-    const unsigned fresh = __ballot_sync(kFullMask, lane < count && !repeated);
-    if (fresh >> lane & 1u) cand_ids[__popc(fresh & ((1u << lane) - 1u))] = id;
+  // Entry: the navigating set (the CPU search's entry points) is scored and
+  // enters R; those that stay in R start C. With well separated clusters the
+  // best of a few random nodes (Alg. 2, lines 1-4) often lies in the wrong
+  // cluster, which the graph rarely leaves.
+  for (int first = 0; first < launch.entry_count; first += kWarpSize) {
+    const int count = min(kWarpSize, launch.entry_count - first);
+    if (lane < count) cand_ids[lane] = launch.entries[first + lane];
     __syncwarp();
-    const int fresh_count = __popc(fresh);
-    team_distances<M>(g, query, cand_ids, cand_dists, fresh_count);
-    merge_into_best(best_dists, best_ids, spare_dists, spare_ids, ef, cand_dists, cand_ids,
-                    fresh_count);
+    team_distances<M>(g, query, cand_ids, cand_dists, count);
+    merge_into_best(best_dists, best_ids, spare_dists, spare_ids, ef, cand_dists, cand_ids, count);
   }
-  if (best_ids[0] != kInvalidId) queue_push(queue_dists, queue_ids, queue_sizes, best_dists[0], best_ids[0]);
+  for (int i = 0; i < min(ef, launch.entry_count); ++i) {
+    if (best_ids[i] != kInvalidId) queue_push(queue_dists, queue_ids, queue_sizes, best_dists[i], best_ids[i]);
+  }
 
   const int best_k_index = min(launch.stop.k, ef) - 1;
   const int max_hops = 4 * ef + 64;

@@ -38,7 +38,7 @@ struct SearchParams {
   // the small-batch kernel, 2 the large-batch kernel; 3 scans the resident
   // rows exactly (the GPU brute force, as a baseline).
   int gpu_kernel = 0;
-  // GPU small-batch kernel: independent greedy searches per query (t0); 0 = ef / 4.
+  // GPU small-batch kernel: independent greedy searches per query (t0); 0 = ef / 2.
   int gpu_parallel_searches = 0;
 };
 

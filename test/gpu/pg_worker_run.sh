@@ -32,6 +32,7 @@ PG_FRESH=1 source .gpu/pg-on-device.sh "shared_preload_libraries = 'pg_tsdg'" \
   "checkpoint_timeout = 30min" "log_min_duration_statement = 1000" "log_statement = 'ddl'" \
   "tsdg.batch_wait_us = ${BATCH_WAIT_US:-100}" || exit 1
 trap 'cp /tmp/pg.log "$OUT/server.log"' EXIT
+pg -q -c "CREATE EXTENSION IF NOT EXISTS pg_tsdg"
 
 state=""
 for _ in $(seq 1 120); do

@@ -1,0 +1,109 @@
+// GPU TSDG diversification: the list invariants of the CPU tests, occlusion
+// factors equal to a naive count of Inequation 1, the paper's line example,
+// and the same lists as the CPU diversify_tsdg on the same k-NN graph.
+#include <set>
+
+#include "bruteforce.h"
+#include "distance.h"
+#include "diversify.h"
+#include "gpu_test_support.h"
+
+namespace tsdg {
+namespace {
+
+using gpu_testing::clustered_spec;
+using gpu_testing::cpu_control;
+
+void expect_list_invariants(const TsdgGraph& graph, int lambda0) {
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    const uint32_t* ids = graph.list(u);
+    const uint8_t* lambdas = graph.list_lambdas(u);
+    std::set<uint32_t> seen;
+    bool padding = false;
+    for (int j = 0; j < graph.degree; ++j) {
+      if (ids[j] == kInvalidId) {
+        padding = true;
+        continue;
+      }
+      ASSERT_FALSE(padding) << "node " << u << ": an edge after the padding";
+      ASSERT_NE(ids[j], u) << "self edge at node " << u;
+      ASSERT_LT(ids[j], graph.nodes);
+      ASSERT_TRUE(seen.insert(ids[j]).second) << "duplicate edge at node " << u;
+      ASSERT_LE(lambdas[j], lambda0) << "node " << u;
+      if (j > 0) {
+        ASSERT_LE(lambdas[j - 1], lambdas[j]) << "λ decreases along node " << u;
+      }
+    }
+  }
+}
+
+TEST(GpuDiversify, ListInvariantsAndSameListsAsCpu) {
+  TSDG_REQUIRE_GPU();
+  const Matrix data = make_clustered(clustered_spec(20000, 24, 12, 3));
+  const KnnGraph knn = exact_knn_graph(data.view(), Metric::L2, 32, cpu_control());
+  for (const DiversifyParams& params :
+       {DiversifyParams{16, 1.2f, 3}, DiversifyParams{32, 1.2f, 10}, DiversifyParams{8, 1.0f, 0}}) {
+    const TsdgGraph on_gpu = gpu_backend.diversify(data.view(), Metric::L2, knn, params, RunControl{});
+    ASSERT_EQ(on_gpu.nodes, data.rows);
+    ASSERT_EQ(on_gpu.degree, params.degree);
+    expect_list_invariants(on_gpu, params.lambda0);
+    const TsdgGraph on_cpu = diversify_tsdg(data.view(), Metric::L2, knn, params, cpu_control());
+    // Float rounding of the pair distances may flip a borderline occlusion.
+    int64_t same = 0;
+    for (int64_t u = 0; u < data.rows; ++u) {
+      bool equal = true;
+      for (int j = 0; j < params.degree && equal; ++j) {
+        equal = on_gpu.list(u)[j] == on_cpu.list(u)[j] && on_gpu.list_lambdas(u)[j] == on_cpu.list_lambdas(u)[j];
+      }
+      same += equal;
+    }
+    EXPECT_GE(static_cast<double>(same) / data.rows, 0.99) << "degree " << params.degree;
+  }
+}
+
+TEST(GpuDiversify, OcclusionFactorsCountInequationOne) {
+  TSDG_REQUIRE_GPU();
+  const Matrix data = make_clustered(clustered_spec(1500, 16, 8, 5));
+  const int k = 24;
+  const KnnGraph knn = exact_knn_graph(data.view(), Metric::L2, k, cpu_control());
+  const TsdgGraph graph =
+      gpu_backend.diversify(data.view(), Metric::L2, knn, DiversifyParams{2 * k, 1.2f, 254}, RunControl{});
+  const DistanceFn l2 = distance_kernels().l2_squared;
+  int64_t positive = 0;
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    const uint32_t* ids = graph.list(u);
+    if (ids[graph.degree - 1] != kInvalidId) continue;  // full: candidates may be cut
+    for (int j = 0; j < graph.degree && ids[j] != kInvalidId; ++j) {
+      const float to_j = l2(data.row(u), data.row(ids[j]), data.dim);
+      int expected = 0;
+      for (int i = 0; i < graph.degree && ids[i] != kInvalidId; ++i) {
+        if (i == j) continue;
+        const float to_i = l2(data.row(u), data.row(ids[i]), data.dim);
+        if (to_i < to_j && l2(data.row(ids[i]), data.row(ids[j]), data.dim) < to_j) ++expected;
+      }
+      ASSERT_NEAR(graph.list_lambdas(u)[j], expected, 1) << "node " << u << " edge " << j;
+      positive += expected > 0;
+    }
+  }
+  EXPECT_GT(positive, 0);
+}
+
+TEST(GpuDiversify, PointsOnALineKeepOnlyAdjacentEdges) {
+  TSDG_REQUIRE_GPU();
+  Matrix data(4, 2);
+  for (int i = 0; i < 4; ++i) data.row(i)[0] = static_cast<float>(i);
+  const KnnGraph knn = exact_knn_graph(data.view(), Metric::L2, 3, cpu_control());
+  const TsdgGraph graph = gpu_backend.diversify(data.view(), Metric::L2, knn, DiversifyParams{3, 1.2f, 10}, RunControl{});
+  const std::vector<std::vector<uint32_t>> expected = {{1}, {0, 2}, {1, 3}, {2}};
+  for (int u = 0; u < 4; ++u) {
+    std::vector<uint32_t> found;
+    for (int j = 0; j < 3 && graph.list(u)[j] != kInvalidId; ++j) {
+      found.push_back(graph.list(u)[j]);
+      EXPECT_EQ(graph.list_lambdas(u)[j], 0);
+    }
+    EXPECT_EQ(found, expected[u]) << "node " << u;
+  }
+}
+
+}  // namespace
+}  // namespace tsdg

@@ -1,0 +1,120 @@
+// GPU GNND and GGM: recall of the graph within 0.01 of the CPU core's on the
+// same data, with the same parameters.
+#include <algorithm>
+
+#include "bruteforce.h"
+#include "ggm.h"
+#include "gnnd.h"
+#include "gpu_test_support.h"
+
+namespace tsdg {
+namespace {
+
+using gpu_testing::clustered_spec;
+using gpu_testing::cpu_control;
+using gpu_testing::graph_recall;
+
+void expect_valid_lists(const KnnGraph& graph) {
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    for (int j = 0; j < graph.k; ++j) {
+      const uint32_t id = graph.list(u)[j];
+      ASSERT_NE(id, static_cast<uint32_t>(u)) << "self in list " << u;
+      if (id == kInvalidId) continue;
+      ASSERT_LT(id, graph.nodes);
+      if (j > 0) {
+        ASSERT_LE(graph.list_dists(u)[j - 1], graph.list_dists(u)[j]);
+      }
+      for (int i = 0; i < j; ++i) ASSERT_NE(graph.list(u)[i], id) << "duplicate in list " << u;
+    }
+  }
+}
+
+TEST(GpuGnnd, RecallWithinOnePercentOfCpu) {
+  TSDG_REQUIRE_GPU();
+  const Matrix data = make_clustered(clustered_spec(30000, 48, 40, 3));
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::L2, 10, cpu_control());
+  GnndParams params;
+  params.k = 32;
+  params.samples = 16;
+  const KnnGraph on_gpu = gpu_backend.build_knn_graph(data.view(), Metric::L2, params, RunControl{});
+  const KnnGraph on_cpu = gnnd_build(data.view(), Metric::L2, params, cpu_control());
+  expect_valid_lists(on_gpu);
+  const double gpu_recall = graph_recall(on_gpu, exact, 10);
+  const double cpu_recall = graph_recall(on_cpu, exact, 10);
+  std::printf("GNND recall@10: gpu %.4f cpu %.4f\n", gpu_recall, cpu_recall);
+  EXPECT_GE(gpu_recall, cpu_recall - 0.01);
+  EXPECT_GE(gpu_recall, 0.9);
+}
+
+TEST(GpuGnnd, InnerProductAndK64) {
+  TSDG_REQUIRE_GPU();
+  const Matrix data = make_clustered(clustered_spec(20000, 32, 20, 4));
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::InnerProduct, 10, cpu_control());
+  GnndParams params;
+  params.k = 64;
+  const KnnGraph on_gpu = gpu_backend.build_knn_graph(data.view(), Metric::InnerProduct, params, RunControl{});
+  const KnnGraph on_cpu = gnnd_build(data.view(), Metric::InnerProduct, params, cpu_control());
+  expect_valid_lists(on_gpu);
+  const double gpu_recall = graph_recall(on_gpu, exact, 10);
+  const double cpu_recall = graph_recall(on_cpu, exact, 10);
+  std::printf("GNND (ip, k=64) recall@10: gpu %.4f cpu %.4f\n", gpu_recall, cpu_recall);
+  EXPECT_GE(gpu_recall, cpu_recall - 0.01);
+}
+
+TEST(GpuGnnd, TinySetsAreExact) {
+  TSDG_REQUIRE_GPU();
+  const Matrix data = make_clustered(clustered_spec(40, 8, 2, 5));
+  GnndParams params;
+  params.k = 16;
+  const KnnGraph on_gpu = gpu_backend.build_knn_graph(data.view(), Metric::L2, params, RunControl{});
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::L2, 16, cpu_control());
+  expect_valid_lists(on_gpu);
+  EXPECT_GE(graph_recall(on_gpu, exact, 16), 0.99);
+}
+
+TEST(GpuGgm, MergeRecallWithinOnePercentOfCpu) {
+  TSDG_REQUIRE_GPU();
+  const SyntheticSpec spec = clustered_spec(30000, 48, 40, 6);
+  const Matrix data = make_clustered(spec);
+  const int64_t split = 14000;  // unequal halves
+  const MatrixView first = data.view().slice(0, split);
+  const MatrixView second = data.view().slice(split, data.rows - split);
+  GnndParams params;
+  params.k = 32;
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::L2, 10, cpu_control());
+
+  const KnnGraph gpu_first = gpu_backend.build_knn_graph(first, Metric::L2, params, RunControl{});
+  const KnnGraph gpu_second = gpu_backend.build_knn_graph(second, Metric::L2, params, RunControl{});
+  const KnnGraph gpu_merged = gpu_backend.merge_knn_graphs(data.view(), split, gpu_first, gpu_second,
+                                                           Metric::L2, params, RunControl{});
+  const KnnGraph cpu_first = gnnd_build(first, Metric::L2, params, cpu_control());
+  const KnnGraph cpu_second = gnnd_build(second, Metric::L2, params, cpu_control());
+  const KnnGraph cpu_merged = ggm_merge(data.view(), split, cpu_first, cpu_second, Metric::L2, params,
+                                        cpu_control());
+  expect_valid_lists(gpu_merged);
+  const double gpu_recall = graph_recall(gpu_merged, exact, 10);
+  const double cpu_recall = graph_recall(cpu_merged, exact, 10);
+  const KnnGraph direct = gpu_backend.build_knn_graph(data.view(), Metric::L2, params, RunControl{});
+  const double direct_recall = graph_recall(direct, exact, 10);
+  std::printf("GGM recall@10: gpu %.4f cpu %.4f (direct gpu GNND %.4f)\n", gpu_recall, cpu_recall,
+              direct_recall);
+  EXPECT_GE(gpu_recall, cpu_recall - 0.01);
+  EXPECT_GE(gpu_recall, direct_recall - 0.01);
+}
+
+TEST(GpuGgm, RejectsMismatchedGraphs) {
+  TSDG_REQUIRE_GPU();
+  const Matrix data = make_clustered(clustered_spec(1000, 8, 4, 7));
+  GnndParams params;
+  params.k = 8;
+  const KnnGraph half(500, 8);
+  try {
+    gpu_backend.merge_knn_graphs(data.view(), 400, half, half, Metric::L2, params, RunControl{});
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace tsdg

@@ -1,0 +1,147 @@
+// GPU searches on a TSDG graph: both kernels reach the CPU search's recall at
+// the same settings, return ascending exact distances, honor the λ filter
+// and pick the kernel by batch size.
+#include <algorithm>
+#include <cmath>
+
+#include "bruteforce.h"
+#include "distance.h"
+#include "diversify.h"
+#include "gpu_test_support.h"
+
+namespace tsdg {
+namespace {
+
+using gpu_testing::clustered_spec;
+using gpu_testing::cpu_control;
+
+struct SearchFixture {
+  Matrix data;
+  Matrix queries;
+  TsdgGraph graph;
+  std::vector<uint32_t> truth;
+};
+
+const SearchFixture& fixture() {
+  static const SearchFixture f = [] {
+    SearchFixture s;
+    const SyntheticSpec spec = clustered_spec(30000, 48, 40, 11);
+    s.data = make_clustered(spec);
+    s.queries = make_clustered_queries(spec, 1000, 12);
+    const KnnGraph knn = exact_knn_graph(s.data.view(), Metric::L2, 32, cpu_control());
+    s.graph = diversify_tsdg(s.data.view(), Metric::L2, knn, DiversifyParams{}, cpu_control());
+    s.truth.resize(s.queries.rows * 10);
+    std::vector<float> dists(s.truth.size());
+    exact_knn(s.data.view(), s.queries.view(), Metric::L2, 10, s.truth.data(), dists.data(), cpu_control());
+    return s;
+  }();
+  return f;
+}
+
+double search_recall(SearchIndex& index, const SearchParams& params, std::vector<float>* dists_out = nullptr,
+                     std::vector<uint32_t>* ids_out = nullptr) {
+  const SearchFixture& f = fixture();
+  std::vector<uint32_t> ids(f.queries.rows * params.k, 777u);
+  std::vector<float> dists(ids.size(), -5.0f);
+  index.search(f.queries.view(), params, ids.data(), dists.data(), cpu_control());
+  if (dists_out) *dists_out = dists;
+  if (ids_out) *ids_out = ids;
+  return recall_at(ids.data(), params.k, f.truth.data(), 10, f.queries.rows, 10);
+}
+
+void expect_exact_ascending(const std::vector<uint32_t>& ids, const std::vector<float>& dists, int k) {
+  const SearchFixture& f = fixture();
+  for (int64_t q = 0; q < f.queries.rows; ++q) {
+    for (int j = 0; j < k; ++j) {
+      const size_t at = q * k + j;
+      ASSERT_LT(ids[at], f.data.rows);
+      if (j > 0) {
+        ASSERT_NE(ids[at - 1], ids[at]) << "repeated result";
+        ASSERT_LE(dists[at - 1], dists[at]);
+      }
+      const float exact = metric_distance(Metric::L2, f.queries.row(q), f.data.row(ids[at]), f.data.dim);
+      ASSERT_NEAR(dists[at], exact, 1e-4f * std::max(1.0f, exact));
+    }
+  }
+}
+
+TEST(GpuSearch, BothKernelsReachCpuRecall) {
+  TSDG_REQUIRE_GPU();
+  const SearchFixture& f = fixture();
+  auto cpu_index = make_cpu_backend()->make_search_index(f.data.view(), f.graph, Metric::L2);
+  auto gpu_index = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
+  for (int ef : {32, 64}) {
+    SearchParams params;
+    params.k = 10;
+    params.ef = ef;
+    const double cpu = search_recall(*cpu_index, params);
+    std::vector<float> dists;
+    std::vector<uint32_t> ids;
+    params.gpu_kernel = 2;
+    const double large = search_recall(*gpu_index, params, &dists, &ids);
+    expect_exact_ascending(ids, dists, params.k);
+    params.gpu_kernel = 1;
+    const double small = search_recall(*gpu_index, params, &dists, &ids);
+    expect_exact_ascending(ids, dists, params.k);
+    std::printf("ef %d recall@10: cpu %.4f gpu large-batch %.4f gpu small-batch %.4f\n", ef, cpu, large, small);
+    EXPECT_GE(large, cpu - 0.01) << "ef " << ef;
+    EXPECT_GE(small, cpu - 0.01) << "ef " << ef;
+  }
+}
+
+TEST(GpuSearch, ExactScanOfTheResidentRows) {
+  TSDG_REQUIRE_GPU();
+  const SearchFixture& f = fixture();
+  auto gpu_index = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
+  SearchParams params;
+  params.k = 10;
+  params.gpu_kernel = 3;
+  std::vector<float> dists;
+  std::vector<uint32_t> ids;
+  EXPECT_GE(search_recall(*gpu_index, params, &dists, &ids), 0.999);
+  expect_exact_ascending(ids, dists, params.k);
+}
+
+TEST(GpuSearch, SlackRuleAndLambdaFilter) {
+  TSDG_REQUIRE_GPU();
+  const SearchFixture& f = fixture();
+  auto gpu_index = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
+  SearchParams params;
+  params.k = 10;
+  params.ef = 64;
+  params.gpu_kernel = 2;
+  const double full = search_recall(*gpu_index, params);
+  params.lambda_limit = 0;
+  const double filtered = search_recall(*gpu_index, params);
+  params.lambda_limit = 255;
+  params.slack = 0.5f;
+  params.ef = 16;
+  const double slack = search_recall(*gpu_index, params);
+  std::printf("recall@10: full %.4f lambda<=0 %.4f ef16+slack %.4f\n", full, filtered, slack);
+  EXPECT_GT(full, filtered);  // fewer edges, lower recall at the same ef
+  EXPECT_GT(filtered, 0.5);
+  EXPECT_GT(slack, 0.5);
+}
+
+TEST(GpuSearch, MoreResultsThanSearchedAndOtherMetrics) {
+  TSDG_REQUIRE_GPU();
+  const SearchFixture& f = fixture();
+  auto gpu_index = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
+  SearchParams params;
+  params.k = 50;
+  params.ef = 32;  // raised to k
+  for (int kernel : {1, 2}) {
+    params.gpu_kernel = kernel;
+    std::vector<float> dists;
+    std::vector<uint32_t> ids;
+    search_recall(*gpu_index, params, &dists, &ids);
+    expect_exact_ascending(ids, dists, params.k);
+  }
+  params.gpu_kernel = 7;
+  std::vector<uint32_t> ids(f.queries.rows * params.k);
+  std::vector<float> dists(ids.size());
+  EXPECT_THROW(gpu_index->search(f.queries.view(), params, ids.data(), dists.data(), RunControl{}), Error);
+}
+
+}  // namespace
+}  // namespace tsdg
