@@ -69,6 +69,8 @@ struct JoinScratch {
   std::vector<float> zero_row;
   std::vector<float> packed;  // the columns in panels
   std::vector<float> tile;    // distances, rows x padded columns
+  std::vector<float> column_norms, column_best;
+  std::vector<int> column_arg;
 };
 
 class Descent {
@@ -311,7 +313,7 @@ class Descent {
     scratch.tile.resize(padded_rows * stride);
     dot_tiles(scratch.rows.data(), padded_rows, scratch.packed.data(), panels, dim,
               scratch.tile.data(), stride);
-    to_distances(a, na, scratch.columns.data(), columns, scratch.tile.data(), stride);
+    to_distances(a, na, scratch.columns.data(), columns, scratch.tile.data(), stride, scratch);
 
     const float* tile = scratch.tile.data();
     constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -329,29 +331,45 @@ class Descent {
       if (best_new >= 0) scratch.candidates.push_back({a[i], scratch.columns[best_new], d_new});
       if (best_old >= 0) scratch.candidates.push_back({a[i], scratch.columns[best_old], d_old});
     }
-    for (int j = symmetric ? nn : 0; j < columns; ++j) {
-      int best = -1;
-      float d_best = kInf;
-      for (int i = 0; i < na; ++i) {
-        const float d = tile[int64_t{i} * stride + j];
-        if (d < d_best) d_best = d, best = i;
+    // Nearest row of every column, row by row so that the loop runs across
+    // contiguous columns.
+    auto& column_best = scratch.column_best;
+    auto& column_arg = scratch.column_arg;
+    column_best.assign(columns, kInf);
+    column_arg.assign(columns, -1);
+    for (int i = 0; i < na; ++i) {
+      const float* row = tile + int64_t{i} * stride;
+      for (int j = 0; j < columns; ++j) {
+        const bool closer = row[j] < column_best[j];
+        column_best[j] = closer ? row[j] : column_best[j];
+        column_arg[j] = closer ? i : column_arg[j];
       }
-      if (best >= 0) scratch.candidates.push_back({scratch.columns[j], a[best], d_best});
+    }
+    for (int j = symmetric ? nn : 0; j < columns; ++j) {
+      if (column_arg[j] >= 0) {
+        scratch.candidates.push_back({scratch.columns[j], a[column_arg[j]], column_best[j]});
+      }
     }
   }
 
   void to_distances(const uint32_t* a, int na, const uint32_t* columns, int nc, float* tile,
-                    int64_t stride) const {
+                    int64_t stride, JoinScratch& scratch) const {
+    if (metric_ == Metric::L2) {
+      auto& column_norms = scratch.column_norms;
+      column_norms.resize(nc);
+      for (int j = 0; j < nc; ++j) column_norms[j] = norms_[columns[j]];
+      for (int i = 0; i < na; ++i) {
+        float* row = tile + int64_t{i} * stride;
+        const float row_norm = norms_[a[i]];
+        for (int j = 0; j < nc; ++j) row[j] = std::max(0.0f, row_norm + column_norms[j] - 2.0f * row[j]);
+      }
+      return;
+    }
+    // -ip for InnerProduct, 1 - ip for Cosine on normalized rows.
+    const float offset = metric_ == Metric::Cosine ? 1.0f : 0.0f;
     for (int i = 0; i < na; ++i) {
       float* row = tile + int64_t{i} * stride;
-      if (metric_ == Metric::L2) {
-        const float na2 = norms_[a[i]];
-        for (int j = 0; j < nc; ++j) row[j] = std::max(0.0f, na2 + norms_[columns[j]] - 2.0f * row[j]);
-      } else {
-        // -ip for InnerProduct, 1 - ip for Cosine on normalized rows.
-        const float offset = metric_ == Metric::Cosine ? 1.0f : 0.0f;
-        for (int j = 0; j < nc; ++j) row[j] = offset - row[j];
-      }
+      for (int j = 0; j < nc; ++j) row[j] = offset - row[j];
     }
   }
 
