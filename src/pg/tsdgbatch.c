@@ -25,11 +25,14 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/timestamp.h"
 
 #include "tsdg.h"
 #include "tsdgworker.h"
 
 #define TSDG_BATCH_MAX_K	1000
+/* batches this large get a LOG line saying where their time went */
+#define TSDG_BATCH_LOGGED	1000
 
 PG_FUNCTION_INFO_V1(tsdg_search_batch);
 
@@ -266,6 +269,12 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 	ItemPointerData *tids;
 	float	   *dists;
 	int			ef;
+	bool		on_worker = false;
+	TimestampTz start,
+				collected_at,
+				graph_at,
+				pending_at,
+				searched_at;
 
 	if (k < 1 || k > TSDG_BATCH_MAX_K)
 		ereport(ERROR,
@@ -295,7 +304,9 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 		index_close(index, AccessShareLock);
 		return (Datum) 0;
 	}
+	start = GetCurrentTimestamp();
 	TsdgCollectQueries(array, (TsdgMetric) meta.metric, meta.dims, &queries);
+	collected_at = GetCurrentTimestamp();
 	if (queries.searchable == 0)
 	{
 		index_close(index, AccessShareLock);
@@ -313,21 +324,25 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 			dists[i] = INFINITY;
 		}
 	}
-	else if (!TsdgWorkerSearchBatch(index, &meta, queries.matrix, queries.searchable, k, ef,
-									tsdg_lambda_search, tids, dists))
+	else if (TsdgWorkerSearchBatch(index, &meta, queries.matrix, queries.searchable, k, ef,
+								   tsdg_lambda_search, tids, dists))
+		on_worker = true;
+	else
 		TsdgCpuSearchBatch(index, &meta, &queries, k, ef, tids, dists);
+	graph_at = GetCurrentTimestamp();
 	TsdgMergePending(index, &meta, &queries, k, tids, dists);
+	pending_at = GetCurrentTimestamp();
 
+	searched_at = GetCurrentTimestamp();
 	for (int q = 0; q < queries.searchable; q++)
 	{
 		for (int j = 0; j < k; j++)
 		{
 			Datum		values[3];
 			bool		nulls[3] = {false, false, false};
-			ItemPointer tid = palloc(sizeof(ItemPointerData));
+			ItemPointer tid = &tids[(Size) q * k + j];
 			float		d = dists[(Size) q * k + j];
 
-			*tid = tids[(Size) q * k + j];
 			if (!ItemPointerIsValid(tid))
 				break;
 			values[0] = Int32GetDatum(queries.ordinal[q]);
@@ -336,6 +351,14 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 	}
+	if (queries.searchable >= TSDG_BATCH_LOGGED)
+		ereport(LOG,
+				(errmsg("tsdg_search_batch: %d queries on %s: %.3f ms reading the queries, %.3f ms searching, %.3f ms pending rows, %.3f ms returning rows",
+						queries.searchable, on_worker ? "the GPU worker" : "the CPU",
+						(double) (collected_at - start) / 1000.0,
+						(double) (graph_at - collected_at) / 1000.0,
+						(double) (pending_at - graph_at) / 1000.0,
+						(double) (GetCurrentTimestamp() - searched_at) / 1000.0)));
 	index_close(index, AccessShareLock);
 	return (Datum) 0;
 }

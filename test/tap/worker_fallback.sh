@@ -10,14 +10,15 @@
 # Runs on any machine: without a GPU the worker runs the core's CPU backend
 # (tsdg.worker_backend = cpu), which goes through the same slots, DSM
 # segments and restarts. TSDG_WORKER_BACKEND=cuda tests the CUDA worker
-# (test/gpu/pg_worker_run.sh does), and skips where no GPU is found.
+# (test/gpu/pg_worker_run.sh does, with TSDG_BUILD_COPIES=50 so that the GPU
+# build lasts long enough to be killed), and skips where no GPU is found.
 # Usage: worker_fallback.sh WORKDIR (starts its own cluster on port 54336).
 source "$(dirname "$0")/../../scripts/common.sh"
 dir=$1/worker_fallback
 port=54336
 backend=${TSDG_WORKER_BACKEND:-cpu}
 start_cluster "$dir" "$port" "autovacuum = off" "tsdg.worker_backend = $backend" \
-  "max_connections = 40" "log_min_messages = log"
+  "max_connections = 40" "log_min_messages = log" "maintenance_work_mem = 2GB"
 trap 'stop_cluster "$dir"' EXIT
 
 sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
@@ -100,18 +101,21 @@ echo "restarted as pid $new_pid after $(status fallbacks) fallbacks; no crash re
 for q in $(seq 1 20); do sql -At -c "SELECT check_query($q)" >/dev/null || fail "query $q after the restart"; done
 
 # ---- SIGKILL during CREATE INDEX: the build finishes on the CPU ----
-sql <<'SQL'
+# 20000 random rows, shifted copies of them where a GPU builds too fast to be caught
+copies=${TSDG_BUILD_COPIES:-1}
+sql <<SQL
 SELECT setseed(0.75) \g /dev/null
 CREATE TABLE big (id int, v vector(32));
 INSERT INTO big SELECT i, (SELECT array_agg(random()::real) FROM generate_series(1, 32) WHERE i > 0)::vector
   FROM generate_series(1, 20000) i;
+INSERT INTO big SELECT id + 20000 * c, v + array_fill((c * 0.01)::real, ARRAY[32])::vector
+  FROM big, generate_series(1, $copies - 1) c;
 SQL
 sql -c "CREATE INDEX big_idx ON big USING tsdg (v vector_l2_ops)" >"$dir/build.log" 2>&1 &
 build=$!
 busy=0
-for i in $(seq 1 400); do
+for i in $(seq 1 2000); do
   if [ "$(status state)" = busy ]; then busy=1; break; fi
-  sleep 0.05
 done
 [ "$busy" -eq 1 ] || fail "the worker never started the build"
 build_pid=$(status worker_pid)
