@@ -87,7 +87,7 @@ CREATE TABLE tmem (v vector(3));
 INSERT INTO tmem SELECT ARRAY[i, i % 7, i % 11]::real[]::vector FROM generate_series(1, 2000) i;
 ANALYZE tmem;
 SET maintenance_work_mem = '1MB';
-CREATE INDEX ON tmem USING tsdg (v vector_l2_ops);
+CREATE INDEX ON tmem USING tsdg (v vector_l2_ops) WITH (degree = 32, build_k = 64);
 RESET maintenance_work_mem;
 
 -- an empty table

@@ -33,15 +33,8 @@ expect_same() {
   echo "same answers after a crash $what"
 }
 
+sql -v seed=0.5 -v rows=5000 -f "$(dirname "$0")/random_items.sql"
 sql <<'SQL'
-CREATE EXTENSION pg_tsdg;
-SELECT setseed(0.5);
-CREATE TABLE items (id int, v vector(16));
-INSERT INTO items SELECT i, (SELECT array_agg(random()::real) FROM generate_series(1, 16) WHERE i > 0)::vector
-  FROM generate_series(1, 5000) i;
-CREATE TABLE queries (id int, v vector(16));
-INSERT INTO queries SELECT i, (SELECT array_agg(random()::real) FROM generate_series(1, 16) WHERE i > 0)::vector
-  FROM generate_series(1, 10) i;
 CREATE INDEX items_idx ON items USING tsdg (v vector_l2_ops);
 CREATE UNLOGGED TABLE scratch (id int, v vector(16));
 INSERT INTO scratch SELECT id, v FROM items WHERE id <= 500;

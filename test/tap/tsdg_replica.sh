@@ -44,15 +44,8 @@ compare() {
   echo "replica answers the same $1"
 }
 
+sql -h "$primary" -p 54341 -v seed=0.25 -v rows=4000 -f "$(dirname "$0")/random_items.sql"
 sql -h "$primary" -p 54341 <<'SQL'
-CREATE EXTENSION pg_tsdg;
-SELECT setseed(0.25);
-CREATE TABLE items (id int, v vector(16));
-INSERT INTO items SELECT i, (SELECT array_agg(random()::real) FROM generate_series(1, 16) WHERE i > 0)::vector
-  FROM generate_series(1, 4000) i;
-CREATE TABLE queries (id int, v vector(16));
-INSERT INTO queries SELECT i, (SELECT array_agg(random()::real) FROM generate_series(1, 16) WHERE i > 0)::vector
-  FROM generate_series(1, 10) i;
 CREATE INDEX items_l2 ON items USING tsdg (v vector_l2_ops);
 SQL
 
