@@ -249,6 +249,8 @@ def main(argv):
         "session_settings": session, "dataset": description,
         "queries": int(queries.shape[0]), "k": K, "load": [], "indexes": [], "runs": [],
         "skipped": [], "gpu_status": None,
+        # other work on the machine skews QPS: say how busy it was
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
 
     candidates = [] if args.no_exact else [methods.exact(args.dbname)]
@@ -273,6 +275,7 @@ def main(argv):
         if method.name == "tsdg":
             results["gpu_status"] = info_row(server, method.database, "tsdg_gpu_status()")
     results["total_seconds"] = round(time.monotonic() - started, 1)
+    results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report.write_all(results, args.out)
     step("done in %.0f s: %s" % (results["total_seconds"], os.path.abspath(args.out)))
     sys.stdout.write(report.markdown(results))

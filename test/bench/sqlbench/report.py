@@ -65,10 +65,12 @@ def plot_recall_qps(results, path):
             ax.plot([r["recall"] for r in runs], [r["qps"] for r in runs], style, color=color,
                     label=m, markersize=5)
             if len(runs) > 1 and m != "tsdg_search_batch":
-                for r in runs:
+                # alternate sides so that neighbouring labels do not overprint
+                for i, r in enumerate(runs):
                     ax.annotate(setting_label(r["settings"]).replace("ef_search=", "ef "),
-                                (r["recall"], r["qps"]), fontsize=6,
-                                textcoords="offset points", xytext=(3, 3))
+                                (r["recall"], r["qps"]), fontsize=6, textcoords="offset points",
+                                xytext=(4, 3) if i % 2 == 0 else (-4, -9),
+                                ha="left" if i % 2 == 0 else "right")
         ax.set_title("%d client%s" % (c, "" if c == 1 else "s"), fontsize=10)
         ax.set_xlabel("recall@%d" % results["k"])
         ax.set_yscale("log")
