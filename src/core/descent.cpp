@@ -83,7 +83,12 @@ class Descent {
       norms_.resize(data.rows);
       row_norms_squared(data, norms_.data());
     }
-    order_rows_by_region();
+    if (options_.order_joins_by_region) {
+      join_order_ = region_order(data_, options_.seed, control_);
+    } else {
+      join_order_.resize(data_.rows);
+      for (int64_t i = 0; i < data_.rows; ++i) join_order_[i] = static_cast<uint32_t>(i);
+    }
   }
 
   int run() {
@@ -176,38 +181,6 @@ class Descent {
         }
       }
     });
-  }
-
-  // The order of the joins does not change the result (each list ends as the
-  // best k of everything offered to it), but it decides how often a join finds
-  // its sample rows in cache. Rows are grouped by their nearest of about
-  // n / kRegionRows pivot rows, so that consecutive joins read rows of one
-  // region, which fits in L2, once the lists hold near neighbors.
-  void order_rows_by_region() {
-    const int64_t n = data_.rows;
-    const int64_t regions = std::max<int64_t>(1, n / kRegionRows);
-    join_order_.resize(n);
-    if (regions == 1) {
-      for (int64_t i = 0; i < n; ++i) join_order_[i] = static_cast<uint32_t>(i);
-      return;
-    }
-    std::vector<uint32_t> pivot_ids(regions);
-    uint64_t state = options_.seed ^ 0x726567696f6e73ULL;
-    draw_distinct(state, static_cast<uint64_t>(n), static_cast<int>(regions), pivot_ids.data());
-    Matrix pivots(regions, data_.dim);
-    for (int64_t r = 0; r < regions; ++r) {
-      std::copy(data_.row(pivot_ids[r]), data_.row(pivot_ids[r]) + data_.dim, pivots.row(r));
-    }
-    std::vector<uint32_t> region(n);
-    std::vector<float> dist(n);
-    RunControl without_progress = control_;  // the caller's progress counts joins only
-    without_progress.progress_done = nullptr;
-    without_progress.progress_total = nullptr;
-    exact_knn(pivots.view(), data_, Metric::L2, 1, region.data(), dist.data(), without_progress);
-    std::vector<int64_t> start(regions + 1, 0);
-    for (uint32_t r : region) ++start[r + 1];
-    for (int64_t r = 0; r < regions; ++r) start[r + 1] += start[r];
-    for (int64_t i = 0; i < n; ++i) join_order_[start[region[i]]++] = static_cast<uint32_t>(i);
   }
 
   void join_all() {
@@ -317,32 +290,37 @@ class Descent {
 
     const float* tile = scratch.tile.data();
     constexpr float kInf = std::numeric_limits<float>::infinity();
+    // The first column at the minimum of [begin, end) of a row, -1 if none is
+    // finite: a vectorizable minimum, then a scan for it.
+    const auto nearest = [](const float* row, int begin, int end) {
+      float best = kInf;
+      for (int j = begin; j < end; ++j) best = std::min(best, row[j]);
+      if (best == kInf) return -1;
+      int j = begin;
+      while (row[j] != best) ++j;
+      return j;
+    };
     for (int i = 0; i < na; ++i) {
-      const float* row = tile + int64_t{i} * stride;
-      int best_new = -1, best_old = -1;
-      float d_new = kInf, d_old = kInf;
-      for (int j = 0; j < nn; ++j) {
-        if (symmetric && j == i) continue;
-        if (row[j] < d_new) d_new = row[j], best_new = j;
-      }
-      for (int j = nn; j < columns; ++j) {
-        if (row[j] < d_old) d_old = row[j], best_old = j;
-      }
-      if (best_new >= 0) scratch.candidates.push_back({a[i], scratch.columns[best_new], d_new});
-      if (best_old >= 0) scratch.candidates.push_back({a[i], scratch.columns[best_old], d_old});
+      float* row = scratch.tile.data() + int64_t{i} * stride;
+      if (symmetric) row[i] = kInf;  // a row is not its own neighbor
+      const int best_new = nearest(row, 0, nn);
+      const int best_old = nearest(row, nn, columns);
+      if (best_new >= 0) scratch.candidates.push_back({a[i], scratch.columns[best_new], row[best_new]});
+      if (best_old >= 0) scratch.candidates.push_back({a[i], scratch.columns[best_old], row[best_old]});
     }
     // Nearest row of every column, row by row so that the loop runs across
     // contiguous columns.
-    auto& column_best = scratch.column_best;
-    auto& column_arg = scratch.column_arg;
-    column_best.assign(columns, kInf);
-    column_arg.assign(columns, -1);
+    scratch.column_best.assign(columns, kInf);
+    scratch.column_arg.assign(columns, -1);
+    float* __restrict column_best = scratch.column_best.data();
+    int* __restrict column_arg = scratch.column_arg.data();
     for (int i = 0; i < na; ++i) {
-      const float* row = tile + int64_t{i} * stride;
+      const float* __restrict row = tile + int64_t{i} * stride;
       for (int j = 0; j < columns; ++j) {
-        const bool closer = row[j] < column_best[j];
-        column_best[j] = closer ? row[j] : column_best[j];
-        column_arg[j] = closer ? i : column_arg[j];
+        // Branch-free, so that the loop vectorizes.
+        const int closer = -static_cast<int>(row[j] < column_best[j]);
+        column_best[j] = std::min(column_best[j], row[j]);
+        column_arg[j] = (column_arg[j] & ~closer) | (i & closer);
       }
     }
     for (int j = symmetric ? nn : 0; j < columns; ++j) {
@@ -458,15 +436,6 @@ void DescentLists::insert(uint32_t u, uint32_t v, float d) {
   unlock(u);
 }
 
-KnnGraph DescentLists::to_graph() const {
-  KnnGraph graph(nodes_, k_);
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    graph.ids[i] = entries_[i].id;
-    graph.dists[i] = entries_[i].dist;
-  }
-  return graph;
-}
-
 void draw_distinct(uint64_t& state, uint64_t range, int count, uint32_t* out) {
   int drawn = 0;
   for (uint64_t j = range - count; j < range; ++j) {
@@ -488,6 +457,34 @@ void check_gnnd_params(MatrixView data, const GnndParams& params) {
   if (data.rows >= static_cast<int64_t>(kInvalidId)) {
     throw Error(Status::InvalidArgument, "too many rows for 32-bit ids");
   }
+}
+
+std::vector<uint32_t> region_order(MatrixView data, uint64_t seed, const RunControl& control) {
+  const int64_t n = data.rows;
+  const int64_t regions = std::max<int64_t>(1, n / kRegionRows);
+  std::vector<uint32_t> order(n);
+  if (regions == 1) {
+    for (int64_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(i);
+    return order;
+  }
+  std::vector<uint32_t> pivot_ids(regions);
+  uint64_t state = seed ^ 0x726567696f6e73ULL;
+  draw_distinct(state, static_cast<uint64_t>(n), static_cast<int>(regions), pivot_ids.data());
+  Matrix pivots(regions, data.dim);
+  for (int64_t r = 0; r < regions; ++r) {
+    std::copy(data.row(pivot_ids[r]), data.row(pivot_ids[r]) + data.dim, pivots.row(r));
+  }
+  std::vector<uint32_t> region(n);
+  std::vector<float> dist(n);
+  RunControl without_progress = control;  // the caller's progress counts its own steps
+  without_progress.progress_done = nullptr;
+  without_progress.progress_total = nullptr;
+  exact_knn(pivots.view(), data, Metric::L2, 1, region.data(), dist.data(), without_progress);
+  std::vector<int64_t> start(regions + 1, 0);
+  for (uint32_t r : region) ++start[r + 1];
+  for (int64_t r = 0; r < regions; ++r) start[r + 1] += start[r];
+  for (int64_t i = 0; i < n; ++i) order[start[region[i]]++] = static_cast<uint32_t>(i);
+  return order;
 }
 
 int run_descent(MatrixView data, Metric metric, DescentLists& lists, const DescentOptions& options,

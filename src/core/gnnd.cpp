@@ -40,9 +40,23 @@ KnnGraph gnnd_build(MatrixView data, Metric metric, const GnndParams& params,
   check_gnnd_params(data, params);
   const int64_t n = data.rows;
   control.set_total(n * (params.iterations + 1));
+
+  // The build runs on a copy of the rows stored in region order, so that the
+  // rows and lists a join touches are mostly neighbors in memory too; ids are
+  // mapped back at the end.
+  const std::vector<uint32_t> order = region_order(data, params.seed, control);
+  Matrix local(n, data.dim);
+  parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      std::copy(data.row(order[i]), data.row(order[i]) + data.dim, local.row(i));
+    }
+  });
+
   DescentLists lists(n, params.k);
   parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
-    for (int64_t s = begin; s < end; ++s) init_random_list(data, metric, params.seed, s, lists);
+    for (int64_t s = begin; s < end; ++s) {
+      init_random_list(local.view(), metric, params.seed, s, lists);
+    }
     control.add_done(end - begin);
   });
 
@@ -51,9 +65,23 @@ KnnGraph gnnd_build(MatrixView data, Metric metric, const GnndParams& params,
   options.iterations = params.iterations;
   options.min_update_rate = params.min_update_rate;
   options.seed = params.seed;
-  const int ran = run_descent(data, metric, lists, options, control);
+  options.order_joins_by_region = false;
+  const int ran = run_descent(local.view(), metric, lists, options, control);
   control.add_done(n * (params.iterations - ran));  // iterations skipped after convergence
-  return lists.to_graph();
+
+  KnnGraph graph(n, params.k);
+  parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const DescentLists::Entry* entries = lists.list(i);
+      uint32_t* ids = graph.ids.data() + static_cast<int64_t>(order[i]) * params.k;
+      float* dists = graph.dists.data() + static_cast<int64_t>(order[i]) * params.k;
+      for (int j = 0; j < params.k; ++j) {
+        ids[j] = entries[j].id == kInvalidId ? kInvalidId : order[entries[j].id];
+        dists[j] = entries[j].dist;
+      }
+    }
+  });
+  return graph;
 }
 
 }  // namespace tsdg
