@@ -208,17 +208,20 @@ int run(const BenchOptions& o) {
   const Workload w = load_workload(o);
   const MatrixView data = w.data.view();
   const MatrixView queries = w.queries.view();
-  report.emit(Record("data")
-                  .add("source", w.source)
-                  .add("rows", data.rows)
-                  .add("dim", data.dim)
-                  .add("queries", queries.rows)
-                  .add("metric", metric_name(o.metric))
-                  .add("clusters", o.synthetic.clusters)
-                  .add("intrinsic_dim", o.synthetic.intrinsic_dim)
-                  .add("spread", o.synthetic.spread)
-                  .add("seed", static_cast<int64_t>(o.synthetic.seed))
-                  .add("threads", pool.size())
+  Record data_record("data");
+  data_record.add("source", w.source)
+      .add("rows", data.rows)
+      .add("dim", data.dim)
+      .add("queries", queries.rows)
+      .add("metric", metric_name(o.metric));
+  if (o.data_path.empty()) {
+    data_record.add("clusters", o.synthetic.clusters)
+        .add("intrinsic_dim", o.synthetic.intrinsic_dim)
+        .add("spread", o.synthetic.spread)
+        .add("noise", o.synthetic.noise)
+        .add("seed", static_cast<int64_t>(o.synthetic.seed));
+  }
+  report.emit(data_record.add("threads", pool.size())
                   .add("backend", backend->name())
                   .add("kernel", distance_kernels().name)
                   .add("date", today())
