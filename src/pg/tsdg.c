@@ -36,6 +36,7 @@ TsdgInit(void)
 	TsdgBuildParams defaults;
 
 	tsdg_build_params_default(&defaults);
+	defaults.build_k = TSDG_DEFAULT_BUILD_K;
 
 	tsdg_relopt_kind = add_reloption_kind();
 	add_int_reloption(tsdg_relopt_kind, "degree",

@@ -237,6 +237,7 @@ TsdgParamsFromOptions(Relation index, TsdgBuildParams *params)
 	TsdgOptions *opts = TsdgGetOptions(index);
 
 	tsdg_build_params_default(params);
+	params->build_k = TSDG_DEFAULT_BUILD_K;
 	if (opts == NULL)
 		return;
 	params->degree = opts->degree;
