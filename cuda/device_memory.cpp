@@ -1,5 +1,7 @@
 #include "device_memory.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 
 namespace tsdg::cuda {
@@ -53,7 +55,13 @@ size_t usable_device_memory() {
   TSDG_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   // cuBLAS workspaces, kernel stacks and fragmentation.
   const size_t reserve = 256u << 20;
-  return free_bytes > reserve ? free_bytes - reserve : 0;
+  size_t usable = free_bytes > reserve ? free_bytes - reserve : 0;
+  // A smaller budget on request, so tests can take the out-of-memory paths.
+  if (const char* limit = std::getenv("TSDG_GPU_MEMORY_LIMIT_MB")) {
+    const long long megabytes = std::atoll(limit);
+    if (megabytes > 0) usable = std::min(usable, static_cast<size_t>(megabytes) << 20);
+  }
+  return usable;
 }
 
 void require_device_memory(size_t bytes, const char* what) {

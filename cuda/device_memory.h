@@ -137,7 +137,8 @@ struct DeviceContext {
   explicit DeviceContext(int device_ordinal);
 };
 
-// Bytes free on the current device, less a reserve for the runtime and cuBLAS.
+// Bytes free on the current device, less a reserve for the runtime and cuBLAS;
+// at most TSDG_GPU_MEMORY_LIMIT_MB when the environment sets it (tests).
 size_t usable_device_memory();
 // Throws Error(OutOfMemory) naming what when bytes exceed usable_device_memory().
 void require_device_memory(size_t bytes, const char* what);

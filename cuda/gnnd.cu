@@ -522,19 +522,9 @@ KnnGraph exact_graph_by_bruteforce(DeviceContext& ctx, MatrixView data, Metric m
   return graph;
 }
 
-KnnGraph gnnd_build(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& params,
-                    const RunControl& control) {
+KnnGraph gnnd_build_resident(DeviceContext& ctx, MatrixView data, Metric metric,
+                             const GnndParams& params, const RunControl& control) {
   const int p = checked_sample_count(params);
-  if (data.rows >= static_cast<int64_t>(kIdMask)) {
-    throw Error(Status::InvalidArgument, "too many rows for 31-bit ids");
-  }
-  // Sampling needs lists much shorter than the set.
-  if (data.rows <= 4 * static_cast<int64_t>(params.k)) {
-    return exact_graph_by_bruteforce(ctx, data, metric, params.k, control);
-  }
-  const size_t data_bytes = static_cast<size_t>(data.rows) * data.dim * sizeof(float);
-  require_device_memory(data_bytes + GnndWorkspace::bytes_needed(data.rows, params.k, p),
-                        "GNND of this set");
   cudaStream_t stream = ctx.stream.get();
   PhaseTrace trace("gnnd", stream);
   DeviceMatrix rows = DeviceMatrix::upload(data, stream);
@@ -547,6 +537,32 @@ KnnGraph gnnd_build(DeviceContext& ctx, MatrixView data, Metric metric, const Gn
   KnnGraph graph = download_sorted_lists(ctx, ws);
   trace.mark("sort + download");
   return graph;
+}
+
+KnnGraph gnnd_build(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& params,
+                    const RunControl& control) {
+  const int p = checked_sample_count(params);
+  if (data.rows >= static_cast<int64_t>(kIdMask)) {
+    throw Error(Status::InvalidArgument, "too many rows for 31-bit ids");
+  }
+  // Sampling needs lists much shorter than the set.
+  if (data.rows <= 4 * static_cast<int64_t>(params.k)) {
+    return exact_graph_by_bruteforce(ctx, data, metric, params.k, control);
+  }
+  const size_t per_row = static_cast<size_t>(data.dim) * sizeof(float) +
+                         GnndWorkspace::bytes_needed(1, params.k, p);
+  const size_t usable = usable_device_memory();
+  if (per_row * static_cast<size_t>(data.rows) <= usable) {
+    return gnnd_build_resident(ctx, data, metric, params, control);
+  }
+  // Too large for one pass: shards of which two (and GGM's copy of their
+  // lists) fit at a time.
+  const int64_t shard_rows = static_cast<int64_t>(usable / (2 * (per_row + params.k * 8)) * 9 / 10);
+  if (shard_rows <= 4 * static_cast<int64_t>(params.k)) {
+    throw Error(Status::OutOfMemory, "GNND of this set: " + std::to_string(usable >> 20) +
+                                         " MiB of GPU memory is too little even for shards");
+  }
+  return gnnd_build_by_shards(ctx, data, metric, params, shard_rows, control);
 }
 
 }  // namespace tsdg::cuda

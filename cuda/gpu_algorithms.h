@@ -28,9 +28,21 @@ void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric m
 void compute_squared_norms(const float* rows, int64_t count, int dim, float* norms,
                            cudaStream_t stream);
 
-// gnnd.cu: GNND (paper 000, section 4).
+// gnnd.cu: GNND (paper 000, section 4); sets that do not fit in GPU memory
+// go through gnnd_build_by_shards.
 KnnGraph gnnd_build(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& params,
                     const RunControl& control);
+// GNND with the whole set resident.
+KnnGraph gnnd_build_resident(DeviceContext& ctx, MatrixView data, Metric metric,
+                             const GnndParams& params, const RunControl& control);
+
+// sharded_build.cpp: the out-of-GPU-memory path of paper 000, section 5: a
+// GNND graph per shard of shard_rows rows, then GGM between every pair of
+// shards, only the pair in use resident; each list keeps its k best over all
+// the shards merged so far.
+KnnGraph gnnd_build_by_shards(DeviceContext& ctx, MatrixView data, Metric metric,
+                              const GnndParams& params, int64_t shard_rows,
+                              const RunControl& control);
 
 // ggm.cu: GGM (paper 000, section 5).
 KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const KnnGraph& first,

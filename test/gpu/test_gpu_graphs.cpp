@@ -1,6 +1,7 @@
 // GPU GNND and GGM: recall of the graph within 0.01 of the CPU core's on the
 // same data, with the same parameters.
 #include <algorithm>
+#include <cstdlib>
 
 #include "bruteforce.h"
 #include "ggm.h"
@@ -100,6 +101,36 @@ TEST(GpuGgm, MergeRecallWithinOnePercentOfCpu) {
               direct_recall);
   EXPECT_GE(gpu_recall, cpu_recall - 0.01);
   EXPECT_GE(gpu_recall, direct_recall - 0.01);
+}
+
+// With a GPU memory budget below what one pass needs, GNND builds shards and
+// merges every pair by GGM (paper 000, section 5); the whole-set GGM, which
+// has no such path, reports OutOfMemory under the same budget.
+TEST(GpuGnnd, BuildsByShardsWhenTheSetDoesNotFit) {
+  TSDG_REQUIRE_GPU();
+  const Matrix data = make_clustered(clustered_spec(30000, 48, 40, 8));
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::L2, 10, cpu_control());
+  GnndParams params;
+  params.k = 32;
+  const KnnGraph direct = gpu_backend.build_knn_graph(data.view(), Metric::L2, params, RunControl{});
+  ::setenv("TSDG_GPU_MEMORY_LIMIT_MB", "12", 1);  // the set needs about 22 MiB
+  KnnGraph sharded;
+  bool merge_out_of_memory = false;
+  try {
+    sharded = gpu_backend.build_knn_graph(data.view(), Metric::L2, params, RunControl{});
+    gpu_backend.merge_knn_graphs(data.view(), 15000, KnnGraph(15000, 32), KnnGraph(15000, 32),
+                                 Metric::L2, params, RunControl{});
+  } catch (const Error& e) {
+    merge_out_of_memory = e.status() == Status::OutOfMemory;
+  }
+  ::unsetenv("TSDG_GPU_MEMORY_LIMIT_MB");
+  EXPECT_TRUE(merge_out_of_memory);
+  ASSERT_EQ(sharded.nodes, data.rows);
+  expect_valid_lists(sharded);
+  const double sharded_recall = graph_recall(sharded, exact, 10);
+  const double direct_recall = graph_recall(direct, exact, 10);
+  std::printf("GNND by shards recall@10: %.4f (one pass %.4f)\n", sharded_recall, direct_recall);
+  EXPECT_GE(sharded_recall, direct_recall - 0.01);
 }
 
 TEST(GpuGgm, RejectsMismatchedGraphs) {
