@@ -124,15 +124,15 @@ echo "killed the worker (pid $build_pid) during CREATE INDEX"
 wait "$build" || { cat "$dir/build.log"; fail "CREATE INDEX failed after the worker was killed"; }
 grep -q "WARNING:  tsdg index build falls back to the CPU" "$dir/build.log" \
   || { cat "$dir/build.log"; fail "no WARNING about the CPU build"; }
-recall=$(sql -At <<'SQL'
+# every row used as a query must find itself (distance 0) among its 10 nearest
+found=$(sql -At <<'SQL'
 SET enable_seqscan = off;
-SELECT avg((SELECT count(*) FROM unnest(ARRAY(SELECT id FROM big ORDER BY v <-> q.v LIMIT 10)) g
-            WHERE g = ANY (ARRAY(SELECT id FROM big ORDER BY (v <-> q.v) + 0 LIMIT 10))))
-FROM (SELECT v FROM big WHERE id % 2000 = 1) q;
+SELECT count(*) FILTER (WHERE q.id = ANY (ARRAY(SELECT id FROM big ORDER BY v <-> q.v LIMIT 10))) || '/' || count(*)
+FROM (SELECT id, v FROM big WHERE id % 2000 = 1) q;
 SQL
 )
-echo "index built on the CPU after the kill; recall@10 of 10 of its rows as queries: $recall"
-awk -v r="$recall" 'BEGIN { exit !(r >= 8) }' || fail "the CPU-built index finds $recall of 10"
+echo "index built on the CPU after the kill; rows that find themselves: $found"
+[ "${found%/*}" = "${found#*/}" ] || fail "the CPU-built index lost rows: $found find themselves"
 wait_ready || fail "no worker after the kill during the build"
 
 # ---- sessions terminated while they wait leave no request behind ----
