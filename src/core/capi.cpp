@@ -105,13 +105,18 @@ void require(bool condition, const char* message) {
   if (!condition) throw Error(Status::InvalidArgument, message);
 }
 
-tsdg::Metric to_metric(TsdgMetric metric) {
-  switch (metric) {
+// A C caller may pass any int as a metric; it is read as an int, since a C++
+// load of an enum outside its range of values is undefined.
+tsdg::Metric to_metric(const TsdgMetric& metric) {
+  int value = 0;
+  static_assert(sizeof(value) == sizeof(metric), "TsdgMetric is an int");
+  std::memcpy(&value, &metric, sizeof(value));
+  switch (value) {
     case TSDG_METRIC_L2: return tsdg::Metric::L2;
     case TSDG_METRIC_INNER_PRODUCT: return tsdg::Metric::InnerProduct;
     case TSDG_METRIC_COSINE: return tsdg::Metric::Cosine;
   }
-  throw Error(Status::InvalidArgument, "unknown metric " + std::to_string(static_cast<int>(metric)));
+  throw Error(Status::InvalidArgument, "unknown metric " + std::to_string(value));
 }
 
 tsdg::Backend& backend_of(TsdgBackend* backend) {
