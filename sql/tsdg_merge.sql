@@ -96,9 +96,26 @@ INSERT INTO merge_cos SELECT i, merge_vec(i) FROM generate_series(301, 400) i;
 SELECT tsdg_merge('merge_cos_idx');
 SELECT id FROM merge_cos ORDER BY v <=> merge_vec(350) LIMIT 1;
 
+-- an index built on an empty table: the first merge builds its graph, and
+-- a merge that drops every row leaves an empty graph that takes rows again
+CREATE TABLE merge_empty (id int, v vector);
+CREATE INDEX merge_empty_idx ON merge_empty USING tsdg (v vector_l2_ops);
+SELECT tsdg_merge('merge_empty_idx');
+INSERT INTO merge_empty SELECT i, ARRAY[i, i % 7, i % 13]::real[]::vector FROM generate_series(1, 500) i;
+SELECT tsdg_merge('merge_empty_idx');
+SELECT rows, pending, graph_version, dims, merges FROM tsdg_index_info('merge_empty_idx');
+SELECT id FROM merge_empty ORDER BY v <-> '[250,5,3]' LIMIT 3;
+DELETE FROM merge_empty;
+VACUUM merge_empty;
+SELECT tsdg_merge('merge_empty_idx');
+SELECT rows, pending, deleted, graph_version FROM tsdg_index_info('merge_empty_idx');
+INSERT INTO merge_empty VALUES (1, '[1,1,1]');
+SELECT tsdg_merge('merge_empty_idx');
+SELECT id FROM merge_empty ORDER BY v <-> '[1,1,1]' LIMIT 3;
+
 -- errors
 SELECT tsdg_merge('merge_items_pkey');
 SELECT tsdg_merge('merge_items');
 
-DROP TABLE merge_items, merge_sizes, merge_cos;
+DROP TABLE merge_items, merge_sizes, merge_cos, merge_empty;
 DROP FUNCTION merge_check, merge_vec;

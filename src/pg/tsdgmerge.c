@@ -185,8 +185,8 @@ TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta, BlockNumber *
  * the metapage before its switch can still run: scans pin the metapage for
  * their whole life, so holding a cleanup lock on it (no other pin) proves
  * it. The retired pending pages go to the free list, the spare region stays
- * spare, now writable. Without wait, gives up (returns false) when a scan
- * still holds a pin.
+ * spare, now writable. Without wait, gives up (returns false) when some
+ * other pin stays for a second: a scan still runs.
  */
 static bool
 TsdgReclaimRetired(Relation index, bool wait)
@@ -207,10 +207,21 @@ TsdgReclaimRetired(Relation index, bool wait)
 
 	if (wait)
 		LockBufferForCleanup(metabuf);
-	else if (!ConditionalLockBufferForCleanup(metabuf))
+	else
 	{
-		ReleaseBuffer(metabuf);
-		return false;
+		/* inserts pin the metapage for moments: give them a second */
+		int			tries = 0;
+
+		while (!ConditionalLockBufferForCleanup(metabuf))
+		{
+			if (++tries >= 100)
+			{
+				ReleaseBuffer(metabuf);
+				return false;
+			}
+			pg_usleep(10000L);
+			CHECK_FOR_INTERRUPTS();
+		}
 	}
 
 	meta = TsdgPageGetMeta(BufferGetPage(metabuf));
