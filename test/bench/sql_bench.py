@@ -170,6 +170,20 @@ def info_row(server, database, call):
     return json.loads(server.value(database, "SELECT row_to_json(r)::text FROM %s r" % call))
 
 
+def wait_for_gpu_worker(server, database, seconds=60):
+    """The GPU worker's state once it has finished starting (so that CREATE INDEX is
+    not sent to the CPU by a worker still loading CUDA); None without the worker."""
+    if server.value(database, "SELECT to_regproc('tsdg_gpu_status') IS NOT NULL") != "t":
+        return None
+    deadline = time.monotonic() + seconds
+    while True:
+        state = server.value(database, "SELECT state FROM tsdg_gpu_status()")
+        if state not in ("starting", "stopped") or time.monotonic() > deadline:
+            sys.stderr.write("  GPU worker: %s\n" % state)
+            return state
+        time.sleep(0.5)
+
+
 def sweep(server, method, truth, args, results, deadline, counter):
     recall_queries = args.exact_queries if not method.uses_index else truth.shape[0]
     batch = method.name == "tsdg" and args.batch and server.value(
@@ -267,6 +281,8 @@ def main(argv):
         if method.database not in prepared:
             prepare_database(server, method.database, method.extension, base, queries, args, results)
             prepared.add(method.database)
+        if method.name == "tsdg":
+            results["gpu_state_before_build"] = wait_for_gpu_worker(server, method.database)
         if method.uses_index:
             build(server, method, args, results)
         report.write_all(results, args.out)
