@@ -267,8 +267,10 @@ def main(argv):
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
 
-    candidates = [] if args.no_exact else [methods.exact(args.dbname)]
-    candidates.append(methods.tsdg(args.dbname, args.tsdg_options, ef_values, lambda_values))
+    # tsdg first: with --time-budget, the baseline is what gets cut
+    candidates = [methods.tsdg(args.dbname, args.tsdg_options, ef_values, lambda_values)]
+    if not args.no_exact:
+        candidates.append(methods.exact(args.dbname))
     if not args.no_pgvector and server.value(
             "postgres", "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"):
         candidates.append(methods.pgvector_hnsw(args.dbname + "_pgvector", ef_values))
