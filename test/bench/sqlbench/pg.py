@@ -53,7 +53,7 @@ class Server:
                 "-d", self.conninfo(database)]
 
     def query(self, database, sql, settings=None):
-        """Rows (lists of strings) of the last statement of `sql`."""
+        """Rows (lists of strings) printed by the statements of `sql`, in order."""
         done = subprocess.run(self._psql_args(database), input=sql, text=True,
                               capture_output=True, env=self.environment(settings))
         if done.returncode != 0:
