@@ -63,7 +63,7 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
   echo "== worker_fallback.sh with the CUDA worker"
   work=$(mktemp -d /tmp/worker_fallback.XXXXXX)
   chmod 755 "$work"
-  if TSDG_WORKER_BACKEND=cuda TSDG_BUILD_COPIES=${TSDG_BUILD_COPIES:-50} timeout 300 bash test/tap/worker_fallback.sh "$work" >"$OUT/worker_fallback.log" 2>&1; then
+  if TSDG_WORKER_BACKEND=cuda TSDG_BIG_ROWS=${TSDG_BIG_ROWS:-1000000} timeout 300 bash test/tap/worker_fallback.sh "$work" >"$OUT/worker_fallback.log" 2>&1; then
     echo "worker_fallback.sh: ok"; tail -12 "$OUT/worker_fallback.log"
   else
     echo "worker_fallback.sh: FAILED"; tail -40 "$OUT/worker_fallback.log"; failed=1
