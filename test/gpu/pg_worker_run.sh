@@ -8,7 +8,8 @@
 # starts PostgreSQL with pg_tsdg preloaded (the worker loads pg_tsdg_cuda.so), then
 #   tests: the worker regression test (sql/worker.sql against expected/worker.out, the
 #          searches answered by the GPU) and test/tap/worker_fallback.sh with the CUDA
-#          worker (SIGKILL during searches and during CREATE INDEX, terminated sessions);
+#          worker (SIGKILL during searches and during CREATE INDEX, terminated sessions)
+#          and test/tap/worker_cache.sh (resident indexes: loads, eviction, reloads);
 #   bench: test/gpu/pg_worker_bench.py: ROWS x DIM (default 1M x 128) clustered rows
 #          loaded with COPY, CREATE INDEX on the GPU and on the CPU, recall@10 of both,
 #          GPU and CPU searches compared, pgbench at CLIENTS, tsdg_search_batch.
@@ -67,6 +68,12 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
     echo "worker_fallback.sh: ok"; tail -12 "$OUT/worker_fallback.log"
   else
     echo "worker_fallback.sh: FAILED"; tail -40 "$OUT/worker_fallback.log"; failed=1
+  fi
+  echo "== worker_cache.sh with the CUDA worker"
+  if TSDG_WORKER_BACKEND=cuda timeout 120 bash test/tap/worker_cache.sh "$work" >>"$OUT/worker_fallback.log" 2>&1; then
+    echo "worker_cache.sh: ok"; tail -8 "$OUT/worker_fallback.log"
+  else
+    echo "worker_cache.sh: FAILED"; tail -30 "$OUT/worker_fallback.log"; failed=1
   fi
 fi
 
