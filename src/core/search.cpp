@@ -353,9 +353,7 @@ int64_t CpuSearchIndex::search_one(const float* query, const SearchParams& param
   for (int64_t i = 0; i < entry_count; ++i) {
     visited.mark(entries_[i]);
     const float d = distance_(query, entry_rows_.row(i), dim);
-    if (pool.size() < pool.capacity() || d < pool[pool.size() - 1].dist) {
-      pool.insert(entries_[i], d, nullptr, nullptr);
-    }
+    pool.push(entries_[i], d);
   }
   int64_t computed = entry_count;
 
@@ -376,12 +374,15 @@ int64_t CpuSearchIndex::search_one(const float* query, const SearchParams& param
     if (count > 0) prefetch_row(data_.row(fresh[0]), dim);
     for (int i = 0; i < count; ++i) {
       if (i + 1 < count) prefetch_row(data_.row(fresh[i + 1]), dim);
-      const float d = distance_(query, data_.row(fresh[i]), dim);
-      if (pool.size() < pool.capacity() || d < pool[pool.size() - 1].dist) {
-        pool.insert(fresh[i], d, nullptr, nullptr);
-      }
+      pool.push(fresh[i], distance_(query, data_.row(fresh[i]), dim));
     }
     computed += count;
+    // The next node to expand is known now; its list is the next cache miss.
+    const uint32_t next = pool.peek_unexpanded();
+    if (next != kInvalidId) {
+      __builtin_prefetch(graph_.list(next), 0, 3);
+      __builtin_prefetch(graph_.list_lambdas(next), 0, 3);
+    }
   }
 
   const int found = std::min(params.k, pool.size());

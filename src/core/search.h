@@ -85,6 +85,31 @@ class CandidatePool {
   // to *dropped, if dropped is not null, and true is returned through
   // *has_dropped.
   void insert(uint32_t id, float dist, Entry* dropped, bool* has_dropped);
+  // insert() without reporting what leaves: the in-memory search's hot path.
+  void push(uint32_t id, float dist) {
+    if (size_ == capacity_) {
+      const Entry& worst = entries_[size_ - 1];
+      if (dist > worst.dist || (dist == worst.dist && id >= worst.id)) return;
+      --size_;
+    }
+    int at = size_;
+    while (at > 0 && (entries_[at - 1].dist > dist ||
+                      (entries_[at - 1].dist == dist && entries_[at - 1].id > id))) {
+      entries_[at] = entries_[at - 1];
+      --at;
+    }
+    entries_[at] = Entry{dist, id, false};
+    ++size_;
+    if (at < first_unexpanded_) first_unexpanded_ = at;
+  }
+  // The id pop_nearest_unexpanded would return next, ignoring the stop rule
+  // (for prefetching); kInvalidId when none is left.
+  uint32_t peek_unexpanded() const {
+    for (int i = first_unexpanded_; i < size_; ++i) {
+      if (!entries_[i].expanded) return entries_[i].id;
+    }
+    return kInvalidId;
+  }
   // The nearest unexpanded entry, marked expanded; kInvalidId when none is left
   // or the slack rule says stop.
   uint32_t pop_nearest_unexpanded(const SlackRule& slack);
