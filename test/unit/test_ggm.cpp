@@ -1,8 +1,7 @@
 #include <gtest/gtest.h>
 
-#include <set>
-
 #include "bruteforce.h"
+#include "knn_graph_test_util.h"
 #include "ggm.h"
 #include "gnnd.h"
 #include "recall.h"
@@ -12,19 +11,9 @@
 namespace tsdg {
 namespace {
 
-Matrix clustered(int64_t rows, int dim, uint64_t seed) {
-  SyntheticSpec spec;
-  spec.rows = rows;
-  spec.dim = dim;
-  spec.clusters = 16;
-  spec.intrinsic_dim = 8;
-  spec.seed = seed;
-  return make_clustered(spec);
-}
-
-double graph_recall(const KnnGraph& found, const KnnGraph& exact, int at) {
-  return recall_at(found.ids.data(), found.k, exact.ids.data(), exact.k, found.nodes, at);
-}
+using testing::clustered_rows;
+using testing::expect_valid_lists;
+using testing::graph_recall;
 
 struct MergeCase {
   Matrix data;
@@ -35,7 +24,7 @@ struct MergeCase {
 
 MergeCase make_case(int64_t rows, int64_t split, const RunControl& control) {
   MergeCase c;
-  c.data = clustered(rows, 24, 21);
+  c.data = clustered_rows(rows, 24, 21);
   c.split = split;
   c.params.k = 16;
   c.params.samples = 8;
@@ -57,18 +46,14 @@ TEST(Ggm, MergedRecallCloseToDirectBuild) {
   const double merged_recall = graph_recall(merged, c.exact, 10);
   EXPECT_GE(merged_recall, graph_recall(direct, c.exact, 10) - 0.02);
   EXPECT_GE(merged_recall, 0.93);
-  // Neighbors from both sides appear, lists are sorted and free of duplicates.
+  // Lists are full, sorted and free of duplicates, and hold neighbors from
+  // both sides.
+  expect_valid_lists(merged);
   int64_t cross = 0;
   for (int64_t i = 0; i < merged.nodes; ++i) {
-    std::set<uint32_t> seen;
     for (int j = 0; j < merged.k; ++j) {
       const uint32_t v = merged.list(i)[j];
       ASSERT_NE(v, kInvalidId);
-      EXPECT_NE(v, static_cast<uint32_t>(i));
-      EXPECT_TRUE(seen.insert(v).second);
-      if (j > 0) {
-        EXPECT_LE(merged.list_dists(i)[j - 1], merged.list_dists(i)[j]);
-      }
       cross += (i < c.split) != (v < c.split);
     }
   }

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "bruteforce.h"
+#include "knn_graph_test_util.h"
 #include "gnnd.h"
 #include "recall.h"
 #include "synthetic.h"
@@ -13,38 +14,12 @@
 namespace tsdg {
 namespace {
 
-Matrix clustered(int64_t rows, int dim, uint64_t seed) {
-  SyntheticSpec spec;
-  spec.rows = rows;
-  spec.dim = dim;
-  spec.clusters = 16;
-  spec.intrinsic_dim = 8;
-  spec.seed = seed;
-  return make_clustered(spec);
-}
-
-double graph_recall(const KnnGraph& found, const KnnGraph& exact, int at) {
-  return recall_at(found.ids.data(), found.k, exact.ids.data(), exact.k, found.nodes, at);
-}
-
-void expect_valid_lists(const KnnGraph& graph) {
-  for (int64_t i = 0; i < graph.nodes; ++i) {
-    std::set<uint32_t> seen;
-    for (int j = 0; j < graph.k; ++j) {
-      const uint32_t v = graph.list(i)[j];
-      if (v == kInvalidId) continue;
-      EXPECT_NE(v, static_cast<uint32_t>(i));
-      EXPECT_LT(v, graph.nodes);
-      EXPECT_TRUE(seen.insert(v).second) << "duplicate in list " << i;
-      if (j > 0) {
-        EXPECT_LE(graph.list_dists(i)[j - 1], graph.list_dists(i)[j]);
-      }
-    }
-  }
-}
+using testing::clustered_rows;
+using testing::expect_valid_lists;
+using testing::graph_recall;
 
 TEST(Gnnd, ReachesHighRecallOnSmallData) {
-  const Matrix data = clustered(5000, 32, 11);
+  const Matrix data = clustered_rows(5000, 32, 11);
   ThreadPool pool(2);
   RunControl control;
   control.pool = &pool;
@@ -60,7 +35,7 @@ TEST(Gnnd, ReachesHighRecallOnSmallData) {
 }
 
 TEST(Gnnd, RecallGrowsWithIterations) {
-  const Matrix data = clustered(3000, 24, 12);
+  const Matrix data = clustered_rows(3000, 24, 12);
   GnndParams params;
   params.k = 16;
   params.samples = 8;
@@ -78,7 +53,7 @@ TEST(Gnnd, RecallGrowsWithIterations) {
 }
 
 TEST(Gnnd, SameSeedSameGraphOnAnyThreadCount) {
-  const Matrix data = clustered(2000, 16, 13);
+  const Matrix data = clustered_rows(2000, 16, 13);
   GnndParams params;
   params.k = 12;
   params.samples = 6;
@@ -97,7 +72,7 @@ TEST(Gnnd, SameSeedSameGraphOnAnyThreadCount) {
 }
 
 TEST(Gnnd, InnerProductMetric) {
-  Matrix data = clustered(2000, 16, 14);
+  Matrix data = clustered_rows(2000, 16, 14);
   GnndParams params;
   params.k = 16;
   params.samples = 8;
@@ -108,7 +83,7 @@ TEST(Gnnd, InnerProductMetric) {
 }
 
 TEST(Gnnd, TinyInputs) {
-  const Matrix data = clustered(5, 4, 15);
+  const Matrix data = clustered_rows(5, 4, 15);
   GnndParams params;
   params.k = 8;
   const KnnGraph graph = gnnd_build(data.view(), Metric::L2, params, RunControl{});
@@ -124,7 +99,7 @@ TEST(Gnnd, TinyInputs) {
 }
 
 TEST(Gnnd, RejectsBadParams) {
-  const Matrix data = clustered(100, 4, 16);
+  const Matrix data = clustered_rows(100, 4, 16);
   GnndParams params;
   params.k = 0;
   EXPECT_THROW(gnnd_build(data.view(), Metric::L2, params, RunControl{}), Error);
@@ -134,7 +109,7 @@ TEST(Gnnd, RejectsBadParams) {
 }
 
 TEST(Gnnd, CancelsMidBuildAndReportsProgress) {
-  const Matrix data = clustered(20000, 32, 17);
+  const Matrix data = clustered_rows(20000, 32, 17);
   ThreadPool pool(2);
   std::atomic<bool> cancel{false};
   std::atomic<int64_t> done{0}, total{0};
