@@ -243,6 +243,11 @@ AddResident(const TsdgIndexKey *key, const float *rows, int64 n, int dims, int d
 	TimestampTz start = GetCurrentTimestamp();
 	bool		any_deleted = false;
 
+	/* an older graph of the same index is stale once a newer one is asked for */
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		if (residents[i].used && residents[i].key.database == key->database &&
+			residents[i].key.relfilenode == key->relfilenode)
+			FreeResident(&residents[i], "a newer graph of the index replaces it");
 	EvictFor(estimate);
 	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES && r == NULL; i++)
 		if (!residents[i].used)
