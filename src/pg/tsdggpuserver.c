@@ -622,8 +622,6 @@ ServeLoad(TakenRequest *t)
 typedef struct BuildPollState
 {
 	TakenRequest *request;
-	TakenRequest *others;		/* the rest of this batch, to turn away */
-	int			nothers;
 } BuildPollState;
 
 /* Sends searches that arrive during a build to the CPU instead of making them wait. */
@@ -662,7 +660,7 @@ ServeBuild(TakenRequest *t)
 	TsdgBulkHeader *header;
 	TsdgError	error;
 	TsdgStatus	status;
-	BuildPollState poll = {t, NULL, 0};
+	BuildPollState poll = {t};
 	TimestampTz start;
 	const float *rows;
 	uint32	   *neighbors;

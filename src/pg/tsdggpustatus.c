@@ -44,7 +44,10 @@ TsdgServerStateName(TsdgServerState state)
 	return "unknown";
 }
 
-/* [{"database": ..., "index": name or null, "relfilenode": ..., "graph_version": ...}, ...] */
+/*
+ * [{"database", "index" (its name in this database, else null), "relfilenode",
+ *   "graph_version", "nodes", "deleted", "bytes", "last_used", "loaded_at"}, ...]
+ */
 static Datum
 TsdgCachedIndexesJson(const TsdgCachedIndexInfo *cached, int count)
 {
@@ -73,6 +76,8 @@ TsdgCachedIndexesJson(const TsdgCachedIndexInfo *cached, int count)
 						 c->key.relfilenode, c->key.graph_version, c->key.node_count,
 						 c->key.deleted_count, c->bytes);
 		escape_json(&buf, timestamptz_to_str(c->last_used));
+		appendStringInfoString(&buf, ", \"loaded_at\": ");
+		escape_json(&buf, timestamptz_to_str(c->loaded_at));
 		appendStringInfoChar(&buf, '}');
 	}
 	appendStringInfoChar(&buf, ']');
