@@ -36,15 +36,33 @@ void check_merge_arguments(MatrixView data, int64_t split, const KnnGraph& first
   }
 }
 
-// The merged list of s before refinement (Algorithm 3, lines 1-9): the first
-// k - k/2 neighbors of its own graph, kept as OLD, and k/2 random rows of the
-// other side, marked NEW. The rest of its own list is held back in held.
-void init_merged_list(MatrixView data, Metric metric, uint64_t seed, int64_t s, const Side& own,
-                      const Side& other, DescentLists& lists, int held_k, uint32_t* held_ids,
-                      float* held_dists) {
+// Where each row sits in the copy the refinement runs on: region order
+// within each side, so that positions [0, split) are still the first side.
+struct Placement {
+  std::vector<uint32_t> row_at;       // position -> row
+  std::vector<uint32_t> position_of;  // row -> position
+};
+
+Placement place_rows(MatrixView data, int64_t split, uint64_t seed, const RunControl& control) {
+  Placement placement;
+  placement.row_at = region_order(data.slice(0, split), seed, control);
+  const std::vector<uint32_t> second = region_order(data.slice(split, data.rows - split), seed, control);
+  for (uint32_t r : second) placement.row_at.push_back(static_cast<uint32_t>(split + r));
+  placement.position_of.resize(data.rows);
+  for (int64_t i = 0; i < data.rows; ++i) placement.position_of[placement.row_at[i]] = static_cast<uint32_t>(i);
+  return placement;
+}
+
+// The merged list of position s (row `row`) before refinement (Algorithm 3,
+// lines 1-9): the first k - k/2 neighbors of its own graph, kept as OLD, and
+// k/2 random rows of the other side, marked NEW; lists hold positions. The
+// rest of its own list is held back in held, as rows.
+void init_merged_list(MatrixView local_data, Metric metric, uint64_t seed, int64_t s, int64_t row,
+                      const Side& own, const Side& other, const Placement& placement,
+                      DescentLists& lists, int held_k, uint32_t* held_ids, float* held_dists) {
   const int k = lists.k();
   const KnnGraph& graph = *own.graph;
-  const int64_t local = s - own.begin;
+  const int64_t local = row - own.begin;
   const uint32_t* ids = graph.list(local);
   const float* dists = graph.list_dists(local);
   DescentLists::Entry* entries = lists.list(s);
@@ -54,7 +72,7 @@ void init_merged_list(MatrixView data, Metric metric, uint64_t seed, int64_t s, 
   int count = 0;
   for (int j = 0; j < keep; ++j) {
     if (ids[j] == kInvalidId) continue;
-    entries[count] = {dists[j], static_cast<uint32_t>(own.begin + ids[j])};
+    entries[count] = {dists[j], placement.position_of[own.begin + ids[j]]};
     flags[count++] = 0;
   }
   for (int j = keep; j < keep + held_k; ++j) {
@@ -69,21 +87,22 @@ void init_merged_list(MatrixView data, Metric metric, uint64_t seed, int64_t s, 
   uint64_t state = seed ^ (static_cast<uint64_t>(s) * 0xd1b54a32d192ed03ULL);
   draw_distinct(state, static_cast<uint64_t>(other_rows), random, drawn.data());
   for (int j = 0; j < random; ++j) {
-    const auto v = static_cast<uint32_t>(other.begin + drawn[j]);
-    entries[count] = {metric_distance(metric, data.row(s), data.row(v), data.dim), v};
+    const auto v = static_cast<uint32_t>(other.begin + drawn[j]);  // a position of the other side
+    entries[count] = {metric_distance(metric, local_data.row(s), local_data.row(v), local_data.dim), v};
     flags[count++] = DescentLists::kNew;
   }
   lists.sort_list(s);
 }
 
-// Algorithm 3, line 12: the refined list merged with the held-back entries,
-// sorted, duplicates dropped, cut to k.
-void merge_held(const DescentLists::Entry* refined, int k, const uint32_t* held_ids,
-                const float* held_dists, int held_k, uint32_t* out_ids, float* out_dists) {
+// Algorithm 3, line 12: the refined list (positions) merged with the
+// held-back entries (rows), sorted, duplicates dropped, cut to k.
+void merge_held(const DescentLists::Entry* refined, int k, const uint32_t* row_at,
+                const uint32_t* held_ids, const float* held_dists, int held_k, uint32_t* out_ids,
+                float* out_dists) {
   std::vector<std::pair<float, uint32_t>> all;
   all.reserve(k + held_k);
   for (int j = 0; j < k; ++j) {
-    if (refined[j].id != kInvalidId) all.emplace_back(refined[j].dist, refined[j].id);
+    if (refined[j].id != kInvalidId) all.emplace_back(refined[j].dist, row_at[refined[j].id]);
   }
   for (int j = 0; j < held_k; ++j) {
     if (held_ids[j] != kInvalidId) all.emplace_back(held_dists[j], held_ids[j]);
@@ -112,12 +131,25 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
   std::vector<float> held_dists(static_cast<size_t>(n) * held_k);
 
   control.set_total(n * (params.iterations + 2));
+  // As in gnnd_build, the refinement runs on a copy of the rows in region
+  // order (within each side), so that a join's rows and lists are near in
+  // memory.
+  const Placement placement = place_rows(data, split, params.seed, control);
+  Matrix local(n, data.dim);
+  parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* row = data.row(placement.row_at[i]);
+      std::copy(row, row + data.dim, local.row(i));
+    }
+  });
+
   DescentLists lists(n, k);
   parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
     for (int64_t s = begin; s < end; ++s) {
       const int side = s < split ? 0 : 1;
-      init_merged_list(data, metric, params.seed, s, sides[side], sides[1 - side], lists, held_k,
-                       held_ids.data() + s * held_k, held_dists.data() + s * held_k);
+      init_merged_list(local.view(), metric, params.seed, s, placement.row_at[s], sides[side],
+                       sides[1 - side], placement, lists, held_k, held_ids.data() + s * held_k,
+                       held_dists.data() + s * held_k);
     }
     control.add_done(end - begin);
   });
@@ -128,16 +160,19 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
   options.min_update_rate = params.min_update_rate;
   options.seed = params.seed;
   options.split = split;
+  options.order_joins_by_region = false;
   // With one side empty there is nothing to cross-match.
   if (split == 0 || split == n) options.iterations = 0;
-  const int ran = run_descent(data, metric, lists, options, control);
+  const int ran = run_descent(local.view(), metric, lists, options, control);
   control.add_done(n * (params.iterations - ran));
 
   KnnGraph merged(n, k);
   parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
     for (int64_t s = begin; s < end; ++s) {
-      merge_held(lists.list(s), k, held_ids.data() + s * held_k, held_dists.data() + s * held_k,
-                 held_k, merged.ids.data() + s * k, merged.dists.data() + s * k);
+      const int64_t row = placement.row_at[s];
+      merge_held(lists.list(s), k, placement.row_at.data(), held_ids.data() + s * held_k,
+                 held_dists.data() + s * held_k, held_k, merged.ids.data() + row * k,
+                 merged.dists.data() + row * k);
     }
     control.add_done(end - begin);
   });
