@@ -26,6 +26,7 @@
 #include "postgres.h"
 
 #include "access/relation.h"
+#include "access/xlog.h"
 #include "access/table.h"
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
@@ -767,39 +768,44 @@ TsdgWriteRegion(TsdgMerge *m)
 	extend = !(m->meta.spare_start != TSDG_NO_BLOCK && m->meta.spare_blocks >= used);
 	if (extend)
 	{
+		/*
+		 * The new blocks are only allocated under the extension lock, and
+		 * written after it, so that inserts that need a page do not wait
+		 * for the writing.
+		 */
 		nm->region_blocks = used + used / 2;
 		if (need_lock)
 			LockRelationForExtension(m->index, ExclusiveLock);
 		start = RelationGetNumberOfBlocks(m->index);
+		for (BlockNumber i = 0; i < nm->region_blocks; i++)
+		{
+			Buffer		buf = ReadBufferExtended(m->index, MAIN_FORKNUM, P_NEW, RBM_NORMAL, NULL);
+
+			if (BufferGetBlockNumber(buf) != start + i)
+				elog(ERROR, "tsdg merge: block %u of index \"%s\" does not follow block %u",
+					 BufferGetBlockNumber(buf), RelationGetRelationName(m->index), start + i - 1);
+			ReleaseBuffer(buf);
+		}
+		if (need_lock)
+			UnlockRelationForExtension(m->index, ExclusiveLock);
 	}
 	else
 	{
 		nm->region_blocks = m->meta.spare_blocks;
 		start = m->meta.spare_start;
 	}
-	for (BlockNumber i = 0; i < nm->region_blocks; i++)
-	{
-		Buffer		buf;
 
-		if (extend)
-		{
-			buf = ReadBufferExtended(m->index, MAIN_FORKNUM, P_NEW, RBM_NORMAL, NULL);
-			LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
-			if (BufferGetBlockNumber(buf) != start + i)
-				elog(ERROR, "tsdg merge: block %u of index \"%s\" does not follow block %u",
-					 BufferGetBlockNumber(buf), RelationGetRelationName(m->index), start + i - 1);
-		}
-		else if (i >= used)
-			break;				/* the spare region's pages past the graph keep what they hold */
-		else
-			buf = ReadBufferExtended(m->index, MAIN_FORKNUM, start + i, RBM_ZERO_AND_LOCK, NULL);
+	/* the spare region's pages past the graph keep what they hold */
+	for (BlockNumber i = 0; i < (extend ? nm->region_blocks : used); i++)
+	{
+		Buffer		buf = ReadBufferExtended(m->index, MAIN_FORKNUM, start + i,
+											 RBM_ZERO_AND_LOCK, NULL);
+
 		TsdgWriteRegionPage(m, buf, i, node_pages, used, &layout);
 		UnlockReleaseBuffer(buf);
 		if ((i & 63) == 0)
 			CHECK_FOR_INTERRUPTS();
 	}
-	if (extend && need_lock)
-		UnlockRelationForExtension(m->index, ExclusiveLock);
 
 	nm->node_start = start;
 	nm->knn_start = start + node_pages;
@@ -847,6 +853,7 @@ TsdgSwitchGraph(TsdgMerge *m, bool free_spare)
 	TsdgMetaPage meta;
 	const TsdgMetaPageData *nm = &m->new_meta;
 	BlockNumber old_region = TsdgRegionBlocks(&m->meta);
+	XLogRecPtr	lsn;
 
 	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
 	if (free_spare)
@@ -890,10 +897,17 @@ TsdgSwitchGraph(TsdgMerge *m, bool free_spare)
 	meta->retired_readable = true;
 	meta->last_merge = GetCurrentTimestamp();
 	meta->merge_count++;
-	GenericXLogFinish(state);
+	lsn = GenericXLogFinish(state);
 	if (BufferIsValid(lastbuf))
 		UnlockReleaseBuffer(lastbuf);
 	UnlockReleaseBuffer(metabuf);
+
+	/*
+	 * A merge assigns no transaction id, so its commit would not flush the
+	 * WAL: flush it here, so that a merge that returned survives a crash.
+	 */
+	if (RelationNeedsWAL(m->index))
+		XLogFlush(lsn);
 }
 
 /*

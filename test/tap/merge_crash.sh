@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Crash during a merge: the server is stopped with -m immediate while
-# tsdg_merge() runs (the pending rows being merged, deleted rows being
-# dropped, inserts arriving); after recovery the index still has the old graph
+# tsdg_merge() writes the new graph (the pending rows being merged, deleted
+# rows being dropped, inserts arriving); after recovery the index still has the old graph
 # and every pending row, answers like an exact scan for rows equal to rows of
 # the table, and the next merge completes. Usage: merge_crash.sh WORKDIR
 # (starts its own cluster on 54347).
@@ -47,7 +47,9 @@ before=$(state)
 expected="$live"$'\n'"$probes"$'\n'"9800,600,1,0"
 [ "$before" = "$expected" ] || fail "before the merge: expected $expected, got $before"
 
-# the merge runs in the background; the server dies while it works
+# the merge runs in the background; rows arrive meanwhile; the server dies
+# once the merge has allocated the blocks of the new graph and writes them
+size_before=$(sql -At -c "SELECT pg_relation_size('items_idx')")
 sql -c "SELECT tsdg_merge('items_idx')" >/dev/null 2>&1 &
 merge_pid=$!
 for _ in $(seq 1 100); do
@@ -56,10 +58,15 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 [ "$running" = 1 ] || fail "the merge did not start"
-sleep 1.5
 sql -c "INSERT INTO items SELECT i, (SELECT array_agg(random()::real) FROM generate_series(1, 32) WHERE i > 0)::vector FROM generate_series(40001, 40100) i"
+for _ in $(seq 1 1200); do
+  size=$(sql -At -c "SELECT pg_relation_size('items_idx')")
+  [ "$size" -gt $((size_before + 16 * 8192)) ] && break
+  sleep 0.05
+done
+[ "$size" -gt $((size_before + 16 * 8192)) ] || fail "the merge never extended the index"
 still=$(sql -At -c "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT tsdg_merge%' AND state = 'active'")
-[ "$still" = 1 ] || fail "the merge ended before the crash; make the table larger"
+[ "$still" = 1 ] || fail "the merge ended before the crash"
 as_cluster_user pg_ctl -D "$dir/data" -m immediate -w stop >/dev/null
 wait "$merge_pid" || true
 as_cluster_user pg_ctl -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
