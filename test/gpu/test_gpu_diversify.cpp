@@ -1,41 +1,19 @@
 // GPU TSDG diversification: the list invariants of the CPU tests, occlusion
 // factors equal to a naive count of Inequation 1, the paper's line example,
 // and the same lists as the CPU diversify_tsdg on the same k-NN graph.
-#include <set>
 
 #include "bruteforce.h"
 #include "distance.h"
 #include "diversify.h"
 #include "gpu_test_support.h"
+#include "../unit/graph_invariants.h"
 
 namespace tsdg {
 namespace {
 
 using gpu_testing::clustered_spec;
 using gpu_testing::cpu_control;
-
-void expect_list_invariants(const TsdgGraph& graph, int lambda0) {
-  for (int64_t u = 0; u < graph.nodes; ++u) {
-    const uint32_t* ids = graph.list(u);
-    const uint8_t* lambdas = graph.list_lambdas(u);
-    std::set<uint32_t> seen;
-    bool padding = false;
-    for (int j = 0; j < graph.degree; ++j) {
-      if (ids[j] == kInvalidId) {
-        padding = true;
-        continue;
-      }
-      ASSERT_FALSE(padding) << "node " << u << ": an edge after the padding";
-      ASSERT_NE(ids[j], u) << "self edge at node " << u;
-      ASSERT_LT(ids[j], graph.nodes);
-      ASSERT_TRUE(seen.insert(ids[j]).second) << "duplicate edge at node " << u;
-      ASSERT_LE(lambdas[j], lambda0) << "node " << u;
-      if (j > 0) {
-        ASSERT_LE(lambdas[j - 1], lambdas[j]) << "λ decreases along node " << u;
-      }
-    }
-  }
-}
+using testing::expect_list_invariants;
 
 TEST(GpuDiversify, ListInvariantsAndSameListsAsCpu) {
   TSDG_REQUIRE_GPU();

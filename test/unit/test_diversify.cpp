@@ -12,36 +12,15 @@
 #include "distance.h"
 #include "diversify.h"
 #include "thread_pool.h"
+#include "graph_invariants.h"
 #include "tsdg_test_graphs.h"
 
 namespace tsdg {
 namespace {
 
+using testing::expect_list_invariants;
 using testing::small_clustered_spec;
 using testing::tsdg_graph_of;
-
-void expect_list_invariants(const TsdgGraph& graph, int lambda0) {
-  for (int64_t u = 0; u < graph.nodes; ++u) {
-    const uint32_t* ids = graph.list(u);
-    const uint8_t* lambdas = graph.list_lambdas(u);
-    std::set<uint32_t> seen;
-    bool padding = false;
-    for (int j = 0; j < graph.degree; ++j) {
-      if (ids[j] == kInvalidId) {
-        padding = true;
-        continue;
-      }
-      ASSERT_FALSE(padding) << "node " << u << ": an edge after the padding";
-      ASSERT_NE(ids[j], u) << "self edge at node " << u;
-      ASSERT_LT(ids[j], graph.nodes);
-      ASSERT_TRUE(seen.insert(ids[j]).second) << "duplicate edge at node " << u;
-      ASSERT_LE(lambdas[j], lambda0) << "node " << u;
-      if (j > 0) {
-        ASSERT_LE(lambdas[j - 1], lambdas[j]) << "λ decreases along node " << u;
-      }
-    }
-  }
-}
 
 TEST(Diversify, ListInvariantsOnClusteredData) {
   const Matrix data = make_clustered(small_clustered_spec(3000, 24, 12, 3));
