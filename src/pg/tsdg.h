@@ -27,10 +27,9 @@
  * ids and distances would be +75%) and CREATE INDEX writes them with the node
  * pages it writes anyway, while the distances are recomputed by a merge
  * (build_k distances per node, a small part of a merge's time). Rebuilding
- * the lists from the stored TSDG lists and their reverse edges is the
- * fallback for an index whose graph came without them (knn_k = 0): the
- * diversified lists keep only the far-apart members of a k-NN list, so GGM
- * then starts from a poorer graph.
+ * them from the stored TSDG lists and their reverse edges instead would cost
+ * no space, but the diversified lists keep only the far-apart members of a
+ * k-NN list, so GGM would start from a poorer graph at every merge.
  *
  * A graph occupies one contiguous region: node pages then k-NN pages. A
  * merge writes the new graph into another region (the spare one when it is
@@ -171,7 +170,7 @@ typedef struct TsdgMetaPageData
 	float4		nn1_bound;
 
 	/* format 2: stored k-NN lists and merges (tsdgmerge.c) */
-	int32		knn_k;			/* ids per k-NN record; 0 when none are stored */
+	int32		knn_k;			/* ids per k-NN record (build_k); 0 when none are stored */
 	uint32		region_blocks;	/* blocks of the graph's region, room to grow included;
 								 * 0: just its node and k-NN pages (a fresh build) */
 	BlockNumber spare_start;	/* a free graph region, or TSDG_NO_BLOCK */

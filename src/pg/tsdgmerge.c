@@ -299,32 +299,25 @@ TsdgDetachPending(TsdgMerge *m)
 	UnlockReleaseBuffer(metabuf);
 }
 
-/*
- * The k-NN list (old ids) a node starts from: its stored k-NN list, or, when
- * none is stored, its TSDG list and its reverse edges. Returns the count.
- */
+/* the stored k-NN lists of the old graph (old ids) and the renumbering */
 typedef struct TsdgOldGraph
 {
 	int64		nodes;
-	int			width;			/* knn_k, or the degree */
+	int			width;			/* knn_k */
 	uint32	   *lists;			/* nodes * width, TSDG_INVALID_ID padded */
-	int64	   *reverse_offsets;	/* only without stored k-NN lists */
-	uint32	   *reverse;
 	uint32	   *new_id;			/* old id -> new id, TSDG_INVALID_ID when deleted */
 } TsdgOldGraph;
 
+/* the valid entries of a node's stored k-NN list; returns the count */
 static int
-TsdgSourceList(const TsdgOldGraph *g, uint32 node, uint32 *out, int max)
+TsdgSourceList(const TsdgOldGraph *g, uint32 node, uint32 *out)
 {
 	int			count = 0;
 	const uint32 *list = g->lists + (int64) node * g->width;
 
-	for (int j = 0; j < g->width && count < max; j++)
+	for (int j = 0; j < g->width; j++)
 		if (list[j] != TSDG_INVALID_ID && list[j] < g->nodes)
 			out[count++] = list[j];
-	if (g->reverse_offsets != NULL)
-		for (int64 r = g->reverse_offsets[node]; r < g->reverse_offsets[node + 1] && count < max; r++)
-			out[count++] = g->reverse[r];
 	return count;
 }
 
@@ -353,7 +346,7 @@ TsdgCompareCandidates(const void *a, const void *b)
 static void
 TsdgOldKnnLists(TsdgMerge *m, const TsdgOldGraph *g, TsdgMetric metric)
 {
-	int			source_max = g->width + (g->reverse_offsets ? 2 * m->meta.degree : 0);
+	int			source_max = g->width;
 	int			candidate_max = source_max * (1 + source_max);
 	uint32	   *source = palloc(sizeof(uint32) * source_max);
 	uint32	   *second = palloc(sizeof(uint32) * source_max);
@@ -370,7 +363,7 @@ TsdgOldKnnLists(TsdgMerge *m, const TsdgOldGraph *g, TsdgMetric metric)
 
 		if (self == TSDG_INVALID_ID)
 			continue;
-		sources = TsdgSourceList(g, old, source, source_max);
+		sources = TsdgSourceList(g, old, source);
 		for (int j = 0; j < sources; j++)
 		{
 			uint32		v = g->new_id[source[j]];
@@ -379,7 +372,7 @@ TsdgOldKnnLists(TsdgMerge *m, const TsdgOldGraph *g, TsdgMetric metric)
 				candidates[count++].id = v;
 			else
 			{
-				int			seconds = TsdgSourceList(g, source[j], second, source_max);
+				int			seconds = TsdgSourceList(g, source[j], second);
 
 				for (int i = 0; i < seconds; i++)
 				{
@@ -415,33 +408,6 @@ TsdgOldKnnLists(TsdgMerge *m, const TsdgOldGraph *g, TsdgMetric metric)
 	pfree(source);
 	pfree(second);
 	pfree(candidates);
-}
-
-/* reverse edges of the TSDG lists, for an index without stored k-NN lists */
-static void
-TsdgReverseEdges(TsdgOldGraph *g)
-{
-	int64		edges = 0;
-	int64	   *fill;
-
-	g->reverse_offsets = MemoryContextAllocHuge(CurrentMemoryContext,
-												sizeof(int64) * (g->nodes + 1));
-	MemSet(g->reverse_offsets, 0, sizeof(int64) * (g->nodes + 1));
-	for (int64 i = 0; i < g->nodes * g->width; i++)
-		if (g->lists[i] < g->nodes)
-		{
-			g->reverse_offsets[g->lists[i] + 1]++;
-			edges++;
-		}
-	for (int64 v = 0; v < g->nodes; v++)
-		g->reverse_offsets[v + 1] += g->reverse_offsets[v];
-	g->reverse = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(edges, 1));
-	fill = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(int64) * (g->nodes + 1));
-	memcpy(fill, g->reverse_offsets, sizeof(int64) * (g->nodes + 1));
-	for (int64 i = 0; i < g->nodes * g->width; i++)
-		if (g->lists[i] < g->nodes)
-			g->reverse[fill[g->lists[i]]++] = (uint32) (i / g->width);
-	pfree(fill);
 }
 
 /*
@@ -504,7 +470,13 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 
 	MemSet(&g, 0, sizeof(g));
 	g.nodes = meta->node_count;
-	g.width = meta->knn_k > 0 ? meta->knn_k : meta->degree;
+	if (g.nodes > 0 && meta->knn_k != meta->build_k)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("tsdg index \"%s\" keeps no k-NN lists to merge with",
+						RelationGetRelationName(m->index)),
+				 errhint("REINDEX the index.")));
+	g.width = meta->build_k;
 	g.new_id = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(g.nodes, 1));
 	g.lists = MemoryContextAllocHuge(CurrentMemoryContext,
 									 sizeof(uint32) * Max(g.nodes, 1) * g.width);
@@ -531,9 +503,6 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 			char	   *rec = TsdgNodeRecord(&m->layout, page, id);
 			TsdgNodeHeader *hdr = (TsdgNodeHeader *) rec;
 
-			if (meta->knn_k == 0)
-				memcpy(g.lists + (int64) id * g.width, TsdgNodeNeighbors(rec, m->dims),
-					   sizeof(uint32) * g.width);
 			if (hdr->flags & TSDG_NODE_DELETED)
 			{
 				g.new_id[id] = TSDG_INVALID_ID;
@@ -552,24 +521,18 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	}
 
 	/* k-NN pages */
-	if (meta->knn_k > 0)
+	for (int64 first = 0; first < g.nodes; first += TsdgKnnPerPage(g.width))
 	{
-		int			per_page = TsdgKnnPerPage(meta->knn_k);
+		int			per_page = TsdgKnnPerPage(g.width);
+		int64		end = Min(first + per_page, g.nodes);
+		Buffer		buf = ReadBuffer(m->index, meta->knn_start + first / per_page);
 
-		for (int64 first = 0; first < g.nodes; first += per_page)
-		{
-			int64		end = Min(first + per_page, g.nodes);
-			Buffer		buf = ReadBuffer(m->index, meta->knn_start + first / per_page);
-
-			LockBuffer(buf, BUFFER_LOCK_SHARE);
-			memcpy(g.lists + first * g.width, PageGetContents(BufferGetPage(buf)),
-				   sizeof(uint32) * g.width * (end - first));
-			UnlockReleaseBuffer(buf);
-			CHECK_FOR_INTERRUPTS();
-		}
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		memcpy(g.lists + first * g.width, PageGetContents(BufferGetPage(buf)),
+			   sizeof(uint32) * g.width * (end - first));
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
 	}
-	else
-		TsdgReverseEdges(&g);
 
 	/* the consumed pending rows */
 	m->n_new = 0;
