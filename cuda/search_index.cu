@@ -136,7 +136,7 @@ void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uin
                                                      : ef / 2)
                                    : 0;
   if (params.entry_samples < 1) throw Error(Status::InvalidArgument, "search entry_samples must be positive");
-  if (!small_batch) prepare_entries(params.entry_samples, params.seed);
+  prepare_entries(params.entry_samples, params.seed);
   cudaStream_t stream = ctx_->stream.get();
   const DeviceGraph g{data_.data(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
   control.set_total(queries.rows);
@@ -153,7 +153,7 @@ void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uin
                         ef,
                         std::clamp(params.lambda_limit, 0, 255),
                         entries_.data(),
-                        small_batch ? 0 : entry_count_,
+                        entry_count_,
                         params.seed,
                         StopRule{params.slack, std::max(1, k), nn1_bound_, metric_ == Metric::L2},
                         result_ids_.data(),

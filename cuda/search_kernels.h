@@ -19,9 +19,9 @@ struct SearchLaunch {
   int k;
   int ef;
   int lambda_limit;
-  const uint32_t* entries;        // large batch: the navigating entry set (device)
+  const uint32_t* entries;        // the navigating entry set (device)
   int entry_count;
-  uint64_t seed;
+  uint64_t seed;  // small batch: the random entry nodes
   StopRule stop;
   uint32_t* ids;  // device, rows * k
   float* dists;   // device, rows * k
@@ -32,7 +32,8 @@ struct SearchLaunch {
 void launch_large_batch_search(const SearchLaunch& launch, cudaStream_t stream);
 
 // searches blocks of 32 warps per query, each a cheap greedy search keeping
-// its top 32, then one merge per query. partial_ids / partial_dists hold
+// its top 32 and starting from a different one of the best entries, then one
+// merge per query. partial_ids / partial_dists hold
 // rows * searches * 32 entries.
 void launch_small_batch_search(const SearchLaunch& launch, int searches, uint32_t* partial_ids,
                                float* partial_dists, cudaStream_t stream);

@@ -1,10 +1,19 @@
 // The small-batch search (paper 003, section 4.1, Algorithm 1): each query
-// gets `searches` blocks of 32 warps, each an independent greedy search from
-// the best of 32 random nodes. Per step the 32 warps score the neighbors of
-// the current node (warp w keeps the best it saw in R_temp[w]), warp 0 merges
-// R_temp into the block's top-32 with a bitonic sort and moves to the best new
-// node; a search stops when its top-32 no longer changes. A second kernel
-// merges the searches of each query into its top k.
+// gets `searches` blocks of 32 warps, each an independent greedy search. Per
+// step the 32 warps score the neighbors of the current node (warp w keeps the
+// best it saw in R_temp[w]), warp 0 merges R_temp into the block's top-32 with
+// a bitonic sort and moves to the best new node; a search stops when its
+// top-32 no longer changes. A second kernel merges the searches of each query
+// into its top k.
+// The paper starts each search from the best of 32 random nodes; on
+// clustered data most such starts lie in the wrong cluster and the greedy
+// walk never leaves it. Here every block also scores the index's navigating
+// entry set (the entries of the large-batch and CPU searches), and search s
+// draws the entry ranked s together with 31 random nodes: the searches start
+// from different good entries, and the random part of R keeps them from
+// stopping before they have walked (a list of only good entries ends a walk
+// at its first step).
+
 #include <algorithm>
 
 #include "device_memory.h"
@@ -17,28 +26,60 @@ constexpr int kWarpsPerSearch = 32;
 constexpr int kSearchThreads = kWarpsPerSearch * kWarpSize;
 constexpr int kMaxGreedySteps = 64;
 constexpr int kMergeWarps = 4;
+// Entries scored per block: the shared-memory cap (8 bytes an entry).
+constexpr int kMaxEntries = 2048;
+
+int scored_entries(const SearchLaunch& launch) { return std::min(launch.entry_count, kMaxEntries); }
 
 template <Metric M>
 __global__ void __launch_bounds__(kSearchThreads)
-    greedy_searches_kernel(SearchLaunch launch, int searches, uint32_t* partial_ids,
+    greedy_searches_kernel(SearchLaunch launch, int searches, int entries, uint32_t* partial_ids,
                            float* partial_dists) {
-  extern __shared__ __align__(16) float query[];
+  extern __shared__ __align__(16) float shared[];
   __shared__ float temp_dists[kWarpsPerSearch];
   __shared__ uint32_t temp_ids[kWarpsPerSearch];
   __shared__ float top_dists[kWarpSize];
   __shared__ uint32_t top_ids[kWarpSize];
   __shared__ uint32_t current;
+  __shared__ uint32_t start;
   __shared__ int improved;
   const DeviceGraph& g = launch.graph;
+  float* query = shared;
+  float* entry_dists = shared + ((g.dim + 3) & ~3);
+  uint32_t* entry_ids = reinterpret_cast<uint32_t*>(entry_dists + entries);
   const int64_t query_index = blockIdx.x / searches;
   const int search = static_cast<int>(blockIdx.x % searches);
   const int warp = threadIdx.x / kWarpSize;
   const int lane = lane_id();
   load_query(launch.queries + query_index * g.dim, g.dim, query);
 
-  // Entry: warp w scores random node w; the 32 start R and the best is u.
+  for (int i = warp; i < entries; i += kWarpsPerSearch) {
+    const uint32_t node = launch.entries[i];
+    const float d = warp_distance<M>(query, g.data + static_cast<int64_t>(node) * g.dim, g.dim);
+    if (lane == 0) {
+      entry_dists[i] = d;
+      entry_ids[i] = node;
+    }
+  }
+  if (threadIdx.x == 0) start = kInvalidId;
+  __syncthreads();
+  // The entry ranked `search` among the entries (by distance, then id).
+  const int start_rank = search % entries;
+  for (int i = threadIdx.x; i < entries; i += kSearchThreads) {
+    const float d = entry_dists[i];
+    const uint32_t id = entry_ids[i];
+    int rank = 0;
+    for (int j = 0; j < entries; ++j) rank += pair_less(entry_dists[j], entry_ids[j], d, id);
+    if (rank == start_rank) start = id;
+  }
+  __syncthreads();
+
+  // R: the start entry and 31 random nodes (the paper's random draw keeps
+  // the searches' lists apart); u is the best of them.
   {
-    const uint32_t node = random_node(launch.seed, query_index, search, warp, g.nodes);
+    const uint32_t node = warp == kWarpsPerSearch - 1 && start != kInvalidId
+                              ? start
+                              : random_node(launch.seed, query_index, search, warp, g.nodes);
     const float d = warp_distance<M>(query, g.data + static_cast<int64_t>(node) * g.dim, g.dim);
     if (lane == 0) {
       temp_dists[warp] = d;
@@ -176,14 +217,17 @@ __global__ void merge_searches_kernel(int64_t rows, int searches, int k, const u
 void launch_small_batch_search(const SearchLaunch& launch, int searches, uint32_t* partial_ids,
                                float* partial_dists, cudaStream_t stream) {
   if (launch.rows == 0) return;
-  const size_t query_bytes = static_cast<size_t>((launch.graph.dim + 3) & ~3) * sizeof(float);
+  const int entries = scored_entries(launch);
+  if (entries < 1) throw Error(Status::InvalidArgument, "the small-batch search needs entry points");
+  const size_t shared_bytes =
+      static_cast<size_t>((launch.graph.dim + 3) & ~3) * sizeof(float) + static_cast<size_t>(entries) * 8;
   dispatch_metric(launch.metric, [&](auto tag) {
     constexpr Metric M = decltype(tag)::value;
     auto kernel = greedy_searches_kernel<M>;
     TSDG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(query_bytes)));
-    kernel<<<static_cast<unsigned>(launch.rows * searches), kSearchThreads, query_bytes, stream>>>(
-        launch, searches, partial_ids, partial_dists);
+                                         static_cast<int>(shared_bytes)));
+    kernel<<<static_cast<unsigned>(launch.rows * searches), kSearchThreads, shared_bytes, stream>>>(
+        launch, searches, entries, partial_ids, partial_dists);
     check_launch("greedy_searches_kernel");
   });
   const size_t merge_bytes = static_cast<size_t>(kMergeWarps) * (2 * launch.k + kWarpSize) * 8;
