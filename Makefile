@@ -38,6 +38,9 @@ core:
 	cmake --build $(BUILD_DIR) -j$(shell nproc)
 
 $(CORE_LIB): core
+# PGXS tracks no header dependencies unless PostgreSQL was configured with
+# --enable-depend: rebuild the glue when a header it includes changes.
+$(OBJS): $(wildcard src/pg/*.h) src/core/tsdg_capi.h
 $(shlib): $(CORE_LIB)
 
 install: install-cuda-backend

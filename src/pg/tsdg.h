@@ -247,6 +247,19 @@ extern void TsdgLayoutFromMeta(TsdgLayout *layout, const TsdgMetaPageData *meta)
 extern BlockNumber TsdgNodeBlock(const TsdgLayout *layout, uint32 id);
 extern char *TsdgNodeRecord(const TsdgLayout *layout, Page page, uint32 id);
 extern int	TsdgPageRecordCount(Page page, Size record_size);
+
+/* rows read from pending pages, in list order; the arrays grow as needed */
+typedef struct TsdgPendingRows
+{
+	int64		count;
+	int64		capacity;
+	float	   *rows;			/* count * dims */
+	ItemPointerData *tids;		/* count */
+} TsdgPendingRows;
+
+extern void TsdgInitPendingRows(TsdgPendingRows *pending, int dims, int64 capacity);
+extern void TsdgReadPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
+								BlockNumber stop, TsdgPendingRows *pending);
 extern void TsdgInitNodePage(Page page);
 extern void TsdgInitPendingPage(Page page);
 extern void TsdgInitMetaPage(Page page, const TsdgMetaPageData *meta);

@@ -159,69 +159,30 @@ TsdgCpuSearchBatch(Relation index, const TsdgMetaPageData *meta, const TsdgBatch
 	}
 }
 
-/* Reads the pending rows; returns how many. */
-static int64
-TsdgReadPending(Relation index, const TsdgMetaPageData *meta, float **rows, ItemPointerData **tids)
-{
-	TsdgLayout	layout;
-	BlockNumber blkno = meta->pending_head;
-	int64		capacity = Max(meta->pending_count, 16);
-	int64		count = 0;
-
-	TsdgLayoutFromMeta(&layout, meta);
-	*rows = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * layout.dims * capacity);
-	*tids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(ItemPointerData) * capacity);
-	while (BlockNumberIsValid(blkno))
-	{
-		Buffer		buf = ReadBuffer(index, blkno);
-		Page		page;
-		int			records;
-
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		page = BufferGetPage(buf);
-		records = TsdgPageRecordCount(page, layout.pending_size);
-		for (int i = 0; i < records; i++)
-		{
-			char	   *rec = PageGetContents(page) + layout.pending_size * i;
-
-			if (count == capacity)
-			{
-				capacity *= 2;
-				*rows = repalloc_huge(*rows, sizeof(float) * layout.dims * capacity);
-				*tids = repalloc_huge(*tids, sizeof(ItemPointerData) * capacity);
-			}
-			(*tids)[count] = ((TsdgPendingHeader *) rec)->heaptid;
-			memcpy(*rows + count * layout.dims, TsdgRecordVector(rec), sizeof(float) * layout.dims);
-			count++;
-		}
-		blkno = TsdgPageGetOpaque(page)->next;
-		UnlockReleaseBuffer(buf);
-		CHECK_FOR_INTERRUPTS();
-	}
-	return count;
-}
-
 /* Merges the exact k nearest pending rows into each query's k graph results. */
 static void
 TsdgMergePending(Relation index, const TsdgMetaPageData *meta, const TsdgBatchQueries *queries,
 				 int k, ItemPointerData *tids, float *dists)
 {
-	float	   *rows;
-	ItemPointerData *pending_tids;
-	int64		np = TsdgReadPending(index, meta, &rows, &pending_tids);
+	TsdgLayout	layout;
+	TsdgPendingRows pending;
 	uint32	   *ids;
 	float	   *pdists;
 	ItemPointerData *merged_tids;
 	float	   *merged_dists;
 	TsdgError	error;
 
-	if (np == 0)
+	TsdgLayoutFromMeta(&layout, meta);
+	TsdgInitPendingRows(&pending, layout.dims, meta->pending_count);
+	TsdgReadPendingRows(index, &layout, meta->pending_head, InvalidBlockNumber, &pending);
+	if (pending.count == 0)
 		return;
 	ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * k * queries->searchable);
 	pdists = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * k * queries->searchable);
-	TsdgCheckCoreStatus(tsdg_exact_knn(NULL, rows, np, queries->matrix, queries->searchable,
-									   meta->dims, (TsdgMetric) meta->metric, k, ids, pdists,
-									   &error), &error);
+	TsdgCheckCoreStatus(tsdg_exact_knn(NULL, pending.rows, pending.count, queries->matrix,
+									   queries->searchable, meta->dims,
+									   (TsdgMetric) meta->metric, k, ids, pdists, &error),
+						&error);
 
 	merged_tids = palloc(sizeof(ItemPointerData) * k);
 	merged_dists = palloc(sizeof(float) * k);
@@ -241,7 +202,7 @@ TsdgMergePending(Relation index, const TsdgMetaPageData *meta, const TsdgBatchQu
 
 			if (take_pending)
 			{
-				merged_tids[out] = pending_tids[pi[p]];
+				merged_tids[out] = pending.tids[pi[p]];
 				merged_dists[out] = pd[p++];
 			}
 			else if (g < k)

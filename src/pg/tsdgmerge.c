@@ -466,7 +466,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	const TsdgMetaPageData *meta = &m->meta;
 	TsdgOldGraph g;
 	int64		capacity;
-	BlockNumber blkno;
+	TsdgPendingRows pending;
 
 	MemSet(&g, 0, sizeof(g));
 	g.nodes = meta->node_count;
@@ -534,34 +534,15 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 		CHECK_FOR_INTERRUPTS();
 	}
 
-	/* the consumed pending rows */
-	m->n_new = 0;
-	blkno = m->consumed_head;
-	while (BlockNumberIsValid(blkno) && blkno != m->remaining_head)
-	{
-		Buffer		buf = ReadBuffer(m->index, blkno);
-		Page		page;
-		int			count;
-
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		page = BufferGetPage(buf);
-		count = TsdgPageRecordCount(page, m->layout.pending_size);
-		for (int i = 0; i < count; i++)
-		{
-			char	   *rec = PageGetContents(page) + m->layout.pending_size * i;
-			int64		row = m->n_old + m->n_new;
-
-			if (row == capacity)
-				elog(ERROR, "tsdg index \"%s\" has more pending rows than its metapage counts",
-					 RelationGetRelationName(m->index));
-			m->tids[row] = ((TsdgPendingHeader *) rec)->heaptid;
-			memcpy(m->rows + row * m->dims, TsdgRecordVector(rec), sizeof(float) * m->dims);
-			m->n_new++;
-		}
-		blkno = TsdgPageGetOpaque(page)->next;
-		UnlockReleaseBuffer(buf);
-		CHECK_FOR_INTERRUPTS();
-	}
+	/* the consumed pending rows, after the live nodes */
+	pending.count = m->n_old;
+	pending.capacity = Max(capacity, 1);
+	pending.rows = m->rows;
+	pending.tids = m->tids;
+	TsdgReadPendingRows(m->index, &m->layout, m->consumed_head, m->remaining_head, &pending);
+	m->rows = pending.rows;
+	m->tids = pending.tids;
+	m->n_new = pending.count - m->n_old;
 	m->consumed_rows = m->n_new;
 
 	m->old_knn_ids = MemoryContextAllocHuge(CurrentMemoryContext,

@@ -280,40 +280,23 @@ TsdgComparePendingHits(const void *a, const void *b)
 static void
 TsdgScanPending(Relation index, TsdgScanOpaque so)
 {
-	BlockNumber blkno = so->meta.pending_head;
-	int64		capacity = Max(so->meta.pending_count, 16);
+	MemoryContext old_ctx = MemoryContextSwitchTo(so->ctx);
+	TsdgPendingRows rows;
 
-	so->pending = MemoryContextAllocHuge(so->ctx, sizeof(TsdgPendingHit) * capacity);
-	so->pending_count = 0;
-
-	while (BlockNumberIsValid(blkno))
+	TsdgInitPendingRows(&rows, so->layout.dims, so->meta.pending_count);
+	TsdgReadPendingRows(index, &so->layout, so->meta.pending_head, InvalidBlockNumber, &rows);
+	so->pending = MemoryContextAllocHuge(so->ctx, sizeof(TsdgPendingHit) * Max(rows.count, 1));
+	so->pending_count = rows.count;
+	for (int64 i = 0; i < rows.count; i++)
 	{
-		Buffer		buf = ReadBuffer(index, blkno);
-		Page		page;
-		int			count;
-
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		page = BufferGetPage(buf);
-		count = TsdgPageRecordCount(page, so->layout.pending_size);
-		for (int i = 0; i < count; i++)
-		{
-			char	   *rec = PageGetContents(page) + so->layout.pending_size * i;
-			TsdgPendingHit *hit;
-
-			if (so->pending_count == capacity)
-			{
-				capacity *= 2;
-				so->pending = repalloc_huge(so->pending, sizeof(TsdgPendingHit) * capacity);
-			}
-			hit = &so->pending[so->pending_count++];
-			hit->tid = ((TsdgPendingHeader *) rec)->heaptid;
-			hit->distance = tsdg_metric_distance(so->metric, so->query, TsdgRecordVector(rec),
-												 so->layout.dims);
-		}
-		blkno = TsdgPageGetOpaque(page)->next;
-		UnlockReleaseBuffer(buf);
-		CHECK_FOR_INTERRUPTS();
+		so->pending[i].tid = rows.tids[i];
+		so->pending[i].distance = tsdg_metric_distance(so->metric, so->query,
+													   rows.rows + i * so->layout.dims,
+													   so->layout.dims);
 	}
+	pfree(rows.rows);
+	pfree(rows.tids);
+	MemoryContextSwitchTo(old_ctx);
 
 	qsort(so->pending, so->pending_count, sizeof(TsdgPendingHit), TsdgComparePendingHits);
 	so->pending_pos = 0;

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "access/relation.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/rel.h"
 
@@ -95,6 +96,60 @@ int
 TsdgPageRecordCount(Page page, Size record_size)
 {
 	return (int) ((((PageHeader) page)->pd_lower - MAXALIGN(SizeOfPageHeaderData)) / record_size);
+}
+
+void
+TsdgInitPendingRows(TsdgPendingRows *pending, int dims, int64 capacity)
+{
+	pending->count = 0;
+	pending->capacity = Max(capacity, 16);
+	pending->rows = MemoryContextAllocHuge(CurrentMemoryContext,
+										   sizeof(float) * dims * pending->capacity);
+	pending->tids = MemoryContextAllocHuge(CurrentMemoryContext,
+										   sizeof(ItemPointerData) * pending->capacity);
+}
+
+/*
+ * Appends the rows of the pending list from head up to, not including, block
+ * stop (InvalidBlockNumber: to the end) to pending. The metapage's pending
+ * count is only a sizing hint: inserts may have added rows since it was read.
+ */
+void
+TsdgReadPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
+					BlockNumber stop, TsdgPendingRows *pending)
+{
+	BlockNumber blkno = head;
+
+	while (BlockNumberIsValid(blkno) && blkno != stop)
+	{
+		Buffer		buf = ReadBuffer(index, blkno);
+		Page		page;
+		int			records;
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		records = TsdgPageRecordCount(page, layout->pending_size);
+		for (int i = 0; i < records; i++)
+		{
+			char	   *rec = PageGetContents(page) + layout->pending_size * i;
+
+			if (pending->count == pending->capacity)
+			{
+				pending->capacity *= 2;
+				pending->rows = repalloc_huge(pending->rows,
+											  sizeof(float) * layout->dims * pending->capacity);
+				pending->tids = repalloc_huge(pending->tids,
+											  sizeof(ItemPointerData) * pending->capacity);
+			}
+			pending->tids[pending->count] = ((TsdgPendingHeader *) rec)->heaptid;
+			memcpy(pending->rows + pending->count * layout->dims, TsdgRecordVector(rec),
+				   sizeof(float) * layout->dims);
+			pending->count++;
+		}
+		blkno = TsdgPageGetOpaque(page)->next;
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 void
