@@ -257,6 +257,16 @@ typedef struct TsdgPendingRows
 	ItemPointerData *tids;		/* count */
 } TsdgPendingRows;
 
+/*
+ * Turns a search's node ids (nq lists of wide_k, ascending) into nq lists of
+ * k heap TIDs and distances, skipping deleted nodes (flags may be NULL) and
+ * padding with invalid TIDs / +inf. Allocates nothing, so the GPU server
+ * process may call it.
+ */
+extern void TsdgNodeResultsToTids(const uint32 *ids, const float *dists, int nq, int wide_k,
+								  int k, uint32 node_count, const ItemPointerData *node_tids,
+								  const uint8 *node_flags, ItemPointerData *out_tids,
+								  float *out_dists);
 extern void TsdgInitPendingRows(TsdgPendingRows *pending, int dims, int64 capacity);
 extern void TsdgReadPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
 								BlockNumber stop, TsdgPendingRows *pending);

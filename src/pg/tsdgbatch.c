@@ -135,28 +135,8 @@ TsdgCpuSearchBatch(Relation index, const TsdgMetaPageData *meta, const TsdgBatch
 	tsdg_index_free(resident);
 	TsdgCheckCoreStatus(status, &error);
 
-	for (int q = 0; q < queries->searchable; q++)
-	{
-		int			written = 0;
-
-		for (int j = 0; j < wide_k && written < k; j++)
-		{
-			uint32		id = ids[(Size) q * wide_k + j];
-
-			if (id == TSDG_INVALID_ID || id >= n)
-				break;
-			if (image.flags[id] & TSDG_NODE_DELETED)
-				continue;
-			tids[(Size) q * k + written] = image.tids[id];
-			dists[(Size) q * k + written] = wide_dists[(Size) q * wide_k + j];
-			written++;
-		}
-		for (; written < k; written++)
-		{
-			ItemPointerSetInvalid(&tids[(Size) q * k + written]);
-			dists[(Size) q * k + written] = INFINITY;
-		}
-	}
+	TsdgNodeResultsToTids(ids, wide_dists, queries->searchable, wide_k, k, n, image.tids,
+						  image.flags, tids, dists);
 }
 
 /* Merges the exact k nearest pending rows into each query's k graph results. */

@@ -542,28 +542,8 @@ ServeSearchBatch(TakenRequest *t)
 	{
 		out_tids = TsdgBulkArray(map.address, header->tids);
 		out_dists = TsdgBulkArray(map.address, header->dists);
-		for (int q = 0; q < args->nq; q++)
-		{
-			int			written = 0;
-
-			for (int j = 0; j < wide_k && written < k; j++)
-			{
-				uint32		id = ids[(Size) q * wide_k + j];
-
-				if (id == TSDG_INVALID_ID || id >= r->n)
-					break;
-				if (r->flags != NULL && (r->flags[id] & TSDG_NODE_DELETED))
-					continue;
-				out_tids[(Size) q * k + written] = r->tids[id];
-				out_dists[(Size) q * k + written] = dists[(Size) q * wide_k + j];
-				written++;
-			}
-			for (; written < k; written++)
-			{
-				ItemPointerSetInvalid(&out_tids[(Size) q * k + written]);
-				out_dists[(Size) q * k + written] = INFINITY;
-			}
-		}
+		TsdgNodeResultsToTids(ids, dists, args->nq, wide_k, k, r->n, r->tids, r->flags,
+							  out_tids, out_dists);
 		pg_atomic_fetch_add_u64(&TsdgShared->batches, 1);
 		pg_atomic_fetch_add_u64(&TsdgShared->batched_queries, args->nq);
 	}

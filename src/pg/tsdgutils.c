@@ -99,6 +99,35 @@ TsdgPageRecordCount(Page page, Size record_size)
 }
 
 void
+TsdgNodeResultsToTids(const uint32 *ids, const float *dists, int nq, int wide_k, int k,
+					  uint32 node_count, const ItemPointerData *node_tids,
+					  const uint8 *node_flags, ItemPointerData *out_tids, float *out_dists)
+{
+	for (int q = 0; q < nq; q++)
+	{
+		int			written = 0;
+
+		for (int j = 0; j < wide_k && written < k; j++)
+		{
+			uint32		id = ids[(Size) q * wide_k + j];
+
+			if (id == TSDG_INVALID_ID || id >= node_count)
+				break;
+			if (node_flags != NULL && (node_flags[id] & TSDG_NODE_DELETED))
+				continue;
+			out_tids[(Size) q * k + written] = node_tids[id];
+			out_dists[(Size) q * k + written] = dists[(Size) q * wide_k + j];
+			written++;
+		}
+		for (; written < k; written++)
+		{
+			ItemPointerSetInvalid(&out_tids[(Size) q * k + written]);
+			out_dists[(Size) q * k + written] = INFINITY;
+		}
+	}
+}
+
+void
 TsdgInitPendingRows(TsdgPendingRows *pending, int dims, int64 capacity)
 {
 	pending->count = 0;
