@@ -267,6 +267,9 @@ extern void TsdgNodeResultsToTids(const uint32 *ids, const float *dists, int nq,
 								  int k, uint32 node_count, const ItemPointerData *node_tids,
 								  const uint8 *node_flags, ItemPointerData *out_tids,
 								  float *out_dists);
+typedef void (*TsdgPendingVisitor) (void *arg, const ItemPointerData *tid, const float *vector);
+extern void TsdgVisitPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
+								 BlockNumber stop, TsdgPendingVisitor visit, void *arg);
 extern void TsdgInitPendingRows(TsdgPendingRows *pending, int dims, int64 capacity);
 extern void TsdgReadPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
 								BlockNumber stop, TsdgPendingRows *pending);

@@ -76,6 +76,7 @@ typedef struct TsdgScanOpaqueData
 	/* the pending rows, ascending by distance */
 	TsdgPendingHit *pending;
 	int64		pending_count;
+	int64		pending_capacity;
 	int64		pending_pos;
 } TsdgScanOpaqueData;
 
@@ -276,27 +277,31 @@ TsdgComparePendingHits(const void *a, const void *b)
 	return (da > db) - (da < db);
 }
 
+static void
+TsdgScorePendingRow(void *arg, const ItemPointerData *tid, const float *vector)
+{
+	TsdgScanOpaque so = (TsdgScanOpaque) arg;
+	TsdgPendingHit *hit;
+
+	if (so->pending_count == so->pending_capacity)
+	{
+		so->pending_capacity *= 2;
+		so->pending = repalloc_huge(so->pending, sizeof(TsdgPendingHit) * so->pending_capacity);
+	}
+	hit = &so->pending[so->pending_count++];
+	hit->tid = *tid;
+	hit->distance = tsdg_metric_distance(so->metric, so->query, vector, so->layout.dims);
+}
+
 /* Scores every pending row against the query, ascending. */
 static void
 TsdgScanPending(Relation index, TsdgScanOpaque so)
 {
-	MemoryContext old_ctx = MemoryContextSwitchTo(so->ctx);
-	TsdgPendingRows rows;
-
-	TsdgInitPendingRows(&rows, so->layout.dims, so->meta.pending_count);
-	TsdgReadPendingRows(index, &so->layout, so->meta.pending_head, InvalidBlockNumber, &rows);
-	so->pending = MemoryContextAllocHuge(so->ctx, sizeof(TsdgPendingHit) * Max(rows.count, 1));
-	so->pending_count = rows.count;
-	for (int64 i = 0; i < rows.count; i++)
-	{
-		so->pending[i].tid = rows.tids[i];
-		so->pending[i].distance = tsdg_metric_distance(so->metric, so->query,
-													   rows.rows + i * so->layout.dims,
-													   so->layout.dims);
-	}
-	pfree(rows.rows);
-	pfree(rows.tids);
-	MemoryContextSwitchTo(old_ctx);
+	so->pending_capacity = Max(so->meta.pending_count, 16);
+	so->pending = MemoryContextAllocHuge(so->ctx, sizeof(TsdgPendingHit) * so->pending_capacity);
+	so->pending_count = 0;
+	TsdgVisitPendingRows(index, &so->layout, so->meta.pending_head, InvalidBlockNumber,
+						 TsdgScorePendingRow, so);
 
 	qsort(so->pending, so->pending_count, sizeof(TsdgPendingHit), TsdgComparePendingHits);
 	so->pending_pos = 0;

@@ -139,13 +139,13 @@ TsdgInitPendingRows(TsdgPendingRows *pending, int dims, int64 capacity)
 }
 
 /*
- * Appends the rows of the pending list from head up to, not including, block
- * stop (InvalidBlockNumber: to the end) to pending. The metapage's pending
- * count is only a sizing hint: inserts may have added rows since it was read.
+ * Calls visit for every row of the pending list from head up to, not
+ * including, block stop (InvalidBlockNumber: to the end), in list order,
+ * while the row's page is share-locked.
  */
 void
-TsdgReadPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
-					BlockNumber stop, TsdgPendingRows *pending)
+TsdgVisitPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
+					 BlockNumber stop, TsdgPendingVisitor visit, void *arg)
 {
 	BlockNumber blkno = head;
 
@@ -162,23 +162,50 @@ TsdgReadPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
 		{
 			char	   *rec = PageGetContents(page) + layout->pending_size * i;
 
-			if (pending->count == pending->capacity)
-			{
-				pending->capacity *= 2;
-				pending->rows = repalloc_huge(pending->rows,
-											  sizeof(float) * layout->dims * pending->capacity);
-				pending->tids = repalloc_huge(pending->tids,
-											  sizeof(ItemPointerData) * pending->capacity);
-			}
-			pending->tids[pending->count] = ((TsdgPendingHeader *) rec)->heaptid;
-			memcpy(pending->rows + pending->count * layout->dims, TsdgRecordVector(rec),
-				   sizeof(float) * layout->dims);
-			pending->count++;
+			visit(arg, &((TsdgPendingHeader *) rec)->heaptid, TsdgRecordVector(rec));
 		}
 		blkno = TsdgPageGetOpaque(page)->next;
 		UnlockReleaseBuffer(buf);
 		CHECK_FOR_INTERRUPTS();
 	}
+}
+
+typedef struct PendingCopy
+{
+	TsdgPendingRows *pending;
+	int			dims;
+} PendingCopy;
+
+static void
+TsdgAppendPendingRow(void *arg, const ItemPointerData *tid, const float *vector)
+{
+	PendingCopy *copy = (PendingCopy *) arg;
+	TsdgPendingRows *pending = copy->pending;
+
+	if (pending->count == pending->capacity)
+	{
+		pending->capacity *= 2;
+		pending->rows = repalloc_huge(pending->rows,
+									  sizeof(float) * copy->dims * pending->capacity);
+		pending->tids = repalloc_huge(pending->tids, sizeof(ItemPointerData) * pending->capacity);
+	}
+	pending->tids[pending->count] = *tid;
+	memcpy(pending->rows + pending->count * copy->dims, vector, sizeof(float) * copy->dims);
+	pending->count++;
+}
+
+/*
+ * Appends the rows of the pending list from head up to block stop to
+ * pending. The metapage's pending count is only a sizing hint: inserts may
+ * have added rows since it was read.
+ */
+void
+TsdgReadPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
+					BlockNumber stop, TsdgPendingRows *pending)
+{
+	PendingCopy copy = {pending, layout->dims};
+
+	TsdgVisitPendingRows(index, layout, head, stop, TsdgAppendPendingRow, &copy);
 }
 
 void

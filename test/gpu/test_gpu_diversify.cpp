@@ -14,6 +14,7 @@ namespace {
 using gpu_testing::clustered_spec;
 using gpu_testing::cpu_control;
 using testing::expect_list_invariants;
+using testing::naive_occlusion_count;
 
 TEST(GpuDiversify, ListInvariantsAndSameListsAsCpu) {
   TSDG_REQUIRE_GPU();
@@ -46,19 +47,12 @@ TEST(GpuDiversify, OcclusionFactorsCountInequationOne) {
   const KnnGraph knn = exact_knn_graph(data.view(), Metric::L2, k, cpu_control());
   const TsdgGraph graph =
       gpu_backend.diversify(data.view(), Metric::L2, knn, DiversifyParams{2 * k, 1.2f, 254}, RunControl{});
-  const DistanceFn l2 = distance_kernels().l2_squared;
   int64_t positive = 0;
   for (int64_t u = 0; u < graph.nodes; ++u) {
     const uint32_t* ids = graph.list(u);
     if (ids[graph.degree - 1] != kInvalidId) continue;  // full: candidates may be cut
     for (int j = 0; j < graph.degree && ids[j] != kInvalidId; ++j) {
-      const float to_j = l2(data.row(u), data.row(ids[j]), data.dim);
-      int expected = 0;
-      for (int i = 0; i < graph.degree && ids[i] != kInvalidId; ++i) {
-        if (i == j) continue;
-        const float to_i = l2(data.row(u), data.row(ids[i]), data.dim);
-        if (to_i < to_j && l2(data.row(ids[i]), data.row(ids[j]), data.dim) < to_j) ++expected;
-      }
+      const int expected = naive_occlusion_count(data, graph, u, j);
       ASSERT_NEAR(graph.list_lambdas(u)[j], expected, 1) << "node " << u << " edge " << j;
       positive += expected > 0;
     }

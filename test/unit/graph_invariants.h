@@ -1,13 +1,15 @@
 // The invariants every stored TSDG list keeps, whichever backend built it:
 // no padding before an edge, no self edges or duplicates, ids in range, every
-// lambda <= lambda0 and lambdas non-decreasing along the list. Shared by the
-// CPU unit tests and the GPU tests.
+// lambda <= lambda0 and lambdas non-decreasing along the list; and the naive
+// occlusion count the stored lambdas are checked against. Shared by the CPU
+// unit tests and the GPU tests.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <set>
 
+#include "distance.h"
 #include "types.h"
 
 namespace tsdg {
@@ -34,6 +36,21 @@ inline void expect_list_invariants(const TsdgGraph& graph, int lambda0) {
       }
     }
   }
+}
+
+// How many other edges of node u's stored list occlude edge j (Inequation 1
+// of paper 003 with alpha = 1), counted naively with squared L2.
+inline int naive_occlusion_count(const Matrix& data, const TsdgGraph& graph, int64_t u, int j) {
+  const DistanceFn l2 = distance_kernels().l2_squared;
+  const uint32_t* ids = graph.list(u);
+  const float to_j = l2(data.row(u), data.row(ids[j]), data.dim);
+  int count = 0;
+  for (int i = 0; i < graph.degree && ids[i] != kInvalidId; ++i) {
+    if (i == j) continue;
+    const float to_i = l2(data.row(u), data.row(ids[i]), data.dim);
+    if (to_i < to_j && l2(data.row(ids[i]), data.row(ids[j]), data.dim) < to_j) ++count;
+  }
+  return count;
 }
 
 }  // namespace testing

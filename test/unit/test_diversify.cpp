@@ -19,6 +19,7 @@ namespace tsdg {
 namespace {
 
 using testing::expect_list_invariants;
+using testing::naive_occlusion_count;
 using testing::small_clustered_spec;
 using testing::tsdg_graph_of;
 
@@ -40,20 +41,13 @@ TEST(Diversify, OcclusionFactorsCountInequationOne) {
   const Matrix data = make_clustered(small_clustered_spec(1500, 16, 8, 5));
   const int k = 24;
   const TsdgGraph graph = tsdg_graph_of(data, k, DiversifyParams{2 * k, 1.2f, 254});
-  const DistanceFn l2 = distance_kernels().l2_squared;
   int64_t edges = 0;
   int64_t positive = 0;
   for (int64_t u = 0; u < graph.nodes; ++u) {
     const uint32_t* ids = graph.list(u);
     if (ids[graph.degree - 1] != kInvalidId) continue;  // full: candidates may be cut
     for (int j = 0; j < graph.degree && ids[j] != kInvalidId; ++j) {
-      const float to_j = l2(data.row(u), data.row(ids[j]), data.dim);
-      int expected = 0;
-      for (int i = 0; i < graph.degree && ids[i] != kInvalidId; ++i) {
-        if (i == j) continue;
-        const float to_i = l2(data.row(u), data.row(ids[i]), data.dim);
-        if (to_i < to_j && l2(data.row(ids[i]), data.row(ids[j]), data.dim) < to_j) ++expected;
-      }
+      const int expected = naive_occlusion_count(data, graph, u, j);
       ASSERT_EQ(graph.list_lambdas(u)[j], expected) << "node " << u << " edge " << j;
       ++edges;
       positive += expected > 0;
