@@ -2,11 +2,16 @@
 build time and index size)."""
 import json
 import os
+import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+# The GPU machine's Python may lack matplotlib: the JSON and the table are still
+# written there, and the plots are drawn later with --report-only.
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+except ImportError:
+    plt = None
 
 from .methods import setting_label  # noqa: E402
 
@@ -117,5 +122,8 @@ def plot_build(results, path):
 def write_all(results, out_dir):
     write_json(results, out_dir)
     write_markdown(results, out_dir)
+    if plt is None:
+        sys.stderr.write("matplotlib is missing: no plots (redraw them with --report-only)\n")
+        return
     plot_recall_qps(results, os.path.join(out_dir, "recall_qps.png"))
     plot_build(results, os.path.join(out_dir, "build.png"))
