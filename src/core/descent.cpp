@@ -8,6 +8,7 @@
 #include "distance.h"
 #include "dot_tiles.h"
 #include "thread_pool.h"
+#include "tile_nearest.h"
 
 namespace tsdg {
 
@@ -44,12 +45,13 @@ uint64_t mix(uint64_t x) {
 // first p of each taken from the row's own list, the rest reverse samples.
 struct Samples {
   int capacity = 0;
-  std::vector<uint32_t> new_ids, old_ids;
+  HugePageArray<uint32_t> new_ids, old_ids;
   std::vector<int> new_count, old_count;      // after reverse samples
   std::vector<int> new_forward, old_forward;  // from the row's own list
 
   Samples(int64_t n, int p)
-      : capacity(2 * p), new_ids(static_cast<size_t>(n) * 2 * p), old_ids(static_cast<size_t>(n) * 2 * p),
+      : capacity(2 * p), new_ids(static_cast<size_t>(n) * 2 * p, kInvalidId),
+        old_ids(static_cast<size_t>(n) * 2 * p, kInvalidId),
         new_count(n), old_count(n), new_forward(n), old_forward(n) {}
   uint32_t* new_list(int64_t s) { return new_ids.data() + s * capacity; }
   uint32_t* old_list(int64_t s) { return old_ids.data() + s * capacity; }
@@ -68,9 +70,10 @@ struct JoinScratch {
   std::vector<const float*> rows;  // the A side, padded to whole tiles with a zero row
   std::vector<float> zero_row;
   std::vector<float> packed;  // the columns in panels
-  std::vector<float> tile;    // distances, rows x padded columns
-  std::vector<float> column_norms, column_best;
-  std::vector<int> column_arg;
+  std::vector<float> tile;    // dot products, rows x padded columns
+  std::vector<float> row_terms, column_terms;
+  std::vector<int> row_first, row_second, column_nearest;
+  std::vector<float> row_first_dist, row_second_dist, column_nearest_dist;
 };
 
 class Descent {
@@ -199,10 +202,14 @@ class Descent {
   // memory latency overlaps the join before it.
   void prefetch_samples(int64_t s) const {
     const int64_t row_bytes = int64_t{data_.dim} * sizeof(float);
+    // With the rows, the norms and insertion bounds of the samples: every
+    // candidate of the join belongs to a sample's list.
     auto fetch = [&](const uint32_t* ids, int count) {
       for (int j = 0; j < count; ++j) {
         const char* row = reinterpret_cast<const char*>(data_.row(ids[j]));
         for (int64_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(row + line, 0, 1);
+        if (!norms_.empty()) __builtin_prefetch(&norms_[ids[j]], 0, 1);
+        lists_.prefetch_bound(ids[j]);
       }
     };
     fetch(samples_.new_ids.data() + s * samples_.capacity, samples_.new_count[s]);
@@ -286,68 +293,43 @@ class Descent {
     scratch.tile.resize(padded_rows * stride);
     dot_tiles(scratch.rows.data(), padded_rows, scratch.packed.data(), panels, dim,
               scratch.tile.data(), stride);
-    to_distances(a, na, scratch.columns.data(), columns, scratch.tile.data(), stride, scratch);
 
-    const float* tile = scratch.tile.data();
-    constexpr float kInf = std::numeric_limits<float>::infinity();
-    // The first column at the minimum of [begin, end) of a row, -1 if none is
-    // finite: a vectorizable minimum, then a scan for it.
-    const auto nearest = [](const float* row, int begin, int end) {
-      float best = kInf;
-      for (int j = begin; j < end; ++j) best = std::min(best, row[j]);
-      if (best == kInf) return -1;
-      int j = begin;
-      while (row[j] != best) ++j;
-      return j;
-    };
+    // Distances as row term + column term - factor * dot (tile_nearest.h).
+    scratch.row_terms.resize(na);
+    scratch.column_terms.assign(stride, std::numeric_limits<float>::infinity());
+    const bool l2 = metric_ == Metric::L2;
+    const float row_constant = metric_ == Metric::Cosine ? 1.0f : 0.0f;  // 1 - ip, or -ip
+    for (int i = 0; i < na; ++i) scratch.row_terms[i] = l2 ? norms_[a[i]] : row_constant;
+    for (int j = 0; j < columns; ++j) scratch.column_terms[j] = l2 ? norms_[scratch.columns[j]] : 0.0f;
+    scratch.row_first.resize(na);
+    scratch.row_second.resize(na);
+    scratch.row_first_dist.resize(na);
+    scratch.row_second_dist.resize(na);
+    scratch.column_nearest.resize(stride);
+    scratch.column_nearest_dist.resize(stride);
+    tile_nearest({scratch.tile.data(), stride, na, columns, nn, scratch.row_terms.data(),
+                  scratch.column_terms.data(), l2 ? 2.0f : 1.0f, symmetric},
+                 {scratch.row_first.data(), scratch.row_first_dist.data(), scratch.row_second.data(),
+                  scratch.row_second_dist.data(), scratch.column_nearest.data(),
+                  scratch.column_nearest_dist.data()});
+
+    // A rounding below zero is no L2 distance; the minimum is the same.
+    const auto distance = [l2](float d) { return l2 ? std::max(0.0f, d) : d; };
     for (int i = 0; i < na; ++i) {
-      float* row = scratch.tile.data() + int64_t{i} * stride;
-      if (symmetric) row[i] = kInf;  // a row is not its own neighbor
-      const int best_new = nearest(row, 0, nn);
-      const int best_old = nearest(row, nn, columns);
-      if (best_new >= 0) scratch.candidates.push_back({a[i], scratch.columns[best_new], row[best_new]});
-      if (best_old >= 0) scratch.candidates.push_back({a[i], scratch.columns[best_old], row[best_old]});
-    }
-    // Nearest row of every column, row by row so that the loop runs across
-    // contiguous columns.
-    scratch.column_best.assign(columns, kInf);
-    scratch.column_arg.assign(columns, -1);
-    float* __restrict column_best = scratch.column_best.data();
-    int* __restrict column_arg = scratch.column_arg.data();
-    for (int i = 0; i < na; ++i) {
-      const float* __restrict row = tile + int64_t{i} * stride;
-      for (int j = 0; j < columns; ++j) {
-        // Branch-free, so that the loop vectorizes.
-        const int closer = -static_cast<int>(row[j] < column_best[j]);
-        column_best[j] = std::min(column_best[j], row[j]);
-        column_arg[j] = (column_arg[j] & ~closer) | (i & closer);
+      if (scratch.row_first[i] >= 0) {
+        scratch.candidates.push_back(
+            {a[i], scratch.columns[scratch.row_first[i]], distance(scratch.row_first_dist[i])});
+      }
+      if (scratch.row_second[i] >= 0) {
+        scratch.candidates.push_back(
+            {a[i], scratch.columns[scratch.row_second[i]], distance(scratch.row_second_dist[i])});
       }
     }
     for (int j = symmetric ? nn : 0; j < columns; ++j) {
-      if (column_arg[j] >= 0) {
-        scratch.candidates.push_back({scratch.columns[j], a[column_arg[j]], column_best[j]});
+      if (scratch.column_nearest[j] >= 0) {
+        scratch.candidates.push_back(
+            {scratch.columns[j], a[scratch.column_nearest[j]], distance(scratch.column_nearest_dist[j])});
       }
-    }
-  }
-
-  void to_distances(const uint32_t* a, int na, const uint32_t* columns, int nc, float* tile,
-                    int64_t stride, JoinScratch& scratch) const {
-    if (metric_ == Metric::L2) {
-      auto& column_norms = scratch.column_norms;
-      column_norms.resize(nc);
-      for (int j = 0; j < nc; ++j) column_norms[j] = norms_[columns[j]];
-      for (int i = 0; i < na; ++i) {
-        float* row = tile + int64_t{i} * stride;
-        const float row_norm = norms_[a[i]];
-        for (int j = 0; j < nc; ++j) row[j] = std::max(0.0f, row_norm + column_norms[j] - 2.0f * row[j]);
-      }
-      return;
-    }
-    // -ip for InnerProduct, 1 - ip for Cosine on normalized rows.
-    const float offset = metric_ == Metric::Cosine ? 1.0f : 0.0f;
-    for (int i = 0; i < na; ++i) {
-      float* row = tile + int64_t{i} * stride;
-      for (int j = 0; j < nc; ++j) row[j] = offset - row[j];
     }
   }
 
@@ -400,6 +382,8 @@ void DescentLists::prefetch(uint32_t u) const {
   __builtin_prefetch(&locks_[u], 1);
   __builtin_prefetch(flags_.data() + int64_t{u} * k_, 1);
 }
+
+void DescentLists::prefetch_bound(uint32_t u) const { __builtin_prefetch(&bound_[u], 0, 1); }
 
 void DescentLists::lock(int64_t u) {
   while (locks_[u].exchange(1, std::memory_order_acquire) != 0) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "huge_pages.h"
 #include "params.h"
 #include "run_control.h"
 #include "types.h"
@@ -39,6 +40,7 @@ class DescentLists {
     return d <= bound_[u].load(std::memory_order_relaxed);
   }
   void prefetch(uint32_t u) const;
+  void prefetch_bound(uint32_t u) const;
 
   // Sorts list u by (distance, id) and refreshes its insertion bound; for
   // filling the lists before the iterations start (not thread safe).
@@ -54,8 +56,8 @@ class DescentLists {
 
   int64_t nodes_;
   int k_;
-  std::vector<Entry> entries_;  // sorted by (dist, id), padded with kInvalidId / +inf
-  std::vector<uint8_t> flags_;
+  HugePageArray<Entry> entries_;  // sorted by (dist, id), padded with kInvalidId / +inf
+  HugePageArray<uint8_t> flags_;
   // The last entry's distance of each list, read without the lock to reject
   // most candidates cheaply; exact checks happen under the lock.
   std::unique_ptr<std::atomic<float>[]> bound_;

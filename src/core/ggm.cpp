@@ -6,6 +6,7 @@
 
 #include "descent.h"
 #include "distance.h"
+#include "huge_pages.h"
 #include "thread_pool.h"
 
 namespace tsdg {
@@ -135,11 +136,12 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
   // order (within each side), so that a join's rows and lists are near in
   // memory.
   const Placement placement = place_rows(data, split, params.seed, control);
-  Matrix local(n, data.dim);
+  HugePageArray<float> local_values(static_cast<size_t>(n) * data.dim, 0.0f);
+  const MatrixView local{local_values.data(), n, data.dim};
   parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
       const float* row = data.row(placement.row_at[i]);
-      std::copy(row, row + data.dim, local.row(i));
+      std::copy(row, row + data.dim, local_values.data() + i * data.dim);
     }
   });
 
@@ -147,7 +149,7 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
   parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
     for (int64_t s = begin; s < end; ++s) {
       const int side = s < split ? 0 : 1;
-      init_merged_list(local.view(), metric, params.seed, s, placement.row_at[s], sides[side],
+      init_merged_list(local, metric, params.seed, s, placement.row_at[s], sides[side],
                        sides[1 - side], placement, lists, held_k, held_ids.data() + s * held_k,
                        held_dists.data() + s * held_k);
     }
@@ -163,7 +165,7 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
   options.order_joins_by_region = false;
   // With one side empty there is nothing to cross-match.
   if (split == 0 || split == n) options.iterations = 0;
-  const int ran = run_descent(local.view(), metric, lists, options, control);
+  const int ran = run_descent(local, metric, lists, options, control);
   control.add_done(n * (params.iterations - ran));
 
   KnnGraph merged(n, k);

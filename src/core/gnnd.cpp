@@ -5,6 +5,7 @@
 
 #include "descent.h"
 #include "distance.h"
+#include "huge_pages.h"
 #include "thread_pool.h"
 
 namespace tsdg {
@@ -45,17 +46,18 @@ KnnGraph gnnd_build(MatrixView data, Metric metric, const GnndParams& params,
   // rows and lists a join touches are mostly neighbors in memory too; ids are
   // mapped back at the end.
   const std::vector<uint32_t> order = region_order(data, params.seed, control);
-  Matrix local(n, data.dim);
+  HugePageArray<float> local_values(static_cast<size_t>(n) * data.dim, 0.0f);
+  const MatrixView local{local_values.data(), n, data.dim};
   parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
-      std::copy(data.row(order[i]), data.row(order[i]) + data.dim, local.row(i));
+      std::copy(data.row(order[i]), data.row(order[i]) + data.dim, local_values.data() + i * data.dim);
     }
   });
 
   DescentLists lists(n, params.k);
   parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
     for (int64_t s = begin; s < end; ++s) {
-      init_random_list(local.view(), metric, params.seed, s, lists);
+      init_random_list(local, metric, params.seed, s, lists);
     }
     control.add_done(end - begin);
   });
@@ -66,7 +68,7 @@ KnnGraph gnnd_build(MatrixView data, Metric metric, const GnndParams& params,
   options.min_update_rate = params.min_update_rate;
   options.seed = params.seed;
   options.order_joins_by_region = false;
-  const int ran = run_descent(local.view(), metric, lists, options, control);
+  const int ran = run_descent(local, metric, lists, options, control);
   control.add_done(n * (params.iterations - ran));  // iterations skipped after convergence
 
   KnnGraph graph(n, params.k);

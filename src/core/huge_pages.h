@@ -1,0 +1,45 @@
+// Arrays backed by 2 MiB pages where the kernel allows it (transparent huge
+// pages in "madvise" mode, the Debian default). GNND and GGM gather rows and
+// lists at random from arrays of tens to hundreds of MiB: with 4 KiB pages
+// nearly every such access also misses the TLB and walks the page tables,
+// with 2 MiB pages the whole working set fits in the TLB.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <type_traits>
+
+namespace tsdg {
+
+// At least bytes, aligned to 2 MiB and advised as huge pages; freed with
+// free_huge_page_backed. Throws Error(Status::OutOfMemory).
+void* allocate_huge_page_backed(size_t bytes);
+void free_huge_page_backed(void* memory);
+
+// A fixed-size array of trivially copyable values on huge pages.
+template <typename T>
+class HugePageArray {
+  static_assert(std::is_trivially_copyable<T>::value && std::is_trivially_destructible<T>::value,
+                "HugePageArray holds plain values");
+
+ public:
+  HugePageArray(size_t count, const T& fill)
+      : values_(static_cast<T*>(allocate_huge_page_backed(count * sizeof(T)))), size_(count) {
+    std::uninitialized_fill(values_.get(), values_.get() + count, fill);
+  }
+
+  T* data() { return values_.get(); }
+  const T* data() const { return values_.get(); }
+  size_t size() const { return size_; }
+  T& operator[](size_t i) { return values_.get()[i]; }
+  const T& operator[](size_t i) const { return values_.get()[i]; }
+
+ private:
+  struct Free {
+    void operator()(T* memory) const { free_huge_page_backed(memory); }
+  };
+  std::unique_ptr<T[], Free> values_;
+  size_t size_;
+};
+
+}  // namespace tsdg
