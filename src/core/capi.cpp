@@ -18,7 +18,10 @@
 #include <thread>
 
 #include "backend.h"
+#include "distance.h"
+#include "diversify.h"
 #include "entry_points.h"
+#include "ggm.h"
 #include "search.h"
 #include "thread_pool.h"
 #include "tsdg_capi.h"
@@ -396,6 +399,76 @@ TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_o
                  const tsdg::TsdgGraph graph = b.diversify(data, m, merged, diversify, control);
                  copy_graph_out(graph, params->degree, neighbors, lambdas);
                  copy_knn_out(merged, k, knn_ids, knn_dists);
+               });
+  });
+}
+
+TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows, int64_t n_old,
+                                        int64_t n_new, int dim, TsdgMetric metric,
+                                        const TsdgBuildParams* params, const uint32_t* old_knn_ids,
+                                        const float* old_knn_dists, const uint32_t* old_neighbors,
+                                        const uint8_t* old_lambdas, uint32_t* knn_ids,
+                                        float* knn_dists, uint32_t* neighbors, uint8_t* lambdas,
+                                        uint8_t* changed, TsdgPollFn poll, void* poll_arg,
+                                        TsdgError* error) {
+  return guarded(error, [&] {
+    require(n_old >= 0 && n_new >= 0, "row counts must not be negative");
+    const int64_t n = n_old + n_new;
+    validate_rows(rows, n, dim);
+    validate_build_params(params);
+    require(n_old == 0 || (old_knn_ids != nullptr && old_neighbors != nullptr && old_lambdas != nullptr),
+            "the old k-NN graph and search graph must not be NULL");
+    require(n == 0 || (knn_ids != nullptr && neighbors != nullptr && lambdas != nullptr &&
+                       changed != nullptr),
+            "output arrays must not be NULL");
+    const tsdg::Metric m = to_metric(metric);
+    tsdg::Backend& b = backend_of(backend);
+    const tsdg::MatrixView data{rows, n, dim};
+    const tsdg::GnndParams gnnd = gnnd_params(*params);
+    const tsdg::DiversifyParams diversify = diversify_params(*params);
+    const int k = params->build_k;
+    const int degree = params->degree;
+    run_polled(params->threads, poll, poll_arg,
+               [&](const tsdg::RunControl& control, std::atomic<int>& phase) {
+                 tsdg::KnnGraph old_graph(n_old, k);
+                 std::copy(old_knn_ids, old_knn_ids + n_old * k, old_graph.ids.begin());
+                 tsdg::parallel_for(control, n_old, 1024, [&](int64_t begin, int64_t end, int) {
+                   for (int64_t u = begin; u < end; ++u) {
+                     for (int j = 0; j < k; ++j) {
+                       const uint32_t v = old_graph.ids[u * k + j];
+                       if (v != TSDG_INVALID_ID && v >= n_old) {
+                         throw Error(Status::InvalidArgument, "an old k-NN list holds an id past the old rows");
+                       }
+                       old_graph.dists[u * k + j] =
+                           v == TSDG_INVALID_ID ? std::numeric_limits<float>::infinity()
+                           : old_knn_dists != nullptr ? old_knn_dists[u * k + j]
+                                                      : tsdg::metric_distance(m, data.row(u), data.row(v), dim);
+                     }
+                   }
+                 });
+                 tsdg::TsdgGraph old_search(n_old, degree);
+                 std::copy(old_neighbors, old_neighbors + n_old * degree, old_search.neighbors.begin());
+                 std::copy(old_lambdas, old_lambdas + n_old * degree, old_search.lambdas.begin());
+
+                 phase.store(TSDG_PHASE_KNN_GRAPH);
+                 const tsdg::KnnGraph batch_graph =
+                     n_new > 0 ? knn_graph(b, data.slice(n_old, n_new), m, gnnd, control) : tsdg::KnnGraph();
+                 phase.store(TSDG_PHASE_MERGE);
+                 const tsdg::IncrementalMerge merged =
+                     tsdg::ggm_merge_incremental(data, n_old, old_graph, batch_graph, m, gnnd, control);
+                 phase.store(TSDG_PHASE_DIVERSIFY);
+                 std::vector<uint8_t> list_changed;
+                 const tsdg::TsdgGraph graph = tsdg::diversify_tsdg_incremental(
+                     data, m, merged.graph, merged.changed, old_search, diversify, control, list_changed);
+                 copy_graph_out(graph, degree, neighbors, lambdas);
+                 std::copy(merged.graph.ids.begin(), merged.graph.ids.end(), knn_ids);
+                 if (knn_dists != nullptr) {
+                   std::copy(merged.graph.dists.begin(), merged.graph.dists.end(), knn_dists);
+                 }
+                 for (int64_t u = 0; u < n; ++u) {
+                   changed[u] = static_cast<uint8_t>((merged.changed[u] ? TSDG_CHANGED_KNN : 0) |
+                                                     (list_changed[u] ? TSDG_CHANGED_GRAPH : 0));
+                 }
                });
   });
 }

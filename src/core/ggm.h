@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "params.h"
 #include "run_control.h"
@@ -16,5 +17,26 @@ namespace tsdg {
 // with global ids.
 KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const KnnGraph& second,
                    Metric metric, const GnndParams& params, const RunControl& control);
+
+// Incremental GGM: Algorithm 3 restricted to the lists a batch can change.
+// Rows [0, split) are an indexed set whose graph `old_graph` (global ids) is
+// final among themselves; rows [split, data.rows) are a batch with graph
+// `batch_graph` (ids local to the batch). Only pairs across the two sets are
+// joined (as in ggm_merge), but the old lists are not seeded with random batch
+// rows: they keep their whole list and take part only once a join offers them
+// a batch row, so the work follows the batch and the old lists near it. The
+// batch lists start as Algorithm 3 starts them (k - k/2 of their own
+// neighbors, k/2 random old rows). The iterations stop when their updates fall
+// below params.min_update_rate * k * (the lists that can change: the batch
+// rows, plus at most k old lists per batch row), or after params.iterations.
+struct IncrementalMerge {
+  KnnGraph graph;                // all rows, global ids
+  std::vector<uint8_t> changed;  // per row: 1 when its list is not its old list (batch rows: 1)
+  int iterations = 0;            // GNND iterations run
+};
+
+IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const KnnGraph& old_graph,
+                                       const KnnGraph& batch_graph, Metric metric,
+                                       const GnndParams& params, const RunControl& control);
 
 }  // namespace tsdg

@@ -134,6 +134,35 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
 							 uint32_t *neighbors, uint8_t *lambdas,
 							 TsdgPollFn poll, void *poll_arg, TsdgError *error);
 
+/*
+ * The incremental merge: what tsdg_merge_graph computes, at a cost that
+ * follows the batch. GGM joins only the lists the new rows can change (the
+ * old lists take part once a join offers them a new row), stage 1 of TSDG
+ * runs again on the changed k-NN lists and stage 2 on the nodes whose pruned
+ * list or reverse edges can change; the other nodes keep their lists
+ * (ggm.h, diversify.h). The new rows' own k-NN graph is built by the backend
+ * (NULL: the CPU), the rest runs on the CPU.
+ * rows: n_old + n_new rows, old first. old_knn_ids: the old k-NN graph
+ * (n_old * build_k, TSDG_INVALID_ID padded); old_knn_dists may be NULL: the
+ * distances are then computed here, on the threads. old_neighbors and
+ * old_lambdas: the old search graph (n_old * degree), as stored. Writes the
+ * k-NN graph (knn_dists may be NULL) and the search graph of all rows, and
+ * changed[n]: TSDG_CHANGED_KNN where a row's k-NN list differs from its old
+ * one, TSDG_CHANGED_GRAPH where its search list or lambdas do; every new row
+ * has both.
+ */
+#define TSDG_CHANGED_KNN	1
+#define TSDG_CHANGED_GRAPH	2
+
+TsdgStatus	tsdg_merge_graph_incremental(TsdgBackend *backend, const float *rows,
+										 int64_t n_old, int64_t n_new, int dim,
+										 TsdgMetric metric, const TsdgBuildParams *params,
+										 const uint32_t *old_knn_ids, const float *old_knn_dists,
+										 const uint32_t *old_neighbors, const uint8_t *old_lambdas,
+										 uint32_t *knn_ids, float *knn_dists,
+										 uint32_t *neighbors, uint8_t *lambdas, uint8_t *changed,
+										 TsdgPollFn poll, void *poll_arg, TsdgError *error);
+
 /* ---- resident indexes: a graph made searchable by a backend ----
  *
  * The GPU backend copies the rows and the graph to the device; the CPU backend

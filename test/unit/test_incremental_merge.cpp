@@ -1,0 +1,222 @@
+// The incremental merge of a batch into an indexed set: GGM restricted to the
+// lists the batch can change (ggm_merge_incremental) and TSDG redone only
+// where a list can change (diversify_tsdg_incremental). Both must give what
+// the full steps give, nearly, while leaving the other lists as they were.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "bruteforce.h"
+#include "diversify.h"
+#include "ggm.h"
+#include "gnnd.h"
+#include "graph_invariants.h"
+#include "knn_graph_test_util.h"
+#include "search.h"
+#include "thread_pool.h"
+
+namespace tsdg {
+namespace {
+
+using testing::clustered_rows;
+using testing::expect_list_invariants;
+using testing::expect_valid_lists;
+using testing::graph_recall;
+
+struct Batch {
+  Matrix data;
+  int64_t split = 0;
+  KnnGraph old_graph, batch_graph;
+  GnndParams params;
+};
+
+Batch make_batch(int64_t rows, int64_t split, const RunControl& control) {
+  Batch b;
+  b.data = clustered_rows(rows, 24, 33);
+  b.split = split;
+  b.params.k = 16;
+  b.params.samples = 8;
+  b.old_graph = gnnd_build(b.data.view().slice(0, split), Metric::L2, b.params, control);
+  b.batch_graph = gnnd_build(b.data.view().slice(split, rows - split), Metric::L2, b.params, control);
+  return b;
+}
+
+IncrementalMerge merge(const Batch& b, const RunControl& control) {
+  return ggm_merge_incremental(b.data.view(), b.split, b.old_graph, b.batch_graph, Metric::L2,
+                               b.params, control);
+}
+
+TEST(IncrementalGgm, RecallCloseToFullGgm) {
+  ThreadPool pool(2);
+  RunControl control;
+  control.pool = &pool;
+  const Batch b = make_batch(6000, 5000, control);
+  const IncrementalMerge inc = merge(b, control);
+  const KnnGraph full = ggm_merge(b.data.view(), b.split, b.old_graph, b.batch_graph, Metric::L2,
+                                  b.params, control);
+  const KnnGraph exact = exact_knn_graph(b.data.view(), Metric::L2, 10, control);
+  ASSERT_EQ(inc.graph.nodes, 6000);
+  ASSERT_EQ(inc.graph.k, 16);
+  expect_valid_lists(inc.graph);
+  const double inc_recall = graph_recall(inc.graph, exact, 10);
+  EXPECT_GE(inc_recall, graph_recall(full, exact, 10) - 0.02);
+  EXPECT_GE(inc_recall, 0.93);
+  EXPECT_GT(inc.iterations, 0);
+  EXPECT_LE(inc.iterations, b.params.iterations);
+}
+
+// Only the batch rows' lists and the old lists that took a batch row change;
+// a small batch leaves most old lists alone.
+TEST(IncrementalGgm, OnlyListsNearTheBatchChange) {
+  ThreadPool pool(2);
+  RunControl control;
+  control.pool = &pool;
+  const Batch b = make_batch(5100, 5000, control);
+  const IncrementalMerge inc = merge(b, control);
+  int64_t changed_old = 0;
+  for (int64_t s = 0; s < inc.graph.nodes; ++s) {
+    const uint32_t* list = inc.graph.list(s);
+    const bool holds_batch_row =
+        std::any_of(list, list + inc.graph.k, [&](uint32_t v) { return v != kInvalidId && v >= b.split; });
+    if (s >= b.split) {
+      EXPECT_EQ(inc.changed[s], 1) << "batch row " << s;
+      continue;
+    }
+    ASSERT_EQ(inc.changed[s], holds_batch_row ? 1 : 0) << "old row " << s;
+    if (!inc.changed[s]) {
+      ASSERT_TRUE(std::equal(list, list + inc.graph.k, b.old_graph.list(s))) << "old row " << s;
+    }
+    changed_old += inc.changed[s];
+  }
+  EXPECT_GT(changed_old, 0);
+  EXPECT_LT(changed_old, b.split / 2);
+}
+
+TEST(IncrementalGgm, SameSeedSameGraphOnAnyThreadCount) {
+  ThreadPool pool(2);
+  RunControl threaded;
+  threaded.pool = &pool;
+  const Batch b = make_batch(3000, 2500, threaded);
+  const IncrementalMerge a = merge(b, RunControl{});
+  const IncrementalMerge c = merge(b, threaded);
+  EXPECT_EQ(a.graph.ids, c.graph.ids);
+  EXPECT_EQ(a.graph.dists, c.graph.dists);
+  EXPECT_EQ(a.changed, c.changed);
+}
+
+TEST(IncrementalGgm, EmptyBatchKeepsTheOldGraph) {
+  const Batch b = make_batch(1000, 1000, RunControl{});
+  const IncrementalMerge inc = merge(b, RunControl{});
+  EXPECT_EQ(inc.graph.ids, b.old_graph.ids);
+  EXPECT_EQ(std::count(inc.changed.begin(), inc.changed.end(), 1), 0);
+}
+
+// The old search graph and the merged k-NN graph of a batch, as a merge has them.
+struct Rediversify {
+  Batch batch;
+  TsdgGraph old_search;
+  IncrementalMerge merged;
+  DiversifyParams params{16, 1.2f, 10};
+};
+
+Rediversify make_rediversify(int64_t rows, int64_t split, const RunControl& control) {
+  Rediversify r;
+  r.batch = make_batch(rows, split, control);
+  r.old_search = diversify_tsdg(r.batch.data.view().slice(0, split), Metric::L2, r.batch.old_graph,
+                                r.params, control);
+  r.merged = merge(r.batch, control);
+  return r;
+}
+
+TEST(IncrementalDiversify, KeepsTheListInvariantsAndTheUnchangedLists) {
+  ThreadPool pool(2);
+  RunControl control;
+  control.pool = &pool;
+  const Rediversify r = make_rediversify(5200, 5000, control);
+  std::vector<uint8_t> list_changed;
+  const TsdgGraph graph = diversify_tsdg_incremental(r.batch.data.view(), Metric::L2, r.merged.graph,
+                                                     r.merged.changed, r.old_search, r.params, control,
+                                                     list_changed);
+  ASSERT_EQ(graph.nodes, 5200);
+  ASSERT_EQ(graph.degree, r.params.degree);
+  expect_list_invariants(graph, r.params.lambda0);
+  int64_t changed_old = 0;
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    if (u >= r.batch.split) {
+      EXPECT_EQ(list_changed[u], 1);
+      continue;
+    }
+    const bool same = std::equal(graph.list(u), graph.list(u) + graph.degree, r.old_search.list(u)) &&
+                      std::equal(graph.list_lambdas(u), graph.list_lambdas(u) + graph.degree,
+                                 r.old_search.list_lambdas(u));
+    ASSERT_EQ(list_changed[u], same ? 0 : 1) << "node " << u;
+    changed_old += list_changed[u];
+  }
+  // A batch of 200 rows reaches some old lists, not most.
+  EXPECT_GT(changed_old, 0);
+  EXPECT_LT(changed_old, r.batch.split / 2);
+  // Every batch row can be reached: some list points to it.
+  std::vector<bool> pointed_to(graph.nodes, false);
+  for (uint32_t v : graph.neighbors) {
+    if (v != kInvalidId) pointed_to[v] = true;
+  }
+  for (int64_t u = r.batch.split; u < graph.nodes; ++u) EXPECT_TRUE(pointed_to[u]) << "node " << u;
+}
+
+TEST(IncrementalDiversify, NothingChangedKeepsTheGraph) {
+  RunControl control;
+  const Rediversify r = make_rediversify(1500, 1500, control);
+  std::vector<uint8_t> list_changed;
+  const TsdgGraph graph =
+      diversify_tsdg_incremental(r.batch.data.view(), Metric::L2, r.merged.graph, r.merged.changed,
+                                 r.old_search, r.params, control, list_changed);
+  EXPECT_EQ(graph.neighbors, r.old_search.neighbors);
+  EXPECT_EQ(graph.lambdas, r.old_search.lambdas);
+  EXPECT_EQ(std::count(list_changed.begin(), list_changed.end(), 1), 0);
+}
+
+// Searches on the incrementally re-diversified graph find what searches on a
+// graph diversified from scratch find.
+TEST(IncrementalDiversify, SearchRecallCloseToAFullDiversification) {
+  ThreadPool pool(2);
+  RunControl control;
+  control.pool = &pool;
+  const Rediversify r = make_rediversify(6000, 5000, control);
+  const MatrixView data = r.batch.data.view();
+  std::vector<uint8_t> list_changed;
+  const TsdgGraph incremental = diversify_tsdg_incremental(
+      data, Metric::L2, r.merged.graph, r.merged.changed, r.old_search, r.params, control, list_changed);
+  const TsdgGraph full = diversify_tsdg(data, Metric::L2, r.merged.graph, r.params, control);
+
+  // Queries: every 20th row, the batch included; the row itself is its own nearest.
+  const int64_t queries = data.rows / 20;
+  Matrix query(queries, data.dim);
+  for (int64_t q = 0; q < queries; ++q) std::copy(data.row(q * 20), data.row(q * 20) + data.dim, query.row(q));
+  const int k = 10;
+  std::vector<uint32_t> truth(queries * k);
+  std::vector<float> truth_dists(queries * k);
+  exact_knn(data, query.view(), Metric::L2, k, truth.data(), truth_dists.data(), control);
+  SearchParams search;
+  search.k = k;
+  search.ef = 32;
+  const auto recall = [&](const TsdgGraph& graph) {
+    CpuSearchIndex index(data, GraphView::of(graph), Metric::L2);
+    std::vector<uint32_t> ids(queries * k);
+    std::vector<float> dists(queries * k);
+    index.search(query.view(), search, ids.data(), dists.data(), control);
+    int64_t hits = 0;
+    for (int64_t q = 0; q < queries; ++q) {
+      const std::set<uint32_t> expected(truth.begin() + q * k, truth.begin() + (q + 1) * k);
+      for (int j = 0; j < k; ++j) hits += expected.count(ids[q * k + j]);
+    }
+    return static_cast<double>(hits) / static_cast<double>(queries * k);
+  };
+  const double full_recall = recall(full);
+  EXPECT_GE(recall(incremental), full_recall - 0.01);
+  EXPECT_GE(full_recall, 0.9);
+}
+
+}  // namespace
+}  // namespace tsdg
