@@ -1,5 +1,5 @@
 // What both GPU searches share: the resident graph, the query in shared
-// memory, distances computed by teams of lanes, random entry nodes, and the
+// memory, distances computed by teams of lanes, and the
 // stop rule (paper 003 Alg. 2 line 11 with GGNN's slack, paper 004 4.1.2),
 // the same rule as the CPU search's SlackRule.
 #pragma once
@@ -68,14 +68,6 @@ __device__ __forceinline__ float team_distance(const float* query, const float* 
 #pragma unroll
   for (int offset = kTeam / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(kFullMask, sum, offset);
   return finish_distance<M>(sum);
-}
-
-// A random node for entry sample `sample` of search `search` of query `query`.
-__device__ __forceinline__ uint32_t random_node(uint64_t seed, int64_t query, int search, int sample,
-                                                int64_t nodes) {
-  const uint64_t h = mix_hash(seed, static_cast<uint64_t>(query),
-                              (static_cast<uint64_t>(search) << 32) | static_cast<uint32_t>(sample));
-  return static_cast<uint32_t>(h % static_cast<uint64_t>(nodes));
 }
 
 }  // namespace tsdg::cuda

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "entry_points.h"
 #include "gpu_algorithms.h"
@@ -76,27 +77,22 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, const TsdgGraph& g
 
 size_t CudaSearchIndex::memory_bytes() const {
   return data_.bytes() + norms_.bytes() + neighbors_.bytes() + lambdas_.bytes() + queries_.bytes() +
-         result_ids_.bytes() + result_dists_.bytes() + partial_ids_.bytes() + partial_dists_.bytes();
+         result_ids_.bytes() + result_dists_.bytes();
 }
 
 int64_t CudaSearchIndex::small_batch_limit() const {
   return (kThresholdPerSm * sm_count_ + kThresholdBase) / std::max(dim_, 1);
 }
 
-void CudaSearchIndex::reserve_batch(int64_t rows, int k, int searches) {
+void CudaSearchIndex::reserve_batch(int64_t rows, int k) {
   const size_t query_values = static_cast<size_t>(rows) * dim_;
   const size_t results = static_cast<size_t>(rows) * k;
-  const size_t partials = static_cast<size_t>(rows) * searches * kWarpSize;
   if (queries_.size() < query_values) queries_.allocate(query_values);
   if (result_ids_.size() < results) {
     result_ids_.allocate(results);
     result_dists_.allocate(results);
     pinned_ids_.allocate(results);
     pinned_dists_.allocate(results);
-  }
-  if (partial_ids_.size() < partials) {
-    partial_ids_.allocate(partials);
-    partial_dists_.allocate(partials);
   }
 }
 
@@ -129,12 +125,13 @@ void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uin
   }
   const int k = params.k;
   const int ef = std::clamp(std::max(params.ef, k), 1, 1024);
+  if (params.gpu_kernel == kKernelSmallBatch && ef > kGpuSmallBatchMaxEf) {
+    throw Error(Status::InvalidArgument,
+                "the small-batch kernel supports ef up to " + std::to_string(kGpuSmallBatchMaxEf));
+  }
   const bool small_batch = params.gpu_kernel == kKernelSmallBatch ||
-                           (params.gpu_kernel == kKernelAuto && queries.rows < small_batch_limit());
-  const int searches = small_batch ? std::max(1, params.gpu_parallel_searches > 0
-                                                     ? params.gpu_parallel_searches
-                                                     : ef / 2)
-                                   : 0;
+                           (params.gpu_kernel == kKernelAuto && queries.rows < small_batch_limit() &&
+                            ef <= kGpuSmallBatchMaxEf);
   if (params.entry_samples < 1) throw Error(Status::InvalidArgument, "search entry_samples must be positive");
   prepare_entries(params.entry_samples, params.seed);
   cudaStream_t stream = ctx_->stream.get();
@@ -143,7 +140,7 @@ void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uin
   for (int64_t first = 0; first < queries.rows; first += kMaxRowsPerLaunch) {
     control.throw_if_cancelled();
     const int64_t rows = std::min(kMaxRowsPerLaunch, queries.rows - first);
-    reserve_batch(rows, k, searches);
+    reserve_batch(rows, k);
     copy_to_device(queries_.data(), queries.row(first), static_cast<size_t>(rows) * dim_, stream);
     SearchLaunch launch{g,
                         metric_,
@@ -154,12 +151,11 @@ void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uin
                         std::clamp(params.lambda_limit, 0, 255),
                         entries_.data(),
                         entry_count_,
-                        params.seed,
                         StopRule{params.slack, std::max(1, k), nn1_bound_, metric_ == Metric::L2},
                         result_ids_.data(),
                         result_dists_.data()};
     if (small_batch) {
-      launch_small_batch_search(launch, searches, partial_ids_.data(), partial_dists_.data(), stream);
+      launch_small_batch_search(launch, params.gpu_search_width, stream);
     } else {
       launch_large_batch_search(launch, stream);
     }

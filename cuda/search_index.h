@@ -26,7 +26,7 @@ class CudaSearchIndex final : public SearchIndex {
   float nn1_bound() const { return nn1_bound_; }
 
  private:
-  void reserve_batch(int64_t rows, int k, int searches);
+  void reserve_batch(int64_t rows, int k);
   // The CPU search's navigating entry points for (count, seed), on the device.
   void prepare_entries(int count, uint64_t seed);
 
@@ -52,8 +52,6 @@ class CudaSearchIndex final : public SearchIndex {
   DeviceBuffer<float> queries_;
   DeviceBuffer<uint32_t> result_ids_;
   DeviceBuffer<float> result_dists_;
-  DeviceBuffer<uint32_t> partial_ids_;
-  DeviceBuffer<float> partial_dists_;
   PinnedBuffer<uint32_t> pinned_ids_;
   PinnedBuffer<float> pinned_dists_;
   std::mutex mutex_;  // one batch at a time on the stream and buffers

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "search_common.cuh"
+#include "params.h"
 #include "types.h"
 
 namespace tsdg::cuda {
@@ -21,7 +22,6 @@ struct SearchLaunch {
   int lambda_limit;
   const uint32_t* entries;        // the navigating entry set (device)
   int entry_count;
-  uint64_t seed;  // small batch: the random entry nodes
   StopRule stop;
   uint32_t* ids;  // device, rows * k
   float* dists;   // device, rows * k
@@ -31,11 +31,9 @@ struct SearchLaunch {
 // segmented sorted expansion queue, segmented visited table, sorted top-ef list.
 void launch_large_batch_search(const SearchLaunch& launch, cudaStream_t stream);
 
-// searches blocks of 32 warps per query, each a cheap greedy search keeping
-// its top 32 and starting from a different one of the best entries, then one
-// merge per query. partial_ids / partial_dists hold
-// rows * searches * 32 entries.
-void launch_small_batch_search(const SearchLaunch& launch, int searches, uint32_t* partial_ids,
-                               float* partial_dists, cudaStream_t stream);
+// One block per query: a beam search over a pool of the ef best nodes that
+// expands `width` nodes a step (0: the default width). Needs k <= ef <=
+// kGpuSmallBatchMaxEf (params.h); larger ef goes to the large-batch kernel.
+void launch_small_batch_search(const SearchLaunch& launch, int width, cudaStream_t stream);
 
 }  // namespace tsdg::cuda

@@ -1,20 +1,23 @@
-// The small-batch search (paper 003, section 4.1, Algorithm 1): each query
-// gets `searches` blocks of 32 warps, each an independent greedy search. Per
-// step the 32 warps score the neighbors of the current node (warp w keeps the
-// best it saw in R_temp[w]), warp 0 merges R_temp into the block's top-32 with
-// a bitonic sort and moves to the best new node; a search stops when its
-// top-32 no longer changes. A second kernel merges the searches of each query
-// into its top k.
-// The paper starts each search from the best of 32 random nodes; on
-// clustered data most such starts lie in the wrong cluster and the greedy
-// walk never leaves it. Here every block also scores the index's navigating
-// entry set (the entries of the large-batch and CPU searches), and search s
-// draws the entry ranked s together with 31 random nodes: the searches start
-// from different good entries, and the random part of R keeps them from
-// stopping before they have walked (a list of only good entries ends a walk
-// at its first step).
+// The small-batch search: one block per query runs a best-first beam search
+// over a sorted pool of the `ef` best nodes found so far, and each step
+// expands the `width` best pool nodes not yet expanded at once (the itopk
+// search of CAGRA, Ootomo et al. 2024). A step's width * degree neighbors are
+// filtered by a visited hash in shared memory, scored by teams of 8 lanes
+// (the whole block in parallel) and merged into the pool by rank; the search
+// ends when every pool node is expanded.
+//
+// Paper 003's small-batch kernel (section 4.1, Algorithm 1) runs many greedy
+// walks per query that keep only their top 32 and never go back to a
+// second-best node. On overlapping clusters of high intrinsic dimension
+// (docs/benchmarks.md, "Small-batch search on hard data") those walks reached
+// recall@10 0.913 at ef 100 where the CPU search reaches 0.981, and more
+// walks only bought recall at the latency of the large-batch kernel. The beam
+// search is the same search as the CPU's and the large-batch kernel's, so it
+// reaches their recall at the same ef; expanding several nodes a step is what
+// gives one query the block's parallelism.
 
 #include <algorithm>
+#include <string>
 
 #include "device_memory.h"
 #include "search_kernels.h"
@@ -22,221 +25,262 @@
 namespace tsdg::cuda {
 namespace {
 
-constexpr int kWarpsPerSearch = 32;
-constexpr int kSearchThreads = kWarpsPerSearch * kWarpSize;
-constexpr int kMaxGreedySteps = 64;
-constexpr int kMergeWarps = 4;
-// Entries scored per block: the shared-memory cap (8 bytes an entry).
-constexpr int kMaxEntries = 2048;
+constexpr int kBeamThreads = 512;
+constexpr int kTeam = 8;
+constexpr int kTeams = kBeamThreads / kTeam;
+constexpr int kMaxCandidates = 256;  // width * degree per step
+constexpr int kMaxWidth = 8;
+constexpr int kDefaultWidth = 4;
+constexpr int kHashBits = 13;
+constexpr int kHashSlots = 1 << kHashBits;
+// Cleared (and refilled with the pool) past this fill, so that one more step
+// or chunk of entries always finds free slots.
+constexpr int kHashRefill = kHashSlots / 2;
 
-int scored_entries(const SearchLaunch& launch) { return std::min(launch.entry_count, kMaxEntries); }
+struct BeamLayout {
+  int dim_padded;
+  int pool;  // ef entries
+  size_t bytes() const {
+    return static_cast<size_t>(dim_padded) * 4 + static_cast<size_t>(pool) * 2 * 8 +
+           static_cast<size_t>(kMaxCandidates) * 8 + static_cast<size_t>(kHashSlots) * 4 +
+           static_cast<size_t>(pool) * 2;
+  }
+};
 
-template <Metric M>
-__global__ void __launch_bounds__(kSearchThreads)
-    greedy_searches_kernel(SearchLaunch launch, int searches, int entries, uint32_t* partial_ids,
-                           float* partial_dists) {
-  extern __shared__ __align__(16) float shared[];
-  __shared__ float temp_dists[kWarpsPerSearch];
-  __shared__ uint32_t temp_ids[kWarpsPerSearch];
-  __shared__ float top_dists[kWarpSize];
-  __shared__ uint32_t top_ids[kWarpSize];
-  __shared__ uint32_t current;
-  __shared__ uint32_t start;
-  __shared__ int improved;
-  const DeviceGraph& g = launch.graph;
-  float* query = shared;
-  float* entry_dists = shared + ((g.dim + 3) & ~3);
-  uint32_t* entry_ids = reinterpret_cast<uint32_t*>(entry_dists + entries);
-  const int64_t query_index = blockIdx.x / searches;
-  const int search = static_cast<int>(blockIdx.x % searches);
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = lane_id();
-  load_query(launch.queries + query_index * g.dim, g.dim, query);
+// The pool: sorted (distance, id) pairs plus whether each node was expanded;
+// `next` receives the merge, then the two swap.
+struct Pool {
+  float* dists;
+  uint32_t* ids;
+  uint8_t* expanded;
+  float* next_dists;
+  uint32_t* next_ids;
+  uint8_t* next_expanded;
 
-  for (int i = warp; i < entries; i += kWarpsPerSearch) {
-    const uint32_t node = launch.entries[i];
-    const float d = warp_distance<M>(query, g.data + static_cast<int64_t>(node) * g.dim, g.dim);
-    if (lane == 0) {
-      entry_dists[i] = d;
-      entry_ids[i] = node;
-    }
+  __device__ void swap() {
+    float* d = dists;
+    dists = next_dists;
+    next_dists = d;
+    uint32_t* i = ids;
+    ids = next_ids;
+    next_ids = i;
+    uint8_t* e = expanded;
+    expanded = next_expanded;
+    next_expanded = e;
   }
-  if (threadIdx.x == 0) start = kInvalidId;
-  __syncthreads();
-  // The entry ranked `search` among the entries (by distance, then id).
-  const int start_rank = search % entries;
-  for (int i = threadIdx.x; i < entries; i += kSearchThreads) {
-    const float d = entry_dists[i];
-    const uint32_t id = entry_ids[i];
-    int rank = 0;
-    for (int j = 0; j < entries; ++j) rank += pair_less(entry_dists[j], entry_ids[j], d, id);
-    if (rank == start_rank) start = id;
-  }
-  __syncthreads();
+};
 
-  // R: the start entry and 31 random nodes (the paper's random draw keeps
-  // the searches' lists apart); u is the best of them.
-  {
-    const uint32_t node = warp == kWarpsPerSearch - 1 && start != kInvalidId
-                              ? start
-                              : random_node(launch.seed, query_index, search, warp, g.nodes);
-    const float d = warp_distance<M>(query, g.data + static_cast<int64_t>(node) * g.dim, g.dim);
-    if (lane == 0) {
-      temp_dists[warp] = d;
-      temp_ids[warp] = node;
+// Inserts id into the open-addressing visited hash; false when it was there.
+__device__ __forceinline__ bool hash_insert(uint32_t* hash, int* fill, uint32_t id) {
+  uint32_t slot = (id * 2654435761u) >> (32 - kHashBits);
+  for (;;) {
+    const uint32_t old = atomicCAS(hash + slot, kInvalidId, id);
+    if (old == kInvalidId) {
+      atomicAdd(fill, 1);
+      return true;
     }
-  }
-  __syncthreads();
-  if (warp == 0) {
-    float d = temp_dists[lane];
-    uint32_t id = temp_ids[lane];
-    warp_bitonic_sort(d, id);
-    // A node drawn twice keeps one copy.
-    const uint32_t previous = __shfl_up_sync(kFullMask, id, 1);
-    if (lane > 0 && previous == id) {
-      d = INFINITY;
-      id = kInvalidId;
-    }
-    warp_bitonic_sort(d, id);
-    top_dists[lane] = d;
-    top_ids[lane] = id;
-    if (lane == 0) current = id;
-  }
-  __syncthreads();
-
-  for (int step = 0; step < kMaxGreedySteps; ++step) {
-    const uint32_t u = current;
-    const uint32_t* list = g.neighbors + static_cast<int64_t>(u) * g.degree;
-    const uint8_t* lambdas = g.lambdas + static_cast<int64_t>(u) * g.degree;
-    float best = INFINITY;
-    uint32_t best_id = kInvalidId;
-    for (int j = warp; j < g.degree; j += kWarpsPerSearch) {
-      const uint32_t e = list[j];
-      if (e == kInvalidId || lambdas[j] > launch.lambda_limit) continue;
-      if (__any_sync(kFullMask, top_ids[lane] == e)) continue;  // already in R
-      const float d = warp_distance<M>(query, g.data + static_cast<int64_t>(e) * g.dim, g.dim);
-      if (pair_less(d, e, best, best_id)) {
-        best = d;
-        best_id = e;
-      }
-    }
-    if (lane == 0) {
-      temp_dists[warp] = best;
-      temp_ids[warp] = best_id;
-    }
-    __syncthreads();
-    if (warp == 0) {
-      float d = temp_dists[lane];
-      uint32_t id = temp_ids[lane];
-      warp_bitonic_sort(d, id);
-      const uint32_t next = __shfl_sync(kFullMask, id, 0);
-      // The 32 smallest of R and R_temp: R ascending against R_temp
-      // descending, lane by lane, leaves a bitonic sequence to sort.
-      const float mirrored_d = __shfl_sync(kFullMask, d, kWarpSize - 1 - lane);
-      const uint32_t mirrored_id = __shfl_sync(kFullMask, id, kWarpSize - 1 - lane);
-      float top_d = top_dists[lane];
-      uint32_t top_id = top_ids[lane];
-      const bool take = pair_less(mirrored_d, mirrored_id, top_d, top_id);
-      if (take) {
-        top_d = mirrored_d;
-        top_id = mirrored_id;
-      }
-      warp_bitonic_sort(top_d, top_id);
-      top_dists[lane] = top_d;
-      top_ids[lane] = top_id;
-      const bool changed = __any_sync(kFullMask, take);
-      if (lane == 0) {
-        improved = changed && next != kInvalidId;
-        current = next;
-      }
-    }
-    __syncthreads();
-    if (!improved) break;
-  }
-  if (warp == 0) {
-    const int64_t slot = (query_index * searches + search) * kWarpSize + lane;
-    partial_ids[slot] = top_ids[lane];
-    partial_dists[slot] = top_dists[lane];
+    if (old == id) return false;
+    slot = (slot + 1) & (kHashSlots - 1);
   }
 }
 
-// A warp per query: the k best distinct entries of its searches' top-32s.
-__global__ void merge_searches_kernel(int64_t rows, int searches, int k, const uint32_t* partial_ids,
-                                      const float* partial_dists, uint32_t* out_ids, float* out_dists) {
-  extern __shared__ unsigned char shared_raw[];
-  const int warp_in_block = threadIdx.x / kWarpSize;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMergeWarps + warp_in_block;
-  if (row >= rows) return;
+// Block-wide. A node scored once and dropped from the pool is worse than the
+// pool's last entry, which only improves, so forgetting it loses nothing; the
+// pool's own nodes stay in the hash.
+__device__ void refill_hash_if_full(uint32_t* hash, int* fill, const Pool& pool, int pool_size) {
+  if (*fill <= kHashRefill) return;  // uniform: read after a barrier
+  __syncthreads();
+  for (int i = threadIdx.x; i < kHashSlots; i += blockDim.x) hash[i] = kInvalidId;
+  if (threadIdx.x == 0) *fill = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < pool_size; i += blockDim.x) {
+    if (pool.ids[i] != kInvalidId) hash_insert(hash, fill, pool.ids[i]);
+  }
+  __syncthreads();
+}
+
+// Distances of the count candidates (block-wide; count is uniform).
+template <Metric M>
+__device__ __forceinline__ void score_candidates(const DeviceGraph& g, const float* query,
+                                                 const uint32_t* cand_ids, float* cand_dists, int count) {
+  const int team = threadIdx.x / kTeam;
+  for (int first = 0; first < count; first += kTeams) {
+    const int index = first + team;
+    const float* row = index < count ? g.data + static_cast<int64_t>(cand_ids[index]) * g.dim : nullptr;
+    const float d = team_distance<M, kTeam>(query, row, g.dim);
+    if (index < count && threadIdx.x % kTeam == 0) cand_dists[index] = d;
+  }
+}
+
+// The pool becomes the pool_size best of pool and candidates (block-wide).
+// Every entry's new position is its rank in the union: its index in its own
+// sorted list (the candidates' ranks are counted, they are not sorted) plus
+// the entries of the other list before it. The ids are distinct (the hash),
+// and the unused pool entries (+inf, invalid) come after every candidate, so
+// the positions are a permutation.
+__device__ void merge_candidates(Pool& pool, int pool_size, const float* cand_dists,
+                                 const uint32_t* cand_ids, int count) {
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+    const float d = cand_dists[i];
+    const uint32_t id = cand_ids[i];
+    int position = rank_in_sorted(pool.dists, pool.ids, pool_size, d, id, false);
+    if (position >= pool_size) continue;
+    for (int j = 0; j < count; ++j) position += pair_less(cand_dists[j], cand_ids[j], d, id);
+    if (position < pool_size) {
+      pool.next_dists[position] = d;
+      pool.next_ids[position] = id;
+      pool.next_expanded[position] = 0;
+    }
+  }
+  for (int i = threadIdx.x; i < pool_size; i += blockDim.x) {
+    const float d = pool.dists[i];
+    const uint32_t id = pool.ids[i];
+    int position = i;
+    for (int j = 0; j < count && position < pool_size; ++j) {
+      position += pair_less(cand_dists[j], cand_ids[j], d, id);
+    }
+    if (position < pool_size) {
+      pool.next_dists[position] = d;
+      pool.next_ids[position] = id;
+      pool.next_expanded[position] = pool.expanded[i];
+    }
+  }
+  __syncthreads();
+  pool.swap();
+}
+
+template <Metric M>
+__global__ void __launch_bounds__(kBeamThreads)
+    beam_search_kernel(SearchLaunch launch, int pool_size, int width) {
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  __shared__ uint32_t expand_ids[kMaxWidth];
+  __shared__ int expand_count;
+  __shared__ int cand_count;
+  __shared__ int hash_fill;
+  const DeviceGraph& g = launch.graph;
+  const int64_t query_index = blockIdx.x;
+  const int dim_padded = (g.dim + 3) & ~3;
+  float* query = reinterpret_cast<float*>(shared_raw);
+  Pool pool;
+  pool.dists = query + dim_padded;
+  pool.ids = reinterpret_cast<uint32_t*>(pool.dists + pool_size);
+  pool.next_dists = reinterpret_cast<float*>(pool.ids + pool_size);
+  pool.next_ids = reinterpret_cast<uint32_t*>(pool.next_dists + pool_size);
+  float* cand_dists = reinterpret_cast<float*>(pool.next_ids + pool_size);
+  uint32_t* cand_ids = reinterpret_cast<uint32_t*>(cand_dists + kMaxCandidates);
+  uint32_t* hash = cand_ids + kMaxCandidates;
+  pool.expanded = reinterpret_cast<uint8_t*>(hash + kHashSlots);
+  pool.next_expanded = pool.expanded + pool_size;
+
+  for (int i = threadIdx.x; i < pool_size; i += blockDim.x) {
+    pool.dists[i] = INFINITY;
+    pool.ids[i] = kInvalidId;
+    pool.expanded[i] = 1;  // never picked
+  }
+  for (int i = threadIdx.x; i < kHashSlots; i += blockDim.x) hash[i] = kInvalidId;
+  if (threadIdx.x == 0) hash_fill = 0;
+  load_query(launch.queries + query_index * g.dim, g.dim, query);  // ends with a barrier
+
+  // The navigating entry set (the CPU and large-batch searches' entries)
+  // fills the pool first.
+  for (int first = 0; first < launch.entry_count; first += kMaxCandidates) {
+    refill_hash_if_full(hash, &hash_fill, pool, pool_size);
+    if (threadIdx.x == 0) cand_count = 0;
+    __syncthreads();
+    const int chunk = min(kMaxCandidates, launch.entry_count - first);
+    if (threadIdx.x < chunk) {
+      const uint32_t e = launch.entries[first + threadIdx.x];
+      if (hash_insert(hash, &hash_fill, e)) cand_ids[atomicAdd(&cand_count, 1)] = e;
+    }
+    __syncthreads();
+    const int count = cand_count;
+    score_candidates<M>(g, query, cand_ids, cand_dists, count);
+    __syncthreads();
+    merge_candidates(pool, pool_size, cand_dists, cand_ids, count);
+  }
+
+  const int warp = threadIdx.x / kWarpSize;
   const int lane = lane_id();
-  const size_t per_warp = static_cast<size_t>(2 * k + kWarpSize) * 8;
-  float* list_dists = reinterpret_cast<float*>(shared_raw + per_warp * warp_in_block);
-  uint32_t* list_ids = reinterpret_cast<uint32_t*>(list_dists + k);
-  float* spare_dists = reinterpret_cast<float*>(list_ids + k);
-  uint32_t* spare_ids = reinterpret_cast<uint32_t*>(spare_dists + k);
-  float* batch_dists = reinterpret_cast<float*>(spare_ids + k);
-  uint32_t* batch_ids = reinterpret_cast<uint32_t*>(batch_dists + kWarpSize);
-  for (int i = lane; i < k; i += kWarpSize) {
-    list_dists[i] = INFINITY;
-    list_ids[i] = kInvalidId;
+  const int best_k_index = min(launch.stop.k, pool_size) - 1;
+  const int max_steps = 4 * pool_size / width + 32;
+  for (int step = 0; step < max_steps; ++step) {
+    // Warp 0 takes the width best nodes not expanded yet.
+    if (warp == 0) {
+      int taken = 0;
+      float first_dist = INFINITY;
+      for (int base = 0; base < pool_size && taken < width; base += kWarpSize) {
+        const int i = base + lane;
+        unsigned open = __ballot_sync(kFullMask, i < pool_size && !pool.expanded[i] && pool.ids[i] != kInvalidId);
+        while (open != 0 && taken < width) {
+          const int at = base + __ffs(open) - 1;
+          open &= open - 1;
+          if (taken == 0) first_dist = pool.dists[at];
+          if (lane == 0) {
+            expand_ids[taken] = pool.ids[at];
+            pool.expanded[at] = 1;
+          }
+          ++taken;
+        }
+      }
+      if (lane == 0) {
+        const bool stop = taken > 0 && slack_stops(launch.stop, first_dist, pool.dists[0], pool.dists[best_k_index]);
+        expand_count = stop ? 0 : taken;
+        cand_count = 0;
+      }
+    }
+    __syncthreads();
+    const int expanding = expand_count;
+    if (expanding == 0) break;
+    refill_hash_if_full(hash, &hash_fill, pool, pool_size);
+    for (int t = threadIdx.x; t < expanding * g.degree; t += blockDim.x) {
+      const int64_t slot = static_cast<int64_t>(expand_ids[t / g.degree]) * g.degree + t % g.degree;
+      const uint32_t e = g.neighbors[slot];
+      if (e == kInvalidId || g.lambdas[slot] > launch.lambda_limit) continue;
+      if (hash_insert(hash, &hash_fill, e)) cand_ids[atomicAdd(&cand_count, 1)] = e;
+    }
+    __syncthreads();
+    const int count = cand_count;
+    if (count == 0) {
+      __syncthreads();  // everyone has read cand_count before warp 0 resets it
+      continue;
+    }
+    score_candidates<M>(g, query, cand_ids, cand_dists, count);
+    __syncthreads();
+    merge_candidates(pool, pool_size, cand_dists, cand_ids, count);
   }
-  __syncwarp();
-  for (int s = 0; s < searches; ++s) {
-    const int64_t slot = (row * searches + s) * kWarpSize + lane;
-    float d = partial_dists[slot];
-    uint32_t id = partial_ids[slot];
-    bool drop = id == kInvalidId;
-    for (int other = 0; other < kWarpSize; ++other) {
-      const uint32_t other_id = __shfl_sync(kFullMask, id, other);
-      drop |= other < lane && other_id == id;
-    }
-    for (int i = 0; i < k && !drop; ++i) drop = list_ids[i] == id;
-    if (drop) {
-      d = INFINITY;
-      id = kInvalidId;
-    }
-    warp_bitonic_sort(d, id);
-    batch_dists[lane] = d;
-    batch_ids[lane] = id;
-    __syncwarp();
-    const int count = __popc(__ballot_sync(kFullMask, id != kInvalidId));
-    warp_merge_sorted(list_dists, list_ids, k, batch_dists, batch_ids, count, spare_dists, spare_ids);
-    for (int i = lane; i < k; i += kWarpSize) {
-      list_dists[i] = spare_dists[i];
-      list_ids[i] = spare_ids[i];
-    }
-    __syncwarp();
-  }
-  for (int i = lane; i < k; i += kWarpSize) {
-    out_ids[row * k + i] = list_ids[i];
-    out_dists[row * k + i] = list_dists[i];
+
+  const int k = launch.k;
+  for (int i = threadIdx.x; i < k; i += blockDim.x) {
+    launch.ids[query_index * k + i] = pool.ids[i];
+    launch.dists[query_index * k + i] = pool.dists[i];
   }
 }
 
 }  // namespace
 
-void launch_small_batch_search(const SearchLaunch& launch, int searches, uint32_t* partial_ids,
-                               float* partial_dists, cudaStream_t stream) {
+void launch_small_batch_search(const SearchLaunch& launch, int width, cudaStream_t stream) {
   if (launch.rows == 0) return;
-  const int entries = scored_entries(launch);
-  if (entries < 1) throw Error(Status::InvalidArgument, "the small-batch search needs entry points");
-  const size_t shared_bytes =
-      static_cast<size_t>((launch.graph.dim + 3) & ~3) * sizeof(float) + static_cast<size_t>(entries) * 8;
+  if (launch.ef > kGpuSmallBatchMaxEf || launch.k > launch.ef) {
+    throw Error(Status::InvalidArgument, "the small-batch search needs k <= ef <= " +
+                                             std::to_string(kGpuSmallBatchMaxEf));
+  }
+  if (launch.graph.degree > kMaxCandidates) {
+    throw Error(Status::InvalidArgument, "the small-batch search supports a degree up to " +
+                                             std::to_string(kMaxCandidates));
+  }
+  if (width < 1) width = kDefaultWidth;
+  width = std::clamp(width, 1, std::min(kMaxWidth, kMaxCandidates / launch.graph.degree));
+  const BeamLayout layout{(launch.graph.dim + 3) & ~3, launch.ef};
+  const size_t shared_bytes = layout.bytes();
   dispatch_metric(launch.metric, [&](auto tag) {
     constexpr Metric M = decltype(tag)::value;
-    auto kernel = greedy_searches_kernel<M>;
+    auto kernel = beam_search_kernel<M>;
     TSDG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(shared_bytes)));
-    kernel<<<static_cast<unsigned>(launch.rows * searches), kSearchThreads, shared_bytes, stream>>>(
-        launch, searches, entries, partial_ids, partial_dists);
-    check_launch("greedy_searches_kernel");
+    kernel<<<static_cast<unsigned>(launch.rows), kBeamThreads, shared_bytes, stream>>>(launch, layout.pool,
+                                                                                       width);
+    check_launch("beam_search_kernel");
   });
-  const size_t merge_bytes = static_cast<size_t>(kMergeWarps) * (2 * launch.k + kWarpSize) * 8;
-  TSDG_CUDA_CHECK(cudaFuncSetAttribute(merge_searches_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(merge_bytes)));
-  merge_searches_kernel<<<static_cast<unsigned>((launch.rows + kMergeWarps - 1) / kMergeWarps),
-                          kMergeWarps * kWarpSize, merge_bytes, stream>>>(
-      launch.rows, searches, launch.k, partial_ids, partial_dists, launch.ids, launch.dists);
-  check_launch("merge_searches_kernel");
 }
 
 }  // namespace tsdg::cuda

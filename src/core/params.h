@@ -23,6 +23,10 @@ struct DiversifyParams {
   int lambda0 = 10;    // stage-2: edges with occlusion factor > lambda0 dropped
 };
 
+// The largest ef of the GPU small-batch kernel (its pool lives in shared
+// memory); a batch with a larger ef goes to the large-batch kernel.
+inline constexpr int kGpuSmallBatchMaxEf = 512;
+
 // Graph search (paper 003, section 4; paper 004 for the slack stop rule).
 struct SearchParams {
   int k = 10;
@@ -38,8 +42,9 @@ struct SearchParams {
   // the small-batch kernel, 2 the large-batch kernel; 3 scans the resident
   // rows exactly (the GPU brute force, as a baseline).
   int gpu_kernel = 0;
-  // GPU small-batch kernel: independent greedy searches per query (t0); 0 = ef / 2.
-  int gpu_parallel_searches = 0;
+  // GPU small-batch kernel (ef <= kGpuSmallBatchMaxEf): pool nodes expanded per step of its beam search
+  // (more steps in parallel, a few more distances); 0 = the kernel's default.
+  int gpu_search_width = 0;
 };
 
 }  // namespace tsdg

@@ -31,6 +31,9 @@ search
   --slack LIST           comma-separated GGNN slack factors (default 0: off)
   --batch-sizes LIST     queries per SearchIndex::search call (default: all at once)
   --entry-samples N      navigating-set size
+  --gpu-kernels LIST     GPU search kernels to sweep: 0 by batch size (default),
+                         1 small-batch, 2 large-batch
+  --gpu-search-width N   nodes the small-batch kernel expands a step (0: default)
   --min-seconds S        repeat each point until it ran S seconds (default 0.5)
 baseline
   --no-hnsw              skip hnswlib  --hnsw-m M --hnsw-ef-construction E --hnsw-ef LIST
@@ -103,6 +106,8 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--slack", [&](auto& f, auto& v) { o.slacks = parse_list<float>(f, v); }},
       {"--batch-sizes", [&](auto& f, auto& v) { o.batch_sizes = parse_list<int64_t>(f, v); }},
       {"--entry-samples", [&](auto& f, auto& v) { o.entry_samples = parse_number<int>(f, v); }},
+      {"--gpu-kernels", [&](auto& f, auto& v) { o.gpu_kernels = parse_list<int>(f, v); }},
+      {"--gpu-search-width", [&](auto& f, auto& v) { o.gpu_search_width = parse_number<int>(f, v); }},
       {"--min-seconds", [&](auto& f, auto& v) { o.min_seconds = parse_number<double>(f, v); }},
       {"--recall-sample", [&](auto& f, auto& v) { o.recall_sample = parse_number<int64_t>(f, v); }},
       {"--hnsw-m", [&](auto& f, auto& v) { o.hnsw_m = parse_number<int>(f, v); }},

@@ -30,6 +30,8 @@ struct BenchOptions {
   std::vector<float> slacks{0.0f};
   std::vector<int64_t> batch_sizes{0};  // 0: all queries in one call
   int entry_samples = SearchParams{}.entry_samples;
+  std::vector<int> gpu_kernels{0};  // SearchParams::gpu_kernel values swept on the GPU
+  int gpu_search_width = 0;
   int threads = 0;
   double min_seconds = 0.5;  // each search point repeats until it ran this long
   int64_t recall_sample = 1000;

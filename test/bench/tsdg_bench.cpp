@@ -325,32 +325,40 @@ int run(const BenchOptions& o) {
 
   Best tsdg_best;
   std::vector<float> dists(queries.rows * k);
+  const std::vector<int> gpu_kernels = o.backend == "cpu" ? std::vector<int>{0} : o.gpu_kernels;
   for (int lambda_limit : o.lambda_limits) {
     for (float slack : o.slacks) {
       for (int64_t batch : o.batch_sizes) {
-        for (int ef : o.ef_list) {
-          SearchParams params;
-          params.k = k;
-          params.ef = ef;
-          params.lambda_limit = lambda_limit;
-          params.slack = slack;
-          params.entry_samples = o.entry_samples;
-          const SweepPoint p = measure(
-              queries.rows, k, batch, truth, o.min_seconds,
-              [&](int64_t first, int64_t count, uint32_t* ids) {
-                index->search(queries.slice(first, count), params, ids, dists.data() + first * k,
-                              control);
-              },
-              tsdg_distances);
-          if (batch == o.batch_sizes.front() && slack == o.slacks.front()) tsdg_best.offer(p, ef);
-          report.emit(Record("tsdg_search")
-                          .add("ef", ef)
-                          .add("lambda_limit", lambda_limit)
-                          .add("slack", slack)
-                          .add("batch", batch > 0 ? batch : queries.rows)
-                          .add("recall", p.recall)
-                          .add("qps", p.qps, 6)
-                          .add("dist_per_query", p.distances_per_query, 5));
+        for (int gpu_kernel : gpu_kernels) {
+          for (int ef : o.ef_list) {
+            SearchParams params;
+            params.k = k;
+            params.ef = ef;
+            params.lambda_limit = lambda_limit;
+            params.slack = slack;
+            params.entry_samples = o.entry_samples;
+            params.gpu_kernel = gpu_kernel;
+            params.gpu_search_width = o.gpu_search_width;
+            const SweepPoint p = measure(
+                queries.rows, k, batch, truth, o.min_seconds,
+                [&](int64_t first, int64_t count, uint32_t* ids) {
+                  index->search(queries.slice(first, count), params, ids, dists.data() + first * k,
+                                control);
+                },
+                tsdg_distances);
+            if (batch == o.batch_sizes.front() && slack == o.slacks.front() && gpu_kernel == gpu_kernels.front()) {
+              tsdg_best.offer(p, ef);
+            }
+            report.emit(Record("tsdg_search")
+                            .add("ef", ef)
+                            .add("lambda_limit", lambda_limit)
+                            .add("slack", slack)
+                            .add("gpu_kernel", gpu_kernel)
+                            .add("batch", batch > 0 ? batch : queries.rows)
+                            .add("recall", p.recall)
+                            .add("qps", p.qps, 6)
+                            .add("dist_per_query", p.distances_per_query, 5));
+          }
         }
       }
     }

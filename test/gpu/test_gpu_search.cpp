@@ -89,6 +89,34 @@ TEST(GpuSearch, BothKernelsReachCpuRecall) {
   }
 }
 
+TEST(GpuSearch, SmallBatchWidthAndEfLimit) {
+  TSDG_REQUIRE_GPU();
+  const SearchFixture& f = fixture();
+  auto gpu_index = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
+  SearchParams params;
+  params.k = 10;
+  params.ef = 48;
+  params.gpu_kernel = 1;
+  std::vector<float> dists;
+  std::vector<uint32_t> ids;
+  // Every width is the same beam search, expanding more nodes a step.
+  for (int width : {1, 2, 8}) {
+    params.gpu_search_width = width;
+    const double recall = search_recall(*gpu_index, params, &dists, &ids);
+    expect_exact_ascending(ids, dists, params.k);
+    std::printf("small-batch width %d, ef 48: recall@10 %.4f\n", width, recall);
+    EXPECT_GT(recall, 0.95) << "width " << width;
+  }
+  params.gpu_search_width = 0;
+  params.ef = kGpuSmallBatchMaxEf + 1;
+  std::vector<uint32_t> out_ids(f.queries.rows * params.k);
+  std::vector<float> out_dists(out_ids.size());
+  EXPECT_THROW(gpu_index->search(f.queries.view(), params, out_ids.data(), out_dists.data(), RunControl{}),
+               Error);
+  params.gpu_kernel = 0;  // by batch size: past the limit the large-batch kernel answers
+  EXPECT_GE(search_recall(*gpu_index, params, &dists, &ids), 0.99);
+}
+
 TEST(GpuSearch, ExactScanOfTheResidentRows) {
   TSDG_REQUIRE_GPU();
   const SearchFixture& f = fixture();
