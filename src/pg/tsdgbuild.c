@@ -19,26 +19,36 @@
 #include "storage/smgr.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/timestamp.h"
 
 #include "tsdg.h"
 #include "tsdgworker.h"
+#include "vector.h"
+
+#define SECS(from, to)	((double) ((to) - (from)) / 1000000.0)
 
 typedef struct TsdgBuildState
 {
+	Relation	heap;
 	Relation	index;
 	TsdgMetric	metric;
 	TsdgBuildParams params;
 	int			dims;			/* 0 until the first row when the column has no typmod */
 
-	/* rows loaded so far: tids[i] and rows[i * dims] */
+	/*
+	 * rows loaded so far: tids[i] and rows[i * dims], in local memory or, for
+	 * a build on the GPU worker, in the segment the worker reads
+	 */
 	int64		count;
 	int64		capacity;
 	ItemPointerData *tids;
 	float	   *rows;
+	bool		use_segment;
+	TsdgBuildSegment segment;
+	int			segment_growths;
 
-	/* the k-NN graph (count * build_k), kept in k-NN pages for merges */
+	/* the k-NN graph's ids (count * build_k), kept in k-NN pages for merges */
 	uint32	   *knn_ids;
-	float	   *knn_dists;
 
 	Size		memory_limit;	/* maintenance_work_mem in bytes */
 	double		estimated_rows; /* the planner's row count of the heap */
@@ -76,6 +86,43 @@ TsdgReportMemoryExceeded(const TsdgBuildState *bs)
 					 ceil(rows * per_row / (1024.0 * 1024.0)) + 1, rows)));
 }
 
+/*
+ * Rows the heap scan will return: the planner's estimate (reltuples scaled to
+ * the current size) once the table was vacuumed or analyzed; before that, as
+ * many rows as fit its pages if the vector were the only column, which more
+ * columns only lower. A TOASTed vector takes less room than that, and the
+ * arrays grow when the estimate falls short.
+ */
+static double
+TsdgEstimateHeapRows(Relation heap, int dims)
+{
+	BlockNumber pages = RelationGetNumberOfBlocks(heap);
+	Size		tuple_bytes;
+
+	if (heap->rd_rel->reltuples >= 0 && heap->rd_rel->relpages > 0)
+		return heap->rd_rel->reltuples / heap->rd_rel->relpages * pages;
+	tuple_bytes = MAXALIGN(SizeofHeapTupleHeader) + MAXALIGN(VECTOR_SIZE(dims)) +
+		sizeof(ItemIdData);
+	return (double) pages * ((BLCKSZ - SizeOfPageHeaderData) / tuple_bytes);
+}
+
+/* Moves the rows loaded so far out of the build segment into local memory. */
+static void
+TsdgLeaveSegment(TsdgBuildState *bs)
+{
+	ItemPointerData *tids = MemoryContextAllocHuge(CurrentMemoryContext,
+												   sizeof(ItemPointerData) * bs->capacity);
+	float	   *rows = MemoryContextAllocHuge(CurrentMemoryContext,
+											  sizeof(float) * bs->dims * bs->capacity);
+
+	memcpy(tids, bs->tids, sizeof(ItemPointerData) * bs->count);
+	memcpy(rows, bs->rows, sizeof(float) * bs->dims * bs->count);
+	TsdgBuildSegmentRelease(&bs->segment);
+	bs->tids = tids;
+	bs->rows = rows;
+	bs->use_segment = false;
+}
+
 static void
 TsdgGrowArrays(TsdgBuildState *bs)
 {
@@ -86,8 +133,45 @@ TsdgGrowArrays(TsdgBuildState *bs)
 	if (bs->count >= max_rows)
 		TsdgReportMemoryExceeded(bs);
 
-	capacity = bs->capacity == 0 ? Max((int64) bs->estimated_rows, 1024) : bs->capacity * 2;
+	if (bs->capacity == 0)
+	{
+		/* a little more than the estimate: a table grows between two ANALYZEs */
+		bs->estimated_rows = TsdgEstimateHeapRows(bs->heap, bs->dims);
+		capacity = (int64) (bs->estimated_rows * 1.02) + 1024;
+	}
+	else
+		capacity = bs->capacity * 2;
 	capacity = Min(capacity, max_rows);
+
+	if (bs->use_segment)
+	{
+		bool		ready;
+
+		if (bs->segment.seg == NULL)
+			ready = TsdgBuildSegmentCreate(&bs->segment, capacity, bs->dims, &bs->params);
+		else
+		{
+			ready = TsdgBuildSegmentGrow(&bs->segment, bs->count, capacity, bs->dims, &bs->params);
+			bs->segment_growths += ready ? 1 : 0;
+		}
+		if (ready)
+		{
+			bs->tids = bs->segment.tids;
+			bs->rows = bs->segment.rows;
+			bs->capacity = capacity;
+			return;
+		}
+		/* no segment large enough (a WARNING said why): the CPU builds */
+		if (bs->segment.seg != NULL)
+		{
+			TsdgLeaveSegment(bs);
+			bs->capacity = capacity;
+			bs->tids = repalloc_huge(bs->tids, sizeof(ItemPointerData) * capacity);
+			bs->rows = repalloc_huge(bs->rows, sizeof(float) * bs->dims * capacity);
+			return;
+		}
+		bs->use_segment = false;
+	}
 
 	if (bs->tids == NULL)
 	{
@@ -200,18 +284,19 @@ TsdgReportCoreError(TsdgStatus status, const TsdgError *error, const char *what)
 }
 
 /*
- * The graph builder: fills neighbors/lambdas (count * degree) for the loaded
- * rows. The GPU worker builds it when it runs (the rows travel in a DSM
- * segment); else, or when the worker cannot (no DSM, GPU out of memory), the
+ * The graph builder: fills neighbors/lambdas and the k-NN ids (count rows).
+ * The GPU worker builds it when it runs (the rows are in the segment it
+ * reads); else, or when the worker cannot (no DSM, GPU out of memory), the
  * CPU backend of the core does the work in this backend's process.
  * tsdg.device = gpu without a worker is refused rather than silently run on
- * the CPU.
+ * the CPU. Returns true when the worker built the graph.
  */
-static void
+static bool
 TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 {
 	TsdgError	error;
 	TsdgStatus	status;
+	float	   *knn_dists;
 
 	if (tsdg_device == TSDG_DEVICE_GPU && !TsdgWorkerUsable())
 		ereport(ERROR,
@@ -220,13 +305,22 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 				 errhint("SET tsdg.device = auto or cpu to build on the CPU.")));
 
 	/* the worker declines (with a WARNING where it matters) and the CPU builds */
-	if (!TsdgWorkerBuildGraph(bs->index, bs->tids, bs->rows, bs->count, bs->dims, bs->metric,
-							  &bs->params, neighbors, lambdas, bs->knn_ids, bs->knn_dists,
-							  TsdgBuildPoll, bs, &status, &error))
-		status = tsdg_build_graph(NULL, bs->rows, bs->count, bs->dims, bs->metric, &bs->params,
-								  neighbors, lambdas, bs->knn_ids, bs->knn_dists,
-								  TsdgBuildPoll, bs, &error);
+	if (TsdgWorkerBuildGraph(bs->index, &bs->segment, bs->count, bs->dims, bs->metric,
+							 &bs->params, TsdgBuildPoll, bs, &status, &error))
+	{
+		TsdgReportCoreError(status, &error, "index build");
+		return true;
+	}
+
+	/* the core returns the k-NN lists with their distances, which the pages do not keep */
+	knn_dists = MemoryContextAllocHuge(CurrentMemoryContext,
+									   sizeof(float) * bs->params.build_k * bs->count);
+	status = tsdg_build_graph(NULL, bs->rows, bs->count, bs->dims, bs->metric, &bs->params,
+							  neighbors, lambdas, bs->knn_ids, knn_dists,
+							  TsdgBuildPoll, bs, &error);
+	pfree(knn_dists);
 	TsdgReportCoreError(status, &error, "index build");
+	return false;
 }
 
 static void
@@ -326,11 +420,20 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	uint8	   *lambdas = NULL;
 	Buffer		metabuf;
 	double		reltuples;
+	TimestampTz started_at = GetCurrentTimestamp();
+	TimestampTz scanned_at,
+				graph_at = 0,
+				summary_at = 0,
+				nodes_at = 0,
+				knn_at = 0,
+				summary_wait_at = 0,
+				meta_at;
 
 	if (RelationGetNumberOfBlocks(index) != 0)
 		elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
 
 	MemSet(&bs, 0, sizeof(bs));
+	bs.heap = heap;
 	bs.index = index;
 	bs.metric = TsdgIndexMetric(index);
 	TsdgParamsFromOptions(index, &bs.params);
@@ -339,6 +442,8 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		TsdgCheckDimensions(index, bs.dims, bs.params.degree);
 	bs.memory_limit = (Size) maintenance_work_mem * 1024;
 	bs.estimated_rows = heap->rd_rel->reltuples > 0 ? heap->rd_rel->reltuples : 0;
+	/* the rows go straight into the segment the worker reads, when it may build */
+	bs.use_segment = TsdgWorkerUsable();
 
 	/* block 0 first, so the node pages start at block 1; filled in at the end */
 	metabuf = TsdgNewBuffer(index, MAIN_FORKNUM);
@@ -351,28 +456,49 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	reltuples = table_index_build_scan(heap, index, indexInfo, true, true,
 									   TsdgBuildCallback, &bs, NULL);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs.count);
+	scanned_at = GetCurrentTimestamp();
 
 	TsdgInitLayout(&layout, bs.dims, bs.params.degree, TSDG_METAPAGE_BLKNO + 1);
 	TsdgFillMeta(&meta, &bs, &layout);
 
 	if (bs.count > 0)
 	{
-		neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
-										   sizeof(uint32) * bs.params.degree * bs.count);
-		lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
-										 sizeof(uint8) * bs.params.degree * bs.count);
-		bs.knn_ids = MemoryContextAllocHuge(CurrentMemoryContext,
-											sizeof(uint32) * bs.params.build_k * bs.count);
-		bs.knn_dists = MemoryContextAllocHuge(CurrentMemoryContext,
-											  sizeof(float) * bs.params.build_k * bs.count);
+		bool		on_worker;
+
+		if (bs.segment.seg != NULL)
+		{
+			neighbors = bs.segment.neighbors;
+			lambdas = bs.segment.lambdas;
+			bs.knn_ids = bs.segment.knn_ids;
+		}
+		else
+		{
+			neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
+											   sizeof(uint32) * bs.params.degree * bs.count);
+			lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
+											 sizeof(uint8) * bs.params.degree * bs.count);
+			bs.knn_ids = MemoryContextAllocHuge(CurrentMemoryContext,
+												sizeof(uint32) * bs.params.build_k * bs.count);
+		}
 		bs.knn_ids[0] = TSDG_INVALID_ID;
-		TsdgComputeGraph(&bs, neighbors, lambdas);
-		TsdgGraphSummary(&bs, &meta, neighbors);
+		on_worker = TsdgComputeGraph(&bs, neighbors, lambdas);
+		graph_at = GetCurrentTimestamp();
+		/* the worker computes the summary while the pages are written */
+		if (!on_worker)
+			TsdgGraphSummary(&bs, &meta, neighbors);
+		summary_at = GetCurrentTimestamp();
 		TsdgWriteNodePages(&bs, &layout, neighbors, lambdas);
+		nodes_at = GetCurrentTimestamp();
 		/* a builder that returns no k-NN lists leaves the first one empty */
 		if (bs.count == 1 || bs.knn_ids[0] != TSDG_INVALID_ID)
 			TsdgWriteBuildKnnPages(index, &meta, bs.knn_ids, bs.count, bs.params.build_k);
+		knn_at = GetCurrentTimestamp();
+		if (on_worker && !TsdgWorkerBuildSummary(&bs.segment, meta.entry_points,
+												 &meta.entry_count, &meta.nn1_bound))
+			TsdgGraphSummary(&bs, &meta, neighbors);
+		summary_wait_at = GetCurrentTimestamp();
 	}
+	TsdgBuildSegmentRelease(&bs.segment);
 
 	metabuf = ReadBuffer(index, TSDG_METAPAGE_BLKNO);
 	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
@@ -380,8 +506,22 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	MarkBufferDirty(metabuf);
 	UnlockReleaseBuffer(metabuf);
 
+	meta_at = GetCurrentTimestamp();
 	if (RelationNeedsWAL(index))
 		log_newpage_range(index, MAIN_FORKNUM, 0, RelationGetNumberOfBlocks(index), true);
+
+	if (bs.count > 0)
+		ereport(LOG,
+				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s, entry points and statistics %.3f s, node pages %.3f s, k-NN pages %.3f s, waiting for the worker's entry points %.3f s, metapage %.3f s, WAL %.3f s",
+						RelationGetRelationName(index), (long long) bs.count,
+						SECS(started_at, GetCurrentTimestamp()), SECS(started_at, scanned_at),
+						bs.segment_growths > 0 ?
+						psprintf(" (into shared memory, grown %d times)", bs.segment_growths) :
+						bs.use_segment ? " (into shared memory)" : "",
+						SECS(scanned_at, graph_at), SECS(graph_at, summary_at),
+						SECS(summary_at, nodes_at), SECS(nodes_at, knn_at),
+						SECS(knn_at, summary_wait_at), SECS(summary_wait_at, meta_at),
+						SECS(meta_at, GetCurrentTimestamp()))));
 
 	result = palloc(sizeof(IndexBuildResult));
 	result->heap_tuples = reltuples;

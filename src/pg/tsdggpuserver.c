@@ -632,6 +632,50 @@ BuildPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 	return shutdown_requested || TsdgIpcCancelRequested(t->slot, t->copy.request_id);
 }
 
+/*
+ * The metapage's entry points and d_nn1+ from the graph just built, into the
+ * segment's summary; the session writes its pages meanwhile and waits for
+ * this only at the end (TsdgWorkerBuildSummary).
+ */
+static void
+ServeBuildSummary(TakenRequest *t, void *base, const TsdgBulkHeader *header)
+{
+	const TsdgBuildArgs *args = &t->copy.args.build;
+	TsdgBuildSummary *summary = TsdgBulkArray(base, header->summary);
+	const float *rows = TsdgBulkArray(base, header->rows);
+	const uint32 *neighbors = TsdgBulkArray(base, header->neighbors);
+	uint32		entries[TSDG_SUMMARY_MAX_ENTRIES];
+	TimestampTz start = GetCurrentTimestamp();
+	TsdgError	error;
+	bool		ok;
+
+	if (summary == NULL)
+		return;
+	ok = tsdg_select_entry_points(rows, args->n, args->dims, args->metric, neighbors,
+								  args->params.degree, TSDG_SUMMARY_MAX_ENTRIES, entries,
+								  &error) == TSDG_OK &&
+		tsdg_graph_nn1_bound(rows, args->n, args->dims, args->metric, neighbors,
+							 args->params.degree, &summary->nn1_bound, &error) == TSDG_OK;
+	if (ok)
+	{
+		summary->entry_count = 0;
+		for (int i = 0; i < TSDG_SUMMARY_MAX_ENTRIES; i++)
+			if (entries[i] != TSDG_INVALID_ID)
+				summary->entry_points[summary->entry_count++] = entries[i];
+	}
+	else
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: no entry points for index %u/%u, the session computes them: %s",
+						args->key.database, args->key.relfilenode, error.message)));
+	pg_write_barrier();
+	pg_atomic_write_u32(&summary->state, ok ? TSDG_SUMMARY_READY : TSDG_SUMMARY_FAILED);
+	if (t->copy.requester_latch != NULL)
+		SetLatch(t->copy.requester_latch);
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: entry points and statistics of index %u/%u in %.3f s",
+					args->key.database, args->key.relfilenode, SecondsSince(start))));
+}
+
 static void
 ServeBuild(TakenRequest *t)
 {
@@ -645,6 +689,8 @@ ServeBuild(TakenRequest *t)
 	const float *rows;
 	uint32	   *neighbors;
 	uint8	   *lambdas;
+	uint32	   *knn_ids;
+	float	   *knn_dists = NULL;
 
 	t->done = true;
 	if (!MapBulk(&t->copy, &map))
@@ -657,6 +703,23 @@ ServeBuild(TakenRequest *t)
 	rows = TsdgBulkArray(map.address, header->rows);
 	neighbors = TsdgBulkArray(map.address, header->neighbors);
 	lambdas = TsdgBulkArray(map.address, header->lambdas);
+	knn_ids = TsdgBulkArray(map.address, header->knn_ids);
+	if (args->n > header->capacity)
+	{
+		UnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, 0,
+					  "the build's shared memory segment is smaller than its rows");
+		return;
+	}
+	/* the session stores the k-NN ids only: their distances stay here */
+	if (knn_ids != NULL &&
+		(knn_dists = malloc(sizeof(float) * args->params.build_k * (Size) args->n)) == NULL)
+	{
+		UnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OUT_OF_MEMORY, 0, NULL, NULL, 0,
+					  "out of host memory for the k-NN distances");
+		return;
+	}
 
 	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
 	ereport(LOG,
@@ -665,19 +728,16 @@ ServeBuild(TakenRequest *t)
 					tsdg_backend_name(device_backend))));
 	start = GetCurrentTimestamp();
 	status = tsdg_build_graph(device_backend, rows, args->n, args->dims, args->metric,
-							  &args->params, neighbors, lambdas,
-							  TsdgBulkArray(map.address, header->knn_ids),
-							  TsdgBulkArray(map.address, header->knn_dists),
+							  &args->params, neighbors, lambdas, knn_ids, knn_dists,
 							  BuildPoll, &poll, &error);
 	if (status == TSDG_ERR_OUT_OF_MEMORY && LeastRecentlyUsed() != NULL)
 	{
 		EvictAll("device out of memory for a build");
 		status = tsdg_build_graph(device_backend, rows, args->n, args->dims, args->metric,
-								  &args->params, neighbors, lambdas,
-								  TsdgBulkArray(map.address, header->knn_ids),
-								  TsdgBulkArray(map.address, header->knn_dists),
+								  &args->params, neighbors, lambdas, knn_ids, knn_dists,
 								  BuildPoll, &poll, &error);
 	}
+	free(knn_dists);
 
 	if (status == TSDG_OK)
 	{
@@ -685,8 +745,9 @@ ServeBuild(TakenRequest *t)
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: built the graph of index %u/%u in %.3f s",
 						args->key.database, args->key.relfilenode, SecondsSince(start))));
-		/* answer first: the session writes its pages while the graph is uploaded */
+		/* answer first: the session writes its pages while the summary is computed and the graph uploaded */
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, 0, NULL);
+		ServeBuildSummary(t, map.address, header);
 		if (args->key.relfilenode != InvalidOid && FindResident(&args->key) == NULL)
 		{
 			TsdgError	load_error;

@@ -127,23 +127,49 @@ typedef struct TsdgLoadArgs
 /*
  * The arrays of a bulk segment, as byte offsets from its start (0: absent).
  * Which are used depends on the request kind:
- *   build:  rows (in), neighbors, lambdas, knn_ids, knn_dists (out)
+ *   build:  rows, tids (in: the heap scan writes them here), neighbors,
+ *           lambdas, knn_ids (out, before the answer), summary (out, after
+ *           the answer: see TsdgBuildSummary); arrays sized for capacity rows
  *   load:   rows, neighbors, lambdas, tids, flags (in)
  *   batch:  queries (in), tids, dists (out, nq * k)
  */
 typedef struct TsdgBulkHeader
 {
 	Size		total_size;
+	int64		capacity;		/* build: rows the arrays have room for */
 	Size		rows;
 	Size		neighbors;
 	Size		lambdas;
 	Size		knn_ids;
-	Size		knn_dists;
 	Size		tids;
 	Size		flags;
 	Size		queries;
 	Size		dists;
+	Size		summary;
 } TsdgBulkHeader;
+
+typedef enum TsdgSummaryState
+{
+	TSDG_SUMMARY_PENDING = 0,
+	TSDG_SUMMARY_READY,
+	TSDG_SUMMARY_FAILED			/* the session computes it itself */
+} TsdgSummaryState;
+
+#define TSDG_SUMMARY_MAX_ENTRIES	256 /* TSDG_MAX_ENTRY_POINTS of the metapage */
+
+/*
+ * What the metapage needs besides the graph: the navigating set and d_nn1+.
+ * The worker answers a build as soon as the graph is in the segment and
+ * computes these afterwards from the rows and graph it holds, while the
+ * session writes the node pages; it then sets state and the session's latch.
+ */
+typedef struct TsdgBuildSummary
+{
+	pg_atomic_uint32 state;		/* TsdgSummaryState */
+	int32		entry_count;
+	float		nn1_bound;
+	uint32		entry_points[TSDG_SUMMARY_MAX_ENTRIES];
+} TsdgBuildSummary;
 
 typedef struct TsdgRequestSlot
 {

@@ -8,6 +8,7 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "storage/backendid.h"
 #include "storage/dsm.h"
 #include "utils/rel.h"
@@ -365,6 +366,79 @@ TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta,
 	return done;
 }
 
+/* the layout of a build segment for capacity rows */
+static void
+TsdgBuildLayout(TsdgBulkHeader *header, int64 capacity, int dims, const TsdgBuildParams *params)
+{
+	Size		offset = sizeof(TsdgBulkHeader);
+
+	memset(header, 0, sizeof(TsdgBulkHeader));
+	header->capacity = capacity;
+	header->summary = TsdgBulkAdd(&offset, sizeof(TsdgBuildSummary));
+	header->rows = TsdgBulkAdd(&offset, sizeof(float) * dims * (Size) capacity);
+	header->tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * (Size) capacity);
+	header->neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * (Size) capacity);
+	header->lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * (Size) capacity);
+	header->knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) capacity);
+	header->total_size = offset;
+}
+
+bool
+TsdgBuildSegmentCreate(TsdgBuildSegment *bseg, int64 capacity, int dims,
+					   const TsdgBuildParams *params)
+{
+	TsdgBulkHeader header;
+	dsm_segment *seg;
+	char	   *base;
+
+	StaticAssertStmt(TSDG_SUMMARY_MAX_ENTRIES == TSDG_MAX_ENTRY_POINTS,
+					 "a build summary holds the metapage's entry points");
+	memset(bseg, 0, sizeof(TsdgBuildSegment));
+	TsdgBuildLayout(&header, capacity, dims, params);
+	seg = TsdgCreateBulkSegment(header.total_size, "the rows of an index build on the GPU");
+	if (seg == NULL)
+	{
+		TsdgCountFallback();
+		return false;
+	}
+	base = dsm_segment_address(seg);
+	memcpy(base, &header, sizeof(header));
+	bseg->seg = seg;
+	bseg->capacity = capacity;
+	bseg->rows = TsdgBulkArray(base, header.rows);
+	bseg->tids = TsdgBulkArray(base, header.tids);
+	bseg->neighbors = TsdgBulkArray(base, header.neighbors);
+	bseg->lambdas = TsdgBulkArray(base, header.lambdas);
+	bseg->knn_ids = TsdgBulkArray(base, header.knn_ids);
+	bseg->summary = TsdgBulkArray(base, header.summary);
+	pg_atomic_init_u32(&bseg->summary->state, TSDG_SUMMARY_PENDING);
+	return true;
+}
+
+bool
+TsdgBuildSegmentGrow(TsdgBuildSegment *bseg, int64 count, int64 capacity, int dims,
+					 const TsdgBuildParams *params)
+{
+	TsdgBuildSegment grown;
+
+	Assert(count <= bseg->capacity && count <= capacity);
+	if (!TsdgBuildSegmentCreate(&grown, capacity, dims, params))
+		return false;
+	memcpy(grown.rows, bseg->rows, sizeof(float) * dims * (Size) count);
+	memcpy(grown.tids, bseg->tids, sizeof(ItemPointerData) * (Size) count);
+	TsdgBuildSegmentRelease(bseg);
+	*bseg = grown;
+	return true;
+}
+
+void
+TsdgBuildSegmentRelease(TsdgBuildSegment *bseg)
+{
+	if (bseg->seg != NULL)
+		dsm_detach(bseg->seg);
+	memset(bseg, 0, sizeof(TsdgBuildSegment));
+}
+
 typedef struct TsdgBuildWait
 {
 	TsdgPollFn	poll;
@@ -384,52 +458,35 @@ TsdgBuildWaitPoll(void *arg, TsdgRequestSlot *slot)
 	return wait->cancelled;
 }
 
+static pid_t
+TsdgServerPid(void)
+{
+	pid_t		pid;
+
+	SpinLockAcquire(&TsdgShared->mutex);
+	pid = TsdgShared->server_pid;
+	SpinLockRelease(&TsdgShared->mutex);
+	return pid;
+}
+
 bool
-TsdgWorkerBuildGraph(Relation index, const ItemPointerData *tids,
-					 const float *rows, int64 n, int dims, TsdgMetric metric,
-					 const TsdgBuildParams *params, uint32 *neighbors, uint8 *lambdas,
-					 uint32 *knn_ids, float *knn_dists,
+TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
+					 TsdgMetric metric, const TsdgBuildParams *params,
 					 TsdgPollFn poll, void *poll_arg,
 					 TsdgStatus *status, TsdgError *error)
 {
-	TsdgBulkHeader header;
-	Size		offset = sizeof(TsdgBulkHeader);
-	dsm_segment *seg;
-	void	   *base;
 	TsdgRequestSlot *slot;
 	uint64		request_id;
 	bool		answered;
 	TsdgBuildWait wait = {poll, poll_arg, false};
 	TsdgReply	reply;
 	TimestampTz start = GetCurrentTimestamp();
-	TimestampTz copied_in;
-	TimestampTz answered_at;
 
-	if (n == 0 || !TsdgWorkerTakesRequest())
+	if (n == 0 || bseg->seg == NULL || !TsdgWorkerTakesRequest())
 		return false;
+	Assert(n <= bseg->capacity);
 
-	memset(&header, 0, sizeof(header));
-	header.rows = TsdgBulkAdd(&offset, sizeof(float) * dims * (Size) n);
-	header.tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * (Size) n);
-	header.neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * (Size) n);
-	header.lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * (Size) n);
-	if (knn_ids != NULL)
-		header.knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) n);
-	if (knn_dists != NULL)
-		header.knn_dists = TsdgBulkAdd(&offset, sizeof(float) * params->build_k * (Size) n);
-	header.total_size = offset;
-	seg = TsdgCreateBulkSegment(header.total_size, "the rows of an index build on the GPU");
-	if (seg == NULL)
-	{
-		TsdgCountFallback();
-		return false;
-	}
-	base = dsm_segment_address(seg);
-	memcpy(base, &header, sizeof(header));
-	memcpy(TsdgBulkArray(base, header.rows), rows, sizeof(float) * dims * (Size) n);
-	memcpy(TsdgBulkArray(base, header.tids), tids, sizeof(ItemPointerData) * (Size) n);
-	copied_in = GetCurrentTimestamp();
-
+	bseg->builder_pid = TsdgServerPid();
 	slot = TsdgIpcBeginRequest(TSDG_REQUEST_BUILD);
 	memset(&slot->args.build, 0, sizeof(TsdgBuildArgs));
 	/* what the build's metapage will say: the worker keeps the graph as that version */
@@ -441,11 +498,10 @@ TsdgWorkerBuildGraph(Relation index, const ItemPointerData *tids,
 	slot->args.build.dims = dims;
 	slot->args.build.metric = metric;
 	slot->args.build.params = *params;
-	slot->bulk_handle = dsm_segment_handle(seg);
-	slot->bulk_size = header.total_size;
+	slot->bulk_handle = dsm_segment_handle(bseg->seg);
+	slot->bulk_size = ((TsdgBulkHeader *) dsm_segment_address(bseg->seg))->total_size;
 	request_id = TsdgIpcSubmit(slot);
 	answered = TsdgIpcWait(slot, request_id, -1, TsdgBuildWaitPoll, &wait);
-	answered_at = GetCurrentTimestamp();
 	reply = answered ? slot->reply : TSDG_REPLY_FAILED;
 	strlcpy(error->message, answered ? slot->message : "the GPU worker stopped during the build",
 			sizeof(error->message));
@@ -453,13 +509,11 @@ TsdgWorkerBuildGraph(Relation index, const ItemPointerData *tids,
 
 	if (wait.cancelled || reply == TSDG_REPLY_CANCELLED)
 	{
-		dsm_detach(seg);
 		*status = TSDG_ERR_CANCELLED;
 		return true;
 	}
 	if (reply != TSDG_REPLY_OK)
 	{
-		dsm_detach(seg);
 		TsdgCountFallback();
 		ereport(WARNING,
 				(errmsg("tsdg index build falls back to the CPU: %s",
@@ -468,22 +522,35 @@ TsdgWorkerBuildGraph(Relation index, const ItemPointerData *tids,
 				 errdetail("%s", error->message)));
 		return false;
 	}
-	memcpy(neighbors, TsdgBulkArray(base, header.neighbors),
-		   sizeof(uint32) * params->degree * (Size) n);
-	memcpy(lambdas, TsdgBulkArray(base, header.lambdas), sizeof(uint8) * params->degree * (Size) n);
-	if (knn_ids != NULL)
-		memcpy(knn_ids, TsdgBulkArray(base, header.knn_ids),
-			   sizeof(uint32) * params->build_k * (Size) n);
-	if (knn_dists != NULL)
-		memcpy(knn_dists, TsdgBulkArray(base, header.knn_dists),
-			   sizeof(float) * params->build_k * (Size) n);
-	dsm_detach(seg);
 	ereport(LOG,
-			(errmsg("tsdg index \"%s\" built on the GPU worker: %.3f s handing %lld rows over, %.3f s on the worker, %.3f s taking the graph back",
-					RelationGetRelationName(index),
-					(double) (copied_in - start) / 1000000.0, (long long) n,
-					(double) (answered_at - copied_in) / 1000000.0,
-					(double) (GetCurrentTimestamp() - answered_at) / 1000000.0)));
+			(errmsg("tsdg index \"%s\" built on the GPU worker: %lld rows, %.3f s from the request to the answer",
+					RelationGetRelationName(index), (long long) n,
+					(double) (GetCurrentTimestamp() - start) / 1000000.0)));
 	*status = TSDG_OK;
+	return true;
+}
+
+bool
+TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, uint32 *entry_points, int *entry_count,
+					   float *nn1_bound)
+{
+	TsdgBuildSummary *summary = bseg->summary;
+	uint32		state;
+
+	/* the worker sets this backend's latch when it is done; the ticks watch for its death */
+	while ((state = pg_atomic_read_u32(&summary->state)) == TSDG_SUMMARY_PENDING &&
+		   TsdgServerPid() == bseg->builder_pid)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (state != TSDG_SUMMARY_READY)
+		return false;
+	pg_read_barrier();
+	*entry_count = summary->entry_count;
+	memcpy(entry_points, summary->entry_points, sizeof(uint32) * summary->entry_count);
+	*nn1_bound = summary->nn1_bound;
 	return true;
 }

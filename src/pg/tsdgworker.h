@@ -63,20 +63,58 @@ extern bool TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta,
 								  ItemPointerData *tids, float *dists);
 
 /*
- * tsdg_build_graph on the worker's device. Returns false when the worker
- * cannot take the build (no worker, no DSM, device out of memory; a WARNING
- * says so where the user should know) and the caller builds on the CPU;
- * otherwise *status is the result of the build. knn_ids/knn_dists receive
- * the k-NN graph when not NULL, as from tsdg_build_graph. tids (node order)
- * let the worker keep the fresh graph resident as graph version 1 of the
- * index.
+ * The shared memory segment of a build on the worker: the heap scan writes
+ * the rows and TIDs straight into it, the worker writes the graph and k-NN
+ * lists into it, and the session writes its pages from it; nothing is copied
+ * on the way. The arrays have room for capacity rows.
  */
-extern bool TsdgWorkerBuildGraph(Relation index, const ItemPointerData *tids,
-								 const float *rows, int64 n, int dims, TsdgMetric metric,
-								 const TsdgBuildParams *params, uint32 *neighbors, uint8 *lambdas,
-								 uint32 *knn_ids, float *knn_dists,
+typedef struct TsdgBuildSegment
+{
+	struct dsm_segment *seg;	/* NULL: none */
+	int64		capacity;
+	float	   *rows;			/* capacity * dims */
+	ItemPointerData *tids;		/* capacity */
+	uint32	   *neighbors;		/* capacity * degree */
+	uint8	   *lambdas;		/* capacity * degree */
+	uint32	   *knn_ids;		/* capacity * build_k */
+	struct TsdgBuildSummary *summary;
+	pid_t		builder_pid;	/* the worker process that answered the build */
+} TsdgBuildSegment;
+
+/*
+ * A segment for capacity rows, or false (with a WARNING where the user should
+ * know) when there is none to be had: the caller builds in local memory.
+ */
+extern bool TsdgBuildSegmentCreate(TsdgBuildSegment *bseg, int64 capacity, int dims,
+								   const TsdgBuildParams *params);
+/*
+ * Moves the first count rows into a new segment for capacity rows. False
+ * when it cannot be created; the old segment is then unchanged.
+ */
+extern bool TsdgBuildSegmentGrow(TsdgBuildSegment *bseg, int64 count, int64 capacity, int dims,
+								 const TsdgBuildParams *params);
+extern void TsdgBuildSegmentRelease(TsdgBuildSegment *bseg);
+
+/*
+ * tsdg_build_graph on the worker's device for the first n rows of the
+ * segment; the graph and k-NN lists are left in the segment. Returns false
+ * when the worker cannot take the build (no worker, device out of memory; a
+ * WARNING says so where the user should know) and the caller builds on the
+ * CPU; otherwise *status is the result of the build. The worker keeps the
+ * fresh graph resident as graph version 1 of the index.
+ */
+extern bool TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
+								 TsdgMetric metric, const TsdgBuildParams *params,
 								 TsdgPollFn poll, void *poll_arg,
 								 TsdgStatus *status, TsdgError *error);
+
+/*
+ * The entry points and d_nn1+ the worker computes after a build it answered
+ * with TSDG_OK, waiting for them when needed. False when the worker could not
+ * compute them (it died, or failed): the caller computes them itself.
+ */
+extern bool TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, uint32 *entry_points,
+								   int *entry_count, float *nn1_bound);
 
 /* tsdgindeximage.c: the whole graph of an index as arrays (CPU batch search, shipping) */
 typedef struct TsdgIndexImage
