@@ -280,6 +280,7 @@ extern void TsdgReadMeta(Relation index, TsdgMetaPageData *meta);
 extern Buffer TsdgNewBuffer(Relation index, ForkNumber fork);
 extern TsdgMetric TsdgIndexMetric(Relation index);
 extern int	TsdgIndexTypmodDims(Relation index);
+extern bool TsdgCopyVector(Datum value, TsdgMetric metric, int dims, float *out, int *vec_dims);
 extern float *TsdgPrepareVector(Datum value, TsdgMetric metric, int *dims);
 extern TsdgOptions *TsdgGetOptions(Relation index);
 extern void TsdgParamsFromOptions(Relation index, TsdgBuildParams *params);

@@ -23,6 +23,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
@@ -45,11 +46,10 @@ typedef struct TsdgBatchQueries
 	float	   *matrix;
 } TsdgBatchQueries;
 
+/* the elements of the array; their count sizes the matrix */
 static void
-TsdgCollectQueries(ArrayType *array, TsdgMetric metric, int dims, TsdgBatchQueries *queries)
+TsdgDeconstructQueries(ArrayType *array, Datum **elems, bool **nulls, int *count)
 {
-	Datum	   *elems;
-	bool	   *nulls;
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;
@@ -60,31 +60,49 @@ TsdgCollectQueries(ArrayType *array, TsdgMetric metric, int dims, TsdgBatchQueri
 				 errmsg("tsdg_search_batch takes a one-dimensional array of queries")));
 	get_typlenbyvalalign(ARR_ELEMTYPE(array), &typlen, &typbyval, &typalign);
 	deconstruct_array(array, ARR_ELEMTYPE(array), typlen, typbyval, typalign,
-					  &elems, &nulls, &queries->count);
+					  elems, nulls, count);
+}
 
+/* Fills queries->matrix (room for every element) with the searchable queries. */
+static void
+TsdgCollectQueries(const Datum *elems, const bool *nulls, TsdgMetric metric, int dims,
+				   TsdgBatchQueries *queries)
+{
 	queries->searchable = 0;
 	queries->ordinal = palloc(sizeof(int) * Max(queries->count, 1));
-	queries->matrix = MemoryContextAllocHuge(CurrentMemoryContext,
-											 sizeof(float) * dims * Max(queries->count, 1));
 	for (int i = 0; i < queries->count; i++)
 	{
-		float	   *vec;
 		int			vec_dims;
 
 		if (nulls[i])
 			continue;
-		vec = TsdgPrepareVector(elems[i], metric, &vec_dims);
-		if (vec_dims != dims)
+		if (TsdgCopyVector(elems[i], metric, dims,
+						   queries->matrix + (Size) queries->searchable * dims, &vec_dims))
+			queries->ordinal[queries->searchable++] = i + 1;
+		else if (vec_dims != dims)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_EXCEPTION),
 					 errmsg("different vector dimensions %d and %d", dims, vec_dims),
 					 errdetail("Query %d of the batch does not match the index.", i + 1)));
-		if (vec == NULL)
-			continue;
-		memcpy(queries->matrix + (Size) queries->searchable * dims, vec, sizeof(float) * dims);
-		queries->ordinal[queries->searchable++] = i + 1;
-		pfree(vec);
 	}
+}
+
+/*
+ * The function's tuplestore, allowed as much memory as the results it will
+ * hold: they are in memory already, and a tuplestore that spilled them to a
+ * temporary file at work_mem would write and read them back for nothing.
+ */
+static void
+TsdgSizeTuplestore(ReturnSetInfo *rsinfo, Size rows)
+{
+	MemoryContext old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	/* a minimal tuple of (int4, tid, float4), its chunk header and its slot in the array */
+	Size		kb = rows * 64 / 1024 + 1;
+
+	tuplestore_end(rsinfo->setResult);
+	rsinfo->setResult = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
+											  false, (int) Min(Max(kb, (Size) work_mem), (Size) MAX_KILOBYTES));
+	MemoryContextSwitchTo(old);
 }
 
 static void
@@ -207,15 +225,18 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 	Relation	index;
 	TsdgMetaPageData meta;
 	TsdgBatchQueries queries;
+	TsdgBatchArea area;
+	Datum	   *elems;
+	bool	   *nulls;
 	ItemPointerData *tids;
 	float	   *dists;
 	int			ef;
+	bool		worker_area;
 	bool		on_worker = false;
 	TimestampTz start,
 				collected_at,
 				graph_at,
-				pending_at,
-				searched_at;
+				pending_at;
 
 	if (k < 1 || k > TSDG_BATCH_MAX_K)
 		ereport(ERROR,
@@ -246,7 +267,16 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 	}
 	start = GetCurrentTimestamp();
-	TsdgCollectQueries(array, (TsdgMetric) meta.metric, meta.dims, &queries);
+	TsdgDeconstructQueries(array, &elems, &nulls, &queries.count);
+	/* the queries go where the worker reads them, and its results stay where it writes them */
+	worker_area = meta.node_count > 0 && queries.count > 0 &&
+		TsdgWorkerBatchArea(queries.count, meta.dims, k, &area);
+	if (worker_area)
+		queries.matrix = area.queries;
+	else
+		queries.matrix = MemoryContextAllocHuge(CurrentMemoryContext,
+												sizeof(float) * meta.dims * Max(queries.count, 1));
+	TsdgCollectQueries(elems, nulls, (TsdgMetric) meta.metric, meta.dims, &queries);
 	collected_at = GetCurrentTimestamp();
 	if (queries.searchable == 0)
 	{
@@ -255,8 +285,17 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 	}
 
 	ef = Max(tsdg_ef_search, k);
-	tids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(ItemPointerData) * k * queries.searchable);
-	dists = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * k * queries.searchable);
+	if (worker_area)
+	{
+		tids = area.tids;
+		dists = area.dists;
+	}
+	else
+	{
+		tids = MemoryContextAllocHuge(CurrentMemoryContext,
+									  sizeof(ItemPointerData) * k * queries.searchable);
+		dists = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * k * queries.searchable);
+	}
 	if (meta.node_count == 0)
 	{
 		for (Size i = 0; i < (Size) k * queries.searchable; i++)
@@ -265,8 +304,8 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 			dists[i] = INFINITY;
 		}
 	}
-	else if (TsdgWorkerSearchBatch(index, &meta, queries.matrix, queries.searchable, k, ef,
-								   tsdg_lambda_search, tids, dists))
+	else if (worker_area && TsdgWorkerSearchBatch(index, &meta, queries.searchable, k, ef,
+												  tsdg_lambda_search))
 		on_worker = true;
 	else
 		TsdgCpuSearchBatch(index, &meta, &queries, k, ef, tids, dists);
@@ -274,24 +313,27 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 	TsdgMergePending(index, &meta, &queries, k, tids, dists);
 	pending_at = GetCurrentTimestamp();
 
-	searched_at = GetCurrentTimestamp();
+	TsdgSizeTuplestore(rsinfo, (Size) k * queries.searchable);
 	for (int q = 0; q < queries.searchable; q++)
 	{
+		Datum		values[3];
+		bool		row_nulls[3] = {false, false, false};
+
+		values[0] = Int32GetDatum(queries.ordinal[q]);
 		for (int j = 0; j < k; j++)
 		{
-			Datum		values[3];
-			bool		nulls[3] = {false, false, false};
 			ItemPointer tid = &tids[(Size) q * k + j];
 			float		d = dists[(Size) q * k + j];
 
 			if (!ItemPointerIsValid(tid))
 				break;
-			values[0] = Int32GetDatum(queries.ordinal[q]);
 			values[1] = PointerGetDatum(tid);
 			values[2] = Float4GetDatum(meta.metric == TSDG_METRIC_L2 ? sqrtf(Max(d, 0.0f)) : d);
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, row_nulls);
 		}
 	}
+	if (worker_area)
+		TsdgWorkerBatchAreaDone();
 	if (queries.searchable >= TSDG_BATCH_LOGGED)
 		ereport(LOG,
 				(errmsg("tsdg_search_batch: %d queries on %s: %.3f ms reading the queries, %.3f ms searching, %.3f ms pending rows, %.3f ms returning rows",
@@ -299,7 +341,7 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 						(double) (collected_at - start) / 1000.0,
 						(double) (graph_at - collected_at) / 1000.0,
 						(double) (pending_at - graph_at) / 1000.0,
-						(double) (GetCurrentTimestamp() - searched_at) / 1000.0)));
+						(double) (GetCurrentTimestamp() - pending_at) / 1000.0)));
 	index_close(index, AccessShareLock);
 	return (Datum) 0;
 }

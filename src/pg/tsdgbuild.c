@@ -191,34 +191,33 @@ TsdgBuildCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 				  bool tupleIsAlive, void *state)
 {
 	TsdgBuildState *bs = (TsdgBuildState *) state;
-	float	   *vec;
 	int			dims;
 
 	if (isnull[0])
 		return;
 
-	vec = TsdgPrepareVector(values[0], bs->metric, &dims);
-	if (vec == NULL)
-		return;					/* zero vector under cosine */
-
 	if (bs->dims == 0)
 	{
+		/* a column without a type modifier: the first row sets the dimensions */
+		dims = DatumGetVector(values[0])->dim;
 		TsdgCheckDimensions(index, dims, bs->params.degree);
 		bs->dims = dims;
 	}
-	else if (dims != bs->dims)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("vector has %d dimensions, index \"%s\" has %d",
-						dims, RelationGetRelationName(index), bs->dims)));
-
 	if (bs->count == bs->capacity)
 		TsdgGrowArrays(bs);
 
+	/* straight into the arrays (the worker's segment, when it builds) */
+	if (!TsdgCopyVector(values[0], bs->metric, bs->dims, bs->rows + bs->count * bs->dims, &dims))
+	{
+		if (dims != bs->dims)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_EXCEPTION),
+					 errmsg("vector has %d dimensions, index \"%s\" has %d",
+							dims, RelationGetRelationName(index), bs->dims)));
+		return;					/* zero vector under cosine */
+	}
 	bs->tids[bs->count] = *tid;
-	memcpy(bs->rows + bs->count * bs->dims, vec, sizeof(float) * dims);
 	bs->count++;
-	pfree(vec);
 
 	if (bs->count % 1024 == 0)
 		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs->count);

@@ -302,37 +302,87 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 	return false;
 }
 
+/*
+ * This session's segment for batches (TsdgWorkerBatchArea), mapped for the
+ * session's life. batch_in_flight: a request on it got no answer (abandoned,
+ * or an error while waiting), so the worker may still read or write it: it
+ * is then given up rather than reused.
+ */
+static dsm_segment *batch_segment = NULL;
+static TsdgBulkHeader batch_layout;
+static bool batch_in_flight = false;
+
+/* segments up to this size are kept between batches; larger ones are freed after the call */
+#define TSDG_KEPT_BATCH_SEGMENT	((Size) 64 * 1024 * 1024)
+
+static void
+TsdgReleaseBatchSegment(void)
+{
+	if (batch_segment != NULL)
+		dsm_detach(batch_segment);
+	batch_segment = NULL;
+	batch_in_flight = false;
+}
+
 bool
-TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta,
-					  const float *queries, int nq, int k, int ef, int lambda_limit,
-					  ItemPointerData *tids, float *dists)
+TsdgWorkerBatchArea(int nq, int dims, int k, TsdgBatchArea *area)
+{
+	TsdgBulkHeader layout;
+	Size		offset = sizeof(TsdgBulkHeader);
+	char	   *base;
+
+	if (!TsdgWorkerTakesRequest())
+		return false;
+	memset(&layout, 0, sizeof(layout));
+	layout.queries = TsdgBulkAdd(&offset, sizeof(float) * dims * (Size) nq);
+	layout.tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * (Size) k * nq);
+	layout.dists = TsdgBulkAdd(&offset, sizeof(float) * (Size) k * nq);
+
+	if (batch_segment != NULL &&
+		(batch_in_flight || batch_layout.total_size < offset))
+		TsdgReleaseBatchSegment();
+	if (batch_segment == NULL)
+	{
+		/* room for a few more queries than asked, so that similar batches reuse it */
+		Size		size = Max(offset + offset / 4, (Size) 1024 * 1024);
+
+		batch_segment = TsdgCreateBulkSegment(size, "a batch of queries for the GPU worker");
+		if (batch_segment == NULL)
+		{
+			TsdgCountFallback();
+			return false;
+		}
+		dsm_pin_mapping(batch_segment);
+		batch_layout.total_size = size;
+	}
+	layout.total_size = batch_layout.total_size;
+	batch_layout = layout;
+	base = dsm_segment_address(batch_segment);
+	memcpy(base, &layout, sizeof(layout));
+	area->queries = TsdgBulkArray(base, layout.queries);
+	area->tids = TsdgBulkArray(base, layout.tids);
+	area->dists = TsdgBulkArray(base, layout.dists);
+	return true;
+}
+
+void
+TsdgWorkerBatchAreaDone(void)
+{
+	if (batch_segment != NULL && batch_layout.total_size > TSDG_KEPT_BATCH_SEGMENT)
+		TsdgReleaseBatchSegment();
+}
+
+bool
+TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int k, int ef,
+					  int lambda_limit)
 {
 	TsdgIndexKey key;
-	TsdgBulkHeader header;
-	Size		offset = sizeof(TsdgBulkHeader);
-	dsm_segment *seg;
-	bool		done = false;
 
-	if (meta->node_count == 0 || !TsdgWorkerTakesRequest())
+	if (meta->node_count == 0 || batch_segment == NULL || batch_in_flight)
 		return false;
 	TsdgIndexKeyOf(index, meta, &key);
 
-	memset(&header, 0, sizeof(header));
-	header.queries = TsdgBulkAdd(&offset, sizeof(float) * meta->dims * (Size) nq);
-	header.tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * (Size) k * nq);
-	header.dists = TsdgBulkAdd(&offset, sizeof(float) * (Size) k * nq);
-	header.total_size = offset;
-	seg = TsdgCreateBulkSegment(header.total_size, "a batch of queries for the GPU worker");
-	if (seg == NULL)
-	{
-		TsdgCountFallback();
-		return false;
-	}
-	memcpy(dsm_segment_address(seg), &header, sizeof(header));
-	memcpy(TsdgBulkArray(dsm_segment_address(seg), header.queries), queries,
-		   sizeof(float) * meta->dims * (Size) nq);
-
-	for (int attempt = 0; attempt < 2 && !done; attempt++)
+	for (int attempt = 0; attempt < 2; attempt++)
 	{
 		TsdgRequestSlot *slot = TsdgIpcBeginRequest(TSDG_REQUEST_SEARCH_BATCH);
 		uint64		request_id;
@@ -344,26 +394,24 @@ TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta,
 		slot->args.search.ef = ef;
 		slot->args.search.lambda_limit = lambda_limit;
 		slot->args.search.nq = nq;
-		slot->bulk_handle = dsm_segment_handle(seg);
-		slot->bulk_size = header.total_size;
+		slot->bulk_handle = dsm_segment_handle(batch_segment);
+		slot->bulk_size = batch_layout.total_size;
+		batch_in_flight = true;
 		request_id = TsdgIpcSubmit(slot);
 		/* a batch is one explicit call: wait as long as the worker lives */
 		answered = TsdgIpcWait(slot, request_id, -1, NULL, NULL);
+		/* an answer comes after the worker let go of the segment */
+		batch_in_flight = !answered;
 
 		if (answered && slot->reply == TSDG_REPLY_OK)
 		{
-			memcpy(tids, TsdgBulkArray(dsm_segment_address(seg), header.tids),
-				   sizeof(ItemPointerData) * (Size) k * nq);
-			memcpy(dists, TsdgBulkArray(dsm_segment_address(seg), header.dists),
-				   sizeof(float) * (Size) k * nq);
 			TsdgIpcFinish(slot);
-			done = true;
+			return true;
 		}
-		else if (!TsdgHandleReply(index, meta, &key, slot, answered, attempt == 0))
-			break;
+		if (!TsdgHandleReply(index, meta, &key, slot, answered, attempt == 0))
+			return false;
 	}
-	dsm_detach(seg);
-	return done;
+	return false;
 }
 
 /* the layout of a build segment for capacity rows */

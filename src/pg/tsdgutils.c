@@ -306,9 +306,39 @@ TsdgIndexTypmodDims(Relation index)
 }
 
 /*
+ * Copies the floats of a vector datum into out (room for dims floats),
+ * normalized for cosine, and sets *vec_dims to the vector's dimensions.
+ * False when it has other than dims dimensions (out untouched) or is a zero
+ * vector under cosine, which has no direction and so no place in a cosine
+ * index. Lets callers fill their arrays without a copy per vector.
+ */
+bool
+TsdgCopyVector(Datum value, TsdgMetric metric, int dims, float *out, int *vec_dims)
+{
+	Vector	   *vec = DatumGetVector(value);
+	bool		copied = vec->dim == dims;
+
+	*vec_dims = vec->dim;
+	if (copied)
+		memcpy(out, vec->x, sizeof(float) * dims);
+	if ((Pointer) vec != DatumGetPointer(value))
+		pfree(vec);
+
+	if (copied && metric == TSDG_METRIC_COSINE)
+	{
+		double		norm = sqrt((double) tsdg_norm_squared(out, dims));
+
+		if (norm == 0.0)
+			return false;
+		for (int i = 0; i < dims; i++)
+			out[i] = (float) (out[i] / norm);
+	}
+	return copied;
+}
+
+/*
  * The floats of a vector datum in a fresh palloc'd array, normalized for
- * cosine. Returns NULL for a zero vector under cosine, which has no
- * direction and so no place in a cosine index.
+ * cosine. Returns NULL for a zero vector under cosine (see TsdgCopyVector).
  */
 float *
 TsdgPrepareVector(Datum value, TsdgMetric metric, int *dims)
@@ -316,23 +346,13 @@ TsdgPrepareVector(Datum value, TsdgMetric metric, int *dims)
 	Vector	   *vec = DatumGetVector(value);
 	float	   *out = palloc(sizeof(float) * vec->dim);
 
-	*dims = vec->dim;
-	memcpy(out, vec->x, sizeof(float) * vec->dim);
+	if (!TsdgCopyVector(PointerGetDatum(vec), metric, vec->dim, out, dims))
+	{
+		pfree(out);
+		out = NULL;
+	}
 	if ((Pointer) vec != DatumGetPointer(value))
 		pfree(vec);
-
-	if (metric == TSDG_METRIC_COSINE)
-	{
-		double		norm = sqrt((double) tsdg_norm_squared(out, *dims));
-
-		if (norm == 0.0)
-		{
-			pfree(out);
-			return NULL;
-		}
-		for (int i = 0; i < *dims; i++)
-			out[i] = (float) (out[i] / norm);
-	}
 	return out;
 }
 

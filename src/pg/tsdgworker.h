@@ -54,13 +54,34 @@ extern bool TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const
 							 uint32 *ids, float *dists, int *count);
 
 /*
- * Many searches by the worker in one batch: for each of nq queries, k heap
- * TIDs and comparison distances (padded with invalid TIDs / +inf), deleted
- * nodes left out. False when the session should search on the CPU.
+ * Where a batch of searches by the worker reads its queries and leaves its
+ * results: a shared memory segment this session keeps from one batch to the
+ * next, so that a call neither creates a segment nor copies the queries in
+ * or the results out.
  */
-extern bool TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta,
-								  const float *queries, int nq, int k, int ef, int lambda_limit,
-								  ItemPointerData *tids, float *dists);
+typedef struct TsdgBatchArea
+{
+	float	   *queries;		/* nq * dims, filled by the caller */
+	ItemPointerData *tids;		/* nq * k, the results */
+	float	   *dists;			/* nq * k */
+} TsdgBatchArea;
+
+/*
+ * The area for up to nq queries of dims and k results each; false when the
+ * worker cannot take the batch (the caller searches on the CPU).
+ */
+extern bool TsdgWorkerBatchArea(int nq, int dims, int k, TsdgBatchArea *area);
+/* after the results are read: the area is kept for the next batch unless it is large */
+extern void TsdgWorkerBatchAreaDone(void);
+
+/*
+ * Searches the first nq queries of the area on the worker, in one batch: for
+ * each, k heap TIDs and comparison distances in the area (padded with invalid
+ * TIDs / +inf), deleted nodes left out. False when the session should search
+ * on the CPU (the queries are still in the area).
+ */
+extern bool TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int k,
+								  int ef, int lambda_limit);
 
 /*
  * The shared memory segment of a build on the worker: the heap scan writes
