@@ -13,10 +13,12 @@
 namespace tsdg::cuda {
 namespace {
 
-// The paper's batch-size threshold (a * SMs + b) / d, fitted so that an
-// 82-SM RTX 3090 gives about 300 at d = 128 as reported in paper 003.
-constexpr int64_t kThresholdPerSm = 400;
-constexpr int64_t kThresholdBase = 5600;
+// The batch-size threshold has the paper's form (a * SMs + b) / d, fitted to
+// the beam-search small-batch kernel on an H200 (132 SMs, 1M x 128 hard data,
+// docs/benchmarks.md): it is the faster one at 2,000 queries and the
+// large-batch kernel at 10,000; this puts the switch near 4,000 at d = 128.
+constexpr int64_t kThresholdPerSm = 3900;
+constexpr int64_t kThresholdBase = 0;
 constexpr int64_t kMaxRowsPerLaunch = 1 << 16;
 constexpr int kKernelAuto = 0;
 constexpr int kKernelSmallBatch = 1;

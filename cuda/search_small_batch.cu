@@ -30,7 +30,7 @@ constexpr int kTeam = 8;
 constexpr int kTeams = kBeamThreads / kTeam;
 constexpr int kMaxCandidates = 256;  // width * degree per step
 constexpr int kMaxWidth = 8;
-constexpr int kDefaultWidth = 4;
+constexpr int kDefaultWidth = 8;  // clamped to kMaxCandidates / degree
 constexpr int kHashBits = 13;
 constexpr int kHashSlots = 1 << kHashBits;
 // Cleared (and refilled with the pool) past this fill, so that one more step
