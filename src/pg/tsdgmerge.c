@@ -6,6 +6,15 @@
  * written into a region of its own before one metapage record switches to it
  * (the format and the block bookkeeping are described in tsdg.h).
  *
+ * Two computations. Without deleted nodes the node ids stay as they are and
+ * the merge is incremental (tsdg_merge_graph_incremental): GGM joins only the
+ * lists the pending rows can change, TSDG is redone only where a list can
+ * change, the other nodes keep their stored lists, and the distances of the
+ * stored k-NN lists are computed by the core on its threads. With deleted
+ * nodes the merge also compacts: nodes are renumbered, the lists that held a
+ * deleted node are repaired here, and GGM and TSDG run over the whole graph
+ * (tsdg_merge_graph).
+ *
  * Triggers: SELECT tsdg_merge('index'), and VACUUM/autovacuum
  * (amvacuumcleanup) when the pending rows or the deleted nodes exceed
  * tsdg.merge_threshold + tsdg.merge_scale_factor * live nodes, the way
@@ -32,6 +41,7 @@
 #include "catalog/pg_am.h"
 #include "commands/defrem.h"
 #include "miscadmin.h"
+#include "portability/instr_time.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -71,11 +81,17 @@ typedef struct TsdgMerge
 	float	   *rows;
 	ItemPointerData *tids;
 	uint32	   *old_knn_ids;	/* n_old * k, ids of the new numbering */
-	float	   *old_knn_dists;
+	float	   *old_knn_dists;	/* NULL in an incremental merge: the core computes them */
+
+	/* an incremental merge (no deleted nodes): the stored search graph */
+	bool		incremental;
+	uint32	   *old_neighbors;	/* n_old * degree */
+	uint8	   *old_lambdas;
+	uint8	   *changed;		/* per row: TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH */
 
 	/* the merged graph */
 	uint32	   *knn_ids;
-	float	   *knn_dists;
+	float	   *knn_dists;		/* NULL in an incremental merge */
 	uint32	   *neighbors;
 	uint8	   *lambdas;
 	TsdgMetaPageData new_meta;
@@ -411,15 +427,15 @@ TsdgOldKnnLists(TsdgMerge *m, const TsdgOldGraph *g, TsdgMetric metric)
 }
 
 /*
- * Bytes a merge holds per row in this backend: the row, its TID, its search
- * graph list, its k-NN list as read from the pages, as GGM starts from it
- * and as GGM returns it.
+ * Bytes a merge holds per row in this backend: the row, its TID, its old and
+ * new search graph list, its changed flags, its k-NN list as read from the
+ * pages, as GGM starts from it and as GGM returns it.
  */
 static Size
 TsdgMergeBytesPerRow(const TsdgMetaPageData *meta)
 {
 	return sizeof(float) * meta->dims + sizeof(ItemPointerData) +
-		(sizeof(uint32) + sizeof(uint8)) * meta->degree +
+		2 * (sizeof(uint32) + sizeof(uint8)) * meta->degree + sizeof(uint8) +
 		(sizeof(uint32) + 2 * (sizeof(uint32) + sizeof(float))) * meta->build_k;
 }
 
@@ -483,6 +499,14 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 
 	capacity = (int64) (meta->node_count - meta->deleted_count) + m->consumed_rows;
 	TsdgCheckMergeMemory(m->index, meta);
+	m->incremental = meta->deleted_count == 0;
+	if (m->incremental)
+	{
+		m->old_neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
+												  sizeof(uint32) * Max(g.nodes, 1) * meta->degree);
+		m->old_lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
+												sizeof(uint8) * Max(g.nodes, 1) * meta->degree);
+	}
 	m->rows = MemoryContextAllocHuge(CurrentMemoryContext,
 									 sizeof(float) * m->dims * Max(capacity, 1));
 	m->tids = MemoryContextAllocHuge(CurrentMemoryContext,
@@ -514,6 +538,13 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 			g.new_id[id] = (uint32) m->n_old;
 			m->tids[m->n_old] = hdr->heaptid;
 			memcpy(m->rows + m->n_old * m->dims, TsdgRecordVector(rec), sizeof(float) * m->dims);
+			if (m->incremental)
+			{
+				memcpy(m->old_neighbors + m->n_old * meta->degree, TsdgNodeNeighbors(rec, m->dims),
+					   sizeof(uint32) * meta->degree);
+				memcpy(m->old_lambdas + m->n_old * meta->degree,
+					   TsdgNodeLambdas(rec, m->dims, meta->degree), sizeof(uint8) * meta->degree);
+			}
 			m->n_old++;
 		}
 		UnlockReleaseBuffer(buf);
@@ -545,6 +576,24 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	m->n_new = pending.count - m->n_old;
 	m->consumed_rows = m->n_new;
 
+	if (m->incremental)
+	{
+		/*
+		 * The ids stay, so the stored lists are the starting lists; only ids
+		 * out of range (a damaged page) are dropped, as the compacting path
+		 * drops them.
+		 */
+		Assert(m->n_old == g.nodes);
+		for (int64 i = 0; i < g.nodes * g.width; i++)
+			if (g.lists[i] != TSDG_INVALID_ID && g.lists[i] >= g.nodes)
+				g.lists[i] = TSDG_INVALID_ID;
+		for (int64 i = 0; i < g.nodes * meta->degree; i++)
+			if (m->old_neighbors[i] != TSDG_INVALID_ID && m->old_neighbors[i] >= g.nodes)
+				m->old_neighbors[i] = TSDG_INVALID_ID;
+		m->old_knn_ids = g.lists;
+		m->old_knn_dists = NULL;
+		return;
+	}
 	m->old_knn_ids = MemoryContextAllocHuge(CurrentMemoryContext,
 											sizeof(uint32) * Max(m->n_old, 1) * m->k);
 	m->old_knn_dists = MemoryContextAllocHuge(CurrentMemoryContext,
@@ -595,16 +644,32 @@ TsdgMergeComputeGraph(Relation index, const float *rows, int64 n_old, int64 n_ne
 	TsdgCheckCore(index, status, &error);
 }
 
-/* merged graph, entry points and d_nn1+ into m->new_meta's graph fields */
+/*
+ * The incremental merge's computation: (old rows, their k-NN lists and search
+ * lists, new rows) in, (merged k-NN lists, search graph, which lists changed)
+ * out, on the CPU in this backend.
+ */
+static void
+TsdgMergeComputeIncremental(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *params)
+{
+	TsdgError	error;
+	TsdgStatus	status;
+
+	m->changed = MemoryContextAllocHuge(CurrentMemoryContext,
+										sizeof(uint8) * Max(m->n_old + m->n_new, 1));
+	status = tsdg_merge_graph_incremental(NULL, m->rows, m->n_old, m->n_new, m->dims, metric, params,
+										  m->old_knn_ids, NULL, m->old_neighbors, m->old_lambdas,
+										  m->knn_ids, NULL, m->neighbors, m->lambdas, m->changed,
+										  TsdgMergePoll, NULL, &error);
+	TsdgCheckCore(m->index, status, &error);
+}
+
+/* the merged k-NN lists and search graph */
 static void
 TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 {
-	TsdgMetaPageData *nm = &m->new_meta;
 	int64		n = m->n_old + m->n_new;
 	TsdgBuildParams params;
-	TsdgError	error;
-	TsdgStatus	status;
-	uint32		entries[TSDG_MAX_ENTRY_POINTS];
 
 	tsdg_build_params_default(&params);
 	params.degree = m->meta.degree;
@@ -615,27 +680,43 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 	params.lambda0 = m->meta.lambda0;
 
 	m->knn_ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(n, 1) * m->k);
-	m->knn_dists = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * Max(n, 1) * m->k);
+	if (!m->incremental)
+		m->knn_dists = MemoryContextAllocHuge(CurrentMemoryContext,
+											  sizeof(float) * Max(n, 1) * m->k);
 	m->neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
 										  sizeof(uint32) * Max(n, 1) * params.degree);
 	m->lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
 										sizeof(uint8) * Max(n, 1) * params.degree);
-	if (n > 0)
+	if (n > 0 && m->incremental)
+		TsdgMergeComputeIncremental(m, metric, &params);
+	else if (n > 0)
 		TsdgMergeComputeGraph(m->index, m->rows, m->n_old, m->n_new, m->dims, metric, &params,
 							  m->old_knn_ids, m->old_knn_dists, m->knn_ids, m->knn_dists,
 							  m->neighbors, m->lambdas);
+}
+
+/* entry points and d_nn1+ of the merged graph into m->new_meta */
+static void
+TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
+{
+	TsdgMetaPageData *nm = &m->new_meta;
+	int64		n = m->n_old + m->n_new;
+	int			degree = m->meta.degree;
+	TsdgError	error;
+	TsdgStatus	status;
+	uint32		entries[TSDG_MAX_ENTRY_POINTS];
 
 	nm->entry_count = 0;
 	nm->nn1_bound = 0;
 	if (n == 0)
 		return;
-	status = tsdg_select_entry_points(m->rows, n, m->dims, metric, m->neighbors, params.degree,
+	status = tsdg_select_entry_points(m->rows, n, m->dims, metric, m->neighbors, degree,
 									  TSDG_MAX_ENTRY_POINTS, entries, &error);
 	TsdgCheckCore(m->index, status, &error);
 	for (int i = 0; i < TSDG_MAX_ENTRY_POINTS; i++)
 		if (entries[i] != TSDG_INVALID_ID)
 			nm->entry_points[nm->entry_count++] = entries[i];
-	status = tsdg_graph_nn1_bound(m->rows, n, m->dims, metric, m->neighbors, params.degree,
+	status = tsdg_graph_nn1_bound(m->rows, n, m->dims, metric, m->neighbors, degree,
 								  &nm->nn1_bound, &error);
 	TsdgCheckCore(m->index, status, &error);
 }
@@ -855,6 +936,58 @@ TsdgSwitchGraph(TsdgMerge *m, bool free_spare)
 }
 
 /*
+ * DEBUG1: where a merge's time went (reading the pages; GNND, GGM and TSDG;
+ * entry points and d_nn1+; writing and switching) and, for an incremental merge, how many lists changed and
+ * how many of the old node pages hold a changed record.
+ */
+static void
+TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start)
+{
+	double		seconds[4];
+	int64		knn_changed = 0;
+	int64		graph_changed = 0;
+	int64		pages_changed = 0;
+
+	if (!message_level_is_interesting(DEBUG1))
+		return;
+	for (int i = 0; i < 4; i++)
+	{
+		instr_time	t = phase_start[i + 1];
+
+		INSTR_TIME_SUBTRACT(t, phase_start[i]);
+		seconds[i] = INSTR_TIME_GET_DOUBLE(t);
+	}
+	if (m->incremental)
+	{
+		int			per_page = m->layout.nodes_per_page;
+
+		for (int64 first = 0; first < m->n_old; first += per_page)
+		{
+			bool		page_changed = false;
+
+			for (int64 id = first; id < Min(first + per_page, m->n_old); id++)
+			{
+				knn_changed += (m->changed[id] & TSDG_CHANGED_KNN) != 0;
+				graph_changed += (m->changed[id] & TSDG_CHANGED_GRAPH) != 0;
+				page_changed |= (m->changed[id] & TSDG_CHANGED_GRAPH) != 0;
+			}
+			pages_changed += page_changed;
+		}
+	}
+	ereport(DEBUG1,
+			(errmsg("tsdg merge of \"%s\": %s, " INT64_FORMAT " old and " INT64_FORMAT " new rows; "
+					"read %.2f s, graph %.2f s, entry points %.2f s, write and switch %.2f s",
+					RelationGetRelationName(m->index),
+					m->incremental ? "incremental" : "compacting", m->n_old, m->n_new,
+					seconds[0], seconds[1], seconds[2], seconds[3]),
+			 m->incremental ?
+			 errdetail("Old lists changed: " INT64_FORMAT " k-NN, " INT64_FORMAT " search; "
+					   "old node pages with a changed search list: " INT64_FORMAT " of " INT64_FORMAT ".",
+					   knn_changed, graph_changed, pages_changed,
+					   (int64) TsdgPagesFor(m->n_old, m->layout.nodes_per_page)) : 0));
+}
+
+/*
  * Merges the pending rows and drops the deleted nodes of index. The caller
  * holds ShareUpdateExclusiveLock on its table. Returns the pending rows
  * merged, or -1 when wait is false and a scan from before the previous merge
@@ -870,6 +1003,7 @@ TsdgMergeIndex(Relation index, bool wait)
 	MemoryContext old_ctx;
 	bool		free_spare;
 	int64		merged;
+	instr_time	phase_start[5];
 
 	TsdgReadMeta(index, &before);
 	if (before.pending_count == 0 && before.deleted_count == 0)
@@ -887,14 +1021,21 @@ TsdgMergeIndex(Relation index, bool wait)
 	m.dims = m.meta.dims;
 	m.k = m.meta.build_k;
 
+	INSTR_TIME_SET_CURRENT(phase_start[0]);
 	TsdgLoadRows(&m, metric);
+	INSTR_TIME_SET_CURRENT(phase_start[1]);
 	TsdgComputeMerged(&m, metric);
+	INSTR_TIME_SET_CURRENT(phase_start[2]);
+	TsdgMergedEntryPoints(&m, metric);
+	INSTR_TIME_SET_CURRENT(phase_start[3]);
 	TsdgWriteRegion(&m);
 	free_spare = m.meta.spare_start != TSDG_NO_BLOCK && m.meta.spare_blocks > 0 &&
 		m.new_meta.node_start != m.meta.spare_start;
 	if (free_spare)
 		TsdgPrepareFreedSpare(&m);
 	TsdgSwitchGraph(&m, free_spare);
+	INSTR_TIME_SET_CURRENT(phase_start[4]);
+	TsdgReportMerge(&m, phase_start);
 	merged = m.n_new;
 
 	MemoryContextSwitchTo(old_ctx);

@@ -22,6 +22,7 @@ probes=${PROBES:-20}              # just-inserted rows looked up after each load
 total=$(( (base_chunks + loads) * chunk ))
 
 mkdir -p "$out"
+rm -f "$out/merge_phases.log"
 work=$(mktemp -d /tmp/merge_bench.XXXXXX)
 chmod 755 "$work"
 trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
@@ -94,7 +95,9 @@ for l in $(seq 1 "$loads"); do
   pending_misses=$(probe "$c")
 
   t0=$(now)
-  sql -c "SELECT tsdg_merge('inc_idx')" >"$work/merge.out" &
+  # the merge's DEBUG1 line says where its time went
+  sql -c "SET client_min_messages = debug1" -c "SELECT tsdg_merge('inc_idx')" >"$work/merge.out" \
+    2> >(grep -A1 'tsdg merge of' >>"$out/merge_phases.log") &
   merge_pid=$!
   during=0
   during_misses=0
@@ -143,5 +146,9 @@ recall_gap_low=$(awk -v a="$fresh_recall_low" -v b="$inc_recall_low" 'BEGIN { pr
   echo "$table"
   echo
   echo "End state: $info"
+  echo
+  echo "Merge phases (DEBUG1 of each merge):"
+  echo
+  sed 's/^/    /' "$out/merge_phases.log" 2>/dev/null
 } >"$out/merge_bench.md"
 cat "$out/merge_bench.md"

@@ -16,6 +16,7 @@
 #include "knn_graph_test_util.h"
 #include "search.h"
 #include "thread_pool.h"
+#include "tsdg_capi.h"
 
 namespace tsdg {
 namespace {
@@ -216,6 +217,72 @@ TEST(IncrementalDiversify, SearchRecallCloseToAFullDiversification) {
   const double full_recall = recall(full);
   EXPECT_GE(recall(incremental), full_recall - 0.01);
   EXPECT_GE(full_recall, 0.9);
+}
+
+}  // namespace
+}  // namespace tsdg
+
+namespace tsdg {
+namespace {
+
+// Through the C interface: the old graph as tsdg_build_graph stores it, the
+// pending rows merged, the changed flags telling which lists to rewrite.
+TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
+  const Matrix data = clustered_rows(5300, 24, 35);
+  const int64_t n_old = 5000;
+  const int64_t n = data.rows;
+  TsdgBuildParams params;
+  tsdg_build_params_default(&params);
+  params.degree = 16;
+  params.build_k = 16;
+  params.threads = 2;
+  std::vector<uint32_t> old_neighbors(n_old * params.degree), old_knn(n_old * params.build_k);
+  std::vector<uint8_t> old_lambdas(old_neighbors.size());
+  std::vector<float> old_knn_dists(old_knn.size());
+  TsdgError error;
+  ASSERT_EQ(tsdg_build_graph(nullptr, data.values.data(), n_old, data.dim, TSDG_METRIC_L2, &params,
+                             old_neighbors.data(), old_lambdas.data(), old_knn.data(),
+                             old_knn_dists.data(), nullptr, nullptr, &error),
+            TSDG_OK)
+      << error.message;
+
+  std::vector<uint32_t> knn(n * params.build_k), neighbors(n * params.degree);
+  std::vector<uint8_t> lambdas(neighbors.size()), changed(n);
+  ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), n_old, n - n_old, data.dim,
+                                         TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
+                                         old_neighbors.data(), old_lambdas.data(), knn.data(), nullptr,
+                                         neighbors.data(), lambdas.data(), changed.data(), nullptr,
+                                         nullptr, &error),
+            TSDG_OK)
+      << error.message;
+  int64_t rewritten = 0;
+  for (int64_t u = 0; u < n; ++u) {
+    if (u >= n_old) {
+      EXPECT_EQ(changed[u], TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH);
+      continue;
+    }
+    const bool same_knn = std::equal(knn.begin() + u * params.build_k, knn.begin() + (u + 1) * params.build_k,
+                                     old_knn.begin() + u * params.build_k);
+    const bool same_list =
+        std::equal(neighbors.begin() + u * params.degree, neighbors.begin() + (u + 1) * params.degree,
+                   old_neighbors.begin() + u * params.degree) &&
+        std::equal(lambdas.begin() + u * params.degree, lambdas.begin() + (u + 1) * params.degree,
+                   old_lambdas.begin() + u * params.degree);
+    ASSERT_EQ((changed[u] & TSDG_CHANGED_KNN) == 0, same_knn) << "row " << u;
+    ASSERT_EQ((changed[u] & TSDG_CHANGED_GRAPH) == 0, same_list) << "row " << u;
+    rewritten += (changed[u] & TSDG_CHANGED_GRAPH) != 0;
+  }
+  EXPECT_GT(rewritten, 0);
+  EXPECT_LT(rewritten, n_old);
+
+  // A stored list pointing past the old rows is refused, not followed.
+  old_knn[3] = static_cast<uint32_t>(n_old);
+  EXPECT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), n_old, n - n_old, data.dim,
+                                         TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
+                                         old_neighbors.data(), old_lambdas.data(), knn.data(), nullptr,
+                                         neighbors.data(), lambdas.data(), changed.data(), nullptr,
+                                         nullptr, &error),
+            TSDG_ERR_INVALID_ARGUMENT);
 }
 
 }  // namespace
