@@ -21,15 +21,45 @@ __attribute__((always_inline)) inline void load(Vector& v, const T* p) {
   std::memcpy(&v, p, sizeof(v));
 }
 
-// The (distance, index) minimum over the lanes, the lowest index on ties.
-__attribute__((always_inline)) inline void reduce_lanes(const Lanes& best, const LaneInts& arg, int* out_arg,
+// Halves a (distance, index) vector: lane l of the result is the minimum of
+// lanes l and l + width of the input, the lower index on ties. Vectors of
+// lanes stay whole vectors (a shuffle across all 16 lanes compiles to
+// scalar code without AVX-512 byte permutes).
+template <typename Dists, typename Args, typename HalfDists, typename HalfArgs>
+__attribute__((always_inline)) inline void halve(const Dists& dist, const Args& arg, HalfDists& half_dist,
+                                                 HalfArgs& half_arg) {
+  HalfDists low_dist, high_dist;
+  HalfArgs low_arg, high_arg;
+  std::memcpy(&low_dist, &dist, sizeof(low_dist));
+  std::memcpy(&high_dist, reinterpret_cast<const char*>(&dist) + sizeof(low_dist), sizeof(high_dist));
+  std::memcpy(&low_arg, &arg, sizeof(low_arg));
+  std::memcpy(&high_arg, reinterpret_cast<const char*>(&arg) + sizeof(low_arg), sizeof(high_arg));
+  const HalfArgs take = (high_dist < low_dist) | ((high_dist == low_dist) & (high_arg < low_arg));
+  half_dist = take ? high_dist : low_dist;
+  half_arg = take ? high_arg : low_arg;
+}
+
+typedef float Lanes8 __attribute__((vector_size(8 * sizeof(float))));
+typedef int32_t LaneInts8 __attribute__((vector_size(8 * sizeof(int32_t))));
+typedef float Lanes4 __attribute__((vector_size(4 * sizeof(float))));
+typedef int32_t LaneInts4 __attribute__((vector_size(4 * sizeof(int32_t))));
+
+// The (distance, index) minimum over the lanes. A lane still at +inf holds
+// index -1, so an empty group gives -1.
+__attribute__((always_inline)) inline void reduce_lanes(const Lanes& dist, const LaneInts& arg, int* out_arg,
                                                         float* out_dist) {
-  float d = kInf;
-  int a = -1;
-  for (int l = 0; l < kPanelWidth; ++l) {
-    if (best[l] < d || (best[l] == d && d != kInf && arg[l] < a)) {
-      d = best[l];
-      a = arg[l];
+  Lanes8 dist8;
+  LaneInts8 arg8;
+  halve(dist, arg, dist8, arg8);
+  Lanes4 dist4;
+  LaneInts4 arg4;
+  halve(dist8, arg8, dist4, arg4);
+  float d = dist4[0];
+  int a = arg4[0];
+  for (int l = 1; l < 4; ++l) {
+    if (dist4[l] < d || (dist4[l] == d && arg4[l] < a)) {
+      d = dist4[l];
+      a = arg4[l];
     }
   }
   *out_arg = a;
