@@ -11,7 +11,8 @@ server named by PGHOST/PGPORT/PGUSER (test/gpu/pg_worker_run.sh starts it):
     how many of the rows they return agree;
   * pgbench throughput and latency at several client counts, GPU path and CPU path,
     with a script that picks a random query vector per transaction;
-  * tsdg_search_batch with many queries: time inside the call and recall.
+  * tsdg_search_batch with many queries: time inside the call and recall;
+  * with --gpu-ef, the GPU path's recall and pgbench at other tsdg.ef_search values.
 
 Writes JSON (--out) after every step, so a run cut short still reports what it did.
 """
@@ -117,6 +118,8 @@ def main():
     p.add_argument("--batch-queries", type=int, default=10000)
     p.add_argument("--clients", default="1,8,32,128")
     p.add_argument("--seconds", type=int, default=8)
+    p.add_argument("--gpu-ef", default="",
+                   help="also sweep the GPU path at these tsdg.ef_search values (recall and pgbench)")
     p.add_argument("--skip-cpu-build", action="store_true")
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -236,6 +239,20 @@ def main():
             print(label, json.dumps(point), flush=True)
             results["pgbench"] = bench
             save()
+
+    # The GPU path at other ef_search values: recall of one session, then pgbench.
+    sweep = []
+    for ef in [int(e) for e in args.gpu_ef.split(",") if e.strip()]:
+        settings = dict(gpu, **{"tsdg.ef_search": str(ef)})
+        found, one_session_qps = search_results(settings, args.queries)
+        point = {"ef_search": ef, "recall": dataset.recall_at_k(found, truth[:args.queries], K),
+                 "one_session_qps": one_session_qps, "pgbench": []}
+        for clients in [int(c) for c in args.clients.split(",")]:
+            point["pgbench"].append(pgbench(clients, args.seconds, args.queries, settings))
+        print("gpu ef sweep", json.dumps(point), flush=True)
+        sweep.append(point)
+        results["gpu_ef_sweep"] = sweep
+        save()
     results["worker_after_pgbench"] = status()
     save()
 
