@@ -424,7 +424,7 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
     const tsdg::Metric m = to_metric(metric);
     tsdg::Backend& b = backend_of(backend);
     const tsdg::MatrixView data{rows, n, dim};
-    const tsdg::GnndParams gnnd = gnnd_params(*params);
+    tsdg::GnndParams gnnd = gnnd_params(*params);
     const tsdg::DiversifyParams diversify = diversify_params(*params);
     const int k = params->build_k;
     const int degree = params->degree;
@@ -454,6 +454,7 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  const tsdg::KnnGraph batch_graph =
                      n_new > 0 ? knn_graph(b, data.slice(n_old, n_new), m, gnnd, control) : tsdg::KnnGraph();
                  phase.store(TSDG_PHASE_MERGE);
+                 gnnd.min_update_rate = tsdg::kMergeMinUpdateRate;
                  const tsdg::IncrementalMerge merged =
                      tsdg::ggm_merge_incremental(data, n_old, old_graph, batch_graph, m, gnnd, control);
                  phase.store(TSDG_PHASE_DIVERSIFY);

@@ -35,6 +35,13 @@ struct IncrementalMerge {
   int iterations = 0;            // GNND iterations run
 };
 
+// The update rate at which a merge stops (GNND's 0.001 is for a build): the
+// last iterations of a merge add little. 10k clustered rows of 128 dimensions
+// into 100k, k 64: 12 iterations at 0.001 (k-NN recall@10 0.9992), 9 at
+// 0.005 (0.9990), 5 iterations give 0.9968; into 190k: 10 iterations at
+// 0.001 (0.9996), 7 at 0.005 (0.9992).
+constexpr double kMergeMinUpdateRate = 0.005;
+
 IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const KnnGraph& old_graph,
                                        const KnnGraph& batch_graph, Metric metric,
                                        const GnndParams& params, const RunControl& control);
