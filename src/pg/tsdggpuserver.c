@@ -443,7 +443,7 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 
 			TsdgIpcAnswer(t->slot, t->copy.request_id,
 						  m == 0 && promised ? TSDG_REPLY_NEED_INDEX : TSDG_REPLY_NOT_RESIDENT,
-						  0, NULL, NULL, 0, NULL);
+						  0, NULL, NULL, NULL, 0, NULL);
 		}
 	}
 	else
@@ -451,6 +451,7 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 		float	   *queries = palloc(sizeof(float) * args->dims * nq);
 		uint32	   *ids = palloc(sizeof(uint32) * k * nq);
 		float	   *dists = palloc(sizeof(float) * k * nq);
+		ItemPointerData *tids = palloc(sizeof(ItemPointerData) * k);
 		TsdgError	error;
 		TsdgStatus	status;
 
@@ -467,10 +468,15 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 			int			count = 0;
 
 			if (status == TSDG_OK)
-				while (count < k && qids[count] != TSDG_INVALID_ID)
+				while (count < k && qids[count] != TSDG_INVALID_ID && qids[count] < r->n)
+				{
+					tids[count] = r->tids[qids[count]];
+					if (r->flags != NULL && (r->flags[qids[count]] & TSDG_NODE_DELETED) != 0)
+						ItemPointerSetInvalid(&tids[count]);
 					count++;
+				}
 			TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), count,
-						  dists + (Size) m * k, qids, k,
+						  dists + (Size) m * k, qids, tids, k,
 						  status == TSDG_OK ? NULL : error.message);
 		}
 		pg_atomic_fetch_add_u64(&TsdgShared->batches, 1);
@@ -478,6 +484,7 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 		pfree(queries);
 		pfree(ids);
 		pfree(dists);
+		pfree(tids);
 	}
 	pfree(members);
 }
@@ -509,12 +516,12 @@ ServeSearchBatch(TakenRequest *t)
 	{
 		TsdgIpcAnswer(t->slot, t->copy.request_id,
 					  r == NULL && PromiseLoad(&args->key) ? TSDG_REPLY_NEED_INDEX : TSDG_REPLY_NOT_RESIDENT,
-					  0, NULL, NULL, 0, NULL);
+					  0, NULL, NULL, NULL, 0, NULL);
 		return;
 	}
 	if (!MapBulk(&t->copy, &map))
 	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
 					  "the GPU worker could not map the batch's shared memory segment");
 		return;
 	}
@@ -551,7 +558,7 @@ ServeSearchBatch(TakenRequest *t)
 	free(dists);
 	UnmapBulk(&map);
 	TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), status == TSDG_OK ? args->nq : 0,
-				  NULL, NULL, 0, status == TSDG_OK ? NULL : error.message);
+				  NULL, NULL, NULL, 0, status == TSDG_OK ? NULL : error.message);
 }
 
 /* ---- loads and builds ---- */
@@ -569,12 +576,12 @@ ServeLoad(TakenRequest *t)
 	ForgetPromise(&args->key);
 	if (FindResident(&args->key) != NULL)
 	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, 0, NULL);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
 		return;
 	}
 	if (!MapBulk(&t->copy, &map))
 	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
 					  "the GPU worker could not map the index image's shared memory segment");
 		return;
 	}
@@ -595,7 +602,7 @@ ServeLoad(TakenRequest *t)
 				(errmsg("pg_tsdg GPU worker: could not load index %u/%u version " UINT64_FORMAT ": %s",
 						args->key.database, args->key.relfilenode, args->key.graph_version,
 						error.message)));
-	TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), 0, NULL, NULL, 0,
+	TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), 0, NULL, NULL, NULL, 0,
 				  status == TSDG_OK ? NULL : error.message);
 }
 
@@ -617,7 +624,7 @@ TurnAwaySearches(void)
 			slot->kind == TSDG_REQUEST_LOAD_INDEX)
 			continue;
 		if (TsdgIpcTake(slot, &copy, NULL))
-			TsdgIpcAnswer(slot, copy.request_id, TSDG_REPLY_BUSY, 0, NULL, NULL, 0, NULL);
+			TsdgIpcAnswer(slot, copy.request_id, TSDG_REPLY_BUSY, 0, NULL, NULL, NULL, 0, NULL);
 	}
 }
 
@@ -695,7 +702,7 @@ ServeBuild(TakenRequest *t)
 	t->done = true;
 	if (!MapBulk(&t->copy, &map))
 	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
 					  "the GPU worker could not map the build's shared memory segment");
 		return;
 	}
@@ -707,7 +714,7 @@ ServeBuild(TakenRequest *t)
 	if (args->n > header->capacity)
 	{
 		UnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
 					  "the build's shared memory segment is smaller than its rows");
 		return;
 	}
@@ -716,7 +723,7 @@ ServeBuild(TakenRequest *t)
 		(knn_dists = malloc(sizeof(float) * args->params.build_k * (Size) args->n)) == NULL)
 	{
 		UnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OUT_OF_MEMORY, 0, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OUT_OF_MEMORY, 0, NULL, NULL, NULL, 0,
 					  "out of host memory for the k-NN distances");
 		return;
 	}
@@ -746,7 +753,7 @@ ServeBuild(TakenRequest *t)
 				(errmsg("pg_tsdg GPU worker: built the graph of index %u/%u in %.3f s",
 						args->key.database, args->key.relfilenode, SecondsSince(start))));
 		/* answer first: the session writes its pages while the summary is computed and the graph uploaded */
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, 0, NULL);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
 		ServeBuildSummary(t, map.address, header);
 		if (args->key.relfilenode != InvalidOid && FindResident(&args->key) == NULL)
 		{
@@ -767,7 +774,7 @@ ServeBuild(TakenRequest *t)
 				(errmsg("pg_tsdg GPU worker: build for index %u/%u %s: %s",
 						args->key.database, args->key.relfilenode,
 						status == TSDG_ERR_CANCELLED ? "cancelled" : "failed", error.message)));
-		TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), 0, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), 0, NULL, NULL, NULL, 0,
 					  error.message);
 	}
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
@@ -776,24 +783,36 @@ ServeBuild(TakenRequest *t)
 
 /* ---- the request loop ---- */
 
+/*
+ * Sleeps on the semaphore until deadline or a post. server_sleeping is set
+ * first and the queue looked at after it (Dekker's pattern with
+ * TsdgIpcSubmit): a request queued meanwhile is either seen here or posts.
+ */
 static void
-SemWaitUntil(TimestampTz deadline)
+SemWaitUntil(TimestampTz deadline, uint32 queued_enough)
 {
 	long		secs;
 	int			usecs;
 	struct timespec ts;
 
-	TimestampDifference(GetCurrentTimestamp(), deadline, &secs, &usecs);
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += secs;
-	ts.tv_nsec += (long) usecs * 1000;
-	if (ts.tv_nsec >= 1000000000L)
+	pg_atomic_write_u32(&TsdgShared->server_sleeping, 1);
+	pg_memory_barrier();
+	if (pg_atomic_read_u32(&TsdgShared->queued) < queued_enough)
 	{
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
+		TimestampDifference(GetCurrentTimestamp(), deadline, &secs, &usecs);
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += secs;
+		ts.tv_nsec += (long) usecs * 1000;
+		if (ts.tv_nsec >= 1000000000L)
+		{
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		while (sem_timedwait(&TsdgShared->wakeup, &ts) != 0 && errno == EINTR &&
+			   !shutdown_requested)
+			;
 	}
-	while (sem_timedwait(&TsdgShared->wakeup, &ts) != 0 && errno == EINTR && !shutdown_requested)
-		;
+	pg_atomic_write_u32(&TsdgShared->server_sleeping, 0);
 }
 
 /* how many sessions submitted lately: the batch waits for about that many */
@@ -820,7 +839,7 @@ WaitForBatch(void)
 
 	while (pg_atomic_read_u32(&TsdgShared->queued) == 0 && !shutdown_requested)
 	{
-		SemWaitUntil(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000));
+		SemWaitUntil(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000), 1);
 		/* idle: the device's memory may have changed under other processes */
 		if (device_backend != NULL && pg_atomic_read_u32(&TsdgShared->queued) == 0)
 			TsdgPublishDeviceMemory();
@@ -832,7 +851,7 @@ WaitForBatch(void)
 	deadline = GetCurrentTimestamp() + TsdgShared->batch_wait_us;
 	while ((int) pg_atomic_read_u32(&TsdgShared->queued) < expected &&
 		   GetCurrentTimestamp() < deadline && !shutdown_requested)
-		SemWaitUntil(deadline);
+		SemWaitUntil(deadline, (uint32) expected);
 }
 
 static void

@@ -61,6 +61,7 @@ TsdgIpcShmemStartup(void)
 					(errmsg("could not initialize the pg_tsdg GPU worker semaphore: %m")));
 		pg_atomic_init_u64(&TsdgShared->next_request_id, 1);
 		pg_atomic_init_u32(&TsdgShared->queued, 0);
+		pg_atomic_init_u32(&TsdgShared->server_sleeping, 0);
 		pg_atomic_init_u64(&TsdgShared->batches, 0);
 		pg_atomic_init_u64(&TsdgShared->batched_queries, 0);
 		pg_atomic_init_u64(&TsdgShared->builds, 0);
@@ -195,9 +196,11 @@ TsdgIpcSubmit(TsdgRequestSlot *slot)
 	slot->requester_latch = MyLatch;
 	slot->state = TSDG_SLOT_QUEUED;
 	SpinLockRelease(&slot->mutex);
+	/* a full barrier: the server sets server_sleeping before it looks at queued */
 	pg_atomic_fetch_add_u32(&TsdgShared->queued, 1);
 
-	if (sem_post(&TsdgShared->wakeup) != 0)
+	if (pg_atomic_read_u32(&TsdgShared->server_sleeping) != 0 &&
+		sem_post(&TsdgShared->wakeup) != 0)
 		elog(WARNING, "could not wake the pg_tsdg GPU worker: %m");
 	return request_id;
 }
@@ -302,6 +305,7 @@ TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *query)
 	if (slot->state == TSDG_SLOT_QUEUED)
 	{
 		slot->state = TSDG_SLOT_RUNNING;
+		slot->taken_at = GetCurrentTimestamp();
 		memcpy(copy, slot, offsetof(TsdgRequestSlot, payload));
 		if (query != NULL && slot->kind == TSDG_REQUEST_SEARCH)
 			memcpy(query, TsdgSlotQuery(slot), sizeof(float) * slot->args.search.dims);
@@ -316,7 +320,7 @@ TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *query)
 bool
 TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 			  int result_count, const float *dists, const uint32 *ids,
-			  int max_results, const char *message)
+			  const ItemPointerData *tids, int max_results, const char *message)
 {
 	Latch	   *latch = NULL;
 
@@ -329,8 +333,11 @@ TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 		{
 			memcpy(TsdgSlotResultDists(slot), dists, sizeof(float) * result_count);
 			memcpy(TsdgSlotResultIds(slot, max_results), ids, sizeof(uint32) * result_count);
+			memcpy(TsdgSlotResultTids(slot, max_results), tids,
+				   sizeof(ItemPointerData) * result_count);
 		}
 		strlcpy(slot->message, message != NULL ? message : "", sizeof(slot->message));
+		slot->answered_at = GetCurrentTimestamp();
 		slot->state = TSDG_SLOT_ANSWERED;
 		latch = slot->requester_latch;
 	}

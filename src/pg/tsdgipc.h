@@ -36,11 +36,14 @@
 
 #include "tsdg_capi.h"
 
-/* inline payload of a slot: a query going in, (node id, distance) pairs coming out */
+/*
+ * inline payload of a slot: a query going in, (distance, node id, heap TID)
+ * triples coming out, so that the session reads no node page for the TIDs
+ */
 #define TSDG_SLOT_PAYLOAD_BYTES	32768
 #define TSDG_SLOT_MAX_DIMS		(TSDG_SLOT_PAYLOAD_BYTES / (int) sizeof(float))
 #define TSDG_SLOT_MAX_RESULTS \
-	(TSDG_SLOT_PAYLOAD_BYTES / (int) (sizeof(float) + sizeof(uint32)))
+	(TSDG_SLOT_PAYLOAD_BYTES / (int) (sizeof(float) + sizeof(uint32) + sizeof(ItemPointerData)))
 
 #define TSDG_MAX_CACHED_INDEXES	64
 #define TSDG_DEVICE_NAME_LEN	128
@@ -193,12 +196,16 @@ typedef struct TsdgRequestSlot
 	int64		done;
 	int64		total;
 
+	/* when the worker took the request and answered it, for the wake-up costs */
+	TimestampTz taken_at;
+	TimestampTz answered_at;
+
 	/* the answer */
 	TsdgReply	reply;
 	int			result_count;
 	char		message[TSDG_ERROR_MESSAGE_LEN];
 
-	/* SEARCH: the query in; then the dists and node ids of the results */
+	/* SEARCH: the query in; then the dists, node ids and heap TIDs of the results */
 	char		payload[TSDG_SLOT_PAYLOAD_BYTES];
 } TsdgRequestSlot;
 
@@ -206,6 +213,8 @@ typedef struct TsdgRequestSlot
 #define TsdgSlotResultDists(slot)	((float *) (slot)->payload)
 #define TsdgSlotResultIds(slot, max_results) \
 	((uint32 *) ((slot)->payload + sizeof(float) * (max_results)))
+#define TsdgSlotResultTids(slot, max_results) \
+	((ItemPointerData *) ((slot)->payload + (sizeof(float) + sizeof(uint32)) * (max_results)))
 
 typedef struct TsdgCachedIndexInfo
 {
@@ -230,8 +239,13 @@ typedef struct TsdgWorkerShared
 	int			cached_count;
 	TsdgCachedIndexInfo cached[TSDG_MAX_CACHED_INDEXES];
 
-	/* posted by a backend after queueing a request: wakes the GPU server */
+	/*
+	 * posted by a backend after queueing a request while the GPU server
+	 * sleeps on it (server_sleeping): a server that is awake sees the queue
+	 * counter, and the backend saves the system call that wakes it
+	 */
 	sem_t		wakeup;
+	pg_atomic_uint32 server_sleeping;
 
 	pg_atomic_uint64 next_request_id;
 	pg_atomic_uint32 queued;	/* requests QUEUED now */
@@ -297,13 +311,14 @@ extern void TsdgIpcFailAll(const char *message);
 extern bool TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *query);
 /*
  * Answer a request that is still current, then wake its backend. For an
- * inline search, dists/ids hold result_count results (max_results is the
- * request's k, which places the ids in the payload); bulk answers are in the
- * request's DSM segment already. Returns false when the backend gave up.
+ * inline search, dists/ids/tids hold result_count results (max_results is
+ * the request's k, which places the ids and TIDs in the payload; a deleted
+ * node has an invalid TID); bulk answers are in the request's DSM segment
+ * already. Returns false when the backend gave up.
  */
 extern bool TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 						  int result_count, const float *dists, const uint32 *ids,
-						  int max_results, const char *message);
+						  const ItemPointerData *tids, int max_results, const char *message);
 /* the backend's cancel flag of a running request (read by a build's poll) */
 extern bool TsdgIpcCancelRequested(TsdgRequestSlot *slot, uint64 request_id);
 extern void TsdgIpcReportProgress(TsdgRequestSlot *slot, uint64 request_id, int phase,

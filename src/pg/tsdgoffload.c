@@ -263,7 +263,7 @@ TsdgHandleReply(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey
 bool
 TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *query,
 				 int max_results, int ef, int lambda_limit,
-				 uint32 *ids, float *dists, int *count)
+				 uint32 *ids, float *dists, ItemPointerData *tids, int *count)
 {
 	TsdgIndexKey key;
 
@@ -277,6 +277,7 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 		TsdgRequestSlot *slot = TsdgIpcBeginRequest(TSDG_REQUEST_SEARCH);
 		uint64		request_id;
 		bool		answered;
+		TimestampTz submitted_at;
 
 		slot->args.search.key = key;
 		slot->args.search.dims = meta->dims;
@@ -285,6 +286,7 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 		slot->args.search.lambda_limit = lambda_limit;
 		slot->args.search.nq = 1;
 		memcpy(TsdgSlotQuery(slot), query, sizeof(float) * meta->dims);
+		submitted_at = GetCurrentTimestamp();
 		request_id = TsdgIpcSubmit(slot);
 		answered = TsdgIpcWait(slot, request_id, tsdg_worker_timeout_ms, NULL, NULL);
 
@@ -293,6 +295,13 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 			*count = slot->result_count;
 			memcpy(dists, TsdgSlotResultDists(slot), sizeof(float) * *count);
 			memcpy(ids, TsdgSlotResultIds(slot, max_results), sizeof(uint32) * *count);
+			memcpy(tids, TsdgSlotResultTids(slot, max_results), sizeof(ItemPointerData) * *count);
+			/* where a query's round trip goes: log_min_messages = debug1 to see it */
+			ereport(DEBUG1,
+					(errmsg_internal("tsdg worker search: %lld us to the worker, %lld us on it, %lld us back",
+									 (long long) (slot->taken_at - submitted_at),
+									 (long long) (slot->answered_at - slot->taken_at),
+									 (long long) (GetCurrentTimestamp() - slot->answered_at))));
 			TsdgIpcFinish(slot);
 			return true;
 		}

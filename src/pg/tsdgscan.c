@@ -59,9 +59,17 @@ typedef struct TsdgScanOpaqueData
 	int			ef;
 	uint32	   *result_ids;
 	float	   *result_dists;
+	ItemPointerData *result_tids;	/* the worker's round: TIDs (invalid: deleted) */
 	int			result_count;
 	int			result_pos;
-	uint8	   *consumed;		/* bit per node: returned or skipped as deleted */
+
+	/*
+	 * bit per node: returned or skipped as deleted. Made once the first round
+	 * is widened or TSDG_LISTED_CONSUMED of its rows are consumed: until then
+	 * the nodes consumed are the round's first result_pos, so a query
+	 * answered by a few rows of one round zeroes no bitmap of node_count bits.
+	 */
+	uint8	   *consumed;
 	int64		consumed_count;
 	int64		graph_returned;
 	bool		graph_done;
@@ -92,17 +100,39 @@ TsdgFreeSearch(void *arg)
 	so->search = NULL;
 }
 
+#define TSDG_LISTED_CONSUMED	64
+
 static inline bool
 TsdgConsumed(TsdgScanOpaque so, uint32 id)
 {
+	if (so->consumed == NULL)
+	{
+		for (int i = 0; i < so->result_pos; i++)
+			if (so->result_ids[i] == id)
+				return true;
+		return false;
+	}
 	return (so->consumed[id / 8] & (1 << (id % 8))) != 0;
 }
 
 static inline void
 TsdgMarkConsumed(TsdgScanOpaque so, uint32 id)
 {
-	so->consumed[id / 8] |= (1 << (id % 8));
+	if (so->consumed != NULL)
+		so->consumed[id / 8] |= (1 << (id % 8));
 	so->consumed_count++;
+}
+
+/* the bitmap of consumed nodes, from the first round's consumed rows */
+static void
+TsdgMakeConsumedBitmap(TsdgScanOpaque so)
+{
+	if (so->consumed != NULL)
+		return;
+	so->consumed = MemoryContextAllocExtended(so->ctx, so->meta.node_count / 8 + 1,
+											  MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+	for (int i = 0; i < so->result_pos; i++)
+		so->consumed[so->result_ids[i] / 8] |= (1 << (so->result_ids[i] % 8));
 }
 
 static void
@@ -198,9 +228,14 @@ TsdgWorkerRound(Relation index, TsdgScanOpaque so)
 {
 	so->result_ids = repalloc(so->result_ids, sizeof(uint32) * so->ef);
 	so->result_dists = repalloc(so->result_dists, sizeof(float) * so->ef);
+	so->result_tids = palloc(sizeof(ItemPointerData) * so->ef);
 	if (!TsdgWorkerSearch(index, &so->meta, so->query, so->ef, so->ef, tsdg_lambda_search,
-						  so->result_ids, so->result_dists, &so->result_count))
+						  so->result_ids, so->result_dists, so->result_tids, &so->result_count))
+	{
+		pfree(so->result_tids);
+		so->result_tids = NULL;
 		return false;
+	}
 	for (int i = 0; i < so->result_count; i++)
 		TsdgCheckNodeId(index, so, so->result_ids[i]);
 	so->result_pos = 0;
@@ -250,6 +285,8 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 	}
 	else
 		tsdg_search_widen(so->search, so->ef);
+	/* this round's results come with no TIDs: they are read from the pages */
+	so->result_tids = NULL;
 
 	TsdgExpand(index, so);
 	{
@@ -356,8 +393,7 @@ TsdgStartScan(IndexScanDesc scan)
 	so->graph_done = so->meta.node_count == 0;
 	if (!so->graph_done)
 	{
-		so->consumed = MemoryContextAllocExtended(so->ctx, so->meta.node_count / 8 + 1,
-												  MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+		so->consumed = NULL;
 		so->list_ids = palloc(sizeof(uint32) * so->layout.degree);
 		so->list_lambdas = palloc(sizeof(uint8) * so->layout.degree);
 		so->fresh = palloc(sizeof(uint32) * so->layout.degree);
@@ -385,12 +421,21 @@ TsdgNextGraphRow(Relation index, TsdgScanOpaque so)
 			uint32		id = so->result_ids[so->result_pos];
 			bool		live;
 
+			if (so->consumed == NULL && so->result_pos >= TSDG_LISTED_CONSUMED)
+				TsdgMakeConsumedBitmap(so);
+
 			if (TsdgConsumed(so, id))
 			{
 				so->result_pos++;
 				continue;
 			}
-			live = TsdgReadNodeTid(index, so, id, &so->head_tid);
+			if (so->result_tids != NULL)
+			{
+				so->head_tid = so->result_tids[so->result_pos];
+				live = ItemPointerIsValid(&so->head_tid);
+			}
+			else
+				live = TsdgReadNodeTid(index, so, id, &so->head_tid);
 			if (!live)
 			{
 				TsdgMarkConsumed(so, id);
@@ -411,6 +456,7 @@ TsdgNextGraphRow(Relation index, TsdgScanOpaque so)
 		else
 		{
 			so->ef = (int) Min((int64) so->ef * 2, (int64) so->meta.node_count);
+			TsdgMakeConsumedBitmap(so);
 			TsdgGraphRound(index, so, false);
 		}
 	}

@@ -46,12 +46,13 @@ extern bool TsdgWorkerUsable(void);
 
 /*
  * One graph search by the worker: up to max_results node ids with their
- * comparison distances, ascending. False when the session should search on
+ * comparison distances, ascending, and their heap TIDs (invalid for a node
+ * deleted in the version searched). False when the session should search on
  * the CPU instead (no worker, worker busy, timeout, worker died, no DSM).
  */
 extern bool TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *query,
 							 int max_results, int ef, int lambda_limit,
-							 uint32 *ids, float *dists, int *count);
+							 uint32 *ids, float *dists, ItemPointerData *tids, int *count);
 
 /*
  * Where a batch of searches by the worker reads its queries and leaves its
