@@ -30,6 +30,13 @@ start_cluster "$work" "$port" "autovacuum = off" "maintenance_work_mem = '2GB'" 
   "shared_buffers = '1GB'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'"
 
 sql() { psql -X -q -v ON_ERROR_STOP=1 -At "$@"; }
+# Runs the SQL on stdin in one session, then prints the CPU seconds its
+# backend used, all its threads (the wall time on a shared machine mostly
+# measures what else runs).
+echo 'awk -v tick="$(getconf CLK_TCK)" '"'"'{ printf "%.2f\n", ($14 + $15) / tick }'"'"' "/proc/$BACKEND_PID/stat"' >"$work/backend_cpu.sh"
+with_cpu() {
+  { echo 'SELECT pg_backend_pid() AS pid \gset'; echo '\setenv BACKEND_PID :pid'; cat; echo "\\! sh $work/backend_cpu.sh"; } | sql
+}
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 gen="$TSDG_ROOT/test/tap/clustered_vectors.py"
@@ -61,13 +68,13 @@ recall() {
 log "fresh CREATE INDEX on all $total rows"
 sql -c "CREATE TABLE fresh AS SELECT id, v FROM rows_all" -c "VACUUM ANALYZE fresh"
 t0=$(now)
-sql -c "CREATE INDEX fresh_idx ON fresh USING tsdg (v vector_l2_ops)"
+fresh_cpu=$(echo "CREATE INDEX fresh_idx ON fresh USING tsdg (v vector_l2_ops);" | with_cpu)
 fresh_build=$(elapsed "$t0" "$(now)")
 fresh_recall=$(recall fresh 64)
 fresh_recall_low=$(recall fresh 10)
 fresh_size=$(sql -c "SELECT pg_relation_size('fresh_idx')")
 sql -c "DROP TABLE fresh"
-echo "fresh build ${fresh_build}s, recall@10 $fresh_recall (ef_search 64), $fresh_recall_low (ef_search 10)"
+echo "fresh build ${fresh_build}s (CPU ${fresh_cpu}s), recall@10 $fresh_recall (ef_search 64), $fresh_recall_low (ef_search 10)"
 
 log "index on the first $((base_chunks * chunk)) rows, then $loads loads of $chunk with a merge after each"
 sql -c "CREATE TABLE inc AS SELECT id, v FROM rows_all WHERE chunk <= $base_chunks" -c "VACUUM ANALYZE inc"
@@ -82,9 +89,10 @@ probe() {
     FROM (SELECT id, v FROM rows_all WHERE chunk = $1 ORDER BY random() LIMIT $probes) p) s"
 }
 
-table="| load | rows after | insert s | merge s | merge / fresh build | probes (misses) while pending | probes (misses) during the merge |"
-table+=$'\n'"|---|---|---|---|---|---|---|"
+table="| load | rows after | insert s | merge s | merge / fresh build | merge CPU s | merge / fresh build, CPU | probes (misses) while pending | probes (misses) during the merge |"
+table+=$'\n'"|---|---|---|---|---|---|---|---|---|"
 max_ratio=0
+max_cpu_ratio=0
 misses_total=0
 probes_total=0
 for l in $(seq 1 "$loads"); do
@@ -96,8 +104,8 @@ for l in $(seq 1 "$loads"); do
 
   t0=$(now)
   # the merge's DEBUG1 line says where its time went
-  sql -c "SET client_min_messages = debug1" -c "SELECT tsdg_merge('inc_idx')" >"$work/merge.out" \
-    2> >(grep -A1 'tsdg merge of' >>"$out/merge_phases.log") &
+  printf '%s\n' "SET client_min_messages = debug1;" "SELECT tsdg_merge('inc_idx');" |
+    with_cpu >"$work/merge.out" 2> >(grep -A1 'tsdg merge of' >>"$out/merge_phases.log") &
   merge_pid=$!
   during=0
   during_misses=0
@@ -110,15 +118,18 @@ for l in $(seq 1 "$loads"); do
   done
   wait "$merge_pid"
   merge_s=$(elapsed "$t0" "$(now)")
-  merged=$(cat "$work/merge.out")
+  merged=$(head -1 "$work/merge.out")
+  merge_cpu=$(tail -1 "$work/merge.out")
   [ "$merged" = "$chunk" ] || { echo "FAIL: merge $l merged $merged rows, expected $chunk"; exit 1; }
   ratio=$(awk -v m="$merge_s" -v f="$fresh_build" 'BEGIN { printf "%.3f", m / f }')
+  cpu_ratio=$(awk -v m="$merge_cpu" -v f="$fresh_cpu" 'BEGIN { printf "%.3f", m / f }')
+  max_cpu_ratio=$(awk -v a="$cpu_ratio" -v b="$max_cpu_ratio" 'BEGIN { print (a > b) ? a : b }')
   max_ratio=$(awk -v a="$ratio" -v b="$max_ratio" 'BEGIN { print (a > b) ? a : b }')
   misses_total=$((misses_total + pending_misses + during_misses))
   probes_total=$((probes_total + probes + during))
   rows_after=$(sql -c "SELECT rows FROM tsdg_index_info('inc_idx')")
-  table+=$'\n'"| $l | $rows_after | $insert_s | $merge_s | $ratio | $probes ($pending_misses) | $during ($during_misses) |"
-  echo "load $l: merge ${merge_s}s ($ratio of the fresh build), misses $pending_misses pending, $during_misses of $during during the merge"
+  table+=$'\n'"| $l | $rows_after | $insert_s | $merge_s | $ratio | $merge_cpu | $cpu_ratio | $probes ($pending_misses) | $during ($during_misses) |"
+  echo "load $l: merge ${merge_s}s ($ratio of the fresh build; CPU ${merge_cpu}s, $cpu_ratio), misses $pending_misses pending, $during_misses of $during during the merge"
 done
 
 inc_recall=$(recall inc 64)
@@ -130,6 +141,8 @@ recall_gap_low=$(awk -v a="$fresh_recall_low" -v b="$inc_recall_low" 'BEGIN { pr
 {
   echo "Command: \`bash test/bench/merge_bench.sh\` (ROWS: $total x $dims, $loads loads of $chunk, $queries queries)"
   echo
+  echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo
   echo "Machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); date $(date -u +%Y-%m-%d)"
   echo
   echo "Data: synthetic clustered (test/tap/clustered_vectors.py: 64 clusters, 12-dimensional latent subspaces, noise 0.02), L2, default index options; ground truth exact."
@@ -137,10 +150,12 @@ recall_gap_low=$(awk -v a="$fresh_recall_low" -v b="$inc_recall_low" 'BEGIN { pr
   echo "| | fresh CREATE INDEX on $total | $((base_chunks * chunk)) + $loads merges |"
   echo "|---|---|---|"
   echo "| build / base build s | $fresh_build | $base_build |"
+  echo "| build CPU s (backend, all threads) | $fresh_cpu | |"
   echo "| recall@10 at the end, ef_search 64 | $fresh_recall | $inc_recall (gap $recall_gap) |"
   echo "| recall@10 at the end, ef_search 10 | $fresh_recall_low | $inc_recall_low (gap $recall_gap_low) |"
   echo "| index size | $(numfmt --to=iec "$fresh_size") | ${info##*size } |"
   echo "| largest merge / fresh build | | $max_ratio |"
+  echo "| largest merge / fresh build, CPU time | | $max_cpu_ratio |"
   echo "| just-inserted rows not found first | | $misses_total of $probes_total probes |"
   echo
   echo "$table"
