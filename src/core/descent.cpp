@@ -201,13 +201,11 @@ class Descent {
   // Starts loading the rows that the join of s will read, so that their
   // memory latency overlaps the join before it.
   void prefetch_samples(int64_t s) const {
-    const int64_t row_bytes = int64_t{data_.dim} * sizeof(float);
     // With the rows, the norms and insertion bounds of the samples: every
     // candidate of the join belongs to a sample's list.
     auto fetch = [&](const uint32_t* ids, int count) {
+      prefetch_rows(data_, ids, count);
       for (int j = 0; j < count; ++j) {
-        const char* row = reinterpret_cast<const char*>(data_.row(ids[j]));
-        for (int64_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(row + line, 0, 1);
         if (!norms_.empty()) __builtin_prefetch(&norms_[ids[j]], 0, 1);
         lists_.prefetch_bound(ids[j]);
       }

@@ -84,6 +84,16 @@ struct DescentOptions {
 // the result, since each list ends as the best k of everything offered to it.
 std::vector<uint32_t> region_order(MatrixView data, uint64_t seed, const RunControl& control);
 
+// Starts loading rows ids[0..count) of data into the caches, so that the
+// memory latency of rows read at random overlaps the work before them.
+inline void prefetch_rows(MatrixView data, const uint32_t* ids, int count) {
+  const int64_t row_bytes = int64_t{data.dim} * sizeof(float);
+  for (int j = 0; j < count; ++j) {
+    const char* row = reinterpret_cast<const char*>(data.row(ids[j]));
+    for (int64_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(row + line, 0, 1);
+  }
+}
+
 // Draws count distinct values from [0, range) (count <= range) into out by
 // Floyd's algorithm, advancing the splitmix64 state.
 void draw_distinct(uint64_t& state, uint64_t range, int count, uint32_t* out);

@@ -26,8 +26,10 @@ void init_random_list(MatrixView data, Metric metric, uint64_t seed, int64_t s,
   std::vector<uint32_t> drawn(m);
   // Draw from [0, n - 1) and map past s, so s itself is never drawn.
   draw_distinct(state, static_cast<uint64_t>(n - 1), m, drawn.data());
+  for (int j = 0; j < m; ++j) drawn[j] = drawn[j] >= s ? drawn[j] + 1 : drawn[j];
+  prefetch_rows(data, drawn.data(), m);
   for (int j = 0; j < m; ++j) {
-    entries[j].id = drawn[j] >= s ? drawn[j] + 1 : drawn[j];
+    entries[j].id = drawn[j];
     entries[j].dist = metric_distance(metric, data.row(s), data.row(entries[j].id), data.dim);
     flags[j] = DescentLists::kNew;
   }
