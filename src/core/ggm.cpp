@@ -1,6 +1,8 @@
 #include "ggm.h"
 
 #include <algorithm>
+#include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -119,6 +121,21 @@ void merge_held(const DescentLists::Entry* refined, int k, const uint32_t* row_a
   }
 }
 
+// An old row's list as the incremental merge starts it: its whole old list,
+// every entry OLD (it was final among the old rows).
+void init_old_list(const KnnGraph& old_graph, int64_t s, DescentLists& lists) {
+  const int count = std::min(old_graph.k, lists.k());
+  DescentLists::Entry* entries = lists.list(s);
+  uint8_t* flags = lists.flags(s);
+  for (int j = 0; j < count; ++j) {
+    const uint32_t id = old_graph.list(s)[j];
+    entries[j] = id == kInvalidId ? DescentLists::Entry{std::numeric_limits<float>::infinity(), kInvalidId}
+                                  : DescentLists::Entry{old_graph.list_dists(s)[j], id};
+    flags[j] = 0;
+  }
+  lists.sort_list(s);
+}
+
 }  // namespace
 
 KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const KnnGraph& second,
@@ -181,6 +198,85 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
     control.add_done(end - begin);
   });
   return merged;
+}
+
+IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const KnnGraph& old_graph,
+                                       const KnnGraph& batch_graph, Metric metric,
+                                       const GnndParams& params, const RunControl& control) {
+  check_gnnd_params(data, params);
+  check_merge_arguments(data, split, old_graph, batch_graph);
+  const int64_t n = data.rows;
+  const int64_t batch = n - split;
+  const int k = params.k;
+  const Side old_side{&old_graph, 0, split};
+  const Side batch_side{&batch_graph, split, n};
+  const int held_k = std::max(0, batch_graph.k - (k - k / 2));
+  std::vector<uint32_t> held_ids(static_cast<size_t>(batch) * held_k);
+  std::vector<float> held_dists(static_cast<size_t>(batch) * held_k);
+  control.set_total(n * (params.iterations + 2));
+
+  // The rows stay where they are: most old rows never take part in a join,
+  // so copying all of them into region order would cost more than it saves.
+  Placement identity;
+  identity.row_at.resize(n);
+  std::iota(identity.row_at.begin(), identity.row_at.end(), 0u);
+  identity.position_of = identity.row_at;
+
+  DescentLists lists(n, k);
+  parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
+    for (int64_t s = begin; s < end; ++s) {
+      if (s < split) {
+        init_old_list(old_graph, s, lists);
+      } else {
+        const int64_t b = s - split;
+        init_merged_list(data, metric, params.seed, s, s, batch_side, old_side, identity, lists,
+                         held_k, held_ids.data() + b * held_k, held_dists.data() + b * held_k);
+      }
+    }
+    control.add_done(end - begin);
+  });
+
+  DescentOptions options;
+  options.samples = params.samples;
+  options.iterations = split == 0 || batch == 0 ? 0 : params.iterations;
+  // The update-rate stop of GNND, relative to the lists that can change
+  // rather than to all n: a batch row enters about k old lists on average
+  // (a k-NN graph has n k reverse edges).
+  const double can_change = static_cast<double>(batch) + std::min(static_cast<double>(split),
+                                                                  static_cast<double>(batch) * k);
+  options.min_update_rate = n > 0 ? params.min_update_rate * can_change / static_cast<double>(n) : 0.0;
+  options.seed = params.seed;
+  options.split = split;
+  options.order_joins_by_region = false;
+  IncrementalMerge result;
+  result.iterations = run_descent(data, metric, lists, options, control);
+  control.add_done(n * (params.iterations - result.iterations));
+
+  result.graph = KnnGraph(n, k);
+  result.changed.assign(n, 0);
+  parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
+    for (int64_t s = begin; s < end; ++s) {
+      uint32_t* out_ids = result.graph.ids.data() + s * k;
+      float* out_dists = result.graph.dists.data() + s * k;
+      if (s >= split) {
+        const int64_t b = s - split;
+        merge_held(lists.list(s), k, identity.row_at.data(), held_ids.data() + b * held_k,
+                   held_dists.data() + b * held_k, held_k, out_ids, out_dists);
+        result.changed[s] = 1;
+        continue;
+      }
+      // Only pairs across the sets are inserted, so an old list changed
+      // exactly when it holds a batch row.
+      const DescentLists::Entry* entries = lists.list(s);
+      for (int j = 0; j < k; ++j) {
+        out_ids[j] = entries[j].id;
+        out_dists[j] = entries[j].dist;
+        if (entries[j].id != kInvalidId && entries[j].id >= split) result.changed[s] = 1;
+      }
+    }
+    control.add_done(end - begin);
+  });
+  return result;
 }
 
 }  // namespace tsdg
