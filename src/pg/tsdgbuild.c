@@ -1,10 +1,13 @@
 /*
  * CREATE INDEX for tsdg: the heap is scanned into (TID, vector) arrays held
- * within maintenance_work_mem, a graph builder turns the rows into the TSDG
- * graph (on the GPU worker when it runs, else the CPU backend of the core;
- * see TsdgComputeGraph), node pages are written in node order and WAL-logged as
- * whole pages, then the k-NN pages (the k-NN lists, for merges:
- * tsdgmerge.c), and the metapage is written last.
+ * within maintenance_work_mem (in the shared memory segment the GPU worker
+ * reads, when it runs), a graph builder turns the rows into the TSDG graph
+ * (on the GPU worker when it runs, else the CPU backend of the core; see
+ * TsdgComputeGraph), node pages are written in node order and WAL-logged as
+ * whole pages as they are filled, then the k-NN pages (the k-NN lists, for
+ * merges: tsdgmerge.c), and the metapage is written last, with the entry
+ * points and statistics the worker computed meanwhile. A LOG line says where
+ * the time went.
  */
 #include "postgres.h"
 
@@ -12,10 +15,12 @@
 
 #include "access/tableam.h"
 #include "access/xloginsert.h"
+#include "catalog/pg_control.h"
 #include "catalog/index.h"
 #include "commands/progress.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/lmgr.h"
 #include "storage/smgr.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -346,19 +351,79 @@ TsdgFillMeta(TsdgMetaPageData *meta, const TsdgBuildState *bs, const TsdgLayout 
 	meta->graph_version = bs->count > 0 ? 1 : 0;
 }
 
+/*
+ * Extends the index to nblocks with one write of its last block; the blocks
+ * before it are a hole in the file, which reads as zeroes, so a page written
+ * into it costs no write of a zeroed block first (as P_NEW does per page).
+ */
 static void
+TsdgExtendTo(Relation index, BlockNumber nblocks)
+{
+	PGAlignedBlock zero;
+	bool		need_lock = !RELATION_IS_LOCAL(index);
+
+	memset(zero.data, 0, BLCKSZ);
+	if (need_lock)
+		LockRelationForExtension(index, ExclusiveLock);
+	if (RelationGetNumberOfBlocks(index) < nblocks)
+		smgrextend(RelationGetSmgr(index), MAIN_FORKNUM, nblocks - 1, zero.data, false);
+	if (need_lock)
+		UnlockRelationForExtension(index, ExclusiveLock);
+}
+
+/* Marks filled, locked pages dirty, WAL-logs them as one record of full pages, releases them. */
+static void
+TsdgLogPages(Buffer *buffers, int count, bool wal)
+{
+	XLogRecPtr	recptr;
+
+	if (wal)
+		XLogBeginInsert();
+	START_CRIT_SECTION();
+	for (int i = 0; i < count; i++)
+	{
+		MarkBufferDirty(buffers[i]);
+		if (wal)
+			XLogRegisterBuffer(i, buffers[i], REGBUF_FORCE_IMAGE | REGBUF_STANDARD);
+	}
+	if (wal)
+	{
+		recptr = XLogInsert(RM_XLOG_ID, XLOG_FPI);
+		for (int i = 0; i < count; i++)
+			PageSetLSN(BufferGetPage(buffers[i]), recptr);
+	}
+	END_CRIT_SECTION();
+	for (int i = 0; i < count; i++)
+		UnlockReleaseBuffer(buffers[i]);
+}
+
+/*
+ * The node pages, in node order from layout->node_start: each page is filled
+ * in its buffer and WAL-logged with XLR_MAX_BLOCK_ID - 1 others as full
+ * pages while still locked (log_newpage_range's record, without reading
+ * them back afterwards). Returns the number of pages.
+ */
+static BlockNumber
 TsdgWriteNodePages(TsdgBuildState *bs, const TsdgLayout *layout,
 				   const uint32 *neighbors, const uint8 *lambdas)
 {
 	int			degree = bs->params.degree;
+	BlockNumber pages = (BlockNumber) ((bs->count + layout->nodes_per_page - 1) / layout->nodes_per_page);
+	bool		wal = RelationNeedsWAL(bs->index);
+	Buffer		batch[XLR_MAX_BLOCK_ID];
+	int			batched = 0;
 	int64		id = 0;
 
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_WRITE);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, bs->count);
 
-	while (id < bs->count)
+	TsdgExtendTo(bs->index, layout->node_start + pages);
+	if (wal)
+		XLogEnsureRecordSpace(XLR_MAX_BLOCK_ID - 1, 0);
+	for (BlockNumber p = 0; p < pages; p++)
 	{
-		Buffer		buf = TsdgNewBuffer(bs->index, MAIN_FORKNUM);
+		Buffer		buf = ReadBufferExtended(bs->index, MAIN_FORKNUM, layout->node_start + p,
+											 RBM_ZERO_AND_LOCK, NULL);
 		Page		page = BufferGetPage(buf);
 		int64		end = Min(id + layout->nodes_per_page, bs->count);
 
@@ -378,12 +443,16 @@ TsdgWriteNodePages(TsdgBuildState *bs, const TsdgLayout *layout,
 				   sizeof(uint8) * degree);
 			((PageHeader) page)->pd_lower += layout->node_size;
 		}
-		MarkBufferDirty(buf);
-		UnlockReleaseBuffer(buf);
-
-		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, id);
-		CHECK_FOR_INTERRUPTS();
+		batch[batched++] = buf;
+		if (batched == XLR_MAX_BLOCK_ID || p == pages - 1)
+		{
+			TsdgLogPages(batch, batched, wal);
+			batched = 0;
+			pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, id);
+			CHECK_FOR_INTERRUPTS();
+		}
 	}
+	return pages;
 }
 
 /* the metapage's navigating set and the stop rule's d_nn1+ statistic */
@@ -417,6 +486,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	TsdgMetaPageData meta;
 	uint32	   *neighbors = NULL;
 	uint8	   *lambdas = NULL;
+	BlockNumber node_pages = 0;
 	Buffer		metabuf;
 	double		reltuples;
 	TimestampTz started_at = GetCurrentTimestamp();
@@ -486,7 +556,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		if (!on_worker)
 			TsdgGraphSummary(&bs, &meta, neighbors);
 		summary_at = GetCurrentTimestamp();
-		TsdgWriteNodePages(&bs, &layout, neighbors, lambdas);
+		node_pages = TsdgWriteNodePages(&bs, &layout, neighbors, lambdas);
 		nodes_at = GetCurrentTimestamp();
 		/* a builder that returns no k-NN lists leaves the first one empty */
 		if (bs.count == 1 || bs.knn_ids[0] != TSDG_INVALID_ID)
@@ -494,7 +564,12 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		knn_at = GetCurrentTimestamp();
 		if (on_worker && !TsdgWorkerBuildSummary(&bs.segment, meta.entry_points,
 												 &meta.entry_count, &meta.nn1_bound))
+		{
+			ereport(LOG,
+					(errmsg("tsdg index \"%s\": the GPU worker did not compute the entry points, computing them here",
+							RelationGetRelationName(index))));
 			TsdgGraphSummary(&bs, &meta, neighbors);
+		}
 		summary_wait_at = GetCurrentTimestamp();
 	}
 	TsdgBuildSegmentRelease(&bs.segment);
@@ -506,8 +581,13 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	UnlockReleaseBuffer(metabuf);
 
 	meta_at = GetCurrentTimestamp();
+	/* the node pages were logged as they were written: the metapage and the k-NN pages */
 	if (RelationNeedsWAL(index))
-		log_newpage_range(index, MAIN_FORKNUM, 0, RelationGetNumberOfBlocks(index), true);
+	{
+		log_newpage_range(index, MAIN_FORKNUM, TSDG_METAPAGE_BLKNO, TSDG_METAPAGE_BLKNO + 1, true);
+		log_newpage_range(index, MAIN_FORKNUM, layout.node_start + node_pages,
+						  RelationGetNumberOfBlocks(index), true);
+	}
 
 	if (bs.count > 0)
 		ereport(LOG,
