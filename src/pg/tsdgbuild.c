@@ -17,6 +17,7 @@
 #include "access/xloginsert.h"
 #include "catalog/pg_control.h"
 #include "catalog/index.h"
+#include "catalog/pg_am_d.h"
 #include "commands/progress.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -93,10 +94,10 @@ TsdgReportMemoryExceeded(const TsdgBuildState *bs)
 
 /*
  * Rows the heap scan will return: the planner's estimate (reltuples scaled to
- * the current size) once the table was vacuumed or analyzed; before that, as
- * many rows as fit its pages if the vector were the only column, which more
- * columns only lower. A TOASTed vector takes less room than that, and the
- * arrays grow when the estimate falls short.
+ * the current size) once the table was vacuumed or analyzed; before that, its
+ * pages times the line pointers of its first page; for another table access
+ * method, as many rows as fit its pages if the vector were the only column.
+ * The arrays grow when the estimate falls short.
  */
 static double
 TsdgEstimateHeapRows(Relation heap, int dims)
@@ -106,6 +107,17 @@ TsdgEstimateHeapRows(Relation heap, int dims)
 
 	if (heap->rd_rel->reltuples >= 0 && heap->rd_rel->relpages > 0)
 		return heap->rd_rel->reltuples / heap->rd_rel->relpages * pages;
+	if (pages > 0 && heap->rd_rel->relam == HEAP_TABLE_AM_OID)
+	{
+		Buffer		buf = ReadBuffer(heap, 0);
+		OffsetNumber line_pointers;
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		line_pointers = PageGetMaxOffsetNumber(BufferGetPage(buf));
+		UnlockReleaseBuffer(buf);
+		if (line_pointers > 0)
+			return (double) pages * line_pointers;
+	}
 	tuple_bytes = MAXALIGN(SizeofHeapTupleHeader) + MAXALIGN(VECTOR_SIZE(dims)) +
 		sizeof(ItemIdData);
 	return (double) pages * ((BLCKSZ - SizeOfPageHeaderData) / tuple_bytes);

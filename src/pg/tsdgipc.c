@@ -91,17 +91,19 @@ TsdgIpcIsAvailable(void)
 	return TsdgShared != NULL;
 }
 
+/*
+ * Read without the mutex: every session looks at the state at least twice per
+ * query (may it send work, is the worker alive while it waits), and one
+ * spinlock taken by all of them is contended at many clients. The state is a
+ * single aligned word, and it is only ever a hint: a request sent just as the
+ * worker stops is answered by TsdgIpcFailAll, or the wait gives up.
+ */
 TsdgServerState
 TsdgIpcServerState(void)
 {
-	TsdgServerState state;
-
 	if (TsdgShared == NULL)
 		return TSDG_SERVER_STOPPED;
-	SpinLockAcquire(&TsdgShared->mutex);
-	state = TsdgShared->state;
-	SpinLockRelease(&TsdgShared->mutex);
-	return state;
+	return ((volatile TsdgWorkerShared *) TsdgShared)->state;
 }
 
 void
