@@ -246,7 +246,7 @@ class Descent {
              od.end());
 
     if (options_.split <= 0) {
-      cross_match(nw.data(), static_cast<int>(nw.size()), nullptr, 0, od.data(),
+      cross_match(nw.data(), static_cast<int>(nw.size()), kAmongRows, nullptr, 0, od.data(),
                   static_cast<int>(od.size()), scratch);
       return;
     }
@@ -256,18 +256,22 @@ class Descent {
     const int old1 = static_cast<int>(std::lower_bound(od.begin(), od.end(), split) - od.begin());
     const int new2 = static_cast<int>(nw.size()) - new1;
     const int old2 = static_cast<int>(od.size()) - old1;
-    // NEW of side 1 against NEW and OLD of side 2; NEW of side 2 against OLD of side 1.
-    cross_match(nw.data(), new1, nw.data() + new1, new2, od.data() + old1, old2, scratch);
-    cross_match(nw.data() + new1, new2, nullptr, 0, od.data(), old1, scratch);
+    // NEW of side 1 against NEW and OLD of side 2; NEW of side 2 against OLD
+    // of side 1 only: pairs of NEW samples both on side 2 are within a side.
+    cross_match(nw.data(), new1, kGiven, nw.data() + new1, new2, od.data() + old1, old2, scratch);
+    cross_match(nw.data() + new1, new2, kGiven, nullptr, 0, od.data(), old1, scratch);
   }
 
-  // Distances between rows a and columns (other NEW samples, then OLD samples);
-  // other_new == nullptr means the other NEW samples are the rows themselves
-  // (a symmetric block, the diagonal skipped). Each row gets the nearest other
-  // NEW and the nearest OLD sample; each column gets its nearest row.
-  void cross_match(const uint32_t* a, int na, const uint32_t* other_new, int nn,
+  // Where the NEW samples matched with the rows a come from: the rows
+  // themselves (a symmetric block, the diagonal skipped), or other_new.
+  enum OtherNew { kAmongRows, kGiven };
+
+  // Distances between rows a and columns (other NEW samples, then OLD samples).
+  // Each row gets the nearest other NEW and the nearest OLD sample; each
+  // column gets its nearest row.
+  void cross_match(const uint32_t* a, int na, OtherNew other, const uint32_t* other_new, int nn,
                    const uint32_t* old, int no, JoinScratch& scratch) {
-    const bool symmetric = other_new == nullptr;
+    const bool symmetric = other == kAmongRows;
     if (symmetric) {
       other_new = a;
       nn = na;

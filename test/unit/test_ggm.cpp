@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "bruteforce.h"
 #include "knn_graph_test_util.h"
 #include "ggm.h"
@@ -76,6 +78,44 @@ TEST(Ggm, OneEmptySideKeepsTheOtherGraph) {
   const KnnGraph empty;
   const KnnGraph merged = ggm_merge(c.data.view(), 1000, c.first, empty, Metric::L2, c.params, RunControl{});
   EXPECT_EQ(merged.ids, c.first.ids);
+}
+
+// Algorithm 3 joins only pairs across the two sides: with side graphs that are
+// far from converged (one GNND iteration), the merge still finds the other
+// side's neighbors, but every neighbor on a row's own side must come from its
+// own side's input list, since no join ever offers one.
+TEST(Ggm, JoinsOnlyAcrossSides) {
+  const Matrix data = clustered_rows(3000, 24, 22);
+  const int64_t split = 1400;
+  GnndParams rough;
+  rough.k = 16;
+  rough.samples = 8;
+  rough.iterations = 1;
+  const KnnGraph first = gnnd_build(data.view().slice(0, split), Metric::L2, rough, RunControl{});
+  const KnnGraph second = gnnd_build(data.view().slice(split, 3000 - split), Metric::L2, rough, RunControl{});
+  GnndParams params = rough;
+  params.iterations = 12;
+  const KnnGraph merged = ggm_merge(data.view(), split, first, second, Metric::L2, params, RunControl{});
+  expect_valid_lists(merged);
+  int64_t cross = 0;
+  for (int64_t i = 0; i < merged.nodes; ++i) {
+    const bool in_first = i < split;
+    const KnnGraph& own = in_first ? first : second;
+    const int64_t offset = in_first ? 0 : split;
+    const uint32_t* own_list = own.list(i - offset);
+    for (int j = 0; j < merged.k; ++j) {
+      const uint32_t v = merged.list(i)[j];
+      if ((v < split) != in_first) {
+        ++cross;
+        continue;
+      }
+      const uint32_t local = static_cast<uint32_t>(v - offset);
+      EXPECT_NE(std::find(own_list, own_list + own.k, local), own_list + own.k)
+          << "row " << i << " gained own-side neighbor " << v;
+    }
+  }
+  // Both sides hold about half of every row's true neighbors.
+  EXPECT_GT(cross, merged.nodes * merged.k / 4);
 }
 
 TEST(Ggm, RejectsMismatchedGraphs) {
