@@ -407,7 +407,8 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                                         int64_t n_new, int dim, TsdgMetric metric,
                                         const TsdgBuildParams* params, const uint32_t* old_knn_ids,
                                         const float* old_knn_dists, const uint32_t* old_neighbors,
-                                        const uint8_t* old_lambdas, uint32_t* knn_ids,
+                                        const uint8_t* old_lambdas, const uint8_t* old_changed,
+                                        uint32_t* knn_ids,
                                         float* knn_dists, uint32_t* neighbors, uint8_t* lambdas,
                                         uint8_t* changed, TsdgPollFn poll, void* poll_arg,
                                         TsdgError* error) {
@@ -458,16 +459,20 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  const tsdg::IncrementalMerge merged =
                      tsdg::ggm_merge_incremental(data, n_old, old_graph, batch_graph, m, gnnd, control);
                  phase.store(TSDG_PHASE_DIVERSIFY);
+                 std::vector<uint8_t> knn_changed = merged.changed;
+                 for (int64_t u = 0; old_changed != nullptr && u < n_old; ++u) {
+                   knn_changed[u] |= old_changed[u] != 0;
+                 }
                  std::vector<uint8_t> list_changed;
                  const tsdg::TsdgGraph graph = tsdg::diversify_tsdg_incremental(
-                     data, m, merged.graph, merged.changed, old_search, diversify, control, list_changed);
+                     data, m, merged.graph, knn_changed, old_search, diversify, control, list_changed);
                  copy_graph_out(graph, degree, neighbors, lambdas);
                  std::copy(merged.graph.ids.begin(), merged.graph.ids.end(), knn_ids);
                  if (knn_dists != nullptr) {
                    std::copy(merged.graph.dists.begin(), merged.graph.dists.end(), knn_dists);
                  }
                  for (int64_t u = 0; u < n; ++u) {
-                   changed[u] = static_cast<uint8_t>((merged.changed[u] ? TSDG_CHANGED_KNN : 0) |
+                   changed[u] = static_cast<uint8_t>((knn_changed[u] ? TSDG_CHANGED_KNN : 0) |
                                                      (list_changed[u] ? TSDG_CHANGED_GRAPH : 0));
                  }
                });

@@ -145,7 +145,10 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
  * rows: n_old + n_new rows, old first. old_knn_ids: the old k-NN graph
  * (n_old * build_k, TSDG_INVALID_ID padded); old_knn_dists may be NULL: the
  * distances are then computed here, on the threads. old_neighbors and
- * old_lambdas: the old search graph (n_old * degree), as stored. Writes the
+ * old_lambdas: the old search graph (n_old * degree), as stored.
+ * old_changed (n_old, may be NULL): 1 where an old k-NN list is not the one
+ * the stored search list was built from (a list repaired after deletes), so
+ * that its search list is built again. Writes the
  * k-NN graph (knn_dists may be NULL) and the search graph of all rows, and
  * changed[n]: TSDG_CHANGED_KNN where a row's k-NN list differs from its old
  * one, TSDG_CHANGED_GRAPH where its search list or lambdas do; every new row
@@ -159,6 +162,7 @@ TsdgStatus	tsdg_merge_graph_incremental(TsdgBackend *backend, const float *rows,
 										 TsdgMetric metric, const TsdgBuildParams *params,
 										 const uint32_t *old_knn_ids, const float *old_knn_dists,
 										 const uint32_t *old_neighbors, const uint8_t *old_lambdas,
+										 const uint8_t *old_changed,
 										 uint32_t *knn_ids, float *knn_dists,
 										 uint32_t *neighbors, uint8_t *lambdas, uint8_t *changed,
 										 TsdgPollFn poll, void *poll_arg, TsdgError *error);

@@ -317,7 +317,8 @@ extern void TsdgVacuumMerge(IndexVacuumInfo *info);
 extern void TsdgMergeComputeGraph(Relation index, const float *rows, int64 n_old, int64 n_new,
 								  int dims, TsdgMetric metric, const TsdgBuildParams *params,
 								  const uint32 *old_knn_ids, const float *old_knn_dists,
-								  uint32 *knn_ids, float *knn_dists,
-								  uint32 *neighbors, uint8 *lambdas);
+								  const uint32 *old_neighbors, const uint8 *old_lambdas,
+								  const uint8 *old_changed, uint32 *knn_ids,
+								  uint32 *neighbors, uint8 *lambdas, uint8 *changed);
 
 #endif							/* TSDG_H */

@@ -6,14 +6,15 @@
  * written into a region of its own before one metapage record switches to it
  * (the format and the block bookkeeping are described in tsdg.h).
  *
- * Two computations. Without deleted nodes the node ids stay as they are and
- * the merge is incremental (tsdg_merge_graph_incremental): GGM joins only the
- * lists the pending rows can change, TSDG is redone only where a list can
- * change, the other nodes keep their stored lists, and the distances of the
- * stored k-NN lists are computed by the core on its threads. With deleted
- * nodes the merge also compacts: nodes are renumbered, the lists that held a
- * deleted node are repaired here, and GGM and TSDG run over the whole graph
- * (tsdg_merge_graph).
+ * The computation is incremental (tsdg_merge_graph_incremental): GGM joins
+ * only the lists the pending rows can change, TSDG is redone only where a
+ * list can change, the other nodes keep their stored lists. Without deleted
+ * nodes the ids stay as they are and the stored k-NN lists go to the core as
+ * they are (it computes their distances on its threads). With deleted nodes
+ * the live nodes are renumbered, the k-NN lists that held a deleted node are
+ * repaired here (with that node's own neighbors) and the search lists lose
+ * their edges to deleted nodes; both count as changed, so TSDG builds their
+ * search lists again.
  *
  * Triggers: SELECT tsdg_merge('index'), and VACUUM/autovacuum
  * (amvacuumcleanup) when the pending rows or the deleted nodes exceed
@@ -81,17 +82,16 @@ typedef struct TsdgMerge
 	float	   *rows;
 	ItemPointerData *tids;
 	uint32	   *old_knn_ids;	/* n_old * k, ids of the new numbering */
-	float	   *old_knn_dists;	/* NULL in an incremental merge: the core computes them */
+	float	   *old_knn_dists;	/* NULL without deletes: the core computes them */
 
-	/* an incremental merge (no deleted nodes): the stored search graph */
-	bool		incremental;
+	/* the stored search graph, new numbering */
 	uint32	   *old_neighbors;	/* n_old * degree */
 	uint8	   *old_lambdas;
+	uint8	   *old_changed;	/* n_old: list repaired after deletes; NULL without deletes */
 	uint8	   *changed;		/* per row: TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH */
 
 	/* the merged graph */
 	uint32	   *knn_ids;
-	float	   *knn_dists;		/* NULL in an incremental merge */
 	uint32	   *neighbors;
 	uint8	   *lambdas;
 	TsdgMetaPageData new_meta;
@@ -357,7 +357,8 @@ TsdgCompareCandidates(const void *a, const void *b)
 /*
  * Each live node's k-NN list in the new numbering, with distances: its old
  * list without deleted nodes, repaired with the lists of the deleted nodes
- * it held (their neighbors are likely its own), the k nearest kept.
+ * it held (their neighbors are likely its own), the k nearest kept. A
+ * repaired list is marked in m->old_changed.
  */
 static void
 TsdgOldKnnLists(TsdgMerge *m, const TsdgOldGraph *g, TsdgMetric metric)
@@ -390,6 +391,7 @@ TsdgOldKnnLists(TsdgMerge *m, const TsdgOldGraph *g, TsdgMetric metric)
 			{
 				int			seconds = TsdgSourceList(g, source[j], second);
 
+				m->old_changed[self] = 1;
 				for (int i = 0; i < seconds; i++)
 				{
 					uint32		w = g->new_id[second[i]];
@@ -427,15 +429,54 @@ TsdgOldKnnLists(TsdgMerge *m, const TsdgOldGraph *g, TsdgMetric metric)
 }
 
 /*
+ * The stored search lists (read in the new order, with old ids) in the new
+ * numbering: edges to deleted nodes (or out of range) are dropped, and a list
+ * that lost one is marked in m->old_changed, so that TSDG builds it again.
+ */
+static void
+TsdgRenumberSearchLists(TsdgMerge *m, const TsdgOldGraph *g)
+{
+	int			degree = m->meta.degree;
+
+	for (int64 s = 0; s < m->n_old; s++)
+	{
+		uint32	   *ids = m->old_neighbors + s * degree;
+		uint8	   *lambdas = m->old_lambdas + s * degree;
+		int			kept = 0;
+
+		for (int j = 0; j < degree; j++)
+		{
+			uint32		v = ids[j];
+
+			if (v == TSDG_INVALID_ID)
+				continue;
+			v = v < g->nodes ? g->new_id[v] : TSDG_INVALID_ID;
+			if (v == TSDG_INVALID_ID)
+			{
+				m->old_changed[s] = 1;
+				continue;
+			}
+			ids[kept] = v;
+			lambdas[kept++] = lambdas[j];
+		}
+		for (; kept < degree; kept++)
+		{
+			ids[kept] = TSDG_INVALID_ID;
+			lambdas[kept] = 0;
+		}
+	}
+}
+
+/*
  * Bytes a merge holds per row in this backend: the row, its TID, its old and
- * new search graph list, its changed flags, its k-NN list as read from the
- * pages, as GGM starts from it and as GGM returns it.
+ * new search graph list, its two changed flags, its k-NN list as read from
+ * the pages, as GGM starts from it and as GGM returns it.
  */
 static Size
 TsdgMergeBytesPerRow(const TsdgMetaPageData *meta)
 {
 	return sizeof(float) * meta->dims + sizeof(ItemPointerData) +
-		2 * (sizeof(uint32) + sizeof(uint8)) * meta->degree + sizeof(uint8) +
+		2 * (sizeof(uint32) + sizeof(uint8)) * meta->degree + 2 * sizeof(uint8) +
 		(sizeof(uint32) + 2 * (sizeof(uint32) + sizeof(float))) * meta->build_k;
 }
 
@@ -499,14 +540,12 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 
 	capacity = (int64) (meta->node_count - meta->deleted_count) + m->consumed_rows;
 	TsdgCheckMergeMemory(m->index, meta);
-	m->incremental = meta->deleted_count == 0;
-	if (m->incremental)
-	{
-		m->old_neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
-												  sizeof(uint32) * Max(g.nodes, 1) * meta->degree);
-		m->old_lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
-												sizeof(uint8) * Max(g.nodes, 1) * meta->degree);
-	}
+	m->old_neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
+											  sizeof(uint32) * Max(capacity, 1) * meta->degree);
+	m->old_lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
+											sizeof(uint8) * Max(capacity, 1) * meta->degree);
+	m->old_changed = MemoryContextAllocExtended(CurrentMemoryContext, Max(capacity, 1),
+												MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
 	m->rows = MemoryContextAllocHuge(CurrentMemoryContext,
 									 sizeof(float) * m->dims * Max(capacity, 1));
 	m->tids = MemoryContextAllocHuge(CurrentMemoryContext,
@@ -538,13 +577,11 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 			g.new_id[id] = (uint32) m->n_old;
 			m->tids[m->n_old] = hdr->heaptid;
 			memcpy(m->rows + m->n_old * m->dims, TsdgRecordVector(rec), sizeof(float) * m->dims);
-			if (m->incremental)
-			{
-				memcpy(m->old_neighbors + m->n_old * meta->degree, TsdgNodeNeighbors(rec, m->dims),
-					   sizeof(uint32) * meta->degree);
-				memcpy(m->old_lambdas + m->n_old * meta->degree,
-					   TsdgNodeLambdas(rec, m->dims, meta->degree), sizeof(uint8) * meta->degree);
-			}
+			/* old ids until TsdgRenumberSearchLists */
+			memcpy(m->old_neighbors + m->n_old * meta->degree, TsdgNodeNeighbors(rec, m->dims),
+				   sizeof(uint32) * meta->degree);
+			memcpy(m->old_lambdas + m->n_old * meta->degree,
+				   TsdgNodeLambdas(rec, m->dims, meta->degree), sizeof(uint8) * meta->degree);
 			m->n_old++;
 		}
 		UnlockReleaseBuffer(buf);
@@ -576,20 +613,18 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	m->n_new = pending.count - m->n_old;
 	m->consumed_rows = m->n_new;
 
-	if (m->incremental)
+	TsdgRenumberSearchLists(m, &g);
+	if (meta->deleted_count == 0)
 	{
 		/*
 		 * The ids stay, so the stored lists are the starting lists; only ids
-		 * out of range (a damaged page) are dropped, as the compacting path
-		 * drops them.
+		 * out of range (a damaged page) are dropped, as TsdgSourceList drops
+		 * them.
 		 */
 		Assert(m->n_old == g.nodes);
 		for (int64 i = 0; i < g.nodes * g.width; i++)
 			if (g.lists[i] != TSDG_INVALID_ID && g.lists[i] >= g.nodes)
 				g.lists[i] = TSDG_INVALID_ID;
-		for (int64 i = 0; i < g.nodes * meta->degree; i++)
-			if (m->old_neighbors[i] != TSDG_INVALID_ID && m->old_neighbors[i] >= g.nodes)
-				m->old_neighbors[i] = TSDG_INVALID_ID;
 		m->old_knn_ids = g.lists;
 		m->old_knn_dists = NULL;
 		return;
@@ -623,45 +658,29 @@ TsdgCheckCore(Relation index, TsdgStatus status, const TsdgError *error)
 }
 
 /*
- * The seam of the merge computation: (old rows, their k-NN lists, new rows)
- * in, (merged k-NN lists, new search graph) out. rows holds n_old + n_new
- * rows, old first. On the CPU in this backend today; the GPU worker can take
- * it over here, as it does for CREATE INDEX.
+ * The seam of the merge computation: (old rows, their k-NN lists, their
+ * search lists, new rows) in, (merged k-NN lists, new search graph, which
+ * lists changed) out; see tsdg_merge_graph_incremental. rows holds n_old +
+ * n_new rows, old first; old_knn_dists may be NULL. On the CPU in this
+ * backend today; the GPU worker can take it over here, as it does for
+ * CREATE INDEX.
  */
 void
 TsdgMergeComputeGraph(Relation index, const float *rows, int64 n_old, int64 n_new,
 					  int dims, TsdgMetric metric, const TsdgBuildParams *params,
 					  const uint32 *old_knn_ids, const float *old_knn_dists,
-					  uint32 *knn_ids, float *knn_dists,
-					  uint32 *neighbors, uint8 *lambdas)
+					  const uint32 *old_neighbors, const uint8 *old_lambdas,
+					  const uint8 *old_changed, uint32 *knn_ids,
+					  uint32 *neighbors, uint8 *lambdas, uint8 *changed)
 {
 	TsdgError	error;
 	TsdgStatus	status;
 
-	status = tsdg_merge_graph(NULL, rows, n_old, n_new, dims, metric, params,
-							  old_knn_ids, old_knn_dists, knn_ids, knn_dists,
-							  neighbors, lambdas, TsdgMergePoll, NULL, &error);
-	TsdgCheckCore(index, status, &error);
-}
-
-/*
- * The incremental merge's computation: (old rows, their k-NN lists and search
- * lists, new rows) in, (merged k-NN lists, search graph, which lists changed)
- * out, on the CPU in this backend.
- */
-static void
-TsdgMergeComputeIncremental(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *params)
-{
-	TsdgError	error;
-	TsdgStatus	status;
-
-	m->changed = MemoryContextAllocHuge(CurrentMemoryContext,
-										sizeof(uint8) * Max(m->n_old + m->n_new, 1));
-	status = tsdg_merge_graph_incremental(NULL, m->rows, m->n_old, m->n_new, m->dims, metric, params,
-										  m->old_knn_ids, NULL, m->old_neighbors, m->old_lambdas,
-										  m->knn_ids, NULL, m->neighbors, m->lambdas, m->changed,
+	status = tsdg_merge_graph_incremental(NULL, rows, n_old, n_new, dims, metric, params,
+										  old_knn_ids, old_knn_dists, old_neighbors, old_lambdas,
+										  old_changed, knn_ids, NULL, neighbors, lambdas, changed,
 										  TsdgMergePoll, NULL, &error);
-	TsdgCheckCore(m->index, status, &error);
+	TsdgCheckCore(index, status, &error);
 }
 
 /* the merged k-NN lists and search graph */
@@ -680,19 +699,15 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 	params.lambda0 = m->meta.lambda0;
 
 	m->knn_ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(n, 1) * m->k);
-	if (!m->incremental)
-		m->knn_dists = MemoryContextAllocHuge(CurrentMemoryContext,
-											  sizeof(float) * Max(n, 1) * m->k);
+	m->changed = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint8) * Max(n, 1));
 	m->neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
 										  sizeof(uint32) * Max(n, 1) * params.degree);
 	m->lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
 										sizeof(uint8) * Max(n, 1) * params.degree);
-	if (n > 0 && m->incremental)
-		TsdgMergeComputeIncremental(m, metric, &params);
-	else if (n > 0)
+	if (n > 0)
 		TsdgMergeComputeGraph(m->index, m->rows, m->n_old, m->n_new, m->dims, metric, &params,
-							  m->old_knn_ids, m->old_knn_dists, m->knn_ids, m->knn_dists,
-							  m->neighbors, m->lambdas);
+							  m->old_knn_ids, m->old_knn_dists, m->old_neighbors, m->old_lambdas,
+							  m->old_changed, m->knn_ids, m->neighbors, m->lambdas, m->changed);
 }
 
 /* entry points and d_nn1+ of the merged graph into m->new_meta */
@@ -937,8 +952,8 @@ TsdgSwitchGraph(TsdgMerge *m, bool free_spare)
 
 /*
  * DEBUG1: where a merge's time went (reading the pages; GNND, GGM and TSDG;
- * entry points and d_nn1+; writing and switching) and, for an incremental merge, how many lists changed and
- * how many of the old node pages hold a changed record.
+ * entry points and d_nn1+; writing and switching), how many old lists
+ * changed and how many of the node pages of old nodes hold a changed record.
  */
 static void
 TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start)
@@ -947,6 +962,7 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start)
 	int64		knn_changed = 0;
 	int64		graph_changed = 0;
 	int64		pages_changed = 0;
+	int			per_page = m->layout.nodes_per_page;
 
 	if (!message_level_is_interesting(DEBUG1))
 		return;
@@ -957,34 +973,29 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start)
 		INSTR_TIME_SUBTRACT(t, phase_start[i]);
 		seconds[i] = INSTR_TIME_GET_DOUBLE(t);
 	}
-	if (m->incremental)
+	for (int64 first = 0; first < m->n_old; first += per_page)
 	{
-		int			per_page = m->layout.nodes_per_page;
+		bool		page_changed = false;
 
-		for (int64 first = 0; first < m->n_old; first += per_page)
+		for (int64 id = first; id < Min(first + per_page, m->n_old); id++)
 		{
-			bool		page_changed = false;
-
-			for (int64 id = first; id < Min(first + per_page, m->n_old); id++)
-			{
-				knn_changed += (m->changed[id] & TSDG_CHANGED_KNN) != 0;
-				graph_changed += (m->changed[id] & TSDG_CHANGED_GRAPH) != 0;
-				page_changed |= (m->changed[id] & TSDG_CHANGED_GRAPH) != 0;
-			}
-			pages_changed += page_changed;
+			knn_changed += (m->changed[id] & TSDG_CHANGED_KNN) != 0;
+			graph_changed += (m->changed[id] & TSDG_CHANGED_GRAPH) != 0;
+			page_changed |= (m->changed[id] & TSDG_CHANGED_GRAPH) != 0;
 		}
+		pages_changed += page_changed;
 	}
 	ereport(DEBUG1,
-			(errmsg("tsdg merge of \"%s\": %s, " INT64_FORMAT " old and " INT64_FORMAT " new rows; "
+			(errmsg("tsdg merge of \"%s\": " INT64_FORMAT " old and " INT64_FORMAT " new rows, "
+					INT64_FORMAT " deleted nodes dropped; "
 					"read %.2f s, graph %.2f s, entry points %.2f s, write and switch %.2f s",
-					RelationGetRelationName(m->index),
-					m->incremental ? "incremental" : "compacting", m->n_old, m->n_new,
+					RelationGetRelationName(m->index), m->n_old, m->n_new,
+					(int64) m->meta.node_count - m->n_old,
 					seconds[0], seconds[1], seconds[2], seconds[3]),
-			 m->incremental ?
 			 errdetail("Old lists changed: " INT64_FORMAT " k-NN, " INT64_FORMAT " search; "
-					   "old node pages with a changed search list: " INT64_FORMAT " of " INT64_FORMAT ".",
+					   "node pages of old nodes with a changed search list: " INT64_FORMAT " of " INT64_FORMAT ".",
 					   knn_changed, graph_changed, pages_changed,
-					   (int64) TsdgPagesFor(m->n_old, m->layout.nodes_per_page)) : 0));
+					   (int64) TsdgPagesFor(m->n_old, per_page))));
 }
 
 /*

@@ -250,7 +250,7 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
   std::vector<uint8_t> lambdas(neighbors.size()), changed(n);
   ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), n_old, n - n_old, data.dim,
                                          TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
-                                         old_neighbors.data(), old_lambdas.data(), knn.data(), nullptr,
+                                         old_neighbors.data(), old_lambdas.data(), nullptr, knn.data(), nullptr,
                                          neighbors.data(), lambdas.data(), changed.data(), nullptr,
                                          nullptr, &error),
             TSDG_OK)
@@ -275,11 +275,26 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
   EXPECT_GT(rewritten, 0);
   EXPECT_LT(rewritten, n_old);
 
+  // A list marked in old_changed (repaired after deletes) counts as a changed
+  // k-NN list, so its search list is built again.
+  const auto untouched = std::find(changed.begin(), changed.begin() + n_old, 0) - changed.begin();
+  ASSERT_LT(untouched, n_old);
+  std::vector<uint8_t> old_changed(n_old, 0);
+  old_changed[untouched] = 1;
+  ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), n_old, n - n_old, data.dim,
+                                         TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
+                                         old_neighbors.data(), old_lambdas.data(), old_changed.data(),
+                                         knn.data(), nullptr, neighbors.data(), lambdas.data(),
+                                         changed.data(), nullptr, nullptr, &error),
+            TSDG_OK)
+      << error.message;
+  EXPECT_NE(changed[untouched] & TSDG_CHANGED_KNN, 0);
+
   // A stored list pointing past the old rows is refused, not followed.
   old_knn[3] = static_cast<uint32_t>(n_old);
   EXPECT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), n_old, n - n_old, data.dim,
                                          TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
-                                         old_neighbors.data(), old_lambdas.data(), knn.data(), nullptr,
+                                         old_neighbors.data(), old_lambdas.data(), nullptr, knn.data(), nullptr,
                                          neighbors.data(), lambdas.data(), changed.data(), nullptr,
                                          nullptr, &error),
             TSDG_ERR_INVALID_ARGUMENT);
