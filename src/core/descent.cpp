@@ -350,12 +350,12 @@ class Descent {
 
 DescentLists::DescentLists(int64_t nodes, int k)
     : nodes_(nodes), k_(k),
-      entries_(static_cast<size_t>(nodes) * k, Entry{std::numeric_limits<float>::infinity(), kInvalidId}),
-      flags_(static_cast<size_t>(nodes) * k, 0),
-      bound_(new std::atomic<float>[nodes]), locks_(new std::atomic<uint8_t>[nodes]) {
+      record_bytes_(round_up(static_cast<int64_t>(sizeof(Header) + k * (sizeof(Entry) + 1)), alignof(Header))),
+      records_(static_cast<size_t>(nodes * record_bytes_), 0) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
   for (int64_t u = 0; u < nodes; ++u) {
-    bound_[u].store(std::numeric_limits<float>::infinity(), std::memory_order_relaxed);
-    locks_[u].store(0, std::memory_order_relaxed);
+    *header(u) = Header{0, kInf};
+    std::fill(list(u), list(u) + k, Entry{kInf, kInvalidId});
   }
 }
 
@@ -374,26 +374,26 @@ void DescentLists::sort_list(int64_t u) {
     e[i] = ve;
     f[i] = vf;
   }
-  bound_[u].store(e[k_ - 1].dist, std::memory_order_relaxed);
+  set_bound(u, e[k_ - 1].dist);
 }
 
 void DescentLists::prefetch(uint32_t u) const {
-  const char* begin = reinterpret_cast<const char*>(entries_.data() + int64_t{u} * k_);
-  const char* end = reinterpret_cast<const char*>(entries_.data() + (int64_t{u} + 1) * k_);
+  const char* begin = reinterpret_cast<const char*>(record(u));
+  const char* end = begin + record_bytes_;
   for (const char* line = begin; line < end; line += 64) __builtin_prefetch(line, 1);
-  __builtin_prefetch(&locks_[u], 1);
-  __builtin_prefetch(flags_.data() + int64_t{u} * k_, 1);
+  __builtin_prefetch(end - 1, 1);  // the record need not start on a line
 }
 
-void DescentLists::prefetch_bound(uint32_t u) const { __builtin_prefetch(&bound_[u], 0, 1); }
+void DescentLists::prefetch_bound(uint32_t u) const { __builtin_prefetch(header(u), 0, 1); }
 
 void DescentLists::lock(int64_t u) {
-  while (locks_[u].exchange(1, std::memory_order_acquire) != 0) {
-    while (locks_[u].load(std::memory_order_relaxed) != 0) cpu_relax();
+  uint32_t* word = &header(u)->lock;
+  while (__atomic_exchange_n(word, 1u, __ATOMIC_ACQUIRE) != 0) {
+    while (__atomic_load_n(word, __ATOMIC_RELAXED) != 0) cpu_relax();
   }
 }
 
-void DescentLists::unlock(int64_t u) { locks_[u].store(0, std::memory_order_release); }
+void DescentLists::unlock(int64_t u) { __atomic_store_n(&header(u)->lock, 0u, __ATOMIC_RELEASE); }
 
 void DescentLists::insert(uint32_t u, uint32_t v, float d) {
   if (u == v || !may_improve(u, d)) return;
@@ -418,7 +418,7 @@ void DescentLists::insert(uint32_t u, uint32_t v, float d) {
   }
   e[pos] = Entry{d, v};
   flag[pos] = kNew | kFresh;
-  bound_[u].store(e[last].dist, std::memory_order_relaxed);
+  set_bound(u, e[last].dist);
   unlock(u);
 }
 

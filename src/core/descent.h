@@ -4,9 +4,7 @@
 // the selective update that inserts only the nearest pair found per sample.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "huge_pages.h"
@@ -18,6 +16,10 @@ namespace tsdg {
 
 // k-NN lists under construction, each sorted by (distance, id) and guarded by
 // its own spinlock so that local joins on all threads can insert into it.
+// Each list is one record: its lock and insertion bound, its entries, its
+// flags. Kept together, an insertion touches only its own list's cache
+// lines; locks and bounds in arrays of their own put 16 to 64 lists on one
+// line, which the threads then keep taking from each other.
 class DescentLists {
  public:
   static constexpr uint8_t kNew = 1;    // not yet taken as a sample
@@ -32,12 +34,14 @@ class DescentLists {
 
   int64_t nodes() const { return nodes_; }
   int k() const { return k_; }
-  Entry* list(int64_t u) { return entries_.data() + u * k_; }
-  uint8_t* flags(int64_t u) { return flags_.data() + u * k_; }
+  Entry* list(int64_t u) { return reinterpret_cast<Entry*>(record(u) + sizeof(Header)); }
+  uint8_t* flags(int64_t u) { return record(u) + sizeof(Header) + k_ * sizeof(Entry); }
 
   // Cheap test without the lock: false when d cannot enter list u.
   bool may_improve(uint32_t u, float d) const {
-    return d <= bound_[u].load(std::memory_order_relaxed);
+    float bound;
+    __atomic_load(&header(u)->bound, &bound, __ATOMIC_RELAXED);
+    return d <= bound;
   }
   void prefetch(uint32_t u) const;
   void prefetch_bound(uint32_t u) const;
@@ -51,17 +55,26 @@ class DescentLists {
   void insert(uint32_t u, uint32_t v, float d);
 
  private:
+  // Read and written through __atomic builtins only.
+  struct Header {
+    uint32_t lock;
+    // The last entry's distance, read without the lock to reject most
+    // candidates cheaply; exact checks happen under the lock.
+    float bound;
+  };
+
+  uint8_t* record(int64_t u) { return records_.data() + u * record_bytes_; }
+  const uint8_t* record(int64_t u) const { return records_.data() + u * record_bytes_; }
+  Header* header(int64_t u) { return reinterpret_cast<Header*>(record(u)); }
+  const Header* header(int64_t u) const { return reinterpret_cast<const Header*>(record(u)); }
+  void set_bound(int64_t u, float bound) { __atomic_store(&header(u)->bound, &bound, __ATOMIC_RELAXED); }
   void lock(int64_t u);
   void unlock(int64_t u);
 
   int64_t nodes_;
   int k_;
-  HugePageArray<Entry> entries_;  // sorted by (dist, id), padded with kInvalidId / +inf
-  HugePageArray<uint8_t> flags_;
-  // The last entry's distance of each list, read without the lock to reject
-  // most candidates cheaply; exact checks happen under the lock.
-  std::unique_ptr<std::atomic<float>[]> bound_;
-  std::unique_ptr<std::atomic<uint8_t>[]> locks_;
+  int64_t record_bytes_;  // header, k entries sorted by (dist, id) padded with kInvalidId / +inf, k flags
+  HugePageArray<uint8_t> records_;
 };
 
 struct DescentOptions {
