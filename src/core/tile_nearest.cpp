@@ -43,6 +43,8 @@ typedef float Lanes8 __attribute__((vector_size(8 * sizeof(float))));
 typedef int32_t LaneInts8 __attribute__((vector_size(8 * sizeof(int32_t))));
 typedef float Lanes4 __attribute__((vector_size(4 * sizeof(float))));
 typedef int32_t LaneInts4 __attribute__((vector_size(4 * sizeof(int32_t))));
+typedef float Lanes2 __attribute__((vector_size(2 * sizeof(float))));
+typedef int32_t LaneInts2 __attribute__((vector_size(2 * sizeof(int32_t))));
 
 // The (distance, index) minimum over the lanes. A lane still at +inf holds
 // index -1, so an empty group gives -1.
@@ -54,16 +56,13 @@ __attribute__((always_inline)) inline void reduce_lanes(const Lanes& dist, const
   Lanes4 dist4;
   LaneInts4 arg4;
   halve(dist8, arg8, dist4, arg4);
-  float d = dist4[0];
-  int a = arg4[0];
-  for (int l = 1; l < 4; ++l) {
-    if (dist4[l] < d || (dist4[l] == d && arg4[l] < a)) {
-      d = dist4[l];
-      a = arg4[l];
-    }
-  }
-  *out_arg = a;
-  *out_dist = d;
+  Lanes2 dist2;
+  LaneInts2 arg2;
+  halve(dist4, arg4, dist2, arg2);
+  // Without branches: which of the last two wins is data, not a pattern.
+  const bool second = (dist2[1] < dist2[0]) | ((dist2[1] == dist2[0]) & (arg2[1] < arg2[0]));
+  *out_arg = arg2[second];
+  *out_dist = dist2[second];
 }
 
 __attribute__((always_inline)) inline void tile_nearest_body(const TileNearestInput& in,
