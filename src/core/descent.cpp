@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <thread>
 
 #include "bruteforce.h"
 #include "distance.h"
@@ -388,8 +389,18 @@ void DescentLists::prefetch_bound(uint32_t u) const { __builtin_prefetch(header(
 
 void DescentLists::lock(int64_t u) {
   uint32_t* word = &header(u)->lock;
+  // A list stays locked for well under a microsecond, unless its holder lost
+  // its core to another process: then give the core back rather than spin
+  // through the holder's time slice.
+  constexpr int kSpinsBeforeYield = 1024;
   while (__atomic_exchange_n(word, 1u, __ATOMIC_ACQUIRE) != 0) {
-    while (__atomic_load_n(word, __ATOMIC_RELAXED) != 0) cpu_relax();
+    for (int spins = 0; __atomic_load_n(word, __ATOMIC_RELAXED) != 0; ++spins) {
+      if (spins < kSpinsBeforeYield) {
+        cpu_relax();
+      } else {
+        std::this_thread::yield();
+      }
+    }
   }
 }
 
