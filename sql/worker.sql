@@ -1,7 +1,8 @@
 -- The GPU worker's SQL surface, on any machine: tsdg_gpu_status() has its
--- shape whether a GPU, the CPU-backed worker or no worker answers, and
+-- shape whether a GPU, the CPU-backed worker or no worker answers,
 -- tsdg_search_batch() returns what ORDER BY returns (on the GPU worker when
--- it runs, else on the CPU).
+-- it runs, else on the CPU), and tsdg_search_batch_arrays() the same
+-- neighbors as arrays, a row per query.
 SET client_min_messages = warning;
 
 -- the shape of the status row
@@ -81,5 +82,54 @@ CREATE TABLE wempty (v vector(3));
 CREATE INDEX wempty_idx ON wempty USING tsdg (v vector_l2_ops);
 SELECT count(*) FROM tsdg_search_batch('wempty_idx', ARRAY['[1,2,3]']::vector[], 4);
 
-DROP TABLE wb, wq, wempty;
+SELECT * FROM tsdg_search_batch_arrays('wempty_idx', ARRAY['[1,2,3]', '[4,5,6]']::vector[], 4);
+
+-- tsdg_search_batch_arrays: the neighbors of tsdg_search_batch, in its order,
+-- with its distances, pending rows included, for both metrics
+CREATE FUNCTION arrays_vs_rows(idx regclass, k int) RETURNS TABLE(q int, same_tids bool, same_distances bool)
+LANGUAGE sql AS $$
+	WITH r AS (
+		SELECT b.query, array_agg(b.tid ORDER BY b.n) AS tids, array_agg(b.distance ORDER BY b.n) AS distances
+		FROM tsdg_search_batch(idx, (SELECT array_agg(v ORDER BY q) FROM wq), k) WITH ORDINALITY AS b(query, tid, distance, n)
+		GROUP BY b.query)
+	SELECT a.query, a.tids = r.tids, a.distances = r.distances
+	FROM tsdg_search_batch_arrays(idx, (SELECT array_agg(v ORDER BY q) FROM wq), k) a
+	LEFT JOIN r ON r.query = a.query ORDER BY a.query
+$$;
+SELECT * FROM arrays_vs_rows('wb_l2', 10);
+SELECT * FROM arrays_vs_rows('wb_cos', 5);
+-- and the exact neighbors, nearest first, through the TIDs
+SELECT a.query, (SELECT array_agg(w.id ORDER BY a.distances[t.n], w.id) FROM unnest(a.tids) WITH ORDINALITY t(tid, n)
+				 JOIN wb w ON w.ctid = t.tid)
+	= (SELECT array_agg(id) FROM (SELECT id FROM wb ORDER BY v <-> q.v, id LIMIT 10) s) AS exact,
+	a.distances = (SELECT array_agg(d ORDER BY d) FROM unnest(a.distances) d) AS nearest_first
+FROM tsdg_search_batch_arrays('wb_l2', (SELECT array_agg(v ORDER BY q) FROM wq), 10) a
+JOIN wq q ON q.q = a.query ORDER BY a.query;
+-- the CPU path gives the same arrays (where the worker runs, the call above was its)
+CREATE TABLE warrays AS SELECT * FROM tsdg_search_batch_arrays('wb_l2', (SELECT array_agg(v ORDER BY q) FROM wq), 10);
+SET tsdg.device = cpu;
+SELECT a.query, a.tids = w.tids AS same_tids, a.distances = w.distances AS same_distances
+FROM tsdg_search_batch_arrays('wb_l2', (SELECT array_agg(v ORDER BY q) FROM wq), 10) a
+JOIN warrays w USING (query) ORDER BY a.query;
+RESET tsdg.device;
+
+-- a row per query: an empty array has none, a zero query under cosine has no neighbor
+SELECT count(*) FROM tsdg_search_batch_arrays('wb_l2', ARRAY[]::vector[], 4);
+SELECT query, cardinality(tids) AS found, cardinality(distances) AS distances
+FROM tsdg_search_batch_arrays('wb_cos', ARRAY['[0,0,0,0,0,0,0,0]', (SELECT v FROM wq WHERE q = 1)]::vector[], 3);
+-- k beyond the rows of the index: as many neighbors as rows
+CREATE TABLE wsmall (id int, v vector(2));
+INSERT INTO wsmall VALUES (1, '[0,0]'), (2, '[1,0]'), (3, '[0,2]');
+CREATE INDEX wsmall_idx ON wsmall USING tsdg (v vector_l2_ops);
+SELECT query, distances FROM tsdg_search_batch_arrays('wsmall_idx', ARRAY['[0,0]', '[1,1]']::vector[], 10);
+SELECT query, count(*) FROM tsdg_search_batch('wsmall_idx', ARRAY['[0,0]', '[1,1]']::vector[], 10) GROUP BY query ORDER BY query;
+
+-- NULL queries are an error here (there is no row to leave out); bad input as above
+SELECT * FROM tsdg_search_batch_arrays('wb_l2', ARRAY[NULL, (SELECT v FROM wq WHERE q = 1)]::vector[], 4);
+SELECT * FROM tsdg_search_batch_arrays('wb_l2', ARRAY['[1,2,3]']::vector[], 4);
+SELECT * FROM tsdg_search_batch_arrays('wb_l2', ARRAY[(SELECT v FROM wq WHERE q = 1)], 1001);
+SELECT * FROM tsdg_search_batch_arrays('wb_id', ARRAY[(SELECT v FROM wq WHERE q = 1)], 4);
+
+DROP TABLE wb, wq, wempty, wsmall, warrays;
+DROP FUNCTION arrays_vs_rows(regclass, int);
 DROP FUNCTION batch_vs_exact(regclass, text, int);

@@ -38,3 +38,18 @@ CREATE FUNCTION tsdg_gpu_status(
 CREATE FUNCTION tsdg_search_batch(index regclass, queries vector[], k int)
 	RETURNS TABLE(query int, tid tid, distance real)
 	AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+-- The same search, one row per query: its neighbors' heap rows and distances,
+-- nearest first, as arrays of up to k elements (fewer where the index has
+-- fewer rows; empty for a zero query under cosine distance). A row for every
+-- element of the array, in its order; NULL queries are an error. Many fewer
+-- rows than tsdg_search_batch returns, for callers that want the matrix of a
+-- batch rather than a join:
+--
+--   SELECT b.query, b.tids, b.distances
+--   FROM tsdg_search_batch_arrays('items_embedding_idx', $1::vector[], 10) AS b;
+--
+-- and the rows of one query with unnest(b.tids) joined on ctid.
+CREATE FUNCTION tsdg_search_batch_arrays(index regclass, queries vector[], k int)
+	RETURNS TABLE(query int, tids tid[], distances real[])
+	AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;

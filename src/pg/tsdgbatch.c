@@ -1,13 +1,18 @@
 /*
  * tsdg_search_batch(index regclass, queries vector[], k int)
  *   RETURNS TABLE(query int, tid tid, distance real)
+ * tsdg_search_batch_arrays(index regclass, queries vector[], k int)
+ *   RETURNS TABLE(query int, tids tid[], distances real[])
  *
  * Many searches in one call: on the GPU worker as one large batch when it
  * runs, else on the CPU backend's batch search over the index read into
  * memory. The pending rows are searched exactly and merged, as an index scan
  * does, so a row is found whether or not it was merged into the graph yet.
  * query is the ordinal of the query in the array (from 1); tid is the heap
- * row, to join with the table on ctid.
+ * row, to join with the table on ctid. The first form returns a row per
+ * neighbor, the second a row per query with its neighbors nearest first
+ * (the k x nq matrix of FAISS and cuVS), which is an order of magnitude fewer
+ * rows for the executor to carry.
  */
 #include "postgres.h"
 
@@ -36,6 +41,7 @@
 #define TSDG_BATCH_LOGGED	1000
 
 PG_FUNCTION_INFO_V1(tsdg_search_batch);
+PG_FUNCTION_INFO_V1(tsdg_search_batch_arrays);
 
 /* the queries of the array as one matrix; NULL and zero (cosine) queries have no row */
 typedef struct TsdgBatchQueries
@@ -93,11 +99,10 @@ TsdgCollectQueries(const Datum *elems, const bool *nulls, TsdgMetric metric, int
  * temporary file at work_mem would write and read them back for nothing.
  */
 static void
-TsdgSizeTuplestore(ReturnSetInfo *rsinfo, Size rows)
+TsdgSizeTuplestore(ReturnSetInfo *rsinfo, Size rows, Size row_bytes)
 {
 	MemoryContext old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	/* a minimal tuple of (int4, tid, float4), its chunk header and its slot in the array */
-	Size		kb = rows * 64 / 1024 + 1;
+	Size		kb = rows * row_bytes / 1024 + 1;
 
 	tuplestore_end(rsinfo->setResult);
 	rsinfo->setResult = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
@@ -214,35 +219,55 @@ TsdgMergePending(Relation index, const TsdgMetaPageData *meta, const TsdgBatchQu
 	}
 }
 
-Datum
-tsdg_search_batch(PG_FUNCTION_ARGS)
+/* one call's batch: its queries, where their results are, and where its time went */
+typedef struct TsdgBatchCall
 {
-	Oid			index_oid = PG_GETARG_OID(0);
-	ArrayType  *array = PG_GETARG_ARRAYTYPE_P(1);
-	int			k = PG_GETARG_INT32(2);
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Oid			heap_oid;
 	Relation	index;
 	TsdgMetaPageData meta;
 	TsdgBatchQueries queries;
-	TsdgBatchArea area;
-	Datum	   *elems;
-	bool	   *nulls;
+	int			k;
+	/* k per searchable query, nearest first, an invalid tid after its last result */
 	ItemPointerData *tids;
-	float	   *dists;
-	int			ef;
-	bool		worker_area;
-	bool		on_worker = false;
+	float	   *dists;			/* squared for L2 */
+	bool		worker_area;	/* tids and dists are in the session's batch segment */
+	bool		on_worker;
 	TimestampTz start,
+				detoasted_at,
 				collected_at,
 				graph_at,
 				pending_at;
+} TsdgBatchCall;
 
-	if (k < 1 || k > TSDG_BATCH_MAX_K)
+/* the distance as the operators return it */
+static inline float
+TsdgBatchDistance(const TsdgBatchCall *call, float d)
+{
+	return call->meta.metric == TSDG_METRIC_L2 ? sqrtf(Max(d, 0.0f)) : d;
+}
+
+/*
+ * Opens the index and searches the queries of the array. NULL elements are
+ * skipped (no row), or an error where the caller returns a row per query.
+ * call->queries.searchable is 0 where nothing was searched (an empty array,
+ * an index on an empty table); the index stays open for TsdgBatchFinish.
+ */
+static void
+TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *function,
+				TsdgBatchCall *call)
+{
+	Oid			index_oid = PG_GETARG_OID(0);
+	ArrayType  *array;
+	TsdgBatchArea area;
+	Datum	   *elems;
+	bool	   *nulls;
+	Oid			heap_oid;
+	int			ef;
+
+	call->k = PG_GETARG_INT32(2);
+	if (call->k < 1 || call->k > TSDG_BATCH_MAX_K)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("k must be between 1 and %d", TSDG_BATCH_MAX_K)));
-	InitMaterializedSRF(fcinfo, 0);
 
 	heap_oid = IndexGetRelation(index_oid, true);
 	if (!OidIsValid(heap_oid))
@@ -253,95 +278,211 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 	if (pg_class_aclcheck(heap_oid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(heap_oid));
 	LockRelationOid(heap_oid, AccessShareLock);
-	index = index_open(index_oid, AccessShareLock);
-	if (index->rd_indam->ambuild != tsdgbuild)
+	call->index = index_open(index_oid, AccessShareLock);
+	if (call->index->rd_indam->ambuild != tsdgbuild)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(index))));
+				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(call->index))));
+	TsdgReadMeta(call->index, &call->meta);
 
-	TsdgReadMeta(index, &meta);
-	if (meta.dims == 0)
+	call->start = GetCurrentTimestamp();
+	array = PG_GETARG_ARRAYTYPE_P(1);
+	call->detoasted_at = GetCurrentTimestamp();
+	if (!nulls_allowed && array_contains_nulls(array))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s does not take NULL queries", function),
+				 errhint("Leave the NULL elements out of the array, or use tsdg_search_batch, which skips them.")));
+	TsdgDeconstructQueries(array, &elems, &nulls, &call->queries.count);
+	call->queries.searchable = 0;
+	call->queries.ordinal = NULL;
+	call->worker_area = false;
+	call->on_worker = false;
+	if (call->meta.dims == 0 || call->queries.count == 0)
 	{
-		/* an index built on an empty table: no row to find */
-		index_close(index, AccessShareLock);
-		return (Datum) 0;
+		/* an index built on an empty table, or no query: no row to find */
+		call->collected_at = call->graph_at = call->pending_at = GetCurrentTimestamp();
+		return;
 	}
-	start = GetCurrentTimestamp();
-	TsdgDeconstructQueries(array, &elems, &nulls, &queries.count);
+
 	/* the queries go where the worker reads them, and its results stay where it writes them */
-	worker_area = meta.node_count > 0 && queries.count > 0 &&
-		TsdgWorkerBatchArea(queries.count, meta.dims, k, &area);
-	if (worker_area)
-		queries.matrix = area.queries;
+	call->worker_area = call->meta.node_count > 0 &&
+		TsdgWorkerBatchArea(call->queries.count, call->meta.dims, call->k, &area);
+	if (call->worker_area)
+		call->queries.matrix = area.queries;
 	else
-		queries.matrix = MemoryContextAllocHuge(CurrentMemoryContext,
-												sizeof(float) * meta.dims * Max(queries.count, 1));
-	TsdgCollectQueries(elems, nulls, (TsdgMetric) meta.metric, meta.dims, &queries);
-	collected_at = GetCurrentTimestamp();
-	if (queries.searchable == 0)
+		call->queries.matrix = MemoryContextAllocHuge(CurrentMemoryContext,
+													  sizeof(float) * call->meta.dims * call->queries.count);
+	TsdgCollectQueries(elems, nulls, (TsdgMetric) call->meta.metric, call->meta.dims, &call->queries);
+	call->collected_at = GetCurrentTimestamp();
+	if (call->queries.searchable == 0)
 	{
-		index_close(index, AccessShareLock);
-		return (Datum) 0;
+		call->graph_at = call->pending_at = call->collected_at;
+		return;
 	}
 
-	ef = Max(tsdg_ef_search, k);
-	if (worker_area)
+	ef = Max(tsdg_ef_search, call->k);
+	if (call->worker_area)
 	{
-		tids = area.tids;
-		dists = area.dists;
+		call->tids = area.tids;
+		call->dists = area.dists;
 	}
 	else
 	{
-		tids = MemoryContextAllocHuge(CurrentMemoryContext,
-									  sizeof(ItemPointerData) * k * queries.searchable);
-		dists = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * k * queries.searchable);
+		call->tids = MemoryContextAllocHuge(CurrentMemoryContext,
+											sizeof(ItemPointerData) * call->k * call->queries.searchable);
+		call->dists = MemoryContextAllocHuge(CurrentMemoryContext,
+											 sizeof(float) * call->k * call->queries.searchable);
 	}
-	if (meta.node_count == 0)
+	if (call->meta.node_count == 0)
 	{
-		for (Size i = 0; i < (Size) k * queries.searchable; i++)
+		for (Size i = 0; i < (Size) call->k * call->queries.searchable; i++)
 		{
-			ItemPointerSetInvalid(&tids[i]);
-			dists[i] = INFINITY;
+			ItemPointerSetInvalid(&call->tids[i]);
+			call->dists[i] = INFINITY;
 		}
 	}
-	else if (worker_area && TsdgWorkerSearchBatch(index, &meta, queries.searchable, k, ef,
-												  tsdg_lambda_search))
-		on_worker = true;
+	else if (call->worker_area &&
+			 TsdgWorkerSearchBatch(call->index, &call->meta, call->queries.searchable, call->k, ef,
+								   tsdg_lambda_search))
+		call->on_worker = true;
 	else
-		TsdgCpuSearchBatch(index, &meta, &queries, k, ef, tids, dists);
-	graph_at = GetCurrentTimestamp();
-	TsdgMergePending(index, &meta, &queries, k, tids, dists);
-	pending_at = GetCurrentTimestamp();
+		TsdgCpuSearchBatch(call->index, &call->meta, &call->queries, call->k, ef,
+						   call->tids, call->dists);
+	call->graph_at = GetCurrentTimestamp();
+	TsdgMergePending(call->index, &call->meta, &call->queries, call->k, call->tids, call->dists);
+	call->pending_at = GetCurrentTimestamp();
+}
 
-	TsdgSizeTuplestore(rsinfo, (Size) k * queries.searchable);
-	for (int q = 0; q < queries.searchable; q++)
+/* After the results are returned: the segment kept or given up, the LOG line, the index closed. */
+static void
+TsdgBatchFinish(TsdgBatchCall *call, const char *function)
+{
+	if (call->worker_area)
+		TsdgWorkerBatchAreaDone();
+	if (call->queries.searchable >= TSDG_BATCH_LOGGED)
+		ereport(LOG,
+				(errmsg("%s: %d queries on %s: %.3f ms detoasting the array, %.3f ms reading the queries, %.3f ms searching, %.3f ms pending rows, %.3f ms returning rows",
+						function, call->queries.searchable,
+						call->on_worker ? "the GPU worker" : "the CPU",
+						(double) (call->detoasted_at - call->start) / 1000.0,
+						(double) (call->collected_at - call->detoasted_at) / 1000.0,
+						(double) (call->graph_at - call->collected_at) / 1000.0,
+						(double) (call->pending_at - call->graph_at) / 1000.0,
+						(double) (GetCurrentTimestamp() - call->pending_at) / 1000.0)));
+	index_close(call->index, AccessShareLock);
+}
+
+Datum
+tsdg_search_batch(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TsdgBatchCall call;
+
+	InitMaterializedSRF(fcinfo, 0);
+	TsdgBatchSearch(fcinfo, true, "tsdg_search_batch", &call);
+
+	/* a minimal tuple of (int4, tid, float4), its chunk header and its slot in the array */
+	TsdgSizeTuplestore(rsinfo, (Size) call.k * call.queries.searchable, 64);
+	for (int q = 0; q < call.queries.searchable; q++)
 	{
 		Datum		values[3];
 		bool		row_nulls[3] = {false, false, false};
 
-		values[0] = Int32GetDatum(queries.ordinal[q]);
-		for (int j = 0; j < k; j++)
+		values[0] = Int32GetDatum(call.queries.ordinal[q]);
+		for (int j = 0; j < call.k; j++)
 		{
-			ItemPointer tid = &tids[(Size) q * k + j];
-			float		d = dists[(Size) q * k + j];
+			ItemPointer tid = &call.tids[(Size) q * call.k + j];
 
 			if (!ItemPointerIsValid(tid))
 				break;
 			values[1] = PointerGetDatum(tid);
-			values[2] = Float4GetDatum(meta.metric == TSDG_METRIC_L2 ? sqrtf(Max(d, 0.0f)) : d);
+			values[2] = Float4GetDatum(TsdgBatchDistance(&call, call.dists[(Size) q * call.k + j]));
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, row_nulls);
 		}
 	}
-	if (worker_area)
-		TsdgWorkerBatchAreaDone();
-	if (queries.searchable >= TSDG_BATCH_LOGGED)
-		ereport(LOG,
-				(errmsg("tsdg_search_batch: %d queries on %s: %.3f ms reading the queries, %.3f ms searching, %.3f ms pending rows, %.3f ms returning rows",
-						queries.searchable, on_worker ? "the GPU worker" : "the CPU",
-						(double) (collected_at - start) / 1000.0,
-						(double) (graph_at - collected_at) / 1000.0,
-						(double) (pending_at - graph_at) / 1000.0,
-						(double) (GetCurrentTimestamp() - pending_at) / 1000.0)));
-	index_close(index, AccessShareLock);
+	TsdgBatchFinish(&call, "tsdg_search_batch");
+	return (Datum) 0;
+}
+
+/* where the elements of a one-dimensional array without NULLs start */
+static inline char *
+TsdgArrayData(ArrayType *array)
+{
+	return (char *) array + ARR_OVERHEAD_NONULLS(1);
+}
+
+/*
+ * Sets the header of a one-dimensional array of count elements whose data
+ * the caller wrote at TsdgArrayData: no Datum per element, no NULL bitmap.
+ * An empty array has no dimension, as PostgreSQL's own empty arrays.
+ */
+static Datum
+TsdgSetArrayHeader(ArrayType *array, Oid elemtype, int count, Size elem_size)
+{
+	array->ndim = count > 0 ? 1 : 0;
+	array->dataoffset = 0;
+	array->elemtype = elemtype;
+	if (count > 0)
+	{
+		ARR_DIMS(array)[0] = count;
+		ARR_LBOUND(array)[0] = 1;
+		SET_VARSIZE(array, ARR_OVERHEAD_NONULLS(1) + elem_size * count);
+	}
+	else
+		SET_VARSIZE(array, ARR_OVERHEAD_NONULLS(0));
+	return PointerGetDatum(array);
+}
+
+Datum
+tsdg_search_batch_arrays(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TsdgBatchCall call;
+	ArrayType  *tid_array;
+	ArrayType  *dist_array;
+	Size		tid_bytes;
+	Size		dist_bytes;
+	int			row = 0;		/* the next searchable query */
+
+	InitMaterializedSRF(fcinfo, 0);
+	TsdgBatchSearch(fcinfo, false, "tsdg_search_batch_arrays", &call);
+
+	/* tid and real elements need no alignment padding (typalign s and i, sizes 6 and 4) */
+	StaticAssertStmt(sizeof(ItemPointerData) == 6, "tid arrays are packed 6-byte elements");
+	tid_bytes = ARR_OVERHEAD_NONULLS(1) + sizeof(ItemPointerData) * call.k;
+	dist_bytes = ARR_OVERHEAD_NONULLS(1) + sizeof(float4) * call.k;
+	/* one buffer per column for every row: the tuplestore copies the arrays into its tuples */
+	tid_array = palloc0(tid_bytes);
+	dist_array = palloc0(dist_bytes);
+	/* the row's minimal tuple, its chunk header and its slot in the array */
+	TsdgSizeTuplestore(rsinfo, call.queries.count, tid_bytes + dist_bytes + 64);
+	for (int ordinal = 1; ordinal <= call.queries.count; ordinal++)
+	{
+		Datum		values[3];
+		bool		row_nulls[3] = {false, false, false};
+		int			found = 0;
+
+		/* a zero query under cosine, or an index on an empty table: a row with no neighbor */
+		if (row < call.queries.searchable && call.queries.ordinal[row] == ordinal)
+		{
+			const ItemPointerData *tids = call.tids + (Size) row * call.k;
+			const float *dists = call.dists + (Size) row * call.k;
+			float4	   *out = (float4 *) TsdgArrayData(dist_array);
+
+			while (found < call.k && ItemPointerIsValid(&tids[found]))
+			{
+				out[found] = TsdgBatchDistance(&call, dists[found]);
+				found++;
+			}
+			memcpy(TsdgArrayData(tid_array), tids, sizeof(ItemPointerData) * found);
+			row++;
+		}
+		values[0] = Int32GetDatum(ordinal);
+		values[1] = TsdgSetArrayHeader(tid_array, TIDOID, found, sizeof(ItemPointerData));
+		values[2] = TsdgSetArrayHeader(dist_array, FLOAT4OID, found, sizeof(float4));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, row_nulls);
+	}
+	TsdgBatchFinish(&call, "tsdg_search_batch_arrays");
 	return (Datum) 0;
 }
