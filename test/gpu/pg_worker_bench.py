@@ -11,7 +11,8 @@ server named by PGHOST/PGPORT/PGUSER (test/gpu/pg_worker_run.sh starts it):
     how many of the rows they return agree;
   * pgbench throughput and latency at several client counts, GPU path and CPU path,
     with a script that picks a random query vector per transaction;
-  * tsdg_search_batch with many queries: time inside the call and recall;
+  * tsdg_search_batch and tsdg_search_batch_arrays with many queries: time
+    inside the call (EXPLAIN ANALYZE, a new session per call, best of 3) and recall;
   * with --gpu-ef, the GPU path's recall and pgbench at other tsdg.ef_search values.
 
 Writes JSON (--out) after every step, so a run cut short still reports what it did.
@@ -120,6 +121,8 @@ def main():
     p.add_argument("--seconds", type=int, default=8)
     p.add_argument("--gpu-ef", default="",
                    help="also sweep the GPU path at these tsdg.ef_search values (recall and pgbench)")
+    p.add_argument("--batch-ef", default="64",
+                   help="also time both tsdg_search_batch forms on the GPU at these tsdg.ef_search values")
     p.add_argument("--skip-cpu-build", action="store_true")
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -203,32 +206,45 @@ def main():
     print(json.dumps(results["cancelled_build"]), flush=True)
     save()
 
-    step("tsdg_search_batch with %d queries" % args.batch_queries)
-    batch_sql = ("SELECT b.query, i.id FROM tsdg_search_batch('items_gpu', "
-                 "(SELECT array_agg(v ORDER BY id) FROM queries WHERE id <= %d), %d) b "
-                 "JOIN items i ON i.ctid = b.tid" % (args.batch_queries, K))
     # the query array built once, so the timed call is the function's own work
     psql("CREATE TABLE batch_queries AS SELECT array_agg(v ORDER BY id) AS a FROM queries WHERE id <= %d"
          % args.batch_queries)
-    inside_sql = ("EXPLAIN (ANALYZE, TIMING OFF, SUMMARY ON) SELECT count(*) FROM tsdg_search_batch("
-                  "'items_gpu', (SELECT a FROM batch_queries), %d)" % K)
-    batch = {}
-    for label, settings in (("gpu", gpu), ("cpu", cpu)):
-        runs = []
-        for _ in range(3):
-            plan = psql(inside_sql, settings=settings)
-            runs.append(float(re.search(r"Execution Time: ([0-9.]+) ms", plan).group(1)))
-        out = psql(batch_sql, settings=settings)
-        found = {}
-        for line in out.splitlines():
-            q, item = line.split("|")
-            found.setdefault(int(q) - 1, []).append(int(item))
-        ms = min(runs)
-        batch[label] = {"execution_ms_runs": runs, "queries_per_second": args.batch_queries / (ms / 1000),
-                        "recall": dataset.recall_at_k(found, truth[:args.batch_queries], K)}
-        print(label, json.dumps(batch[label]), flush=True)
-    results["search_batch"] = batch
-    save()
+    # each form: its rows as (query, item id) for the recall, and the timed call
+    batch_forms = {
+        "search_batch": (
+            "SELECT b.query, i.id FROM tsdg_search_batch('items_gpu', (SELECT a FROM batch_queries), %d) b "
+            "JOIN items i ON i.ctid = b.tid" % K,
+            "tsdg_search_batch"),
+        "search_batch_arrays": (
+            "SELECT b.query, i.id FROM tsdg_search_batch_arrays('items_gpu', (SELECT a FROM batch_queries), %d) b "
+            "CROSS JOIN unnest(b.tids) AS t(tid) JOIN items i ON i.ctid = t.tid" % K,
+            "tsdg_search_batch_arrays"),
+    }
+    batch_settings = [("gpu", gpu), ("cpu", cpu)]
+    batch_settings += [("gpu_ef%s" % ef, dict(gpu, **{"tsdg.ef_search": ef}))
+                       for ef in args.batch_ef.split(",") if ef]
+    for key, (rows_sql, function) in batch_forms.items():
+        step("%s with %d queries" % (function, args.batch_queries))
+        inside_sql = ("EXPLAIN (ANALYZE, TIMING OFF, SUMMARY ON) SELECT count(*) FROM %s("
+                      "'items_gpu', (SELECT a FROM batch_queries), %d)" % (function, K))
+        batch = {}
+        for label, settings in batch_settings:
+            runs = []
+            # a new psql, so a new session, per call; best of 3
+            for _ in range(3):
+                plan = psql(inside_sql, settings=settings)
+                runs.append(float(re.search(r"Execution Time: ([0-9.]+) ms", plan).group(1)))
+            out = psql(rows_sql, settings=settings)
+            found = {}
+            for line in out.splitlines():
+                q, item = line.split("|")
+                found.setdefault(int(q) - 1, []).append(int(item))
+            ms = min(runs)
+            batch[label] = {"execution_ms_runs": runs, "queries_per_second": args.batch_queries / (ms / 1000),
+                            "recall": dataset.recall_at_k(found, truth[:args.batch_queries], K)}
+            print(function, label, json.dumps(batch[label]), flush=True)
+        results[key] = batch
+        save()
 
     step("pgbench")
     bench = {"gpu": [], "cpu": []}
