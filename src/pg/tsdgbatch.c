@@ -229,7 +229,8 @@ typedef struct TsdgBatchCall
 	/* k per searchable query, nearest first, an invalid tid after its last result */
 	ItemPointerData *tids;
 	float	   *dists;			/* squared for L2 */
-	bool		worker_area;	/* tids and dists are in the session's batch segment */
+	bool		worker_area;	/* the queries, tids and dists are where the worker reads and writes */
+	bool		shared_area;	/* that is the batch area (else the session's own segment) */
 	bool		on_worker;
 	TimestampTz start,
 				detoasted_at,
@@ -297,6 +298,7 @@ TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *functio
 	call->queries.searchable = 0;
 	call->queries.ordinal = NULL;
 	call->worker_area = false;
+	call->shared_area = false;
 	call->on_worker = false;
 	if (call->meta.dims == 0 || call->queries.count == 0)
 	{
@@ -309,7 +311,10 @@ TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *functio
 	call->worker_area = call->meta.node_count > 0 &&
 		TsdgWorkerBatchArea(call->queries.count, call->meta.dims, call->k, &area);
 	if (call->worker_area)
+	{
 		call->queries.matrix = area.queries;
+		call->shared_area = area.shared;
+	}
 	else
 		call->queries.matrix = MemoryContextAllocHuge(CurrentMemoryContext,
 													  sizeof(float) * call->meta.dims * call->queries.count);
@@ -364,7 +369,8 @@ TsdgBatchFinish(TsdgBatchCall *call, const char *function)
 		ereport(LOG,
 				(errmsg("%s: %d queries on %s: %.3f ms detoasting the array, %.3f ms reading the queries, %.3f ms searching, %.3f ms pending rows, %.3f ms returning rows",
 						function, call->queries.searchable,
-						call->on_worker ? "the GPU worker" : "the CPU",
+						!call->on_worker ? "the CPU" :
+						call->shared_area ? "the GPU worker (batch area)" : "the GPU worker (own segment)",
 						(double) (call->detoasted_at - call->start) / 1000.0,
 						(double) (call->collected_at - call->detoasted_at) / 1000.0,
 						(double) (call->graph_at - call->collected_at) / 1000.0,

@@ -367,6 +367,14 @@ static bool
 MapBulk(const TsdgRequestSlot *request, BulkMapping *map)
 {
 	memset(map, 0, sizeof(BulkMapping));
+	if (request->in_batch_area)
+	{
+		/* mapped since the worker started: nothing to attach */
+		map->address = TsdgBatchAreaBase;
+		map->size = TsdgShared->batch_area.size;
+		return TsdgBatchAreaBase != NULL && map->size >= request->bulk_size &&
+			((TsdgBulkHeader *) map->address)->total_size == request->bulk_size;
+	}
 	map->handle = request->bulk_handle;
 	if (!dsm_impl_op(DSM_OP_ATTACH, map->handle, 0, &map->impl_private, &map->address,
 					 &map->size, LOG))
@@ -384,6 +392,8 @@ MapBulk(const TsdgRequestSlot *request, BulkMapping *map)
 static void
 UnmapBulk(BulkMapping *map)
 {
+	if (map->address == TsdgBatchAreaBase)
+		return;
 	(void) dsm_impl_op(DSM_OP_DETACH, map->handle, 0, &map->impl_private, &map->address,
 					   &map->size, LOG);
 }
@@ -489,10 +499,19 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 	pfree(members);
 }
 
+/* before the answer: the session may give the batch area to another once it has it */
+static void
+LetGoOfBatchArea(const TakenRequest *t)
+{
+	if (t->copy.in_batch_area)
+		TsdgIpcLetGoOfBatchArea();
+}
+
 /*
- * A batch of queries in a DSM segment, answered as heap TIDs: the session does
- * not read a page per result. Deleted nodes are skipped, so the search asks
- * for as many more results as the index has deleted nodes, up to k more.
+ * A batch of queries in the batch area or a DSM segment, answered as heap
+ * TIDs: the session does not read a page per result. Deleted nodes are
+ * skipped, so the search asks for as many more results as the index has
+ * deleted nodes, up to k more.
  */
 static void
 ServeSearchBatch(TakenRequest *t)
@@ -514,6 +533,7 @@ ServeSearchBatch(TakenRequest *t)
 	t->done = true;
 	if (r == NULL || r->dims != args->dims)
 	{
+		LetGoOfBatchArea(t);
 		TsdgIpcAnswer(t->slot, t->copy.request_id,
 					  r == NULL && PromiseLoad(&args->key) ? TSDG_REPLY_NEED_INDEX : TSDG_REPLY_NOT_RESIDENT,
 					  0, NULL, NULL, NULL, 0, NULL);
@@ -521,6 +541,7 @@ ServeSearchBatch(TakenRequest *t)
 	}
 	if (!MapBulk(&t->copy, &map))
 	{
+		LetGoOfBatchArea(t);
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
 					  "the GPU worker could not map the batch's shared memory segment");
 		return;
@@ -557,6 +578,7 @@ ServeSearchBatch(TakenRequest *t)
 	free(ids);
 	free(dists);
 	UnmapBulk(&map);
+	LetGoOfBatchArea(t);
 	TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), status == TSDG_OK ? args->nq : 0,
 				  NULL, NULL, NULL, 0, status == TSDG_OK ? NULL : error.message);
 }

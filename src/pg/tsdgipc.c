@@ -1,12 +1,13 @@
 /*
  * The request slots shared by the sessions and the GPU worker: the shared
- * memory segment, the slot protocol of both sides, and the layout helpers of
- * bulk (DSM) segments. See tsdgipc.h for the protocol.
+ * memory segment, the slot protocol of both sides, the batch area, and the
+ * layout helpers of bulk (DSM) segments. See tsdgipc.h for the protocol.
  */
 #include "postgres.h"
 
 #include <errno.h>
 
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/backendid.h"
@@ -16,15 +17,18 @@
 #include "utils/wait_event.h"
 
 #include "tsdgipc.h"
+#include "tsdgworker.h"
 
 /* how often a waiting backend looks at the worker's state and runs its poll */
 #define TSDG_WAIT_TICK_MS	50
 
 TsdgWorkerShared *TsdgShared = NULL;
+char	   *TsdgBatchAreaBase = NULL;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static bool slot_exit_callback_registered = false;
+static bool batch_area_callbacks_registered = false;
 
 static Size
 TsdgIpcShmemSize(void)
@@ -33,12 +37,19 @@ TsdgIpcShmemSize(void)
 					mul_size(MaxBackends, sizeof(TsdgRequestSlot)));
 }
 
+static Size
+TsdgBatchAreaSize(void)
+{
+	return (Size) tsdg_batch_memory_mb * 1024 * 1024;
+}
+
 static void
 TsdgIpcShmemRequest(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(TsdgIpcShmemSize());
+	RequestAddinShmemSpace(TsdgBatchAreaSize());
 }
 
 static void
@@ -70,7 +81,11 @@ TsdgIpcShmemStartup(void)
 		TsdgShared->slot_count = MaxBackends;
 		for (int i = 0; i < MaxBackends; i++)
 			SpinLockInit(&TsdgShared->slots[i].mutex);
+		SpinLockInit(&TsdgShared->batch_area.mutex);
+		TsdgShared->batch_area.size = TsdgBatchAreaSize();
 	}
+	if (TsdgShared->batch_area.size > 0)
+		TsdgBatchAreaBase = ShmemInitStruct("pg_tsdg batch area", TsdgShared->batch_area.size, &found);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -177,6 +192,7 @@ TsdgIpcBeginRequest(TsdgRequestKind kind)
 	slot->cancel_requested = false;
 	slot->bulk_handle = 0;
 	slot->bulk_size = 0;
+	slot->in_batch_area = false;
 	slot->phase = 0;
 	slot->done = 0;
 	slot->total = 0;
@@ -228,6 +244,61 @@ TsdgIpcFinish(TsdgRequestSlot *slot)
 	if (slot->state == TSDG_SLOT_ANSWERED)
 		slot->state = TSDG_SLOT_FREE;
 	SpinLockRelease(&slot->mutex);
+}
+
+/*
+ * Gives the batch area up if this session holds it: after its batch, and at
+ * the end of a transaction or session that an error took out of the batch
+ * (the worker's flag keeps it from others while a given-up request runs).
+ */
+void
+TsdgIpcReleaseBatchArea(void)
+{
+	TsdgBatchAreaState *area = &TsdgShared->batch_area;
+
+	SpinLockAcquire(&area->mutex);
+	if (area->owner == MyBackendId)
+		area->owner = 0;
+	SpinLockRelease(&area->mutex);
+}
+
+static void
+TsdgReleaseBatchAreaAtXactEnd(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_COMMIT ||
+		event == XACT_EVENT_PARALLEL_ABORT || event == XACT_EVENT_PARALLEL_COMMIT)
+		TsdgIpcReleaseBatchArea();
+}
+
+static void
+TsdgReleaseBatchAreaAtExit(int code, Datum arg)
+{
+	TsdgIpcReleaseBatchArea();
+}
+
+bool
+TsdgIpcAcquireBatchArea(Size size)
+{
+	TsdgBatchAreaState *area = &TsdgShared->batch_area;
+	bool		acquired = false;
+
+	if (TsdgBatchAreaBase == NULL || size > area->size)
+		return false;
+	if (!batch_area_callbacks_registered)
+	{
+		RegisterXactCallback(TsdgReleaseBatchAreaAtXactEnd, NULL);
+		before_shmem_exit(TsdgReleaseBatchAreaAtExit, (Datum) 0);
+		batch_area_callbacks_registered = true;
+	}
+	SpinLockAcquire(&area->mutex);
+	/* this session's own, where a subtransaction caught the error of its last batch */
+	if ((area->owner == 0 || area->owner == MyBackendId) && !area->worker_busy)
+	{
+		area->owner = MyBackendId;
+		acquired = true;
+	}
+	SpinLockRelease(&area->mutex);
+	return acquired;
 }
 
 static bool
@@ -311,6 +382,13 @@ TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *query)
 		memcpy(copy, slot, offsetof(TsdgRequestSlot, payload));
 		if (query != NULL && slot->kind == TSDG_REQUEST_SEARCH)
 			memcpy(query, TsdgSlotQuery(slot), sizeof(float) * slot->args.search.dims);
+		if (slot->kind == TSDG_REQUEST_SEARCH_BATCH && slot->in_batch_area)
+		{
+			/* before the slot's spinlock is let go: see TsdgBatchAreaState */
+			SpinLockAcquire(&TsdgShared->batch_area.mutex);
+			TsdgShared->batch_area.worker_busy = true;
+			SpinLockRelease(&TsdgShared->batch_area.mutex);
+		}
 		taken = true;
 	}
 	SpinLockRelease(&slot->mutex);
@@ -377,8 +455,19 @@ TsdgIpcReportProgress(TsdgRequestSlot *slot, uint64 request_id, int phase,
 }
 
 void
+TsdgIpcLetGoOfBatchArea(void)
+{
+	SpinLockAcquire(&TsdgShared->batch_area.mutex);
+	TsdgShared->batch_area.worker_busy = false;
+	SpinLockRelease(&TsdgShared->batch_area.mutex);
+}
+
+void
 TsdgIpcFailAll(const char *message)
 {
+	/* the worker is gone: nothing of it reads or writes the batch area any more */
+	TsdgIpcLetGoOfBatchArea();
+
 	for (int i = 0; i < TsdgShared->slot_count; i++)
 	{
 		TsdgRequestSlot *slot = &TsdgShared->slots[i];

@@ -189,6 +189,7 @@ typedef struct TsdgRequestSlot
 	}			args;
 	dsm_handle	bulk_handle;	/* DSM segment of bulk requests */
 	Size		bulk_size;
+	bool		in_batch_area;	/* SEARCH_BATCH: bulk data in the batch area, not a segment */
 	bool		cancel_requested;
 
 	/* build progress, for pg_stat_progress_create_index */
@@ -223,6 +224,26 @@ typedef struct TsdgCachedIndexInfo
 	TimestampTz loaded_at;
 	TimestampTz last_used;
 } TsdgCachedIndexInfo;
+
+/*
+ * The batch area: a part of the main shared memory (tsdg.batch_memory) that
+ * one session's batch at a time uses instead of a DSM segment of its own, so
+ * that a new session neither creates a segment (a posix_fallocate of every
+ * page) nor makes the worker map a fresh one. A session takes it (owner, its
+ * BackendId) only while no worker request on it runs: worker_busy is set when
+ * the worker takes such a request (under the slot's spinlock, so a session
+ * that gives the request up sees either a queued request, which the worker
+ * will never take, or a busy area), and cleared before the worker answers, or
+ * by TsdgIpcFailAll once the worker is gone. A session that gave up a running
+ * request therefore leaves the area to the worker until the worker has let go.
+ */
+typedef struct TsdgBatchAreaState
+{
+	slock_t		mutex;
+	int			owner;			/* BackendId of the session using it, 0: none */
+	bool		worker_busy;
+	Size		size;			/* bytes; 0 when tsdg.batch_memory is 0 */
+} TsdgBatchAreaState;
 
 typedef struct TsdgWorkerShared
 {
@@ -259,11 +280,14 @@ typedef struct TsdgWorkerShared
 	int			batch_wait_us;
 	int64		memory_limit_bytes; /* 0: no limit but the device's */
 
+	TsdgBatchAreaState batch_area;
 	int			slot_count;
 	TsdgRequestSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } TsdgWorkerShared;
 
 extern TsdgWorkerShared *TsdgShared;
+/* the batch area's memory (see TsdgBatchAreaState), NULL when there is none */
+extern char *TsdgBatchAreaBase;
 
 /* registration from _PG_init, and attaching in every process */
 extern void TsdgIpcRequestShmem(void);
@@ -299,6 +323,14 @@ extern bool TsdgIpcWait(TsdgRequestSlot *slot, uint64 request_id, int timeout_ms
 extern void TsdgIpcAbandon(TsdgRequestSlot *slot, uint64 request_id);
 /* release an answered slot */
 extern void TsdgIpcFinish(TsdgRequestSlot *slot);
+/*
+ * Take the batch area for this session's batch of size bytes: false when it
+ * is smaller, used by another session, or still held by the worker for a
+ * request given up. Released by TsdgIpcReleaseBatchArea, or at the end of
+ * the transaction or the session when an error came first.
+ */
+extern bool TsdgIpcAcquireBatchArea(Size size);
+extern void TsdgIpcReleaseBatchArea(void);
 
 /* ---- server side ---- */
 
@@ -319,6 +351,8 @@ extern bool TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *que
 extern bool TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 						  int result_count, const float *dists, const uint32 *ids,
 						  const ItemPointerData *tids, int max_results, const char *message);
+/* the worker is done with the batch area of the request it took (before it answers) */
+extern void TsdgIpcLetGoOfBatchArea(void);
 /* the backend's cancel flag of a running request (read by a build's poll) */
 extern bool TsdgIpcCancelRequested(TsdgRequestSlot *slot, uint64 request_id);
 extern void TsdgIpcReportProgress(TsdgRequestSlot *slot, uint64 request_id, int phase,

@@ -312,14 +312,19 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 }
 
 /*
- * This session's segment for batches (TsdgWorkerBatchArea), mapped for the
- * session's life. batch_in_flight: a request on it got no answer (abandoned,
- * or an error while waiting), so the worker may still read or write it: it
- * is then given up rather than reused.
+ * Where this session's batch is: the batch area of the main shared memory
+ * when it could take it (batch_in_area), else this session's own segment for
+ * batches, mapped for the session's life. batch_in_flight: a request on the
+ * segment got no answer (abandoned, or an error while waiting), so the worker
+ * may still read or write it: it is then given up rather than reused. (The
+ * area has the same guard in shared memory: see TsdgBatchAreaState.)
  */
+static bool batch_in_area = false;
 static dsm_segment *batch_segment = NULL;
-static TsdgBulkHeader batch_layout;
+static Size batch_segment_size = 0;
 static bool batch_in_flight = false;
+/* the arrays of the batch now in the area or segment */
+static TsdgBulkHeader batch_layout;
 
 /* segments up to this size are kept between batches; larger ones are freed after the call */
 #define TSDG_KEPT_BATCH_SEGMENT	((Size) 64 * 1024 * 1024)
@@ -331,6 +336,30 @@ TsdgReleaseBatchSegment(void)
 		dsm_detach(batch_segment);
 	batch_segment = NULL;
 	batch_in_flight = false;
+}
+
+/* this session's segment for batches, with room for needed bytes; false: none could be made */
+static bool
+TsdgAttachBatchSegment(Size needed)
+{
+	if (batch_segment != NULL &&
+		(batch_in_flight || batch_segment_size < needed))
+		TsdgReleaseBatchSegment();
+	if (batch_segment == NULL)
+	{
+		/* room for a few more queries than asked, so that similar batches reuse it */
+		Size		size = Max(needed + needed / 4, (Size) 1024 * 1024);
+
+		batch_segment = TsdgCreateBulkSegment(size, "a batch of queries for the GPU worker");
+		if (batch_segment == NULL)
+		{
+			TsdgCountFallback();
+			return false;
+		}
+		dsm_pin_mapping(batch_segment);
+		batch_segment_size = size;
+	}
+	return true;
 }
 
 bool
@@ -347,37 +376,38 @@ TsdgWorkerBatchArea(int nq, int dims, int k, TsdgBatchArea *area)
 	layout.tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * (Size) k * nq);
 	layout.dists = TsdgBulkAdd(&offset, sizeof(float) * (Size) k * nq);
 
-	if (batch_segment != NULL &&
-		(batch_in_flight || batch_layout.total_size < offset))
-		TsdgReleaseBatchSegment();
-	if (batch_segment == NULL)
+	batch_in_area = TsdgIpcAcquireBatchArea(offset);
+	if (batch_in_area)
 	{
-		/* room for a few more queries than asked, so that similar batches reuse it */
-		Size		size = Max(offset + offset / 4, (Size) 1024 * 1024);
-
-		batch_segment = TsdgCreateBulkSegment(size, "a batch of queries for the GPU worker");
-		if (batch_segment == NULL)
-		{
-			TsdgCountFallback();
-			return false;
-		}
-		dsm_pin_mapping(batch_segment);
-		batch_layout.total_size = size;
+		layout.total_size = offset;
+		batch_layout = layout;
+		base = TsdgBatchAreaBase;
 	}
-	layout.total_size = batch_layout.total_size;
-	batch_layout = layout;
-	base = dsm_segment_address(batch_segment);
+	else
+	{
+		if (!TsdgAttachBatchSegment(offset))
+			return false;
+		layout.total_size = batch_segment_size;
+		batch_layout = layout;
+		base = dsm_segment_address(batch_segment);
+	}
 	memcpy(base, &layout, sizeof(layout));
 	area->queries = TsdgBulkArray(base, layout.queries);
 	area->tids = TsdgBulkArray(base, layout.tids);
 	area->dists = TsdgBulkArray(base, layout.dists);
+	area->shared = batch_in_area;
 	return true;
 }
 
 void
 TsdgWorkerBatchAreaDone(void)
 {
-	if (batch_segment != NULL && batch_layout.total_size > TSDG_KEPT_BATCH_SEGMENT)
+	if (batch_in_area)
+	{
+		TsdgIpcReleaseBatchArea();
+		batch_in_area = false;
+	}
+	else if (batch_segment != NULL && batch_segment_size > TSDG_KEPT_BATCH_SEGMENT)
 		TsdgReleaseBatchSegment();
 }
 
@@ -387,7 +417,7 @@ TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int 
 {
 	TsdgIndexKey key;
 
-	if (meta->node_count == 0 || batch_segment == NULL || batch_in_flight)
+	if (meta->node_count == 0 || (!batch_in_area && (batch_segment == NULL || batch_in_flight)))
 		return false;
 	TsdgIndexKeyOf(index, meta, &key);
 
@@ -403,14 +433,15 @@ TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int 
 		slot->args.search.ef = ef;
 		slot->args.search.lambda_limit = lambda_limit;
 		slot->args.search.nq = nq;
-		slot->bulk_handle = dsm_segment_handle(batch_segment);
+		slot->in_batch_area = batch_in_area;
+		slot->bulk_handle = batch_in_area ? 0 : dsm_segment_handle(batch_segment);
 		slot->bulk_size = batch_layout.total_size;
-		batch_in_flight = true;
+		batch_in_flight = !batch_in_area;
 		request_id = TsdgIpcSubmit(slot);
 		/* a batch is one explicit call: wait as long as the worker lives */
 		answered = TsdgIpcWait(slot, request_id, -1, NULL, NULL);
 		/* an answer comes after the worker let go of the segment */
-		batch_in_flight = !answered;
+		batch_in_flight = !batch_in_area && !answered;
 
 		if (answered && slot->reply == TSDG_REPLY_OK)
 		{

@@ -40,6 +40,7 @@ int			tsdg_worker_timeout_ms = 2000;
 int			tsdg_gpu_memory_limit_mb = 0;
 int			tsdg_worker_backend = TSDG_WORKER_BACKEND_CUDA;
 int			tsdg_gpu_device_number = 0;
+int			tsdg_batch_memory_mb = 32;
 
 static const struct config_enum_entry tsdg_worker_backend_options[] = {
 	{"cuda", TSDG_WORKER_BACKEND_CUDA, false},
@@ -58,6 +59,11 @@ TsdgDefineWorkerGucs(void)
 							"It waits only while fewer queries are queued than sessions sent queries lately.",
 							&tsdg_batch_wait_us, 100, 0, 100000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("tsdg.batch_memory",
+							"Sets the shared memory kept for the batches of tsdg_search_batch.",
+							"One session's batch at a time uses it instead of creating a shared memory segment; 0 turns it off.",
+							&tsdg_batch_memory_mb, 32, 0, INT_MAX / 2,
+							PGC_POSTMASTER, GUC_UNIT_MB, NULL, NULL, NULL);
 	DefineCustomIntVariable("tsdg.worker_timeout_ms",
 							"Sets how long a session waits for the GPU worker before it searches on the CPU.",
 							NULL,

@@ -28,6 +28,7 @@ extern int	tsdg_worker_timeout_ms;
 extern int	tsdg_gpu_memory_limit_mb;
 extern int	tsdg_worker_backend;
 extern int	tsdg_gpu_device_number;
+extern int	tsdg_batch_memory_mb;
 
 /* tsdgworker.c: GUCs, shared memory and the worker's registration (_PG_init) */
 extern void TsdgWorkerInit(void);
@@ -56,15 +57,17 @@ extern bool TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const
 
 /*
  * Where a batch of searches by the worker reads its queries and leaves its
- * results: a shared memory segment this session keeps from one batch to the
- * next, so that a call neither creates a segment nor copies the queries in
- * or the results out.
+ * results: the batch area of the main shared memory when no other session
+ * uses it, else a shared memory segment this session keeps from one batch to
+ * the next, so that a call copies neither the queries in nor the results out,
+ * and rarely creates a segment.
  */
 typedef struct TsdgBatchArea
 {
 	float	   *queries;		/* nq * dims, filled by the caller */
 	ItemPointerData *tids;		/* nq * k, the results */
 	float	   *dists;			/* nq * k */
+	bool		shared;			/* in the batch area (tsdg.batch_memory) */
 } TsdgBatchArea;
 
 /*
@@ -72,7 +75,7 @@ typedef struct TsdgBatchArea
  * worker cannot take the batch (the caller searches on the CPU).
  */
 extern bool TsdgWorkerBatchArea(int nq, int dims, int k, TsdgBatchArea *area);
-/* after the results are read: the area is kept for the next batch unless it is large */
+/* after the results are read: the batch area released, the segment kept unless it is large */
 extern void TsdgWorkerBatchAreaDone(void);
 
 /*

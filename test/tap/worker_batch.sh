@@ -3,7 +3,11 @@
 # session's side: the segment a session keeps for its batches is reused by a
 # smaller batch, replaced by a larger one, and given up after a batch
 # cancelled while the worker searched it; every answer equals the CPU path's,
-# and the arrays form holds the rows of the row form. Runs the worker with the core's CPU
+# and the arrays form holds the rows of the row form. The batch area of the
+# main shared memory (tsdg.batch_memory): one session at a time uses it, a
+# concurrent one its own segment; a batch given up while the worker searches
+# it keeps the area from the next batch until the worker lets go, and a
+# worker killed during such a batch does not keep it. Runs the worker with the core's CPU
 # backend (any machine) unless TSDG_WORKER_BACKEND says otherwise.
 # Usage: worker_batch.sh WORKDIR (starts its own cluster on port 54339).
 source "$(dirname "$0")/../../scripts/common.sh"
@@ -86,4 +90,66 @@ rows:   $worker"
 after=$(sql -At -c "SELECT batches FROM tsdg_gpu_status()")
 [ "$after" -ge $((batches + 4)) ] || fail "the worker answered $((after - batches)) batches of arrays, expected at least 4"
 echo "worker_batch: the arrays form equals the rows form and the CPU's around a cancelled batch ($((after - batches)) worker batches)"
+
+# where the last logged call of a size ran: "(batch area)" or "(own segment)"
+where_ran() {
+  grep -o "tsdg_search_batch: $1 queries on the [^:]*" "$dir/server.log" | tail -1 | sed 's/.*(\(.*\))/\1/'
+}
+one_digest() { digest "$1" rows | psql -X -q -At 2>&1; }
+cpu_digest() { { echo "SET tsdg.device = cpu;"; digest "$1" rows; } | psql -X -q -At 2>&1; }
+cpu3000=$(cpu_digest 3000)
+cpu20000=$(cpu_digest 20000)
+
+# a batch while another session's batch holds the area: its own segment, both right
+one_digest 20000 > "$dir/long_batch.out" &
+long_pid=$!
+sleep 0.3
+concurrent=$(one_digest 3000)
+wait $long_pid
+[ "$(cat "$dir/long_batch.out")" = "$cpu20000" ] || fail "the batch in the area differs from the CPU's"
+[ "$concurrent" = "$cpu3000" ] || fail "the concurrent batch differs from the CPU's"
+[ "$(where_ran 3000)" = "own segment" ] ||
+  fail "the batch beside one in the area ran in: $(where_ran 3000)"
+[ "$(where_ran 20000)" = "batch area" ] || fail "the first batch ran in: $(where_ran 20000)"
+echo "worker_batch: two sessions' batches at once, one in the batch area, one in its own segment, both equal the CPU's"
+
+# a batch given up while the worker searches it: the area waits for the worker
+given_up=$({
+  echo "SET statement_timeout = '30ms';"
+  digest 20000 rows
+  echo "RESET statement_timeout;"
+  digest 3000 rows
+} | psql -X -q -At 2>&1)
+echo "$given_up" | grep -q "canceling statement due to statement timeout" || fail "the batch was not cancelled: $given_up"
+[ "$(echo "$given_up" | tail -1)" = "$cpu3000" ] || fail "the batch after a cancelled one differs from the CPU's"
+if [ "$backend" = cpu ]; then
+  # the CPU-backed worker searches 20000 queries for far longer than the next batch takes to start
+  [ "$(where_ran 3000)" = "own segment" ] ||
+    fail "a batch took the area while the worker still searched a given-up batch in it"
+fi
+for _ in $(seq 1 300); do
+  [ "$(sql -At -c "SELECT queue_depth FROM tsdg_gpu_status()")" = 0 ] &&
+    grep -q "searched a batch of 20000" "$dir/server.log" && break
+  sleep 0.1
+done
+sleep 0.5
+[ "$(one_digest 3000)" = "$cpu3000" ] || fail "the batch after the worker let go differs from the CPU's"
+[ "$(where_ran 3000)" = "batch area" ] || fail "the area was not free again after the worker let go: $(where_ran 3000)"
+echo "worker_batch: a batch given up while the worker searched it keeps the area from the next batch until the worker lets go"
+
+# the worker killed while it searches a batch in the area: the batch answered on the CPU, the area free again
+worker_pid=$(sql -At -c "SELECT worker_pid FROM tsdg_gpu_status()")
+one_digest 20000 > "$dir/killed_batch.out" &
+killed_pid=$!
+sleep 0.3
+kill -9 "$worker_pid"
+wait $killed_pid
+[ "$(cat "$dir/killed_batch.out")" = "$cpu20000" ] || fail "the batch whose worker was killed differs from the CPU's: $(cat "$dir/killed_batch.out")"
+for _ in $(seq 1 300); do
+  [ "$(sql -At -c "SELECT state FROM tsdg_gpu_status()")" = ready ] && break
+  sleep 0.1
+done
+[ "$(one_digest 3000)" = "$cpu3000" ] || fail "the batch after the restart differs from the CPU's"
+[ "$(where_ran 3000)" = "batch area" ] || fail "the area was not free after the worker died: $(where_ran 3000)"
+echo "worker_batch: the worker killed during a batch in the area: answered on the CPU, the area free for the restarted worker"
 echo "worker_batch: all checks passed"
