@@ -56,6 +56,14 @@ class CudaBackend final : public Backend {
     return cuda::diversify(*ctx_, data, metric, knn, params, control);
   }
 
+  TsdgGraph build_tsdg_graph(MatrixView data, Metric metric, const GnndParams& gnnd,
+                             const DiversifyParams& diversify_params, uint32_t* knn_ids, float* knn_dists,
+                             const RunControl& control) override {
+    std::lock_guard<std::mutex> guard(mutex_);
+    activate();
+    return cuda::build_tsdg_graph(*ctx_, data, metric, gnnd, diversify_params, knn_ids, knn_dists, control);
+  }
+
   std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
                                                  Metric metric) override {
     activate();

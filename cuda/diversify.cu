@@ -1,6 +1,6 @@
 // TSDG diversification (paper 003, section 3) on the device, one list per
-// block, the k-NN lists uploaded and the results downloaded a batch of nodes
-// at a time:
+// block, the k-NN lists taken (uploaded from the host, or read where GNND left
+// them on the device) and the results downloaded a batch of nodes at a time:
 //   prune_relaxed_kernel    stage 1: relaxed occlusion (Inequation 2, alpha)
 //   count/fill_reverse      the pruned graph's reverse edges as sorted CSR lists
 //   occlusion_rank_kernel   stage 2: forward + closest reverse edges (<= 2R),
@@ -244,9 +244,17 @@ unsigned blocks_for(int64_t items, int threads) {
   return static_cast<unsigned>((items + threads - 1) / threads);
 }
 
-void validate(MatrixView data, const KnnGraph& knn, const DiversifyParams& params) {
-  if (knn.nodes != data.rows) throw Error(Status::InvalidArgument, "diversify: graph and data sizes differ");
-  if (knn.k < 1 || knn.k > kMaxList) {
+// The k-NN lists diversify reads: host arrays are uploaded a batch at a time,
+// device arrays are read in place.
+struct KnnLists {
+  const uint32_t* ids;
+  const float* dists;
+  int k;
+  bool on_device;
+};
+
+void check_params(int k, const DiversifyParams& params) {
+  if (k < 1 || k > kMaxList) {
     throw Error(Status::InvalidArgument, "GPU diversify supports k-NN lists of 1.." + std::to_string(kMaxList));
   }
   if (params.degree < 1 || 2 * params.degree > kMaxList) {
@@ -256,6 +264,11 @@ void validate(MatrixView data, const KnnGraph& knn, const DiversifyParams& param
   if (params.lambda0 < 0 || params.lambda0 > 254) {
     throw Error(Status::InvalidArgument, "diversify: lambda0 must be in [0, 254]");
   }
+}
+
+void validate(MatrixView data, const KnnGraph& knn, const DiversifyParams& params) {
+  if (knn.nodes != data.rows) throw Error(Status::InvalidArgument, "diversify: graph and data sizes differ");
+  check_params(knn.k, params);
   for (uint32_t id : knn.ids) {
     if (id != kInvalidId && id >= static_cast<uint64_t>(knn.nodes)) {
       throw Error(Status::InvalidArgument, "diversify: neighbor id " + std::to_string(id) + " out of range");
@@ -263,11 +276,10 @@ void validate(MatrixView data, const KnnGraph& knn, const DiversifyParams& param
   }
 }
 
-}  // namespace
-
-TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const KnnGraph& knn,
-                    const DiversifyParams& params, const RunControl& control) {
-  validate(data, knn, params);
+// Both stages on device_rows (data's rows on the device; data itself is read
+// on the host by the component linking).
+TsdgGraph diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
+                          const KnnLists& knn, const DiversifyParams& params, const RunControl& control) {
   const int64_t n = data.rows;
   const int k = knn.k;
   const int degree = params.degree;
@@ -275,16 +287,14 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
   if (n == 0) return graph;
   cudaStream_t stream = ctx.stream.get();
   const int64_t batch = std::min<int64_t>(n, kBatchNodes);
-  const size_t data_bytes = static_cast<size_t>(n) * data.dim * sizeof(float);
   const size_t pruned_bytes = static_cast<size_t>(n) * k * (4 + 4 + 8) + static_cast<size_t>(n) * 24;
-  const size_t batch_bytes = static_cast<size_t>(batch) * (k * 8 + degree * 5);
-  require_device_memory(data_bytes + pruned_bytes + batch_bytes, "diversification of this graph");
+  const size_t batch_bytes = static_cast<size_t>(batch) * ((knn.on_device ? 0 : k * 8) + degree * 5);
+  require_device_memory(pruned_bytes + batch_bytes, "diversification of this graph");
   control.set_total(2 * n);
   PhaseTrace trace("diversify", stream);
 
-  DeviceMatrix rows = DeviceMatrix::upload(data, stream);
-  DeviceBuffer<uint32_t> batch_ids(static_cast<size_t>(batch) * k);
-  DeviceBuffer<float> batch_dists(static_cast<size_t>(batch) * k);
+  DeviceBuffer<uint32_t> batch_ids(knn.on_device ? 0 : static_cast<size_t>(batch) * k);
+  DeviceBuffer<float> batch_dists(knn.on_device ? 0 : static_cast<size_t>(batch) * k);
   DeviceBuffer<uint32_t> pruned_ids(static_cast<size_t>(n) * k);
   DeviceBuffer<float> pruned_dists(static_cast<size_t>(n) * k);
   DeviceBuffer<int> pruned_count(n);
@@ -292,12 +302,18 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
   for (int64_t first = 0; first < n; first += batch) {
     control.throw_if_cancelled();
     const int64_t count = std::min(batch, n - first);
-    copy_to_device(batch_ids.data(), knn.ids.data() + first * k, static_cast<size_t>(count) * k, stream);
-    copy_to_device(batch_dists.data(), knn.dists.data() + first * k, static_cast<size_t>(count) * k, stream);
+    const uint32_t* list_ids = knn.ids + first * k;
+    const float* list_dists = knn.dists + first * k;
+    if (!knn.on_device) {
+      copy_to_device(batch_ids.data(), list_ids, static_cast<size_t>(count) * k, stream);
+      copy_to_device(batch_dists.data(), list_dists, static_cast<size_t>(count) * k, stream);
+      list_ids = batch_ids.data();
+      list_dists = batch_dists.data();
+    }
     dispatch_metric(metric, [&](auto tag) {
       constexpr Metric M = decltype(tag)::value;
       prune_relaxed_kernel<M><<<static_cast<unsigned>(count), kThreads, 0, stream>>>(
-          batch_ids.data(), batch_dists.data(), k, first, rows.values.data(), data.dim, params.alpha,
+          list_ids, list_dists, k, first, device_rows, data.dim, params.alpha,
           pruned_ids.data(), pruned_dists.data(), pruned_count.data());
       check_launch("prune_relaxed_kernel");
     });
@@ -305,7 +321,7 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
     control.add_done(count);
   }
 
-  trace.mark("upload + stage 1");
+  trace.mark(knn.on_device ? "stage 1" : "upload + stage 1");
   // Reverse edges as CSR: counts, offsets by a scan, fill, then each node's
   // segment sorted by (distance, id).
   DeviceBuffer<int> reverse_count(n);
@@ -353,7 +369,7 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
       constexpr Metric M = decltype(tag)::value;
       occlusion_rank_kernel<M><<<static_cast<unsigned>(count), kThreads, 0, stream>>>(
           pruned_ids.data(), pruned_dists.data(), pruned_count.data(), k, offsets.data(),
-          sorted_keys.data(), first, rows.values.data(), data.dim, degree, params.lambda0,
+          sorted_keys.data(), first, device_rows, data.dim, degree, params.lambda0,
           out_ids.data(), out_lambdas.data());
       check_launch("occlusion_rank_kernel");
     });
@@ -367,6 +383,25 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
   const int64_t bridges = connect_components(data, graph, control);
   trace.mark("connect components (host)", bridges);
   return graph;
+}
+
+}  // namespace
+
+TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const KnnGraph& knn,
+                    const DiversifyParams& params, const RunControl& control) {
+  validate(data, knn, params);
+  require_device_memory(static_cast<size_t>(data.rows) * data.dim * sizeof(float), "the rows to diversify");
+  DeviceMatrix rows = DeviceMatrix::upload(data, ctx.stream.get());
+  return diversify_lists(ctx, data, rows.values.data(), metric,
+                         KnnLists{knn.ids.data(), knn.dists.data(), knn.k, false}, params, control);
+}
+
+TsdgGraph diversify_resident(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
+                             const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
+                             const DiversifyParams& params, const RunControl& control) {
+  check_params(k, params);
+  return diversify_lists(ctx, data, device_rows, metric, KnnLists{device_knn_ids, device_knn_dists, k, true},
+                         params, control);
 }
 
 }  // namespace tsdg::cuda

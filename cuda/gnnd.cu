@@ -489,12 +489,16 @@ void run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* dat
   }
 }
 
-KnnGraph download_sorted_lists(DeviceContext& ctx, GnndWorkspace& ws) {
-  cudaStream_t stream = ctx.stream.get();
+void sort_lists(GnndWorkspace& ws, cudaStream_t stream) {
   const size_t list_shared = static_cast<size_t>(kListWarpsPerBlock) * 2 * ws.k * sizeof(float);
   sort_lists_kernel<<<grid_for(ws.nodes, kListWarpsPerBlock), kListWarpsPerBlock * kWarpSize,
                       list_shared, stream>>>(ws.ids.data(), ws.dists.data(), ws.nodes, ws.k);
   check_launch("sort_lists_kernel");
+}
+
+KnnGraph download_sorted_lists(DeviceContext& ctx, GnndWorkspace& ws) {
+  cudaStream_t stream = ctx.stream.get();
+  sort_lists(ws, stream);
   KnnGraph graph(ws.nodes, ws.k);
   copy_to_host(graph.ids.data(), ws.ids.data(), graph.ids.size(), stream);
   copy_to_host(graph.dists.data(), ws.dists.data(), graph.dists.size(), stream);

@@ -52,7 +52,9 @@ void run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* dat
                          Metric metric, const GnndParams& params, int64_t split,
                          const RunControl& control);
 
-// Sorts every list (merging its segments), clears the flags, copies to host.
+// Sorts every list (merging its segments) and clears the flags, on the device.
+void sort_lists(GnndWorkspace& ws, cudaStream_t stream);
+// sort_lists, then the lists copied to host.
 KnnGraph download_sorted_lists(DeviceContext& ctx, GnndWorkspace& ws);
 
 // The exact graph through the brute force, for sets too small for sampling.

@@ -52,5 +52,18 @@ KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const Knn
 // diversify.cu: both TSDG stages (paper 003, section 3).
 TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const KnnGraph& knn,
                     const DiversifyParams& params, const RunControl& control);
+// The same with data's rows and the sorted k-NN lists (nodes * k, flags
+// cleared) already on the device.
+TsdgGraph diversify_resident(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
+                             const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
+                             const DiversifyParams& params, const RunControl& control);
+
+// index_build.cu: GNND then both TSDG stages with the rows and the k-NN lists
+// kept on the device between them; the k-NN lists go to knn_ids / knn_dists
+// (nodes * gnnd.k, each nullable). Sets that do not fit take the two steps
+// apart (GNND by shards when needed).
+TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& gnnd,
+                           const DiversifyParams& diversify, uint32_t* knn_ids, float* knn_dists,
+                           const RunControl& control);
 
 }  // namespace tsdg::cuda

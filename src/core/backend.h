@@ -45,6 +45,14 @@ class Backend {
   virtual TsdgGraph diversify(MatrixView data, Metric metric, const KnnGraph& knn,
                               const DiversifyParams& params, const RunControl& control) = 0;
 
+  // An index's build: GNND, then both TSDG stages (control.set_phase says
+  // which runs). The k-NN lists go to knn_ids / knn_dists (rows * gnnd.k,
+  // each nullable). By default the two calls above; the GPU keeps the rows
+  // and the lists on the device between them.
+  virtual TsdgGraph build_tsdg_graph(MatrixView data, Metric metric, const GnndParams& gnnd,
+                                     const DiversifyParams& diversify, uint32_t* knn_ids,
+                                     float* knn_dists, const RunControl& control);
+
   // The data and graph must outlive the returned index.
   virtual std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
                                                          Metric metric) = 0;

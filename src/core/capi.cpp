@@ -45,6 +45,11 @@ struct TsdgSearch {
   char message[TSDG_ERROR_MESSAGE_LEN] = {0};
 };
 
+static_assert(static_cast<int>(tsdg::Phase::KnnGraph) == TSDG_PHASE_KNN_GRAPH &&
+                  static_cast<int>(tsdg::Phase::Diversify) == TSDG_PHASE_DIVERSIFY &&
+                  static_cast<int>(tsdg::Phase::Merge) == TSDG_PHASE_MERGE,
+              "tsdg::Phase follows TsdgBuildPhase");
+
 namespace {
 
 using tsdg::Error;
@@ -185,11 +190,13 @@ tsdg::KnnGraph exact_graph(tsdg::Backend& backend, tsdg::MatrixView data, tsdg::
   return graph;
 }
 
+bool wants_exact_graph(tsdg::MatrixView data, const tsdg::GnndParams& params) {
+  return data.rows <= std::max<int64_t>(kExactGraphRows, 4 * int64_t{params.k});
+}
+
 tsdg::KnnGraph knn_graph(tsdg::Backend& backend, tsdg::MatrixView data, tsdg::Metric metric,
                          const tsdg::GnndParams& params, const tsdg::RunControl& control) {
-  if (data.rows <= std::max<int64_t>(kExactGraphRows, 4 * int64_t{params.k})) {
-    return exact_graph(backend, data, metric, params.k, control);
-  }
+  if (wants_exact_graph(data, params)) return exact_graph(backend, data, metric, params.k, control);
   return backend.build_knn_graph(data, metric, params, control);
 }
 
@@ -203,10 +210,10 @@ void copy_graph_out(const tsdg::TsdgGraph& graph, int degree, uint32_t* neighbor
 }
 
 void copy_knn_out(const tsdg::KnnGraph& knn, int k, uint32_t* ids, float* dists) {
-  if (ids == nullptr || dists == nullptr) return;
+  if (ids == nullptr && dists == nullptr) return;
   if (knn.k != k) throw Error(Status::Internal, "the backend returned a k-NN graph of another k");
-  std::copy(knn.ids.begin(), knn.ids.end(), ids);
-  std::copy(knn.dists.begin(), knn.dists.end(), dists);
+  if (ids != nullptr) std::copy(knn.ids.begin(), knn.ids.end(), ids);
+  if (dists != nullptr) std::copy(knn.dists.begin(), knn.dists.end(), dists);
 }
 
 // Runs work(control, phase) on a worker thread with a thread pool, while the
@@ -224,6 +231,7 @@ void run_polled(int threads, TsdgPollFn poll, void* poll_arg, Work work) {
   control.cancel = &cancel;
   control.progress_done = &done;
   control.progress_total = &total;
+  control.phase = &phase;
 
   std::mutex mutex;
   std::condition_variable finished_signal;
@@ -344,11 +352,16 @@ TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, 
     const tsdg::DiversifyParams diversify = diversify_params(*params);
     run_polled(params->threads, poll, poll_arg,
                [&](const tsdg::RunControl& control, std::atomic<int>& phase) {
-                 const tsdg::KnnGraph knn = knn_graph(b, data, m, gnnd, control);
-                 phase.store(TSDG_PHASE_DIVERSIFY);
-                 const tsdg::TsdgGraph graph = b.diversify(data, m, knn, diversify, control);
+                 tsdg::TsdgGraph graph;
+                 if (wants_exact_graph(data, gnnd)) {
+                   const tsdg::KnnGraph knn = exact_graph(b, data, m, gnnd.k, control);
+                   copy_knn_out(knn, params->build_k, knn_ids, knn_dists);
+                   phase.store(TSDG_PHASE_DIVERSIFY);
+                   graph = b.diversify(data, m, knn, diversify, control);
+                 } else {
+                   graph = b.build_tsdg_graph(data, m, gnnd, diversify, knn_ids, knn_dists, control);
+                 }
                  copy_graph_out(graph, params->degree, neighbors, lambdas);
-                 copy_knn_out(knn, params->build_k, knn_ids, knn_dists);
                });
   });
 }

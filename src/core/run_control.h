@@ -11,11 +11,16 @@ namespace tsdg {
 
 class ThreadPool;
 
+// The step a multi-step call is in (RunControl::set_phase); the values are
+// the C API's TsdgBuildPhase.
+enum class Phase : int { KnnGraph = 1, Diversify = 2, Merge = 3 };
+
 struct RunControl {
   ThreadPool* pool = nullptr;                   // nullptr: run on the calling thread
   const std::atomic<bool>* cancel = nullptr;    // set by the caller on interrupt
   std::atomic<int64_t>* progress_done = nullptr;   // optional: work units finished
   std::atomic<int64_t>* progress_total = nullptr;  // optional: work units planned
+  std::atomic<int>* phase = nullptr;               // optional: the step running (Phase)
 
   bool cancelled() const { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
   void throw_if_cancelled() const {
@@ -27,6 +32,9 @@ struct RunControl {
   }
   void add_done(int64_t units) const {
     if (progress_done) progress_done->fetch_add(units, std::memory_order_relaxed);
+  }
+  void set_phase(Phase step) const {
+    if (phase) phase->store(static_cast<int>(step), std::memory_order_relaxed);
   }
 };
 

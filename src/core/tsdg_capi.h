@@ -103,8 +103,8 @@ void		tsdg_build_params_default(TsdgBuildParams *params);
 /*
  * Build the search graph of n rows (GNND, then both TSDG stages). For cosine the
  * rows must already be normalized. Writes neighbors[n * degree] (TSDG_INVALID_ID
- * padded) and lambdas[n * degree]. If knn_ids/knn_dists are not NULL, the k-NN
- * graph (n * build_k) is written there too, for later merges.
+ * padded) and lambdas[n * degree]. The k-NN graph (n * build_k) is written to
+ * knn_ids and its distances to knn_dists, each when not NULL, for later merges.
  */
 TsdgStatus	tsdg_build_graph(TsdgBackend *backend, const float *rows, int64_t n, int dim,
 							 TsdgMetric metric, const TsdgBuildParams *params,

@@ -312,7 +312,6 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 {
 	TsdgError	error;
 	TsdgStatus	status;
-	float	   *knn_dists;
 
 	if (tsdg_device == TSDG_DEVICE_GPU && !TsdgWorkerUsable())
 		ereport(ERROR,
@@ -328,13 +327,10 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 		return true;
 	}
 
-	/* the core returns the k-NN lists with their distances, which the pages do not keep */
-	knn_dists = MemoryContextAllocHuge(CurrentMemoryContext,
-									   sizeof(float) * bs->params.build_k * bs->count);
+	/* the pages keep the k-NN ids only, not their distances */
 	status = tsdg_build_graph(NULL, bs->rows, bs->count, bs->dims, bs->metric, &bs->params,
-							  neighbors, lambdas, bs->knn_ids, knn_dists,
+							  neighbors, lambdas, bs->knn_ids, NULL,
 							  TsdgBuildPoll, bs, &error);
-	pfree(knn_dists);
 	TsdgReportCoreError(status, &error, "index build");
 	return false;
 }

@@ -719,7 +719,6 @@ ServeBuild(TakenRequest *t)
 	uint32	   *neighbors;
 	uint8	   *lambdas;
 	uint32	   *knn_ids;
-	float	   *knn_dists = NULL;
 
 	t->done = true;
 	if (!MapBulk(&t->copy, &map))
@@ -740,16 +739,6 @@ ServeBuild(TakenRequest *t)
 					  "the build's shared memory segment is smaller than its rows");
 		return;
 	}
-	/* the session stores the k-NN ids only: their distances stay here */
-	if (knn_ids != NULL &&
-		(knn_dists = malloc(sizeof(float) * args->params.build_k * (Size) args->n)) == NULL)
-	{
-		UnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OUT_OF_MEMORY, 0, NULL, NULL, NULL, 0,
-					  "out of host memory for the k-NN distances");
-		return;
-	}
-
 	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
 	ereport(LOG,
 			(errmsg("pg_tsdg GPU worker: building the graph of %lld rows of %d dimensions for index %u/%u on %s",
@@ -757,17 +746,15 @@ ServeBuild(TakenRequest *t)
 					tsdg_backend_name(device_backend))));
 	start = GetCurrentTimestamp();
 	status = tsdg_build_graph(device_backend, rows, args->n, args->dims, args->metric,
-							  &args->params, neighbors, lambdas, knn_ids, knn_dists,
+							  &args->params, neighbors, lambdas, knn_ids, NULL,
 							  BuildPoll, &poll, &error);
 	if (status == TSDG_ERR_OUT_OF_MEMORY && LeastRecentlyUsed() != NULL)
 	{
 		EvictAll("device out of memory for a build");
 		status = tsdg_build_graph(device_backend, rows, args->n, args->dims, args->metric,
-								  &args->params, neighbors, lambdas, knn_ids, knn_dists,
+								  &args->params, neighbors, lambdas, knn_ids, NULL,
 								  BuildPoll, &poll, &error);
 	}
-	free(knn_dists);
-
 	if (status == TSDG_OK)
 	{
 		pg_atomic_fetch_add_u64(&TsdgShared->builds, 1);

@@ -1,0 +1,69 @@
+// The build of an index on the GPU: GNND (gnnd.cu), then both TSDG stages
+// (diversify.cu), with the rows and the k-NN lists left on the device between
+// them. Taking the lists to the host and back cost more than GNND itself at
+// 1M rows (docs/benchmarks.md); here only the lists the caller keeps and the
+// search graph come back.
+#include <algorithm>
+
+#include "gnnd_workspace.h"
+#include "gpu_algorithms.h"
+#include "knn_lists.cuh"
+#include "phase_trace.h"
+
+namespace tsdg::cuda {
+namespace {
+
+// The rows, GNND's workspace and what diversification adds (pruned lists,
+// reverse edges), all at once.
+size_t build_bytes(MatrixView data, int k, int samples) {
+  const size_t n = static_cast<size_t>(data.rows);
+  return n * data.dim * sizeof(float) + GnndWorkspace::bytes_needed(data.rows, k, samples) +
+         n * k * (16 + 16) + n * 24;
+}
+
+TsdgGraph build_in_two_steps(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& gnnd,
+                             const DiversifyParams& diversify_params, uint32_t* knn_ids, float* knn_dists,
+                             const RunControl& control) {
+  control.set_phase(Phase::KnnGraph);
+  const KnnGraph knn = gnnd_build(ctx, data, metric, gnnd, control);
+  if (knn_ids != nullptr) std::copy(knn.ids.begin(), knn.ids.end(), knn_ids);
+  if (knn_dists != nullptr) std::copy(knn.dists.begin(), knn.dists.end(), knn_dists);
+  control.set_phase(Phase::Diversify);
+  return diversify(ctx, data, metric, knn, diversify_params, control);
+}
+
+}  // namespace
+
+TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& gnnd,
+                           const DiversifyParams& diversify_params, uint32_t* knn_ids, float* knn_dists,
+                           const RunControl& control) {
+  const int samples = checked_sample_count(gnnd);
+  if (data.rows <= 4 * static_cast<int64_t>(gnnd.k) || data.rows >= static_cast<int64_t>(kIdMask) ||
+      build_bytes(data, gnnd.k, samples) > usable_device_memory()) {
+    return build_in_two_steps(ctx, data, metric, gnnd, diversify_params, knn_ids, knn_dists, control);
+  }
+  cudaStream_t stream = ctx.stream.get();
+  PhaseTrace trace("build", stream);
+  control.set_phase(Phase::KnnGraph);
+  DeviceMatrix rows = DeviceMatrix::upload(data, stream);
+  GnndWorkspace ws(data.rows, gnnd.k, samples);
+  ws.clear(stream);
+  fill_random_lists(ws, rows.values.data(), data.dim, metric, gnnd.seed, stream);
+  run_gnnd_iterations(ctx, ws, rows.values.data(), data.dim, metric, gnnd, -1, control);
+  sort_lists(ws, stream);
+  trace.mark("gnnd");
+  const size_t entries = static_cast<size_t>(data.rows) * gnnd.k;
+  if (knn_ids != nullptr) copy_to_host(knn_ids, ws.ids.data(), entries, stream);
+  if (knn_dists != nullptr) copy_to_host(knn_dists, ws.dists.data(), entries, stream);
+  ctx.stream.synchronize();
+  trace.mark("k-NN lists to the host");
+  // Only the sorted lists are read from here on.
+  ws.locks.release();
+  ws.new_samples.release();
+  ws.old_samples.release();
+  control.set_phase(Phase::Diversify);
+  return diversify_resident(ctx, data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), gnnd.k,
+                            diversify_params, control);
+}
+
+}  // namespace tsdg::cuda
