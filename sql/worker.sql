@@ -113,6 +113,27 @@ FROM tsdg_search_batch_arrays('wb_l2', (SELECT array_agg(v ORDER BY q) FROM wq),
 JOIN warrays w USING (query) ORDER BY a.query;
 RESET tsdg.device;
 
+-- a large array kept in a table is read from its TOAST table in slices (the
+-- elements cross slice boundaries): the answers of the same array built in
+-- the query
+RESET tsdg.ef_search;
+CREATE TABLE wbig (a vector[]);
+ALTER TABLE wbig ALTER COLUMN a SET STORAGE EXTERNAL;
+CREATE VIEW wbig_queries AS
+	SELECT n, (SELECT v FROM wb WHERE id = 1 + (n * 7919) % 1550) AS v FROM generate_series(1, 8000) n;
+INSERT INTO wbig SELECT array_agg(v ORDER BY n) FROM wbig_queries;
+SELECT pg_column_size(a) > 300000 AS out_of_line_size FROM wbig;
+SELECT (SELECT md5(string_agg(b.query || ':' || b.tids::text || ':' || b.distances::text, ',' ORDER BY b.query))
+		FROM tsdg_search_batch_arrays('wb_l2', (SELECT a FROM wbig), 5) b)
+	= (SELECT md5(string_agg(b.query || ':' || b.tids::text || ':' || b.distances::text, ',' ORDER BY b.query))
+		FROM tsdg_search_batch_arrays('wb_l2', (SELECT array_agg(v ORDER BY n) FROM wbig_queries), 5) b) AS arrays_same,
+	(SELECT md5(string_agg(b.query || ':' || b.tid || ':' || b.distance, ',' ORDER BY b.query, b.distance, b.tid))
+		FROM tsdg_search_batch('wb_l2', (SELECT a FROM wbig), 5) b)
+	= (SELECT md5(string_agg(b.query || ':' || b.tid || ':' || b.distance, ',' ORDER BY b.query, b.distance, b.tid))
+		FROM tsdg_search_batch('wb_l2', (SELECT array_agg(v ORDER BY n) FROM wbig_queries), 5) b) AS rows_same,
+	(SELECT count(*) FROM tsdg_search_batch_arrays('wb_l2', (SELECT a FROM wbig), 5)) AS queries;
+SET tsdg.ef_search = 400;
+
 -- a row per query: an empty array has none, a zero query under cosine has no neighbor
 SELECT count(*) FROM tsdg_search_batch_arrays('wb_l2', ARRAY[]::vector[], 4);
 SELECT query, cardinality(tids) AS found, cardinality(distances) AS distances
@@ -130,6 +151,7 @@ SELECT * FROM tsdg_search_batch_arrays('wb_l2', ARRAY['[1,2,3]']::vector[], 4);
 SELECT * FROM tsdg_search_batch_arrays('wb_l2', ARRAY[(SELECT v FROM wq WHERE q = 1)], 1001);
 SELECT * FROM tsdg_search_batch_arrays('wb_id', ARRAY[(SELECT v FROM wq WHERE q = 1)], 4);
 
-DROP TABLE wb, wq, wempty, wsmall, warrays;
+DROP VIEW wbig_queries;
+DROP TABLE wb, wq, wempty, wsmall, warrays, wbig;
 DROP FUNCTION arrays_vs_rows(regclass, int);
 DROP FUNCTION batch_vs_exact(regclass, text, int);

@@ -34,6 +34,7 @@
 #include "utils/timestamp.h"
 
 #include "tsdg.h"
+#include "tsdgqueryarray.h"
 #include "tsdgworker.h"
 
 #define TSDG_BATCH_MAX_K	1000
@@ -42,56 +43,6 @@
 
 PG_FUNCTION_INFO_V1(tsdg_search_batch);
 PG_FUNCTION_INFO_V1(tsdg_search_batch_arrays);
-
-/* the queries of the array as one matrix; NULL and zero (cosine) queries have no row */
-typedef struct TsdgBatchQueries
-{
-	int			count;			/* elements of the array */
-	int			searchable;		/* rows of matrix */
-	int		   *ordinal;		/* per matrix row: its position in the array, from 1 */
-	float	   *matrix;
-} TsdgBatchQueries;
-
-/* the elements of the array; their count sizes the matrix */
-static void
-TsdgDeconstructQueries(ArrayType *array, Datum **elems, bool **nulls, int *count)
-{
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-
-	if (ARR_NDIM(array) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("tsdg_search_batch takes a one-dimensional array of queries")));
-	get_typlenbyvalalign(ARR_ELEMTYPE(array), &typlen, &typbyval, &typalign);
-	deconstruct_array(array, ARR_ELEMTYPE(array), typlen, typbyval, typalign,
-					  elems, nulls, count);
-}
-
-/* Fills queries->matrix (room for every element) with the searchable queries. */
-static void
-TsdgCollectQueries(const Datum *elems, const bool *nulls, TsdgMetric metric, int dims,
-				   TsdgBatchQueries *queries)
-{
-	queries->searchable = 0;
-	queries->ordinal = palloc(sizeof(int) * Max(queries->count, 1));
-	for (int i = 0; i < queries->count; i++)
-	{
-		int			vec_dims;
-
-		if (nulls[i])
-			continue;
-		if (TsdgCopyVector(elems[i], metric, dims,
-						   queries->matrix + (Size) queries->searchable * dims, &vec_dims))
-			queries->ordinal[queries->searchable++] = i + 1;
-		else if (vec_dims != dims)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_EXCEPTION),
-					 errmsg("different vector dimensions %d and %d", dims, vec_dims),
-					 errdetail("Query %d of the batch does not match the index.", i + 1)));
-	}
-}
 
 /*
  * The function's tuplestore, allowed as much memory as the results it will
@@ -257,10 +208,8 @@ TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *functio
 				TsdgBatchCall *call)
 {
 	Oid			index_oid = PG_GETARG_OID(0);
-	ArrayType  *array;
+	TsdgQueryArray array;
 	TsdgBatchArea area;
-	Datum	   *elems;
-	bool	   *nulls;
 	Oid			heap_oid;
 	int			ef;
 
@@ -287,14 +236,9 @@ TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *functio
 	TsdgReadMeta(call->index, &call->meta);
 
 	call->start = GetCurrentTimestamp();
-	array = PG_GETARG_ARRAYTYPE_P(1);
+	TsdgOpenQueryArray(PG_GETARG_DATUM(1), nulls_allowed, function, &array);
 	call->detoasted_at = GetCurrentTimestamp();
-	if (!nulls_allowed && array_contains_nulls(array))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s does not take NULL queries", function),
-				 errhint("Leave the NULL elements out of the array, or use tsdg_search_batch, which skips them.")));
-	TsdgDeconstructQueries(array, &elems, &nulls, &call->queries.count);
+	call->queries.count = array.count;
 	call->queries.searchable = 0;
 	call->queries.ordinal = NULL;
 	call->worker_area = false;
@@ -318,7 +262,7 @@ TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *functio
 	else
 		call->queries.matrix = MemoryContextAllocHuge(CurrentMemoryContext,
 													  sizeof(float) * call->meta.dims * call->queries.count);
-	TsdgCollectQueries(elems, nulls, (TsdgMetric) call->meta.metric, call->meta.dims, &call->queries);
+	TsdgCollectQueries(&array, (TsdgMetric) call->meta.metric, call->meta.dims, &call->queries);
 	call->collected_at = GetCurrentTimestamp();
 	if (call->queries.searchable == 0)
 	{
