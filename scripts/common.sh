@@ -74,6 +74,21 @@ start_cluster() {
   export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 }
 
+# Waits until the GPU worker of the cluster (PGHOST/PGPORT) is ready; a worker
+# that found no GPU makes the calling test skip (exit 0). Returns 1 when the
+# worker is not ready after 30 s.
+wait_for_worker_or_skip() {
+  local backend=$1 state=""
+  for _ in $(seq 1 300); do
+    state=$(psql -X -At -c "SELECT state FROM tsdg_gpu_status()" 2>/dev/null)
+    [ "$state" = ready ] && return 0
+    [ "$state" = "no gpu" ] && { echo "SKIP: no GPU for tsdg.worker_backend = $backend"; exit 0; }
+    sleep 0.1
+  done
+  echo "the worker is not ready after 30 s: $state"
+  return 1
+}
+
 stop_cluster() {
   local dir=$1
   as_cluster_user pg_ctl -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true

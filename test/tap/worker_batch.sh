@@ -22,15 +22,7 @@ sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
 fail() { echo "FAIL: $*"; tail -30 "$dir/server.log"; exit 1; }
 
 sql -c "CREATE EXTENSION pg_tsdg"
-for _ in $(seq 1 300); do
-  [ "$(sql -At -c "SELECT state FROM tsdg_gpu_status()")" = ready ] && break
-  sleep 0.1
-done
-state=$(sql -At -c "SELECT state FROM tsdg_gpu_status()")
-if [ "$state" != ready ]; then
-  [ "$state" = "no gpu" ] && { echo "SKIP: no GPU for tsdg.worker_backend = $backend"; exit 0; }
-  fail "the worker is not ready: $state"
-fi
+wait_for_worker_or_skip "$backend" || fail "the worker is not ready"
 
 sql <<'SQL'
 SELECT setseed(0.75) \g /dev/null

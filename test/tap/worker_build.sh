@@ -27,15 +27,7 @@ finds_itself() {
 }
 
 sql -c "CREATE EXTENSION pg_tsdg"
-for _ in $(seq 1 300); do
-  [ "$(sql -At -c "SELECT state FROM tsdg_gpu_status()")" = ready ] && break
-  sleep 0.1
-done
-state=$(sql -At -c "SELECT state FROM tsdg_gpu_status()")
-if [ "$state" != ready ]; then
-  [ "$state" = "no gpu" ] && { echo "SKIP: no GPU for tsdg.worker_backend = $backend"; exit 0; }
-  fail "the worker is not ready: $state"
-fi
+wait_for_worker_or_skip "$backend" || fail "the worker is not ready"
 
 # 1. The estimate falls short: ANALYZE sees 300 wide rows (about 6 a page),
 # which are deleted, and 6000 narrow rows are added without a new ANALYZE, so
