@@ -59,8 +59,11 @@ class CudaBackend final : public Backend {
   TsdgGraph build_tsdg_graph(MatrixView data, Metric metric, const GnndParams& gnnd,
                              const DiversifyParams& diversify_params, uint32_t* knn_ids, float* knn_dists,
                              const RunControl& control) override {
+    activate();  // the memory the fit is judged by is the current device's
+    if (!cuda::build_fits_on_device(data, gnnd)) {
+      return Backend::build_tsdg_graph(data, metric, gnnd, diversify_params, knn_ids, knn_dists, control);
+    }
     std::lock_guard<std::mutex> guard(mutex_);
-    activate();
     return cuda::build_tsdg_graph(*ctx_, data, metric, gnnd, diversify_params, knn_ids, knn_dists, control);
   }
 

@@ -60,8 +60,9 @@ TsdgGraph diversify_resident(DeviceContext& ctx, MatrixView data, const float* d
 
 // index_build.cu: GNND then both TSDG stages with the rows and the k-NN lists
 // kept on the device between them; the k-NN lists go to knn_ids / knn_dists
-// (nodes * gnnd.k, each nullable). Sets that do not fit take the two steps
-// apart (GNND by shards when needed).
+// (nodes * gnnd.k, each nullable). Only for sets build_fits_on_device accepts:
+// the others take the two steps apart (GNND by shards when needed).
+bool build_fits_on_device(MatrixView data, const GnndParams& gnnd);
 TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& gnnd,
                            const DiversifyParams& diversify, uint32_t* knn_ids, float* knn_dists,
                            const RunControl& control);

@@ -3,7 +3,6 @@
 // them. Taking the lists to the host and back cost more than GNND itself at
 // 1M rows (docs/benchmarks.md); here only the lists the caller keeps and the
 // search graph come back.
-#include <algorithm>
 
 #include "gnnd_workspace.h"
 #include "gpu_algorithms.h"
@@ -21,27 +20,17 @@ size_t build_bytes(MatrixView data, int k, int samples) {
          n * k * (16 + 16) + n * 24;
 }
 
-TsdgGraph build_in_two_steps(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& gnnd,
-                             const DiversifyParams& diversify_params, uint32_t* knn_ids, float* knn_dists,
-                             const RunControl& control) {
-  control.set_phase(Phase::KnnGraph);
-  const KnnGraph knn = gnnd_build(ctx, data, metric, gnnd, control);
-  if (knn_ids != nullptr) std::copy(knn.ids.begin(), knn.ids.end(), knn_ids);
-  if (knn_dists != nullptr) std::copy(knn.dists.begin(), knn.dists.end(), knn_dists);
-  control.set_phase(Phase::Diversify);
-  return diversify(ctx, data, metric, knn, diversify_params, control);
-}
-
 }  // namespace
+
+bool build_fits_on_device(MatrixView data, const GnndParams& gnnd) {
+  return data.rows > 4 * static_cast<int64_t>(gnnd.k) && data.rows < static_cast<int64_t>(kIdMask) &&
+         build_bytes(data, gnnd.k, checked_sample_count(gnnd)) <= usable_device_memory();
+}
 
 TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& gnnd,
                            const DiversifyParams& diversify_params, uint32_t* knn_ids, float* knn_dists,
                            const RunControl& control) {
   const int samples = checked_sample_count(gnnd);
-  if (data.rows <= 4 * static_cast<int64_t>(gnnd.k) || data.rows >= static_cast<int64_t>(kIdMask) ||
-      build_bytes(data, gnnd.k, samples) > usable_device_memory()) {
-    return build_in_two_steps(ctx, data, metric, gnnd, diversify_params, knn_ids, knn_dists, control);
-  }
   cudaStream_t stream = ctx.stream.get();
   PhaseTrace trace("build", stream);
   control.set_phase(Phase::KnnGraph);

@@ -16,9 +16,9 @@ namespace {
 // The batch-size threshold has the paper's form (a * SMs + b) / d, fitted to
 // the beam-search small-batch kernel on an H200 (132 SMs, 1M x 128 hard data,
 // docs/benchmarks.md): it is the faster one at 2,000 queries and the
-// large-batch kernel at 10,000; this puts the switch near 4,000 at d = 128.
+// large-batch kernel at 10,000; this puts the switch near 4,000 at d = 128
+// (the paper's b is 0 here).
 constexpr int64_t kThresholdPerSm = 3900;
-constexpr int64_t kThresholdBase = 0;
 constexpr int64_t kMaxRowsPerLaunch = 1 << 16;
 constexpr int kKernelAuto = 0;
 constexpr int kKernelSmallBatch = 1;
@@ -83,7 +83,7 @@ size_t CudaSearchIndex::memory_bytes() const {
 }
 
 int64_t CudaSearchIndex::small_batch_limit() const {
-  return (kThresholdPerSm * sm_count_ + kThresholdBase) / std::max(dim_, 1);
+  return kThresholdPerSm * sm_count_ / std::max(dim_, 1);
 }
 
 void CudaSearchIndex::reserve_batch(int64_t rows, int k) {

@@ -152,6 +152,18 @@ FindResident(const TsdgIndexKey *key)
 	return NULL;
 }
 
+/* the host arrays of a resident index, and its slot cleared */
+static void
+ReleaseResidentArrays(ResidentIndex *r)
+{
+	free(r->tids);
+	free(r->flags);
+	free(r->rows);
+	free(r->neighbors);
+	free(r->lambdas);
+	memset(r, 0, sizeof(ResidentIndex));
+}
+
 static void
 FreeResident(ResidentIndex *r, const char *why)
 {
@@ -160,12 +172,7 @@ FreeResident(ResidentIndex *r, const char *why)
 					r->key.database, r->key.relfilenode, r->key.graph_version,
 					(long long) (r->bytes >> 20), why)));
 	tsdg_index_free(r->index);
-	free(r->tids);
-	free(r->flags);
-	free(r->rows);
-	free(r->neighbors);
-	free(r->lambdas);
-	memset(r, 0, sizeof(ResidentIndex));
+	ReleaseResidentArrays(r);
 }
 
 static ResidentIndex *
@@ -274,12 +281,7 @@ AddResident(const TsdgIndexKey *key, const float *rows, int64 n, int dims, int d
 		(device_backend == NULL && (r->neighbors == NULL || r->lambdas == NULL)))
 	{
 		strlcpy(error->message, "out of host memory for the index copy", sizeof(error->message));
-		free(r->tids);
-		free(r->flags);
-		free(r->rows);
-		free(r->neighbors);
-		free(r->lambdas);
-		memset(r, 0, sizeof(ResidentIndex));
+		ReleaseResidentArrays(r);
 		return TSDG_ERR_OUT_OF_MEMORY;
 	}
 
@@ -294,12 +296,7 @@ AddResident(const TsdgIndexKey *key, const float *rows, int64 n, int dims, int d
 	}
 	if (r->index == NULL)
 	{
-		free(r->tids);
-		free(r->flags);
-		free(r->rows);
-		free(r->neighbors);
-		free(r->lambdas);
-		memset(r, 0, sizeof(ResidentIndex));
+		ReleaseResidentArrays(r);
 		return strstr(error->message, "memory") != NULL ? TSDG_ERR_OUT_OF_MEMORY : TSDG_ERR_DEVICE;
 	}
 

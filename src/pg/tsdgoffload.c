@@ -260,6 +260,18 @@ TsdgHandleReply(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey
 	return false;
 }
 
+static void
+TsdgSetSearchArgs(TsdgSearchArgs *args, const TsdgIndexKey *key, int dims, int k, int ef,
+				  int lambda_limit, int nq)
+{
+	args->key = *key;
+	args->dims = dims;
+	args->k = k;
+	args->ef = ef;
+	args->lambda_limit = lambda_limit;
+	args->nq = nq;
+}
+
 bool
 TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *query,
 				 int max_results, int ef, int lambda_limit,
@@ -279,12 +291,7 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 		bool		answered;
 		TimestampTz submitted_at;
 
-		slot->args.search.key = key;
-		slot->args.search.dims = meta->dims;
-		slot->args.search.k = max_results;
-		slot->args.search.ef = ef;
-		slot->args.search.lambda_limit = lambda_limit;
-		slot->args.search.nq = 1;
+		TsdgSetSearchArgs(&slot->args.search, &key, meta->dims, max_results, ef, lambda_limit, 1);
 		memcpy(TsdgSlotQuery(slot), query, sizeof(float) * meta->dims);
 		submitted_at = GetCurrentTimestamp();
 		request_id = TsdgIpcSubmit(slot);
@@ -427,12 +434,7 @@ TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int 
 		uint64		request_id;
 		bool		answered;
 
-		slot->args.search.key = key;
-		slot->args.search.dims = meta->dims;
-		slot->args.search.k = k;
-		slot->args.search.ef = ef;
-		slot->args.search.lambda_limit = lambda_limit;
-		slot->args.search.nq = nq;
+		TsdgSetSearchArgs(&slot->args.search, &key, meta->dims, k, ef, lambda_limit, nq);
 		slot->in_batch_area = batch_in_area;
 		slot->bulk_handle = batch_in_area ? 0 : dsm_segment_handle(batch_segment);
 		slot->bulk_size = batch_layout.total_size;
