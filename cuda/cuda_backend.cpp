@@ -67,6 +67,11 @@ class CudaBackend final : public Backend {
     return cuda::build_tsdg_graph(*ctx_, data, metric, gnnd, diversify_params, knn_ids, knn_dists, control);
   }
 
+  void pin_host_memory(void* address, size_t bytes) override {
+    activate();
+    TSDG_CUDA_CHECK(cudaHostRegister(address, bytes, cudaHostRegisterPortable));
+  }
+
   std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
                                                  Metric metric) override {
     activate();

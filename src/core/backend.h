@@ -53,6 +53,14 @@ class Backend {
                                      const DiversifyParams& diversify, uint32_t* knn_ids,
                                      float* knn_dists, const RunControl& control);
 
+  // Page-locks host memory that batches of queries are read from again and
+  // again (the worker's batch area), so that copies out of it run at DMA
+  // speed instead of through a staging buffer. The CPU has nothing to lock.
+  virtual void pin_host_memory(void* address, size_t bytes) {
+    (void)address;
+    (void)bytes;
+  }
+
   // The data and graph must outlive the returned index.
   virtual std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
                                                          Metric metric) = 0;

@@ -321,6 +321,14 @@ const char* tsdg_backend_name(const TsdgBackend* backend) {
   return backend_of(const_cast<TsdgBackend*>(backend)).name();
 }
 
+TsdgStatus tsdg_backend_pin_host_memory(TsdgBackend* backend, void* address, size_t bytes,
+                                        TsdgError* error) {
+  return guarded(error, [&] {
+    require(address != nullptr && bytes > 0, "the memory to pin must not be empty");
+    backend_of(backend).pin_host_memory(address, bytes);
+  });
+}
+
 // ---- build and merge ----
 
 void tsdg_build_params_default(TsdgBuildParams* params) {

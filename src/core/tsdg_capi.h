@@ -72,6 +72,13 @@ void		tsdg_backend_free(TsdgBackend *backend);
 const char *tsdg_backend_name(const TsdgBackend *backend);
 
 /*
+ * Page-locks host memory that the backend reads batches of queries from for
+ * its whole life (the GPU copies from it without staging); nothing on the CPU.
+ */
+TsdgStatus	tsdg_backend_pin_host_memory(TsdgBackend *backend, void *address, size_t bytes,
+										 TsdgError *error);
+
+/*
  * Called by the thread that started a long operation about every 50 ms while
  * the work runs on other threads. Returns true to request cancellation.
  * phase is a TsdgBuildPhase; done/total count work units of that phase.

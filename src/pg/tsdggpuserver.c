@@ -953,6 +953,12 @@ LoadDevice(void)
 	ereport(LOG,
 			(errmsg("pg_tsdg GPU worker started on %s (device %d)",
 					tsdg_backend_name(device_backend), tsdg_gpu_device_number)));
+	if (TsdgBatchAreaBase != NULL &&
+		tsdg_backend_pin_host_memory(device_backend, TsdgBatchAreaBase,
+									 TsdgShared->batch_area.size, &error) != TSDG_OK)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker could not page-lock the batch area: %s", error.message),
+				 errdetail("Batches are copied to the GPU through a staging buffer.")));
 	TsdgPublishDeviceMemory();
 	TsdgIpcSetServerState(TSDG_SERVER_READY, tsdg_backend_name(device_backend), "");
 }
