@@ -13,8 +13,9 @@ namespace tsdg::cuda {
 
 class PhaseTrace {
  public:
-  PhaseTrace(const char* algorithm, cudaStream_t stream)
-      : algorithm_(algorithm), stream_(stream), enabled_(std::getenv("TSDG_GPU_TRACE") != nullptr) {
+  // wanted: false for calls too small or too many to print (single searches).
+  PhaseTrace(const char* algorithm, cudaStream_t stream, bool wanted = true)
+      : algorithm_(algorithm), stream_(stream), enabled_(wanted && std::getenv("TSDG_GPU_TRACE") != nullptr) {
     if (enabled_) start_ = now();
   }
 

@@ -8,6 +8,7 @@
 
 #include "entry_points.h"
 #include "gpu_algorithms.h"
+#include "phase_trace.h"
 #include "search_kernels.h"
 
 namespace tsdg::cuda {
@@ -20,6 +21,8 @@ namespace {
 // (the paper's b is 0 here).
 constexpr int64_t kThresholdPerSm = 3900;
 constexpr int64_t kMaxRowsPerLaunch = 1 << 16;
+// only batches this large print their phases under TSDG_GPU_TRACE
+constexpr int64_t kTracedBatch = 1000;
 constexpr int kKernelAuto = 0;
 constexpr int kKernelSmallBatch = 1;
 constexpr int kKernelExactScan = 3;  // 2 is the large-batch kernel
@@ -139,11 +142,13 @@ void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uin
   cudaStream_t stream = ctx_->stream.get();
   const DeviceGraph g{data_.data(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
   control.set_total(queries.rows);
+  PhaseTrace trace(small_batch ? "search small" : "search large", stream, queries.rows >= kTracedBatch);
   for (int64_t first = 0; first < queries.rows; first += kMaxRowsPerLaunch) {
     control.throw_if_cancelled();
     const int64_t rows = std::min(kMaxRowsPerLaunch, queries.rows - first);
     reserve_batch(rows, k);
     copy_to_device(queries_.data(), queries.row(first), static_cast<size_t>(rows) * dim_, stream);
+    trace.mark("queries to the device", rows);
     SearchLaunch launch{g,
                         metric_,
                         queries_.data(),
@@ -161,12 +166,14 @@ void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uin
     } else {
       launch_large_batch_search(launch, stream);
     }
+    trace.mark("kernel", ef);
     const size_t results = static_cast<size_t>(rows) * k;
     copy_to_host(pinned_ids_.data(), result_ids_.data(), results, stream);
     copy_to_host(pinned_dists_.data(), result_dists_.data(), results, stream);
     ctx_->stream.synchronize();
     std::memcpy(ids + first * k, pinned_ids_.data(), results * sizeof(uint32_t));
     std::memcpy(dists + first * k, pinned_dists_.data(), results * sizeof(float));
+    trace.mark("results to the host");
     control.add_done(rows);
   }
 }

