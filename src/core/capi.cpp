@@ -276,6 +276,31 @@ void search_step(TsdgSearch* search, Step step) {
   std::memcpy(search->message, error.message, sizeof(search->message));
 }
 
+// The old k-NN graph of a merge from the caller's arrays (n_old * k, ids of
+// old rows only): the distances as given, or, where old_knn_dists is NULL
+// (an index keeps only the ids), computed on the threads.
+tsdg::KnnGraph old_knn_graph(tsdg::MatrixView data, int64_t n_old, int k, tsdg::Metric metric,
+                             const uint32_t* old_knn_ids, const float* old_knn_dists,
+                             const tsdg::RunControl& control) {
+  tsdg::KnnGraph old_graph(n_old, k);
+  std::copy(old_knn_ids, old_knn_ids + n_old * k, old_graph.ids.begin());
+  tsdg::parallel_for(control, n_old, 1024, [&](int64_t begin, int64_t end, int) {
+    for (int64_t u = begin; u < end; ++u) {
+      for (int j = 0; j < k; ++j) {
+        const uint32_t v = old_graph.ids[u * k + j];
+        if (v != TSDG_INVALID_ID && v >= n_old) {
+          throw Error(Status::InvalidArgument, "an old k-NN list holds an id past the old rows");
+        }
+        old_graph.dists[u * k + j] =
+            v == TSDG_INVALID_ID ? std::numeric_limits<float>::infinity()
+            : old_knn_dists != nullptr ? old_knn_dists[u * k + j]
+                                       : tsdg::metric_distance(metric, data.row(u), data.row(v), data.dim);
+      }
+    }
+  });
+  return old_graph;
+}
+
 }  // namespace
 
 extern "C" {
@@ -384,11 +409,9 @@ TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_o
     const int64_t n = n_old + n_new;
     validate_rows(rows, n, dim);
     validate_build_params(params);
-    require(n_old == 0 || (old_knn_ids != nullptr && old_knn_dists != nullptr),
-            "the old k-NN graph must not be NULL");
-    require(n == 0 || (knn_ids != nullptr && knn_dists != nullptr && neighbors != nullptr &&
-                       lambdas != nullptr),
-            "output arrays must not be NULL");
+    require(n_old == 0 || old_knn_ids != nullptr, "the old k-NN graph must not be NULL");
+    require(n == 0 || (neighbors != nullptr && lambdas != nullptr),
+            "neighbors and lambdas must not be NULL");
     const tsdg::Metric m = to_metric(metric);
     tsdg::Backend& b = backend_of(backend);
     const tsdg::MatrixView data{rows, n, dim};
@@ -401,20 +424,17 @@ TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_o
                  if (n_old == 0 || n <= kExactGraphRows) {
                    phase.store(TSDG_PHASE_KNN_GRAPH);
                    merged = knn_graph(b, data, m, gnnd, control);
+                 } else if (n_new == 0) {
+                   merged = old_knn_graph(data, n_old, k, m, old_knn_ids, old_knn_dists, control);
                  } else {
-                   tsdg::KnnGraph old_graph(n_old, k);
-                   std::copy(old_knn_ids, old_knn_ids + n_old * k, old_graph.ids.begin());
-                   std::copy(old_knn_dists, old_knn_dists + n_old * k, old_graph.dists.begin());
-                   if (n_new == 0) {
-                     merged = std::move(old_graph);
-                   } else {
-                     phase.store(TSDG_PHASE_KNN_GRAPH);
-                     const tsdg::KnnGraph new_graph =
-                         knn_graph(b, data.slice(n_old, n_new), m, gnnd, control);
-                     phase.store(TSDG_PHASE_MERGE);
-                     merged = b.merge_knn_graphs(data, n_old, old_graph, new_graph, m, gnnd,
-                                                 control);
-                   }
+                   phase.store(TSDG_PHASE_KNN_GRAPH);
+                   const tsdg::KnnGraph new_graph =
+                       knn_graph(b, data.slice(n_old, n_new), m, gnnd, control);
+                   // the old lists' distances count with GGM, whose input they are
+                   phase.store(TSDG_PHASE_MERGE);
+                   const tsdg::KnnGraph old_graph =
+                       old_knn_graph(data, n_old, k, m, old_knn_ids, old_knn_dists, control);
+                   merged = b.merge_knn_graphs(data, n_old, old_graph, new_graph, m, gnnd, control);
                  }
                  phase.store(TSDG_PHASE_DIVERSIFY);
                  const tsdg::TsdgGraph graph = b.diversify(data, m, merged, diversify, control);
@@ -452,22 +472,8 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
     const int degree = params->degree;
     run_polled(params->threads, poll, poll_arg,
                [&](const tsdg::RunControl& control, std::atomic<int>& phase) {
-                 tsdg::KnnGraph old_graph(n_old, k);
-                 std::copy(old_knn_ids, old_knn_ids + n_old * k, old_graph.ids.begin());
-                 tsdg::parallel_for(control, n_old, 1024, [&](int64_t begin, int64_t end, int) {
-                   for (int64_t u = begin; u < end; ++u) {
-                     for (int j = 0; j < k; ++j) {
-                       const uint32_t v = old_graph.ids[u * k + j];
-                       if (v != TSDG_INVALID_ID && v >= n_old) {
-                         throw Error(Status::InvalidArgument, "an old k-NN list holds an id past the old rows");
-                       }
-                       old_graph.dists[u * k + j] =
-                           v == TSDG_INVALID_ID ? std::numeric_limits<float>::infinity()
-                           : old_knn_dists != nullptr ? old_knn_dists[u * k + j]
-                                                      : tsdg::metric_distance(m, data.row(u), data.row(v), dim);
-                     }
-                   }
-                 });
+                 const tsdg::KnnGraph old_graph =
+                     old_knn_graph(data, n_old, k, m, old_knn_ids, old_knn_dists, control);
                  tsdg::TsdgGraph old_search(n_old, degree);
                  std::copy(old_neighbors, old_neighbors + n_old * degree, old_search.neighbors.begin());
                  std::copy(old_lambdas, old_lambdas + n_old * degree, old_search.lambdas.begin());

@@ -129,9 +129,12 @@ TsdgStatus	tsdg_exact_knn(TsdgBackend *backend, const float *base, int64_t nb,
 
 /*
  * Merge new rows into an existing index (GGM, paper 000 section 5). rows holds
- * n_old + n_new rows, old first. old_knn_* is the old k-NN graph (n_old * k).
- * Writes the merged k-NN graph (all rows * k) and the re-diversified search
- * graph (all rows * degree).
+ * n_old + n_new rows, old first. old_knn_* is the old k-NN graph (n_old * k);
+ * old_knn_dists may be NULL: the distances are then computed on the threads.
+ * Writes the merged k-NN graph (all rows * k; knn_ids and knn_dists each
+ * when not NULL) and the re-diversified search graph (all rows * degree).
+ * Unlike tsdg_merge_graph_incremental, every step runs on the backend over
+ * the whole graph: the GPU's GGM and diversification.
  */
 TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_old,
 							 int64_t n_new, int dim, TsdgMetric metric,

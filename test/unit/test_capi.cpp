@@ -189,6 +189,48 @@ TEST(CApi, MergeMatchesTheExactGraph) { check_merge(6000, 1000); }
 // Fewer new rows than k: the new side's graph is padded.
 TEST(CApi, MergeOfAFewRows) { check_merge(6000, 7); }
 
+// An index keeps only the ids of its k-NN lists: a merge without the old
+// distances (and without the merged ones) computes the graph it computes
+// with the distances given.
+TEST(CApi, MergeWithoutDistancesComputesThem) {
+  const int64_t n_old = 6000, n_new = 600;
+  const SyntheticSpec spec = small_clustered_spec(n_old + n_new, 16, 8, 52);
+  const Matrix data = make_clustered(spec);
+  const TsdgBuildParams params = small_params();
+  Matrix old_rows(n_old, data.dim);
+  std::copy(data.values.begin(), data.values.begin() + n_old * data.dim, old_rows.values.begin());
+  Built old_graph = build(old_rows, params);
+  for (int64_t i = 0; i < n_old * params.build_k; ++i) {
+    const uint32_t v = old_graph.knn_ids[i];
+    old_graph.knn_dists[i] = v == TSDG_INVALID_ID ? INFINITY
+                             : tsdg_metric_distance(TSDG_METRIC_L2, data.row(i / params.build_k),
+                                                    data.row(v), data.dim);
+  }
+  Built with, without;
+  for (Built* b : {&with, &without}) {
+    b->knn_ids.resize(data.rows * params.build_k);
+    b->neighbors.resize(data.rows * params.degree);
+    b->lambdas.resize(b->neighbors.size());
+  }
+  with.knn_dists.resize(with.knn_ids.size());
+  TsdgError error;
+  ASSERT_EQ(tsdg_merge_graph(nullptr, data.values.data(), n_old, n_new, data.dim, TSDG_METRIC_L2,
+                             &params, old_graph.knn_ids.data(), old_graph.knn_dists.data(),
+                             with.knn_ids.data(), with.knn_dists.data(), with.neighbors.data(),
+                             with.lambdas.data(), nullptr, nullptr, &error),
+            TSDG_OK)
+      << error.message;
+  ASSERT_EQ(tsdg_merge_graph(nullptr, data.values.data(), n_old, n_new, data.dim, TSDG_METRIC_L2,
+                             &params, old_graph.knn_ids.data(), nullptr, without.knn_ids.data(),
+                             nullptr, without.neighbors.data(), without.lambdas.data(), nullptr,
+                             nullptr, &error),
+            TSDG_OK)
+      << error.message;
+  EXPECT_EQ(with.knn_ids, without.knn_ids);
+  EXPECT_EQ(with.neighbors, without.neighbors);
+  EXPECT_EQ(with.lambdas, without.lambdas);
+}
+
 bool cancel_at_once(void* arg, TsdgBuildPhase phase, int64_t, int64_t) {
   *static_cast<int*>(arg) = phase;
   return true;
