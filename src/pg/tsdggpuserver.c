@@ -14,7 +14,11 @@
  *             keyed by (database, relfilenode, graph_version, deleted count),
  *             evicted least recently used under tsdg.gpu_memory_limit;
  *   builds    GNND and both diversification stages on the device, with the
- *             session's cancel flag polled; the fresh graph stays resident.
+ *             session's cancel flag polled; the fresh graph stays resident;
+ *   merges    the pending rows of an index merged into its graph (GNND of
+ *             the new rows, GGM, diversification on the device), the merged
+ *             graph answered in the session's segment; the session writes
+ *             the pages, and the next search ships the new graph.
  *
  * Anything that fails is answered with a reply code, and the session falls
  * back to the CPU; the process only exits on shutdown or a fatal error, and
@@ -630,7 +634,7 @@ typedef struct BuildPollState
 	TakenRequest *request;
 } BuildPollState;
 
-/* Sends searches that arrive during a build to the CPU instead of making them wait. */
+/* Sends searches that arrive during a build or merge to the CPU instead of making them wait. */
 static void
 TurnAwaySearches(void)
 {
@@ -640,7 +644,7 @@ TurnAwaySearches(void)
 		TsdgRequestSlot copy;
 
 		if (slot->state != TSDG_SLOT_QUEUED || slot->kind == TSDG_REQUEST_BUILD ||
-			slot->kind == TSDG_REQUEST_LOAD_INDEX)
+			slot->kind == TSDG_REQUEST_MERGE || slot->kind == TSDG_REQUEST_LOAD_INDEX)
 			continue;
 		if (TsdgIpcTake(slot, &copy, NULL))
 			TsdgIpcAnswer(slot, copy.request_id, TSDG_REPLY_BUSY, 0, NULL, NULL, NULL, 0, NULL);
@@ -787,6 +791,177 @@ ServeBuild(TakenRequest *t)
 	UnmapBulk(&map);
 }
 
+/* the arrays of a merge's segment (see TsdgBulkHeader) */
+typedef struct MergeArrays
+{
+	const float *rows;
+	const uint32 *old_knn_ids;
+	const float *old_knn_dists;	/* NULL: computed by the core */
+	const uint32 *old_neighbors;
+	const uint8 *old_lambdas;
+	const uint8 *old_changed;	/* NULL: no list was repaired */
+	uint32	   *knn_ids;
+	uint32	   *neighbors;
+	uint8	   *lambdas;
+	uint8	   *changed;
+} MergeArrays;
+
+/*
+ * BuildPoll, and where the time goes: the time since the previous poll is
+ * counted to the phase this poll sees, so each phase is known within the
+ * 50 ms between polls.
+ */
+typedef struct MergePollState
+{
+	BuildPollState build;
+	TimestampTz last_poll;
+	int			last_phase;
+	double		seconds[TSDG_PHASE_SEARCH + 1];
+} MergePollState;
+
+static bool
+MergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
+{
+	MergePollState *state = (MergePollState *) arg;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (phase >= TSDG_PHASE_KNN_GRAPH && phase <= TSDG_PHASE_SEARCH)
+	{
+		state->seconds[phase] += (double) (now - state->last_poll) / 1000000.0;
+		state->last_phase = phase;
+	}
+	state->last_poll = now;
+	return BuildPoll(&state->build, phase, done, total);
+}
+
+/*
+ * changed[] of a full merge, by comparing each old node's lists with the
+ * merged ones: TSDG_CHANGED_KNN where its k-NN list differs (or the session
+ * repaired it after deletes), TSDG_CHANGED_GRAPH where its search list or
+ * lambdas do; every new row has both. (The incremental merge of the CPU
+ * backend knows this itself.)
+ */
+static void
+MarkChangedLists(const MergeArrays *a, int64 n_old, int64 n, int k, int degree)
+{
+	for (int64 u = 0; u < n_old; u++)
+	{
+		bool		knn = (a->old_changed != NULL && a->old_changed[u] != 0) ||
+			memcmp(a->knn_ids + u * k, a->old_knn_ids + u * k, sizeof(uint32) * k) != 0;
+		bool		graph = memcmp(a->neighbors + u * degree, a->old_neighbors + u * degree,
+								   sizeof(uint32) * degree) != 0 ||
+			memcmp(a->lambdas + u * degree, a->old_lambdas + u * degree, degree) != 0;
+
+		a->changed[u] = (knn ? TSDG_CHANGED_KNN : 0) | (graph ? TSDG_CHANGED_GRAPH : 0);
+	}
+	memset(a->changed + n_old, TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH, n - n_old);
+}
+
+/*
+ * The merge of the device: tsdg_merge_graph, every step over the whole graph
+ * on the GPU; with the CPU backend (tsdg.worker_backend = cpu) the
+ * incremental merge the session would run itself.
+ */
+static TsdgStatus
+ComputeMerge(const TsdgMergeArgs *args, const MergeArrays *a, MergePollState *poll,
+			 TsdgError *error)
+{
+	if (device_backend == NULL)
+		return tsdg_merge_graph_incremental(NULL, a->rows, args->n_old, args->n_new, args->dims,
+											args->metric, &args->params, a->old_knn_ids,
+											a->old_knn_dists, a->old_neighbors, a->old_lambdas,
+											a->old_changed, a->knn_ids, NULL, a->neighbors,
+											a->lambdas, a->changed, MergePoll, poll, error);
+	return tsdg_merge_graph(device_backend, a->rows, args->n_old, args->n_new, args->dims,
+							args->metric, &args->params, a->old_knn_ids, a->old_knn_dists,
+							a->knn_ids, NULL, a->neighbors, a->lambdas, MergePoll, poll, error);
+}
+
+static void
+ServeMerge(TakenRequest *t)
+{
+	const TsdgMergeArgs *args = &t->copy.args.merge;
+	int64		n = args->n_old + args->n_new;
+	BulkMapping map;
+	TsdgBulkHeader *header;
+	MergeArrays a;
+	MergePollState poll;
+	TsdgError	error;
+	TsdgStatus	status;
+	TimestampTz start;
+	double		compare_seconds = 0;
+
+	t->done = true;
+	if (!MapBulk(&t->copy, &map))
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+					  "the GPU worker could not map the merge's shared memory segment");
+		return;
+	}
+	header = (TsdgBulkHeader *) map.address;
+	a.rows = TsdgBulkArray(map.address, header->rows);
+	a.old_knn_ids = TsdgBulkArray(map.address, header->knn_ids);
+	a.old_knn_dists = TsdgBulkArray(map.address, header->dists);
+	a.old_neighbors = TsdgBulkArray(map.address, header->neighbors);
+	a.old_lambdas = TsdgBulkArray(map.address, header->lambdas);
+	a.old_changed = TsdgBulkArray(map.address, header->flags);
+	a.knn_ids = TsdgBulkArray(map.address, header->merged_knn_ids);
+	a.neighbors = TsdgBulkArray(map.address, header->merged_neighbors);
+	a.lambdas = TsdgBulkArray(map.address, header->merged_lambdas);
+	a.changed = TsdgBulkArray(map.address, header->changed);
+
+	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: merging %lld rows into the graph of %lld rows of index %u/%u on %s",
+					(long long) args->n_new, (long long) args->n_old, args->database,
+					args->relfilenode, tsdg_backend_name(device_backend))));
+	memset(&poll, 0, sizeof(poll));
+	poll.build.request = t;
+	poll.last_poll = start = GetCurrentTimestamp();
+	poll.last_phase = TSDG_PHASE_KNN_GRAPH;
+	status = ComputeMerge(args, &a, &poll, &error);
+	if (status == TSDG_ERR_OUT_OF_MEMORY && LeastRecentlyUsed() != NULL)
+	{
+		EvictAll("device out of memory for a merge");
+		memset(poll.seconds, 0, sizeof(poll.seconds));
+		poll.last_poll = start = GetCurrentTimestamp();
+		status = ComputeMerge(args, &a, &poll, &error);
+	}
+	/* the rest, since the last poll, belongs to the last phase seen */
+	poll.seconds[poll.last_phase] += SecondsSince(poll.last_poll);
+	if (status == TSDG_OK && device_backend != NULL)
+	{
+		TimestampTz compare_start = GetCurrentTimestamp();
+
+		MarkChangedLists(&a, args->n_old, n, args->params.build_k, args->params.degree);
+		compare_seconds = SecondsSince(compare_start);
+	}
+	if (status == TSDG_OK)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: merged index %u/%u (%lld + %lld rows) in %.3f s: "
+						"k-NN graph of the new rows %.3f s, GGM %.3f s, diversification %.3f s, "
+						"changed lists %.3f s",
+						args->database, args->relfilenode, (long long) args->n_old,
+						(long long) args->n_new, SecondsSince(start),
+						poll.seconds[TSDG_PHASE_KNN_GRAPH], poll.seconds[TSDG_PHASE_MERGE],
+						poll.seconds[TSDG_PHASE_DIVERSIFY], compare_seconds),
+				 errdetail("%s Each phase as the progress polls saw it, 50 ms apart.",
+						   device_backend != NULL ?
+						   "GNND, GGM and diversification on the device, each with its copies to and from it; "
+						   "GGM includes the old k-NN lists' distances, computed on the CPU threads." :
+						   "The incremental merge of the CPU backend; the k-NN graph phase includes "
+						   "the old k-NN lists' distances.")));
+	else
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: merge for index %u/%u %s: %s",
+						args->database, args->relfilenode,
+						status == TSDG_ERR_CANCELLED ? "cancelled" : "failed", error.message)));
+	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+	UnmapBulk(&map);
+	TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), 0, NULL, NULL, NULL, 0,
+				  status == TSDG_OK ? NULL : error.message);
+}
+
 /* ---- the request loop ---- */
 
 /*
@@ -901,6 +1076,9 @@ ServeBatch(TakenRequest *taken)
 	for (int i = 0; i < ntaken; i++)
 		if (!taken[i].done && taken[i].copy.kind == TSDG_REQUEST_BUILD)
 			ServeBuild(&taken[i]);
+	for (int i = 0; i < ntaken; i++)
+		if (!taken[i].done && taken[i].copy.kind == TSDG_REQUEST_MERGE)
+			ServeMerge(&taken[i]);
 }
 
 /* Becomes a process of its own: no PGPROC, no exit callbacks of the supervisor. */

@@ -61,7 +61,8 @@ typedef enum TsdgRequestKind
 	TSDG_REQUEST_SEARCH = 1,	/* one query, inline */
 	TSDG_REQUEST_SEARCH_BATCH,	/* many queries, in a DSM segment */
 	TSDG_REQUEST_LOAD_INDEX,	/* an index image to make resident */
-	TSDG_REQUEST_BUILD			/* rows in, graph out, in a DSM segment */
+	TSDG_REQUEST_BUILD,			/* rows in, graph out, in a DSM segment */
+	TSDG_REQUEST_MERGE			/* old graph and new rows in, merged graph out */
 } TsdgRequestKind;
 
 typedef enum TsdgReply
@@ -118,6 +119,18 @@ typedef struct TsdgBuildArgs
 	TsdgBuildParams params;
 } TsdgBuildArgs;
 
+/* rows [0, n_old) are the old graph's nodes, [n_old, n_old + n_new) the new rows */
+typedef struct TsdgMergeArgs
+{
+	Oid			database;		/* of the index, for the worker's LOG lines */
+	Oid			relfilenode;
+	int64		n_old;
+	int64		n_new;
+	int			dims;
+	TsdgMetric	metric;
+	TsdgBuildParams params;
+} TsdgMergeArgs;
+
 typedef struct TsdgLoadArgs
 {
 	TsdgIndexKey key;
@@ -135,6 +148,12 @@ typedef struct TsdgLoadArgs
  *           the answer: see TsdgBuildSummary); arrays sized for capacity rows
  *   load:   rows, neighbors, lambdas, tids, flags (in)
  *   batch:  queries (in), tids, dists (out, nq * k)
+ *   merge:  rows (n rows), knn_ids (n_old * build_k), neighbors, lambdas
+ *           (n_old * degree): the old graph, in; flags (n_old, the old
+ *           lists repaired after deletes) and dists (the old lists'
+ *           distances) in, each 0 when absent; merged_knn_ids, merged_neighbors,
+ *           merged_lambdas, changed (n: TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH)
+ *           out, before the answer
  */
 typedef struct TsdgBulkHeader
 {
@@ -149,6 +168,10 @@ typedef struct TsdgBulkHeader
 	Size		queries;
 	Size		dists;
 	Size		summary;
+	Size		merged_knn_ids;
+	Size		merged_neighbors;
+	Size		merged_lambdas;
+	Size		changed;
 } TsdgBulkHeader;
 
 typedef enum TsdgSummaryState
@@ -186,13 +209,14 @@ typedef struct TsdgRequestSlot
 		TsdgSearchArgs search;
 		TsdgBuildArgs build;
 		TsdgLoadArgs load;
+		TsdgMergeArgs merge;
 	}			args;
 	dsm_handle	bulk_handle;	/* DSM segment of bulk requests */
 	Size		bulk_size;
 	bool		in_batch_area;	/* SEARCH_BATCH: bulk data in the batch area, not a segment */
 	bool		cancel_requested;
 
-	/* build progress, for pg_stat_progress_create_index */
+	/* build and merge progress (pg_stat_progress_create_index for builds) */
 	int			phase;
 	int64		done;
 	int64		total;

@@ -54,6 +54,7 @@
 #include "utils/timestamp.h"
 
 #include "tsdg.h"
+#include "tsdgworker.h"
 
 int			tsdg_merge_threshold = 1000;
 double		tsdg_merge_scale_factor = 0.05;
@@ -661,9 +662,12 @@ TsdgCheckCore(Relation index, TsdgStatus status, const TsdgError *error)
  * The seam of the merge computation: (old rows, their k-NN lists, their
  * search lists, new rows) in, (merged k-NN lists, new search graph, which
  * lists changed) out; see tsdg_merge_graph_incremental. rows holds n_old +
- * n_new rows, old first; old_knn_dists may be NULL. On the CPU in this
- * backend today; the GPU worker can take it over here, as it does for
- * CREATE INDEX.
+ * n_new rows, old first; old_knn_dists may be NULL. The GPU worker computes
+ * it when it can take it (on the GPU: tsdg_merge_graph, the full merge on
+ * the device), as it builds for CREATE INDEX; else, or when the worker
+ * fails or dies meanwhile, this backend computes it on the CPU. Either way
+ * the pages are written by this backend afterwards, so a merge is as
+ * crash-safe on the worker as on the CPU.
  */
 void
 TsdgMergeComputeGraph(Relation index, const float *rows, int64 n_old, int64 n_new,
@@ -676,6 +680,10 @@ TsdgMergeComputeGraph(Relation index, const float *rows, int64 n_old, int64 n_ne
 	TsdgError	error;
 	TsdgStatus	status;
 
+	if (TsdgWorkerMergeGraph(index, rows, n_old, n_new, dims, metric, params, old_knn_ids,
+							 old_knn_dists, old_neighbors, old_lambdas, old_changed, knn_ids,
+							 neighbors, lambdas, changed))
+		return;
 	status = tsdg_merge_graph_incremental(NULL, rows, n_old, n_new, dims, metric, params,
 										  old_knn_ids, old_knn_dists, old_neighbors, old_lambdas,
 										  old_changed, knn_ids, NULL, neighbors, lambdas, changed,

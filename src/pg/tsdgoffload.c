@@ -667,3 +667,130 @@ TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, uint32 *entry_points, int *entry_
 	*nn1_bound = summary->nn1_bound;
 	return true;
 }
+
+/* the layout of a merge segment (see TsdgBulkHeader) */
+static void
+TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
+				const TsdgBuildParams *params, bool with_dists, bool with_changed)
+{
+	Size		offset = sizeof(TsdgBulkHeader);
+	Size		n = (Size) (n_old + n_new);
+
+	memset(header, 0, sizeof(TsdgBulkHeader));
+	header->rows = TsdgBulkAdd(&offset, sizeof(float) * dims * n);
+	header->knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) n_old);
+	if (with_dists)
+		header->dists = TsdgBulkAdd(&offset, sizeof(float) * params->build_k * (Size) n_old);
+	header->neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * (Size) n_old);
+	header->lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * (Size) n_old);
+	if (with_changed)
+		header->flags = TsdgBulkAdd(&offset, sizeof(uint8) * (Size) n_old);
+	header->merged_knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * n);
+	header->merged_neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * n);
+	header->merged_lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * n);
+	header->changed = TsdgBulkAdd(&offset, sizeof(uint8) * n);
+	header->total_size = offset;
+}
+
+/* copies bytes into the segment at offset (0: the array is absent) */
+static void
+TsdgBulkCopyIn(void *base, Size offset, const void *src, Size bytes)
+{
+	if (offset != 0)
+		memcpy(TsdgBulkArray(base, offset), src, bytes);
+}
+
+bool
+TsdgWorkerMergeGraph(Relation index, const float *rows, int64 n_old, int64 n_new,
+					 int dims, TsdgMetric metric, const TsdgBuildParams *params,
+					 const uint32 *old_knn_ids, const float *old_knn_dists,
+					 const uint32 *old_neighbors, const uint8 *old_lambdas,
+					 const uint8 *old_changed, uint32 *knn_ids,
+					 uint32 *neighbors, uint8 *lambdas, uint8 *changed)
+{
+	int64		n = n_old + n_new;
+	int			k = params->build_k;
+	int			degree = params->degree;
+	TsdgBulkHeader header;
+	dsm_segment *seg;
+	char	   *base;
+	TsdgRequestSlot *slot;
+	uint64		request_id;
+	bool		answered;
+	TsdgReply	reply;
+	char		message[TSDG_ERROR_MESSAGE_LEN];
+	TimestampTz start = GetCurrentTimestamp();
+	TimestampTz submitted;
+	TimestampTz answered_at;
+
+	if (n == 0 || !TsdgWorkerTakesRequest())
+		return false;
+
+	TsdgMergeLayout(&header, n_old, n_new, dims, params, old_knn_dists != NULL,
+					old_changed != NULL);
+	seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
+	if (seg == NULL)
+	{
+		TsdgCountFallback();
+		return false;
+	}
+	base = dsm_segment_address(seg);
+	memcpy(base, &header, sizeof(header));
+	TsdgBulkCopyIn(base, header.rows, rows, sizeof(float) * dims * (Size) n);
+	TsdgBulkCopyIn(base, header.knn_ids, old_knn_ids, sizeof(uint32) * k * (Size) n_old);
+	TsdgBulkCopyIn(base, header.dists, old_knn_dists, sizeof(float) * k * (Size) n_old);
+	TsdgBulkCopyIn(base, header.neighbors, old_neighbors, sizeof(uint32) * degree * (Size) n_old);
+	TsdgBulkCopyIn(base, header.lambdas, old_lambdas, sizeof(uint8) * degree * (Size) n_old);
+	TsdgBulkCopyIn(base, header.flags, old_changed, sizeof(uint8) * (Size) n_old);
+
+	slot = TsdgIpcBeginRequest(TSDG_REQUEST_MERGE);
+	memset(&slot->args.merge, 0, sizeof(TsdgMergeArgs));
+	slot->args.merge.database = MyDatabaseId;
+	slot->args.merge.relfilenode = index->rd_node.relNode;
+	slot->args.merge.n_old = n_old;
+	slot->args.merge.n_new = n_new;
+	slot->args.merge.dims = dims;
+	slot->args.merge.metric = metric;
+	slot->args.merge.params = *params;
+	slot->bulk_handle = dsm_segment_handle(seg);
+	slot->bulk_size = header.total_size;
+	submitted = GetCurrentTimestamp();
+	request_id = TsdgIpcSubmit(slot);
+	/* a query cancel throws out of the wait, and the worker stops at its next poll */
+	answered = TsdgIpcWait(slot, request_id, -1, NULL, NULL);
+	answered_at = GetCurrentTimestamp();
+	reply = answered ? slot->reply : TSDG_REPLY_FAILED;
+	strlcpy(message, answered ? slot->message : "It is restarted by its supervisor.",
+			sizeof(message));
+	TsdgIpcFinish(slot);
+
+	/* CANCELLED too: this session's cancel throws out of the wait, so the worker was shut down */
+	if (reply != TSDG_REPLY_OK)
+	{
+		dsm_detach(seg);
+		TsdgCountFallback();
+		ereport(reply == TSDG_REPLY_OUT_OF_MEMORY ? WARNING : LOG,
+				(errmsg("tsdg merge of index \"%s\" falls back to the CPU: %s",
+						RelationGetRelationName(index),
+						!answered ? "the GPU worker stopped during the merge" :
+						reply == TSDG_REPLY_OUT_OF_MEMORY ? "the GPU is out of memory" :
+						"the GPU worker could not merge the graph"),
+				 errdetail("%s", message)));
+		return false;
+	}
+
+	memcpy(knn_ids, TsdgBulkArray(base, header.merged_knn_ids), sizeof(uint32) * k * (Size) n);
+	memcpy(neighbors, TsdgBulkArray(base, header.merged_neighbors),
+		   sizeof(uint32) * degree * (Size) n);
+	memcpy(lambdas, TsdgBulkArray(base, header.merged_lambdas), sizeof(uint8) * degree * (Size) n);
+	memcpy(changed, TsdgBulkArray(base, header.changed), sizeof(uint8) * (Size) n);
+	dsm_detach(seg);
+	ereport(LOG,
+			(errmsg("tsdg index \"%s\" merged on the GPU worker: " INT64_FORMAT " + " INT64_FORMAT " rows, %.3f s from the request to the answer",
+					RelationGetRelationName(index), n_old, n_new,
+					(double) (answered_at - submitted) / 1000000.0),
+			 errdetail("Shared memory segment of %zu MB made and filled in %.3f s, read back and released in %.3f s.",
+					   (header.total_size >> 20) + 1, (double) (submitted - start) / 1000000.0,
+					   (double) (GetCurrentTimestamp() - answered_at) / 1000000.0)));
+	return true;
+}

@@ -87,6 +87,16 @@ extern void TsdgWorkerBatchAreaDone(void);
 extern bool TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int k,
 								  int ef, int lambda_limit);
 
+/* where the last batch answered by the worker spent its round trip, in microseconds */
+typedef struct TsdgRoundTrip
+{
+	int64		to_worker_us;	/* submitted until the worker took it */
+	int64		on_worker_us;	/* taken until answered */
+	int64		back_us;		/* answered until the session woke */
+} TsdgRoundTrip;
+
+extern TsdgRoundTrip TsdgLastBatchRoundTrip;
+
 /*
  * The shared memory segment of a build on the worker: the heap scan writes
  * the rows and TIDs straight into it, the worker writes the graph and k-NN
@@ -140,6 +150,22 @@ extern bool TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n
  */
 extern bool TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, uint32 *entry_points,
 								   int *entry_count, float *nn1_bound);
+
+/*
+ * A merge's graph computed by the worker (tsdgmerge.c's TsdgMergeComputeGraph,
+ * same arguments): the inputs travel in a shared memory segment, the merged
+ * k-NN ids, search graph and changed flags come back into the caller's
+ * arrays. Returns false when the caller computes it on the CPU instead (no
+ * worker, busy, no shared memory, worker died or failed: a LOG or, for GPU
+ * memory, a WARNING says so). A query cancel while waiting throws, and the
+ * worker stops at its next poll.
+ */
+extern bool TsdgWorkerMergeGraph(Relation index, const float *rows, int64 n_old, int64 n_new,
+								 int dims, TsdgMetric metric, const TsdgBuildParams *params,
+								 const uint32 *old_knn_ids, const float *old_knn_dists,
+								 const uint32 *old_neighbors, const uint8 *old_lambdas,
+								 const uint8 *old_changed, uint32 *knn_ids,
+								 uint32 *neighbors, uint8 *lambdas, uint8 *changed);
 
 /* tsdgindeximage.c: the whole graph of an index as arrays (CPU batch search, shipping) */
 typedef struct TsdgIndexImage

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# tsdg_merge() through the GPU worker: the session hands the old graph and
+# the pending rows to the worker in a shared memory segment and writes the
+# merged graph it gets back. Two tables with the same rows and loads, one
+# merged by the worker, one in the session (tsdg.device = cpu): recall@10
+# after the merges within 0.01 of each other, every row of the last load
+# found first through the index, and a row inserted just before a merge
+# found first after it. A merge cancelled while the worker computes it
+# stops the worker's computation; a worker killed (SIGKILL) during a merge
+# leaves the merge to the session, which completes it on the CPU with a
+# correct index. Runs the worker with the core's CPU backend (any machine)
+# unless TSDG_WORKER_BACKEND says otherwise.
+# Usage: worker_merge.sh WORKDIR (starts its own cluster on port 54410).
+source "$(dirname "$0")/../../scripts/common.sh"
+dir=$1/worker_merge
+port=54410
+backend=${TSDG_WORKER_BACKEND:-cpu}
+dims=32
+base_rows=${TSDG_MERGE_BASE_ROWS:-20000}
+load_rows=${TSDG_MERGE_LOAD_ROWS:-2000}
+start_cluster "$dir" "$port" "autovacuum = off" "tsdg.worker_backend = $backend" \
+  "log_min_messages = log" "maintenance_work_mem = '512MB'"
+trap 'stop_cluster "$dir"' EXIT
+
+sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
+fail() { echo "FAIL: $*"; tail -30 "$dir/server.log"; exit 1; }
+log_lines() { tail -n +"$1" "$dir/server.log"; }
+# the system Python, which has python3-numpy
+py=$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3 )
+gen="$(dirname "$0")/clustered_vectors.py"
+status() { sql -At -c "SELECT $1 FROM tsdg_gpu_status()"; }
+
+# loads rows [$2, $2 + $3) of the data (seed $4) into table $1
+load() {
+  "$py" "$gen" "$3" "$dims" "$4" | awk -F'\t' -v first="$2" '{ printf "%d\t%s\n", $1 - 1 + first, $2 }' |
+    sql -c "COPY $1 FROM STDIN"
+}
+# merges index $1 through the worker ($2 = worker) or in the session ($2 = cpu)
+merge() {
+  local from device
+  from=$(wc -l < "$dir/server.log")
+  device=$( [ "$2" = worker ] && echo auto || echo cpu )
+  [ "$(sql -At -c "SET tsdg.device = $device" -c "SELECT tsdg_merge('$1')")" -gt 0 ] ||
+    fail "tsdg_merge('$1') merged no rows"
+  if [ "$2" = worker ]; then
+    log_lines "$from" | grep -q "tsdg index \"$1\" merged on the GPU worker" ||
+      fail "$1 was not merged by the worker"
+    log_lines "$from" | grep -q "pg_tsdg GPU worker: merged index" ||
+      fail "the worker did not log the merge of $1"
+  elif log_lines "$from" | grep -q "merged on the GPU worker"; then
+    fail "$1 was merged by the worker under tsdg.device = cpu"
+  fi
+}
+# recall@10 of the index on table $1 over the queries
+recall() {
+  sql -At -c "SET enable_seqscan = off; SET tsdg.device = cpu;
+    SELECT round(avg(hits) / 10, 4) FROM (
+      SELECT (SELECT count(*) FROM (SELECT t.id FROM $1 t ORDER BY t.v <-> q.v LIMIT 10) a
+              WHERE a.id = ANY (q.truth)) AS hits FROM queries q) s"
+}
+# every row with an id in [$2, $3) of table $1 finds itself first through the index
+finds_itself() {
+  local missed
+  missed=$(sql -At -c "SET enable_seqscan = off; SET tsdg.device = cpu;
+    SELECT count(*) FROM (SELECT id, v FROM $1 WHERE id >= $2 AND id < $3) p
+    WHERE (SELECT t.id FROM $1 t ORDER BY t.v <-> p.v LIMIT 1) <> p.id")
+  [ "$missed" = 0 ] || fail "$1: $missed rows of [$2, $3) do not find themselves first ($4)"
+}
+
+sql -c "CREATE EXTENSION pg_tsdg"
+wait_for_worker_or_skip "$backend" || fail "the worker is not ready"
+
+sql -c "CREATE TABLE items (id int, v vector($dims))" -c "CREATE TABLE queries (id int, v vector($dims), truth int[])"
+load items 1 "$base_rows" 1
+sql -c "CREATE TABLE items_cpu AS SELECT * FROM items" \
+    -c "CREATE INDEX items_idx ON items USING tsdg (v vector_l2_ops)" \
+    -c "SET tsdg.device = cpu" -c "CREATE INDEX items_cpu_idx ON items_cpu USING tsdg (v vector_l2_ops)"
+
+# 1. Two loads, each merged by the worker into items and in the session into items_cpu.
+next=$((base_rows + 1))
+for l in 1 2; do
+  load items "$next" "$load_rows" $((l + 1))
+  sql -c "INSERT INTO items_cpu SELECT * FROM items WHERE id >= $next"
+  merge items_idx worker
+  merge items_cpu_idx cpu
+  next=$((next + load_rows))
+done
+[ "$(sql -At -c "SELECT pending FROM tsdg_index_info('items_idx')")" = 0 ] || fail "rows still pending after the merges"
+"$py" "$gen" 100 "$dims" 99 | sql -c "COPY queries (id, v) FROM STDIN"
+sql -c "SET max_parallel_workers_per_gather = 0" \
+    -c "UPDATE queries q SET truth = ARRAY(SELECT r.id FROM items r ORDER BY (r.v <-> q.v) + 0 LIMIT 10)"
+worker_recall=$(recall items)
+cpu_recall=$(recall items_cpu)
+echo "recall@10 after 2 merges: $worker_recall (worker), $cpu_recall (session)"
+awk -v a="$worker_recall" -v b="$cpu_recall" 'BEGIN { d = a - b; exit !(d <= 0.01 && d >= -0.01) }' ||
+  fail "recall after the worker's merges ($worker_recall) is not within 0.01 of the session's ($cpu_recall)"
+awk -v a="$worker_recall" 'BEGIN { exit !(a >= 0.9) }' || fail "recall@10 $worker_recall after the merges"
+finds_itself items $((next - load_rows)) "$next" "the last load, merged by the worker"
+
+# 2. A row inserted just before a merge is found first right after it.
+sql -c "INSERT INTO items SELECT $next, v FROM queries WHERE id = 7"
+merge items_idx worker
+first=$(sql -At -c "SET enable_seqscan = off; SET tsdg.device = cpu;
+  SELECT t.id FROM items t, queries q WHERE q.id = 7 ORDER BY t.v <-> q.v LIMIT 1")
+[ "$first" = "$next" ] || fail "the row inserted before the merge comes back as $first, not $next"
+next=$((next + 1))
+
+# waits until the server log (from line $1) shows $2; false after 60 s
+wait_for_log() {
+  for _ in $(seq 1 6000); do
+    log_lines "$1" | grep -q "$2" && return 0
+    sleep 0.01
+  done
+  return 1
+}
+
+# 3. A merge cancelled while the worker computes it: the worker stops it, and
+# the next merge goes through the worker again. (Larger loads from here on,
+# so that the merges last long enough to be interrupted.)
+load_rows=$((3 * load_rows))
+load items "$next" "$load_rows" 4
+next=$((next + load_rows))
+from=$(wc -l < "$dir/server.log")
+psql -X -q -c "SELECT tsdg_merge('items_idx')" >"$dir/cancelled.out" 2>&1 &
+merge_session=$!
+wait_for_log "$from" "pg_tsdg GPU worker: merging" || fail "the worker never started the merge to cancel"
+sql -At -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE 'SELECT tsdg_merge%' AND pid <> pg_backend_pid()" >/dev/null
+wait "$merge_session" && fail "the cancelled merge completed"
+grep -q "canceling statement due to user request" "$dir/cancelled.out" || fail "the merge failed otherwise: $(cat "$dir/cancelled.out")"
+wait_for_log "$from" "pg_tsdg GPU worker: merge for index [0-9/]* cancelled" ||
+  fail "the worker did not stop the cancelled merge"
+wait_for_worker_or_skip "$backend" || fail "the worker is not ready after a cancelled merge"
+[ "$(sql -At -c "SELECT pending FROM tsdg_index_info('items_idx')")" = "$load_rows" ] ||
+  fail "the cancelled merge changed the pending rows"
+merge items_idx worker
+finds_itself items $((next - load_rows)) "$next" "merged after a cancelled merge"
+
+# 4. The worker killed during a merge: the session merges on the CPU.
+load items "$next" "$load_rows" 5
+next=$((next + load_rows))
+fallbacks=$(status fallbacks)
+from=$(wc -l < "$dir/server.log")
+sql -At -c "SELECT tsdg_merge('items_idx')" >"$dir/killed.out" 2>&1 &
+merge_session=$!
+wait_for_log "$from" "pg_tsdg GPU worker: merging" || fail "the worker never started the merge to kill"
+kill -9 "$(status worker_pid)"
+wait "$merge_session" || fail "the merge failed when the worker was killed: $(cat "$dir/killed.out")"
+[ "$(cat "$dir/killed.out")" = "$load_rows" ] || fail "the merge after the kill returned $(cat "$dir/killed.out")"
+log_lines "$from" | grep -q 'tsdg merge of index "items_idx" falls back to the CPU' ||
+  fail "no LOG line of the merge's fallback"
+log_lines "$from" | grep -q 'tsdg index "items_idx" merged on the GPU worker' &&
+  fail "the worker answered the merge although it was killed first"
+[ "$(status fallbacks)" -gt "$fallbacks" ] || fail "the fallback was not counted"
+[ "$(sql -At -c "SELECT pending FROM tsdg_index_info('items_idx')")" = 0 ] || fail "rows pending after the merge on the CPU"
+[ "$(sql -At -c "SELECT rows FROM tsdg_index_info('items_idx')")" = "$(sql -At -c "SELECT count(*) FROM items")" ] ||
+  fail "the index does not hold every row after the merge on the CPU"
+finds_itself items $((next - load_rows)) "$next" "merged on the CPU after the worker was killed"
+finds_itself items 1 1000 "old rows after the merge on the CPU"
+echo "fallback: $(log_lines "$from" | grep -o 'falls back to the CPU.*' | head -1)"
+
+# The restarted worker merges again.
+wait_for_worker_or_skip "$backend" || fail "the worker did not come back"
+load items "$next" 500 6
+merge items_idx worker
+finds_itself items "$next" $((next + 500)) "merged by the restarted worker"
+echo "worker_merge: all checks passed"
