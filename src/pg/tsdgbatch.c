@@ -319,7 +319,12 @@ TsdgBatchFinish(TsdgBatchCall *call, const char *function)
 						(double) (call->collected_at - call->detoasted_at) / 1000.0,
 						(double) (call->graph_at - call->collected_at) / 1000.0,
 						(double) (call->pending_at - call->graph_at) / 1000.0,
-						(double) (GetCurrentTimestamp() - call->pending_at) / 1000.0)));
+						(double) (GetCurrentTimestamp() - call->pending_at) / 1000.0),
+				 call->on_worker ?
+				 errdetail("The round trip to the worker: %.3f ms until it took the batch, %.3f ms on the worker, %.3f ms until the session woke.",
+						   (double) TsdgLastBatchRoundTrip.to_worker_us / 1000.0,
+						   (double) TsdgLastBatchRoundTrip.on_worker_us / 1000.0,
+						   (double) TsdgLastBatchRoundTrip.back_us / 1000.0) : 0));
 	index_close(call->index, AccessShareLock);
 }
 

@@ -508,6 +508,24 @@ LetGoOfBatchArea(const TakenRequest *t)
 		TsdgIpcLetGoOfBatchArea();
 }
 
+/* a batch's node results before they become heap TIDs, kept from batch to batch */
+static uint32 *batch_ids = NULL;
+static float *batch_dists = NULL;
+static Size batch_results = 0;
+
+static bool
+ReserveBatchResults(Size results)
+{
+	if (results <= batch_results)
+		return true;
+	free(batch_ids);
+	free(batch_dists);
+	batch_ids = malloc(sizeof(uint32) * results);
+	batch_dists = malloc(sizeof(float) * results);
+	batch_results = batch_ids != NULL && batch_dists != NULL ? results : 0;
+	return batch_results > 0;
+}
+
 /*
  * A batch of queries in the batch area or a DSM segment, answered as heap
  * TIDs: the session does not read a page per result. Deleted nodes are
@@ -524,10 +542,9 @@ ServeSearchBatch(TakenRequest *t)
 	TsdgError	error;
 	TsdgStatus	status;
 	TimestampTz start;
+	TimestampTz searched_at;
 	int			k = args->k;
 	int			wide_k;
-	uint32	   *ids;
-	float	   *dists;
 	ItemPointerData *out_tids;
 	float	   *out_dists;
 
@@ -549,9 +566,7 @@ ServeSearchBatch(TakenRequest *t)
 	}
 	header = (TsdgBulkHeader *) map.address;
 	wide_k = r->flags != NULL ? k + Min(k, (int) args->key.deleted_count) : k;
-	ids = malloc(sizeof(uint32) * (Size) wide_k * args->nq);
-	dists = malloc(sizeof(float) * (Size) wide_k * args->nq);
-	if (ids == NULL || dists == NULL)
+	if (!ReserveBatchResults((Size) wide_k * args->nq))
 	{
 		status = TSDG_ERR_OUT_OF_MEMORY;
 		strlcpy(error.message, "out of host memory for the batch's results", sizeof(error.message));
@@ -561,23 +576,23 @@ ServeSearchBatch(TakenRequest *t)
 		r->last_used = start = GetCurrentTimestamp();
 		status = tsdg_index_search(r->index, TsdgBulkArray(map.address, header->queries),
 								   args->nq, wide_k, Max(args->ef, wide_k), args->lambda_limit,
-								   ids, dists, &error);
-		if (args->nq >= TSDG_LOGGED_BATCH)
-			ereport(LOG,
-					(errmsg("pg_tsdg GPU worker: searched a batch of %d queries (k %d, ef %d) in %.3f ms",
-							args->nq, wide_k, Max(args->ef, wide_k), SecondsSince(start) * 1000)));
+								   batch_ids, batch_dists, &error);
 	}
 	if (status == TSDG_OK)
 	{
+		searched_at = GetCurrentTimestamp();
 		out_tids = TsdgBulkArray(map.address, header->tids);
 		out_dists = TsdgBulkArray(map.address, header->dists);
-		TsdgNodeResultsToTids(ids, dists, args->nq, wide_k, k, r->n, r->tids, r->flags,
+		TsdgNodeResultsToTids(batch_ids, batch_dists, args->nq, wide_k, k, r->n, r->tids, r->flags,
 							  out_tids, out_dists);
 		pg_atomic_fetch_add_u64(&TsdgShared->batches, 1);
 		pg_atomic_fetch_add_u64(&TsdgShared->batched_queries, args->nq);
+		if (args->nq >= TSDG_LOGGED_BATCH)
+			ereport(LOG,
+					(errmsg("pg_tsdg GPU worker: searched a batch of %d queries (k %d, ef %d) in %.3f ms, %.3f ms to heap TIDs",
+							args->nq, wide_k, Max(args->ef, wide_k),
+							(double) (searched_at - start) / 1000.0, SecondsSince(searched_at) * 1000)));
 	}
-	free(ids);
-	free(dists);
 	UnmapBulk(&map);
 	LetGoOfBatchArea(t);
 	TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), status == TSDG_OK ? args->nq : 0,

@@ -441,6 +441,8 @@ TsdgWorkerBatchAreaDone(void)
 		TsdgReleaseBatchSegment();
 }
 
+TsdgRoundTrip TsdgLastBatchRoundTrip;
+
 bool
 TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int k, int ef,
 					  int lambda_limit)
@@ -456,12 +458,14 @@ TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int 
 		TsdgRequestSlot *slot = TsdgIpcBeginRequest(TSDG_REQUEST_SEARCH_BATCH);
 		uint64		request_id;
 		bool		answered;
+		TimestampTz submitted_at;
 
 		TsdgSetSearchArgs(&slot->args.search, &key, meta->dims, k, ef, lambda_limit, nq);
 		slot->in_batch_area = batch_in_area;
 		slot->bulk_handle = batch_in_area ? 0 : dsm_segment_handle(batch_segment);
 		slot->bulk_size = batch_layout.total_size;
 		batch_in_flight = !batch_in_area;
+		submitted_at = GetCurrentTimestamp();
 		request_id = TsdgIpcSubmit(slot);
 		/* a batch is one explicit call: wait as long as the worker lives */
 		answered = TsdgIpcWait(slot, request_id, -1, NULL, NULL);
@@ -470,6 +474,9 @@ TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int 
 
 		if (answered && slot->reply == TSDG_REPLY_OK)
 		{
+			TsdgLastBatchRoundTrip.to_worker_us = slot->taken_at - submitted_at;
+			TsdgLastBatchRoundTrip.on_worker_us = slot->answered_at - slot->taken_at;
+			TsdgLastBatchRoundTrip.back_us = GetCurrentTimestamp() - slot->answered_at;
 			TsdgIpcFinish(slot);
 			return true;
 		}
