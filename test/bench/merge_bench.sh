@@ -8,11 +8,20 @@
 # back first). At the end recall@10 is compared with the fresh build's.
 #
 # usage: merge_bench.sh [OUTDIR]   (default ./merge-bench-out; starts its own
-# cluster on $TSDG_BENCH_PORT, default 54337; ROWS, LOADS, DIMS, QUERIES
-# override the sizes). Writes OUTDIR/merge_bench.md and prints it.
+# cluster on $TSDG_BENCH_PORT, default 54337; CHUNK, BASE_CHUNKS, LOADS, DIMS,
+# QUERIES, PROBES override the sizes). Writes OUTDIR/merge_bench.md and
+# prints it.
+#
+# TSDG_BENCH_EXTERNAL=1: against a server already running (PGHOST, PGPORT,
+# PGUSER and psql of the environment, e.g. the GPU machine's from
+# .gpu/pg-on-device.sh): the benchmark works in a database of its own,
+# merge_bench (dropped and created), and reads the server's log from
+# TSDG_BENCH_SERVER_LOG when set. The merges and builds then go wherever
+# that server sends them: through its GPU worker when it has one.
 source "$(dirname "$0")/../../scripts/common.sh"
 out=$(realpath -m "${1:-merge-bench-out}")
 port=${TSDG_BENCH_PORT:-54337}
+external=${TSDG_BENCH_EXTERNAL:-0}
 dims=${DIMS:-128}
 chunk=${CHUNK:-10000}             # rows per load
 base_chunks=${BASE_CHUNKS:-10}    # the first index: base_chunks * chunk rows
@@ -22,12 +31,26 @@ probes=${PROBES:-20}              # just-inserted rows looked up after each load
 total=$(( (base_chunks + loads) * chunk ))
 
 mkdir -p "$out"
-rm -f "$out/merge_phases.log"
+rm -f "$out/merge_phases.log" "$out/worker_merges.log"
 work=$(mktemp -d /tmp/merge_bench.XXXXXX)
 chmod 755 "$work"
-trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
-start_cluster "$work" "$port" "autovacuum = off" "maintenance_work_mem = '2GB'" \
-  "shared_buffers = '1GB'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'"
+if [ "$external" = 1 ]; then
+  trap 'rm -rf "$work"' EXIT
+  server_log=${TSDG_BENCH_SERVER_LOG:-}
+  psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS merge_bench" -c "CREATE DATABASE merge_bench"
+  export PGDATABASE=merge_bench
+  command="TSDG_BENCH_EXTERNAL=1 CHUNK=$chunk BASE_CHUNKS=$base_chunks LOADS=$loads bash test/bench/merge_bench.sh"
+  server="the running server at ${PGHOST:-localhost}:${PGPORT:-5432} (tsdg.worker_backend $(psql -X -At -c "SHOW tsdg.worker_backend" 2>/dev/null || echo ?))"
+else
+  trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
+  start_cluster "$work" "$port" "autovacuum = off" "maintenance_work_mem = '2GB'" \
+    "shared_buffers = '1GB'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'" \
+    ${TSDG_BENCH_CONF:+"$TSDG_BENCH_CONF"}
+  server_log=$work/server.log
+  command="bash test/bench/merge_bench.sh"
+  server="its own cluster${TSDG_BENCH_CONF:+ ($TSDG_BENCH_CONF)}"
+fi
+log_from=$( [ -n "$server_log" ] && wc -l <"$server_log" || echo 0)
 
 sql() { psql -X -q -v ON_ERROR_STOP=1 -At "$@"; }
 # Runs the SQL on stdin in one session, then prints the CPU seconds its
@@ -39,24 +62,34 @@ with_cpu() {
 }
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-gen="$TSDG_ROOT/test/tap/clustered_vectors.py"
-# the system Python, which has python3-numpy
-py=$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3 )
-
-log "generating $total x $dims clustered rows and $queries queries"
-sql -c "CREATE EXTENSION pg_tsdg" \
-    -c "CREATE TABLE staging (chunk int, local int, v vector($dims))" \
-    -c "CREATE TABLE queries (id int, v vector($dims), truth int[])"
-for c in $(seq 1 $((base_chunks + loads))); do
-  "$py" "$gen" "$chunk" "$dims" "$c" | sed "s/^/$c\t/" | sql -c "COPY staging FROM STDIN"
+bench_start=$(now)
+gen="$TSDG_ROOT/test/bench/merge_bench_data.py"
+# a Python with numpy: the system's (python3-numpy) here, the one on PATH elsewhere
+py=python3
+for candidate in /usr/bin/python3 python3; do
+  if "$candidate" -c "import numpy" 2>/dev/null; then py=$candidate; break; fi
 done
-"$py" "$gen" "$queries" "$dims" 999 | sql -c "COPY queries (id, v) FROM STDIN"
-sql -c "CREATE TABLE rows_all AS SELECT (chunk - 1) * $chunk + local AS id, chunk, v FROM staging" \
-    -c "DROP TABLE staging" -c "CREATE INDEX ON rows_all (chunk)" -c "VACUUM ANALYZE rows_all"
+# bench tables: no autovacuum, whose VACUUM would merge the loads before tsdg_merge() does
+no_autovacuum="WITH (autovacuum_enabled = off)"
 
-log "exact top 10 of each query"
-sql -c "SET max_parallel_workers_per_gather = 0" \
-    -c "UPDATE queries q SET truth = ARRAY(SELECT r.id FROM rows_all r ORDER BY (r.v <-> q.v) + 0 LIMIT 10)"
+log "generating $total x $dims clustered rows (chunks of $chunk loaded in parallel) and $queries queries with their exact top 10"
+t0=$(now)
+sql -c "CREATE EXTENSION IF NOT EXISTS pg_tsdg" \
+    -c "CREATE TABLE rows_all (id int, chunk int, v vector($dims)) $no_autovacuum" \
+    -c "CREATE TABLE queries (id int, v vector($dims), truth int[])"
+# the ground truth (float64, from the chunks regenerated) while the chunks load
+"$py" "$gen" queries "$queries" "$dims" "$chunk" $((base_chunks + loads)) >"$work/queries.tsv" &
+truth_pid=$!
+jobs=$(( $(nproc) > 8 ? 8 : $(nproc) ))
+seq 1 $((base_chunks + loads)) | xargs -P "$jobs" -I{} sh -c \
+  "'$py' '$gen' rows $chunk $dims {} | psql -X -q -v ON_ERROR_STOP=1 -c 'COPY rows_all FROM STDIN (FORMAT binary)'" ||
+  { echo "FAIL: loading the rows"; exit 1; }
+wait "$truth_pid" || { echo "FAIL: computing the ground truth"; exit 1; }
+sql -c "COPY queries FROM STDIN" <"$work/queries.tsv"
+sql -c "CREATE INDEX ON rows_all (chunk)" -c "VACUUM ANALYZE rows_all"
+[ "$(sql -c "SELECT count(*) FROM rows_all")" = "$total" ] || { echo "FAIL: rows_all does not hold $total rows"; exit 1; }
+data_s=$(elapsed "$t0" "$(now)")
+echo "data generated and loaded in ${data_s}s"
 
 # recall@10 of the tsdg index of table $1 over the queries, at tsdg.ef_search $2
 recall() {
@@ -66,7 +99,7 @@ recall() {
 }
 
 log "fresh CREATE INDEX on all $total rows"
-sql -c "CREATE TABLE fresh AS SELECT id, v FROM rows_all" -c "VACUUM ANALYZE fresh"
+sql -c "CREATE TABLE fresh $no_autovacuum AS SELECT id, v FROM rows_all" -c "VACUUM ANALYZE fresh"
 t0=$(now)
 fresh_cpu=$(echo "CREATE INDEX fresh_idx ON fresh USING tsdg (v vector_l2_ops);" | with_cpu)
 fresh_build=$(elapsed "$t0" "$(now)")
@@ -77,7 +110,7 @@ sql -c "DROP TABLE fresh"
 echo "fresh build ${fresh_build}s (CPU ${fresh_cpu}s), recall@10 $fresh_recall (ef_search 64), $fresh_recall_low (ef_search 10)"
 
 log "index on the first $((base_chunks * chunk)) rows, then $loads loads of $chunk with a merge after each"
-sql -c "CREATE TABLE inc AS SELECT id, v FROM rows_all WHERE chunk <= $base_chunks" -c "VACUUM ANALYZE inc"
+sql -c "CREATE TABLE inc $no_autovacuum AS SELECT id, v FROM rows_all WHERE chunk <= $base_chunks" -c "VACUUM ANALYZE inc"
 t0=$(now)
 sql -c "CREATE INDEX inc_idx ON inc USING tsdg (v vector_l2_ops)"
 base_build=$(elapsed "$t0" "$(now)")
@@ -138,14 +171,26 @@ info=$(sql -c "SELECT concat_ws(', ', 'rows ' || rows, 'pending ' || pending, 'g
 recall_gap=$(awk -v a="$fresh_recall" -v b="$inc_recall" 'BEGIN { printf "%.4f", a - b }')
 recall_gap_low=$(awk -v a="$fresh_recall_low" -v b="$inc_recall_low" 'BEGIN { printf "%.4f", a - b }')
 
+# the worker's LOG lines of the builds and merges: where a merge's time went on the worker
+if [ -n "$server_log" ]; then
+  tail -n +"$((log_from + 1))" "$server_log" |
+    grep -E 'GPU worker: (merged index|merging|built the graph|merge for index)|merged on the GPU worker|built on the GPU worker|merge of index .* falls back|DETAIL:  (Shared memory segment|GNND, GGM|The incremental merge)' \
+    >"$out/worker_merges.log" || true
+fi
+
 {
-  echo "Command: \`bash test/bench/merge_bench.sh\` (ROWS: $total x $dims, $loads loads of $chunk, $queries queries)"
+  echo "Command: \`$command\` (ROWS: $total x $dims, $loads loads of $chunk, $queries queries; server: $server)"
   echo
   echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo
-  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); date $(date -u +%Y-%m-%d)"
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
+  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')${gpu:+, $gpu}; date $(date -u +%Y-%m-%d)"
   echo
-  echo "Data: synthetic clustered (test/tap/clustered_vectors.py: 64 clusters, 12-dimensional latent subspaces, noise 0.02), L2, default index options; ground truth exact."
+  echo "Data: synthetic clustered (test/tap/clustered_vectors.py: 64 clusters, 12-dimensional latent subspaces, noise 0.02; float32, loaded by test/bench/merge_bench_data.py with binary COPY), L2, default index options; ground truth exact (float64)."
+  if [ -s "$out/worker_merges.log" ]; then
+    echo
+    echo "The GPU worker built and merged (its LOG lines at the end): the CPU seconds in the tables count the session's backend only, not the worker's computation."
+  fi
   echo
   echo "| | fresh CREATE INDEX on $total | $((base_chunks * chunk)) + $loads merges |"
   echo "|---|---|---|"
@@ -165,5 +210,13 @@ recall_gap_low=$(awk -v a="$fresh_recall_low" -v b="$inc_recall_low" 'BEGIN { pr
   echo "Merge phases (DEBUG1 of each merge):"
   echo
   sed 's/^/    /' "$out/merge_phases.log" 2>/dev/null
+  if [ -s "$out/worker_merges.log" ]; then
+    echo
+    echo "The GPU worker's builds and merges (server log; the worker's split of each merge, and the session's time from the request to the answer):"
+    echo
+    sed -E 's/^[0-9-]+ ([0-9:.]+) [A-Z]+ \[[0-9]+\] /    \1 /' "$out/worker_merges.log"
+  fi
+  echo
+  echo "Data generation and loading (all chunks, ground truth included): ${data_s}s; whole run: $(elapsed "$bench_start" "$(now)")s."
 } >"$out/merge_bench.md"
 cat "$out/merge_bench.md"

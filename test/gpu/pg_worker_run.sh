@@ -4,7 +4,7 @@
 #   bash ../shared/gpu/make-pg-runtime.sh
 #   make && make install DESTDIR=$PWD/.gpu/stage      # pg_tsdg_cuda.so lands there too
 # ), from the project root:
-#   bash test/gpu/pg_worker_run.sh [tests|bench|all]
+#   bash test/gpu/pg_worker_run.sh [tests|bench|all|merge]
 # starts PostgreSQL with pg_tsdg preloaded (the worker loads pg_tsdg_cuda.so), then
 #   tests: the worker regression test (sql/worker.sql against expected/worker.out, the
 #          searches answered by the GPU) and test/tap/worker_fallback.sh with the CUDA
@@ -13,8 +13,13 @@
 #   bench: test/gpu/pg_worker_bench.py: ROWS x DIM (default 1M x 128) clustered rows
 #          loaded with COPY, CREATE INDEX on the GPU and on the CPU, recall@10 of both,
 #          GPU and CPU searches compared, pgbench at CLIENTS, tsdg_search_batch.
+#   merge: (not part of all) issue 7's GPU merge benchmark, test/bench/merge_bench.sh
+#          against this server: CHUNK x (BASE_CHUNKS + LOADS) rows (default 100k x
+#          (10 + 10)), an index built on the GPU on the first 1M, then 10 loads of 100k
+#          each merged on the GPU worker; a fresh GPU CREATE INDEX on all 2M rows as
+#          the reference; the worker's LOG lines say where each merge's time went.
 # Writes under $OUT: run.log, worker_regress.diff, worker_fallback.log, bench.log,
-# worker_bench.json, server.log.
+# worker_bench.json, merge_bench.md, merge_bench.log, worker_merges.log, server.log.
 set -uo pipefail
 mode=${1:-all}
 OUT=${OUT:-/tmp/pg_worker_out}
@@ -84,6 +89,14 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
     --seconds "${SECONDS_PER_POINT:-8}" ${BENCH_ARGS:-} --out "$OUT/worker_bench.json" \
     >"$OUT/bench.log" 2>&1 || { echo "benchmark: FAILED or cut short"; failed=1; }
   cat "$OUT/bench.log" | tail -40
+fi
+if [ "$mode" = merge ]; then
+  echo "== merge benchmark"
+  PATH=$PGBIN:$PATH TSDG_BENCH_EXTERNAL=1 TSDG_BENCH_SERVER_LOG=/tmp/pg.log \
+    CHUNK=${CHUNK:-100000} BASE_CHUNKS=${BASE_CHUNKS:-10} LOADS=${LOADS:-10} \
+    timeout "${MERGE_BENCH_TIMEOUT:-530}" bash test/bench/merge_bench.sh "$OUT" >"$OUT/merge_bench.log" 2>&1 ||
+    { echo "merge benchmark: FAILED or cut short"; tail -30 "$OUT/merge_bench.log"; failed=1; }
+  [ -f "$OUT/merge_bench.md" ] && cat "$OUT/merge_bench.md"
 fi
 pg -x -c "SELECT * FROM tsdg_gpu_status()"
 exit $failed

@@ -20,9 +20,8 @@ LATENT = 12
 NOISE = 0.02
 
 
-def main():
-    rows, dims, seed = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    clusters = int(sys.argv[4]) if len(sys.argv) > 4 else 64
+def clustered_rows(rows, dims, seed, clusters=64):
+    """The rows (float64, rows x dims) that main() prints."""
     shape = np.random.default_rng(12345)
     centers = shape.uniform(-1.0, 1.0, size=(clusters, dims))
     bases = shape.normal(0.0, 1.0 / np.sqrt(LATENT), size=(clusters, LATENT, dims))
@@ -31,8 +30,20 @@ def main():
     weights = rng.dirichlet(np.full(clusters, 2.0))
     labels = rng.choice(clusters, size=rows, p=weights)
     latent = rng.normal(0.0, 1.0, size=(rows, LATENT))
-    data = centers[labels] + np.einsum("nl,nld->nd", latent, bases[labels])
+    # each row's point of its subspace, one latent dimension at a time: the
+    # sums of an einsum over (rows, LATENT, dims), without that array in memory
+    offsets = np.zeros((rows, dims))
+    for l in range(LATENT):
+        offsets += latent[:, l:l + 1] * bases[labels, l, :]
+    data = centers[labels] + offsets
     data += rng.normal(0.0, NOISE, size=(rows, dims))
+    return data
+
+
+def main():
+    rows, dims, seed = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    clusters = int(sys.argv[4]) if len(sys.argv) > 4 else 64
+    data = clustered_rows(rows, dims, seed, clusters)
 
     out = sys.stdout
     for i in range(rows):
