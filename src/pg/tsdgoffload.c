@@ -730,8 +730,17 @@ TsdgWorkerMergeGraph(Relation index, const float *rows, int64 n_old, int64 n_new
 	TimestampTz submitted;
 	TimestampTz answered_at;
 
-	if (n == 0 || !TsdgWorkerTakesRequest())
+	if (n == 0)
 		return false;
+	if (!TsdgWorkerTakesRequest())
+	{
+		/* unlike CREATE INDEX, not an error: VACUUM's merge would lose VACUUM's work */
+		if (tsdg_device == TSDG_DEVICE_GPU)
+			ereport(LOG,
+					(errmsg("tsdg merge of index \"%s\" runs on the CPU: tsdg.device is \"gpu\" but no GPU worker is available",
+							RelationGetRelationName(index))));
+		return false;
+	}
 
 	TsdgMergeLayout(&header, n_old, n_new, dims, params, old_knn_dists != NULL,
 					old_changed != NULL);
