@@ -18,6 +18,8 @@
 #          (10 + 10)), an index built on the GPU on the first 1M, then 10 loads of 100k
 #          each merged on the GPU worker; a fresh GPU CREATE INDEX on all 2M rows as
 #          the reference; the worker's LOG lines say where each merge's time went.
+# PG_EXTRA_CONF: one more postgresql.conf line (e.g. "tsdg.worker_backend = cpu" to try
+# a mode on a machine without a GPU).
 # Writes under $OUT: run.log, worker_regress.diff, worker_fallback.log, bench.log,
 # worker_bench.json, merge_bench.md, merge_bench.log, worker_merges.log, server.log.
 set -uo pipefail
@@ -36,7 +38,7 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
 PG_FRESH=1 source .gpu/pg-on-device.sh "shared_preload_libraries = 'pg_tsdg'" \
   "dynamic_shared_memory_type = $dsm_type" "jit = off" "max_wal_size = 20GB" \
   "checkpoint_timeout = 30min" "log_min_duration_statement = 1000" "log_statement = 'ddl'" \
-  "tsdg.batch_wait_us = ${BATCH_WAIT_US:-100}" || exit 1
+  "tsdg.batch_wait_us = ${BATCH_WAIT_US:-100}" ${PG_EXTRA_CONF:+"$PG_EXTRA_CONF"} || exit 1
 trap 'cp /tmp/pg.log "$OUT/server.log"' EXIT
 pg -q -c "CREATE EXTENSION IF NOT EXISTS pg_tsdg"
 
