@@ -8,7 +8,8 @@
 # found first after it. A merge cancelled while the worker computes it
 # stops the worker's computation; a worker killed (SIGKILL) during a merge
 # leaves the merge to the session, which completes it on the CPU with a
-# correct index. Runs the worker with the core's CPU backend (any machine)
+# correct index; the restarted worker merges an index with deleted nodes.
+# Runs the worker with the core's CPU backend (any machine)
 # unless TSDG_WORKER_BACKEND says otherwise.
 # Usage: worker_merge.sh WORKDIR (starts its own cluster on port 54410).
 source "$(dirname "$0")/../../scripts/common.sh"
@@ -158,9 +159,16 @@ finds_itself items $((next - load_rows)) "$next" "merged on the CPU after the wo
 finds_itself items 1 1000 "old rows after the merge on the CPU"
 echo "fallback: $(log_lines "$from" | grep -o 'falls back to the CPU.*' | head -1)"
 
-# The restarted worker merges again.
+# 5. The restarted worker merges again, this time with deleted nodes: the
+# session sends the repaired k-NN lists with their distances and which lists
+# it repaired, and the worker's graph leaves the deleted nodes out.
 wait_for_worker_or_skip "$backend" || fail "the worker did not come back"
+sql -c "DELETE FROM items WHERE id % 10 = 3" -c "SET tsdg.merge_threshold = -1" -c "VACUUM items"
+[ "$(sql -At -c "SELECT deleted > 0 FROM tsdg_index_info('items_idx')")" = t ] || fail "VACUUM marked no node deleted"
 load items "$next" 500 6
 merge items_idx worker
-finds_itself items "$next" $((next + 500)) "merged by the restarted worker"
+[ "$(sql -At -c "SELECT rows || '/' || deleted FROM tsdg_index_info('items_idx')")" = "$(sql -At -c "SELECT count(*) FROM items")/0" ] ||
+  fail "after the merge with deleted nodes the index holds $(sql -At -c "SELECT rows || ' rows, ' || deleted || ' deleted' FROM tsdg_index_info('items_idx')") for $(sql -At -c "SELECT count(*) FROM items") rows"
+finds_itself items "$next" $((next + 500)) "merged by the restarted worker after deletes"
+finds_itself items 1 2000 "old rows after the merge that dropped deleted nodes"
 echo "worker_merge: all checks passed"
