@@ -27,6 +27,16 @@ constexpr int kKernelAuto = 0;
 constexpr int kKernelSmallBatch = 1;
 constexpr int kKernelExactScan = 3;  // 2 is the large-batch kernel
 
+// What the gather of payload values reads, by value into the kernel.
+struct PayloadMap {
+  const unsigned char* values;
+  int size;
+  const uint8_t* flags;
+  uint8_t skip_bits;
+  unsigned char missing[SearchIndex::kMaxPayloadSize];
+  int64_t nodes;
+};
+
 // d_nn1+: the distance from each node to its first (nearest kept) neighbor.
 template <Metric M>
 __global__ void first_neighbor_distance_kernel(DeviceGraph g, float* out) {
@@ -38,6 +48,40 @@ __global__ void first_neighbor_distance_kernel(DeviceGraph g, float* out) {
     d = warp_distance<M>(g.data + node * g.dim, g.data + static_cast<int64_t>(nearest) * g.dim, g.dim);
   }
   if (lane_id() == 0) out[node] = d;
+}
+
+// One thread per query: the first k_out of its k results that the flags do
+// not skip, as payload values; the rest of its row gets the missing value.
+__global__ void payload_gather_kernel(const uint32_t* ids, const float* dists, int64_t rows, int k,
+                                      int k_out, PayloadMap map, unsigned char* out_values,
+                                      float* out_dists) {
+  const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (q >= rows) return;
+  int written = 0;
+  for (int j = 0; j < k && written < k_out; ++j) {
+    const uint32_t id = ids[q * k + j];
+    if (id == kInvalidId || id >= map.nodes) break;
+    if (map.flags != nullptr && (map.flags[id] & map.skip_bits) != 0) continue;
+    unsigned char* to = out_values + (q * k_out + written) * map.size;
+    const unsigned char* from = map.values + static_cast<int64_t>(id) * map.size;
+    for (int b = 0; b < map.size; ++b) to[b] = from[b];
+    out_dists[q * k_out + written] = dists[q * k + j];
+    ++written;
+  }
+  for (; written < k_out; ++written) {
+    unsigned char* to = out_values + (q * k_out + written) * map.size;
+    for (int b = 0; b < map.size; ++b) to[b] = map.missing[b];
+    out_dists[q * k_out + written] = INFINITY;
+  }
+}
+
+void map_results_to_payload(const uint32_t* ids, const float* dists, int64_t rows, int k, int k_out,
+                            const PayloadMap& map, unsigned char* out_values, float* out_dists,
+                            cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  payload_gather_kernel<<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      ids, dists, rows, k, k_out, map, out_values, out_dists);
+  check_launch("payload_gather_kernel");
 }
 
 }  // namespace
@@ -82,7 +126,8 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, const TsdgGraph& g
 
 size_t CudaSearchIndex::memory_bytes() const {
   return data_.bytes() + norms_.bytes() + neighbors_.bytes() + lambdas_.bytes() + queries_.bytes() +
-         result_ids_.bytes() + result_dists_.bytes();
+         result_ids_.bytes() + result_dists_.bytes() + payload_.bytes() + payload_flags_device_.bytes() +
+         payload_out_.bytes() + payload_dists_.bytes();
 }
 
 int64_t CudaSearchIndex::small_batch_limit() const {
@@ -112,22 +157,16 @@ void CudaSearchIndex::prepare_entries(int count, uint64_t seed) {
   entries_for_seed_ = seed;
 }
 
-void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uint32_t* ids,
-                             float* dists, const RunControl& control) {
+bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& params,
+                                      const RunControl& control,
+                                      const std::function<void(int64_t, int64_t, int)>& deliver) {
   if (queries.dim != dim_) throw Error(Status::InvalidArgument, "query dimension differs from the index");
   if (params.k < 1 || params.k > 1024) throw Error(Status::InvalidArgument, "GPU search supports 1 <= k <= 1024");
   if (params.gpu_kernel < kKernelAuto || params.gpu_kernel > kKernelExactScan) {
     throw Error(Status::InvalidArgument,
                 "gpu_kernel must be 0 (auto), 1 (small batch), 2 (large batch) or 3 (exact scan)");
   }
-  std::lock_guard<std::mutex> guard(mutex_);
-  TSDG_CUDA_CHECK(cudaSetDevice(device_));
-  if (params.gpu_kernel == kKernelExactScan) {
-    const ResidentRows resident{data_.data(), norms_.data()};
-    exact_knn(*ctx_, MatrixView{nullptr, nodes_, dim_}, queries, metric_, params.k, ids, dists, control,
-              &resident);
-    return;
-  }
+  if (params.gpu_kernel == kKernelExactScan) return false;
   const int k = params.k;
   const int ef = std::clamp(std::max(params.ef, k), 1, 1024);
   if (params.gpu_kernel == kKernelSmallBatch && ef > kGpuSmallBatchMaxEf) {
@@ -167,14 +206,76 @@ void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uin
       launch_large_batch_search(launch, stream);
     }
     trace.mark("kernel", ef);
+    deliver(first, rows, k);
+    trace.mark("results to the host");
+    control.add_done(rows);
+  }
+  return true;
+}
+
+void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uint32_t* ids,
+                             float* dists, const RunControl& control) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  TSDG_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t stream = ctx_->stream.get();
+  const bool searched = search_launches(queries, params, control, [&](int64_t first, int64_t rows, int k) {
     const size_t results = static_cast<size_t>(rows) * k;
     copy_to_host(pinned_ids_.data(), result_ids_.data(), results, stream);
     copy_to_host(pinned_dists_.data(), result_dists_.data(), results, stream);
     ctx_->stream.synchronize();
     std::memcpy(ids + first * k, pinned_ids_.data(), results * sizeof(uint32_t));
     std::memcpy(dists + first * k, pinned_dists_.data(), results * sizeof(float));
-    trace.mark("results to the host");
-    control.add_done(rows);
+  });
+  if (!searched) {
+    const ResidentRows resident{data_.data(), norms_.data()};
+    exact_knn(*ctx_, MatrixView{nullptr, nodes_, dim_}, queries, metric_, params.k, ids, dists, control,
+              &resident);
+  }
+}
+
+void CudaSearchIndex::set_payload(const void* values, int value_size, const uint8_t* flags,
+                                  uint8_t skip_bits, const void* missing) {
+  SearchIndex::set_payload(values, value_size, flags, skip_bits, missing);
+  std::lock_guard<std::mutex> guard(mutex_);
+  TSDG_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t stream = ctx_->stream.get();
+  payload_.allocate(payload_values_.size());
+  copy_to_device(payload_.data(), payload_values_.data(), payload_values_.size(), stream);
+  payload_flags_device_.allocate(payload_flags_.size());
+  if (!payload_flags_.empty()) {
+    copy_to_device(payload_flags_device_.data(), payload_flags_.data(), payload_flags_.size(), stream);
+  }
+  ctx_->stream.synchronize();
+}
+
+void CudaSearchIndex::search_payload(MatrixView queries, const SearchParams& params, int k_out,
+                                     void* values, float* dists, const RunControl& control) {
+  if (payload_size_ == 0) throw Error(Status::InvalidArgument, "the index has no payload");
+  if (k_out < 1 || k_out > params.k) throw Error(Status::InvalidArgument, "k_out must be 1 to k");
+  std::unique_lock<std::mutex> guard(mutex_);
+  TSDG_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t stream = ctx_->stream.get();
+  auto* out = static_cast<unsigned char*>(values);
+  PayloadMap map{payload_.data(), payload_size_,
+                 payload_flags_device_.size() > 0 ? payload_flags_device_.data() : nullptr,
+                 payload_skip_bits_, {}, nodes_};
+  std::memcpy(map.missing, payload_missing_, sizeof(map.missing));
+  const bool searched = search_launches(queries, params, control, [&](int64_t first, int64_t rows, int k) {
+    const size_t results = static_cast<size_t>(rows) * k_out;
+    if (payload_out_.size() < results * payload_size_) {
+      payload_out_.allocate(results * payload_size_);
+      payload_dists_.allocate(results);
+    }
+    map_results_to_payload(result_ids_.data(), result_dists_.data(), rows, k, k_out, map,
+                           payload_out_.data(), payload_dists_.data(), stream);
+    copy_to_host(out + static_cast<size_t>(first) * k_out * payload_size_, payload_out_.data(),
+                 results * payload_size_, stream);
+    copy_to_host(dists + first * k_out, payload_dists_.data(), results, stream);
+    ctx_->stream.synchronize();
+  });
+  if (!searched) {
+    guard.unlock();
+    SearchIndex::search_payload(queries, params, k_out, values, dists, control);
   }
 }
 

@@ -4,6 +4,7 @@
 // SearchParams::gpu_kernel forces one.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -20,6 +21,12 @@ class CudaSearchIndex final : public SearchIndex {
   void search(MatrixView queries, const SearchParams& params, uint32_t* ids, float* dists,
               const RunControl& control) override;
   size_t memory_bytes() const override;
+  int64_t node_count() const override { return nodes_; }
+  // The payload goes to the device too, where the results are mapped to it.
+  void set_payload(const void* values, int value_size, const uint8_t* flags, uint8_t skip_bits,
+                   const void* missing) override;
+  void search_payload(MatrixView queries, const SearchParams& params, int k_out, void* values,
+                      float* dists, const RunControl& control) override;
 
   // Batches smaller than this go to the small-batch kernel.
   int64_t small_batch_limit() const;
@@ -27,6 +34,12 @@ class CudaSearchIndex final : public SearchIndex {
 
  private:
   void reserve_batch(int64_t rows, int k);
+  // Searches the queries in launches of at most kMaxRowsPerLaunch rows;
+  // after each, deliver(first, rows, k) takes the launch's results from
+  // result_ids_ / result_dists_ (on the stream). False where the call is not
+  // for the graph kernels (the exact scan), which it leaves to the caller.
+  bool search_launches(MatrixView queries, const SearchParams& params, const RunControl& control,
+                       const std::function<void(int64_t, int64_t, int)>& deliver);
   // The CPU search's navigating entry points for (count, seed), on the device.
   void prepare_entries(int count, uint64_t seed);
 
@@ -54,6 +67,10 @@ class CudaSearchIndex final : public SearchIndex {
   DeviceBuffer<float> result_dists_;
   PinnedBuffer<uint32_t> pinned_ids_;
   PinnedBuffer<float> pinned_dists_;
+  DeviceBuffer<unsigned char> payload_;        // nodes * payload_size_
+  DeviceBuffer<uint8_t> payload_flags_device_;  // nodes, empty when no node is skipped
+  DeviceBuffer<unsigned char> payload_out_;    // rows * k_out * payload_size_ of a launch
+  DeviceBuffer<float> payload_dists_;          // rows * k_out of a launch
   std::mutex mutex_;  // one batch at a time on the stream and buffers
 };
 

@@ -1,6 +1,8 @@
 #include "backend.h"
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 
 namespace tsdg {
 
@@ -13,6 +15,52 @@ TsdgGraph Backend::build_tsdg_graph(MatrixView data, Metric metric, const GnndPa
   if (knn_dists != nullptr) std::copy(knn.dists.begin(), knn.dists.end(), knn_dists);
   control.set_phase(Phase::Diversify);
   return diversify(data, metric, knn, diversify_params, control);
+}
+
+void SearchIndex::set_payload(const void* values, int value_size, const uint8_t* flags,
+                              uint8_t skip_bits, const void* missing) {
+  if (value_size < 1 || value_size > kMaxPayloadSize || values == nullptr || missing == nullptr) {
+    throw Error(Status::InvalidArgument, "payload values must be 1 to 16 bytes each");
+  }
+  const auto* bytes = static_cast<const unsigned char*>(values);
+  const size_t nodes = static_cast<size_t>(node_count());
+  payload_values_.assign(bytes, bytes + nodes * value_size);
+  if (flags != nullptr) {
+    payload_flags_.assign(flags, flags + nodes);
+  } else {
+    payload_flags_.clear();
+  }
+  std::memcpy(payload_missing_, missing, value_size);
+  payload_size_ = value_size;
+  payload_skip_bits_ = skip_bits;
+}
+
+void SearchIndex::search_payload(MatrixView queries, const SearchParams& params, int k_out,
+                                 void* values, float* dists, const RunControl& control) {
+  if (payload_size_ == 0) throw Error(Status::InvalidArgument, "the index has no payload");
+  if (k_out < 1 || k_out > params.k) throw Error(Status::InvalidArgument, "k_out must be 1 to k");
+  const size_t wide = static_cast<size_t>(queries.rows) * params.k;
+  std::vector<uint32_t> ids(wide);
+  std::vector<float> wide_dists(wide);
+  search(queries, params, ids.data(), wide_dists.data(), control);
+  const size_t nodes = static_cast<size_t>(node_count());
+  auto* out = static_cast<unsigned char*>(values);
+  for (int64_t q = 0; q < queries.rows; ++q) {
+    int written = 0;
+    for (int j = 0; j < params.k && written < k_out; ++j) {
+      const uint32_t id = ids[q * params.k + j];
+      if (id == kInvalidId || id >= nodes) break;
+      if (!payload_flags_.empty() && (payload_flags_[id] & payload_skip_bits_) != 0) continue;
+      std::memcpy(out + (q * k_out + written) * payload_size_, &payload_values_[id * payload_size_],
+                  payload_size_);
+      dists[q * k_out + written] = wide_dists[q * params.k + j];
+      ++written;
+    }
+    for (; written < k_out; ++written) {
+      std::memcpy(out + (q * k_out + written) * payload_size_, payload_missing_, payload_size_);
+      dists[q * k_out + written] = std::numeric_limits<float>::infinity();
+    }
+  }
 }
 
 }  // namespace tsdg

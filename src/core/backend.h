@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "params.h"
 #include "run_control.h"
@@ -20,6 +21,32 @@ class SearchIndex {
   virtual void search(MatrixView queries, const SearchParams& params, uint32_t* ids,
                       float* dists, const RunControl& control) = 0;
   virtual size_t memory_bytes() const = 0;
+  // The nodes of the graph searched.
+  virtual int64_t node_count() const = 0;
+
+  // Per-node values that searches can answer with instead of node ids (for
+  // PostgreSQL each row's heap TID): value_size bytes per node (at most
+  // kMaxPayloadSize). A node whose flags share a bit with skip_bits is left
+  // out of answers (flags may be null: none is). missing is written where a
+  // query has fewer results than asked for. All three are copied.
+  virtual void set_payload(const void* values, int value_size, const uint8_t* flags,
+                           uint8_t skip_bits, const void* missing);
+  // search() for params.k candidates per query, answered with the values of
+  // the first k_out that are not skipped (values: rows * k_out * value_size
+  // bytes) and their distances (rows * k_out, +inf where missing). By
+  // default the ids are mapped on the host; the GPU maps them on the device.
+  virtual void search_payload(MatrixView queries, const SearchParams& params, int k_out,
+                              void* values, float* dists, const RunControl& control);
+
+  static constexpr int kMaxPayloadSize = 16;
+
+ protected:
+  // the host copy set_payload keeps
+  std::vector<unsigned char> payload_values_;
+  std::vector<uint8_t> payload_flags_;
+  unsigned char payload_missing_[kMaxPayloadSize] = {};
+  int payload_size_ = 0;
+  uint8_t payload_skip_bits_ = 0;
 };
 
 class Backend {

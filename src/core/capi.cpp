@@ -565,6 +565,28 @@ TsdgResidentIndex* tsdg_index_upload(TsdgBackend* backend, const float* rows, in
   }
 }
 
+namespace {
+
+tsdg::SearchParams resident_search_params(int k, int ef, int lambda_limit) {
+  tsdg::SearchParams params;
+  params.k = k;
+  params.ef = ef;
+  params.lambda_limit = lambda_limit;
+  return params;
+}
+
+// The CPU searches large batches on a pool of its own, made at the first one.
+tsdg::RunControl resident_search_control(TsdgResidentIndex* index, int64_t nq) {
+  tsdg::RunControl control;
+  if (index->on_cpu && nq >= kParallelSearchBatch) {
+    if (!index->pool) index->pool = std::make_unique<tsdg::ThreadPool>(0);
+    control.pool = index->pool.get();
+  }
+  return control;
+}
+
+}  // namespace
+
 TsdgStatus tsdg_index_search(TsdgResidentIndex* index, const float* queries, int64_t nq, int k,
                              int ef, int lambda_limit, uint32_t* ids, float* dists,
                              TsdgError* error) {
@@ -572,16 +594,33 @@ TsdgStatus tsdg_index_search(TsdgResidentIndex* index, const float* queries, int
     require(index != nullptr, "index must not be NULL");
     validate_rows(queries, nq, index->dim);
     require(nq == 0 || (ids != nullptr && dists != nullptr), "ids and dists must not be NULL");
-    tsdg::SearchParams params;
-    params.k = k;
-    params.ef = ef;
-    params.lambda_limit = lambda_limit;
-    tsdg::RunControl control;
-    if (index->on_cpu && nq >= kParallelSearchBatch) {
-      if (!index->pool) index->pool = std::make_unique<tsdg::ThreadPool>(0);
-      control.pool = index->pool.get();
-    }
-    index->index->search(tsdg::MatrixView{queries, nq, index->dim}, params, ids, dists, control);
+    const tsdg::RunControl control = resident_search_control(index, nq);
+    index->index->search(tsdg::MatrixView{queries, nq, index->dim},
+                         resident_search_params(k, ef, lambda_limit), ids, dists, control);
+  });
+}
+
+TsdgStatus tsdg_index_set_payload(TsdgResidentIndex* index, const void* values, int value_size,
+                                  const uint8_t* flags, uint8_t skip_bits, const void* missing,
+                                  TsdgError* error) {
+  return guarded(error, [&] {
+    require(index != nullptr, "index must not be NULL");
+    index->index->set_payload(values, value_size, flags, skip_bits, missing);
+  });
+}
+
+TsdgStatus tsdg_index_search_payload(TsdgResidentIndex* index, const float* queries, int64_t nq,
+                                     int k, int k_out, int ef, int lambda_limit, void* values,
+                                     float* dists, TsdgError* error) {
+  return guarded(error, [&] {
+    require(index != nullptr, "index must not be NULL");
+    validate_rows(queries, nq, index->dim);
+    require(nq == 0 || (values != nullptr && dists != nullptr), "values and dists must not be NULL");
+    if (nq == 0) return;
+    const tsdg::RunControl control = resident_search_control(index, nq);
+    index->index->search_payload(tsdg::MatrixView{queries, nq, index->dim},
+                                 resident_search_params(k, ef, lambda_limit), k_out, values, dists,
+                                 control);
   });
 }
 

@@ -300,7 +300,7 @@ CpuSearchIndex::~CpuSearchIndex() = default;
 size_t CpuSearchIndex::memory_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   size_t bytes = sizeof(*this) + entries_.size() * sizeof(uint32_t) +
-                 entry_rows_.values.size() * sizeof(float);
+                 entry_rows_.values.size() * sizeof(float) + payload_values_.size() + payload_flags_.size();
   for (const auto& scratch : free_scratch_) {
     bytes += scratch->visited.bytes() + scratch->fresh.size() * sizeof(uint32_t) +
              scratch->query.size() * sizeof(float);

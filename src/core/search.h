@@ -177,6 +177,7 @@ class CpuSearchIndex : public SearchIndex {
   void search(MatrixView queries, const SearchParams& params, uint32_t* ids, float* dists,
               const RunControl& control) override;
   size_t memory_bytes() const override;
+  int64_t node_count() const override { return graph_.nodes; }
 
   // Distance computations of every search so far.
   int64_t distance_computations() const { return distance_computations_.load(); }

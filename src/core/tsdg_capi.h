@@ -193,6 +193,25 @@ TsdgResidentIndex *tsdg_index_upload(TsdgBackend *backend, const float *rows, in
 TsdgStatus	tsdg_index_search(TsdgResidentIndex *index, const float *queries, int64_t nq,
 							  int k, int ef, int lambda_limit, uint32_t *ids, float *dists,
 							  TsdgError *error);
+
+/*
+ * Per-node values a search can answer with instead of node ids (a heap TID
+ * per row): value_size (1..16) bytes per node. Nodes whose flags share a bit
+ * with skip_bits are left out of answers (flags may be NULL); missing is the
+ * value written where a query has fewer results. The arrays are copied (to
+ * the device, where the GPU maps the results itself).
+ */
+TsdgStatus	tsdg_index_set_payload(TsdgResidentIndex *index, const void *values, int value_size,
+								   const uint8_t *flags, uint8_t skip_bits, const void *missing,
+								   TsdgError *error);
+/*
+ * Searches for k candidates per query and answers with the values of the
+ * first k_out that are not skipped: values nq * k_out * value_size bytes,
+ * dists nq * k_out (+inf where missing).
+ */
+TsdgStatus	tsdg_index_search_payload(TsdgResidentIndex *index, const float *queries, int64_t nq,
+									  int k, int k_out, int ef, int lambda_limit, void *values,
+									  float *dists, TsdgError *error);
 size_t		tsdg_index_memory_bytes(const TsdgResidentIndex *index);
 void		tsdg_index_free(TsdgResidentIndex *index);
 

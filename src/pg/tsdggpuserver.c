@@ -227,7 +227,9 @@ EvictAll(const char *why)
 static int64
 ResidentBytesEstimate(int64 n, int dims, int degree)
 {
-	return n * ((int64) sizeof(float) * dims + (int64) (sizeof(uint32) + sizeof(uint8)) * degree);
+	/* the rows, the graph, and a heap TID and flags byte per node */
+	return n * ((int64) sizeof(float) * dims + (int64) (sizeof(uint32) + sizeof(uint8)) * degree +
+				(int64) sizeof(ItemPointerData) + 1);
 }
 
 static void *
@@ -253,6 +255,7 @@ AddResident(const TsdgIndexKey *key, const float *rows, int64 n, int dims, int d
 	int64		estimate = ResidentBytesEstimate(n, dims, degree);
 	TimestampTz start = GetCurrentTimestamp();
 	bool		any_deleted = false;
+	ItemPointerData no_tid;
 
 	/* an older graph of the same index is stale once a newer one is asked for */
 	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
@@ -300,6 +303,16 @@ AddResident(const TsdgIndexKey *key, const float *rows, int64 n, int dims, int d
 	}
 	if (r->index == NULL)
 	{
+		ReleaseResidentArrays(r);
+		return strstr(error->message, "memory") != NULL ? TSDG_ERR_OUT_OF_MEMORY : TSDG_ERR_DEVICE;
+	}
+	/* batches are answered with heap TIDs, mapped where the results are */
+	ItemPointerSetInvalid(&no_tid);
+	if (tsdg_index_set_payload(r->index, r->tids, sizeof(ItemPointerData), r->flags,
+							   TSDG_NODE_DELETED, &no_tid, error) != TSDG_OK)
+	{
+		tsdg_index_free(r->index);
+		r->index = NULL;
 		ReleaseResidentArrays(r);
 		return strstr(error->message, "memory") != NULL ? TSDG_ERR_OUT_OF_MEMORY : TSDG_ERR_DEVICE;
 	}
@@ -508,24 +521,6 @@ LetGoOfBatchArea(const TakenRequest *t)
 		TsdgIpcLetGoOfBatchArea();
 }
 
-/* a batch's node results before they become heap TIDs, kept from batch to batch */
-static uint32 *batch_ids = NULL;
-static float *batch_dists = NULL;
-static Size batch_results = 0;
-
-static bool
-ReserveBatchResults(Size results)
-{
-	if (results <= batch_results)
-		return true;
-	free(batch_ids);
-	free(batch_dists);
-	batch_ids = malloc(sizeof(uint32) * results);
-	batch_dists = malloc(sizeof(float) * results);
-	batch_results = batch_ids != NULL && batch_dists != NULL ? results : 0;
-	return batch_results > 0;
-}
-
 /*
  * A batch of queries in the batch area or a DSM segment, answered as heap
  * TIDs: the session does not read a page per result. Deleted nodes are
@@ -542,11 +537,8 @@ ServeSearchBatch(TakenRequest *t)
 	TsdgError	error;
 	TsdgStatus	status;
 	TimestampTz start;
-	TimestampTz searched_at;
 	int			k = args->k;
 	int			wide_k;
-	ItemPointerData *out_tids;
-	float	   *out_dists;
 
 	t->done = true;
 	if (r == NULL || r->dims != args->dims)
@@ -566,32 +558,19 @@ ServeSearchBatch(TakenRequest *t)
 	}
 	header = (TsdgBulkHeader *) map.address;
 	wide_k = r->flags != NULL ? k + Min(k, (int) args->key.deleted_count) : k;
-	if (!ReserveBatchResults((Size) wide_k * args->nq))
-	{
-		status = TSDG_ERR_OUT_OF_MEMORY;
-		strlcpy(error.message, "out of host memory for the batch's results", sizeof(error.message));
-	}
-	else
-	{
-		r->last_used = start = GetCurrentTimestamp();
-		status = tsdg_index_search(r->index, TsdgBulkArray(map.address, header->queries),
-								   args->nq, wide_k, Max(args->ef, wide_k), args->lambda_limit,
-								   batch_ids, batch_dists, &error);
-	}
+	r->last_used = start = GetCurrentTimestamp();
+	status = tsdg_index_search_payload(r->index, TsdgBulkArray(map.address, header->queries),
+									   args->nq, wide_k, k, Max(args->ef, wide_k), args->lambda_limit,
+									   TsdgBulkArray(map.address, header->tids),
+									   TsdgBulkArray(map.address, header->dists), &error);
 	if (status == TSDG_OK)
 	{
-		searched_at = GetCurrentTimestamp();
-		out_tids = TsdgBulkArray(map.address, header->tids);
-		out_dists = TsdgBulkArray(map.address, header->dists);
-		TsdgNodeResultsToTids(batch_ids, batch_dists, args->nq, wide_k, k, r->n, r->tids, r->flags,
-							  out_tids, out_dists);
 		pg_atomic_fetch_add_u64(&TsdgShared->batches, 1);
 		pg_atomic_fetch_add_u64(&TsdgShared->batched_queries, args->nq);
 		if (args->nq >= TSDG_LOGGED_BATCH)
 			ereport(LOG,
-					(errmsg("pg_tsdg GPU worker: searched a batch of %d queries (k %d, ef %d) in %.3f ms, %.3f ms to heap TIDs",
-							args->nq, wide_k, Max(args->ef, wide_k),
-							(double) (searched_at - start) / 1000.0, SecondsSince(searched_at) * 1000)));
+					(errmsg("pg_tsdg GPU worker: searched a batch of %d queries (k %d, ef %d) in %.3f ms",
+							args->nq, wide_k, Max(args->ef, wide_k), SecondsSince(start) * 1000)));
 	}
 	UnmapBulk(&map);
 	LetGoOfBatchArea(t);

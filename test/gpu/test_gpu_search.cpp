@@ -171,5 +171,39 @@ TEST(GpuSearch, MoreResultsThanSearchedAndOtherMetrics) {
   EXPECT_THROW(gpu_index->search(f.queries.view(), params, ids.data(), dists.data(), RunControl{}), Error);
 }
 
+// The device's mapping of results to payload values gives what the host's
+// does (SearchIndex::search_payload) for the same search, for both kernels.
+TEST(GpuSearch, PayloadMappedOnTheDeviceAsOnTheHost) {
+  TSDG_REQUIRE_GPU();
+  const SearchFixture& f = fixture();
+  auto gpu_index = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
+  constexpr int kSize = 6;
+  const int64_t n = f.data.rows;
+  std::vector<unsigned char> values(n * kSize);
+  std::vector<uint8_t> flags(n, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int b = 0; b < kSize; ++b) values[i * kSize + b] = static_cast<unsigned char>((i * 7 + b) >> (b % 3));
+    if (i % 4 == 0) flags[i] = 4;
+  }
+  const unsigned char missing[kSize] = {1, 2, 3, 4, 5, 6};
+  gpu_index->set_payload(values.data(), kSize, flags.data(), 4, missing);
+  SearchParams params;
+  params.k = 24;
+  params.ef = 64;
+  const int k_out = 10;
+  const size_t results = f.queries.rows * k_out;
+  for (int kernel : {1, 2}) {
+    params.gpu_kernel = kernel;
+    std::vector<unsigned char> device_values(results * kSize), host_values(results * kSize);
+    std::vector<float> device_dists(results), host_dists(results);
+    gpu_index->search_payload(f.queries.view(), params, k_out, device_values.data(), device_dists.data(),
+                              RunControl{});
+    gpu_index->SearchIndex::search_payload(f.queries.view(), params, k_out, host_values.data(),
+                                           host_dists.data(), RunControl{});
+    EXPECT_EQ(device_values, host_values) << "kernel " << kernel;
+    EXPECT_EQ(device_dists, host_dists) << "kernel " << kernel;
+  }
+}
+
 }  // namespace
 }  // namespace tsdg

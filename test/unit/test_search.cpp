@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <vector>
@@ -231,6 +232,67 @@ TEST(SlackRule, MatchesTheFormulaOnRootsForSquaredL2) {
   const SlackRule cosine = slack_rule_for(Metric::Cosine, 1.0f, 10, 10.0f);
   EXPECT_FALSE(cosine.stops(0.59f, 0.2f, 0.4f));
   EXPECT_TRUE(cosine.stops(0.61f, 0.2f, 0.4f));
+}
+
+// search_payload answers with the values of the first k_out results whose
+// flags miss the skip bits, and pads with the missing value and +inf.
+TEST(Search, PayloadAnswersLeaveOutSkippedNodes) {
+  const Fixture f = make_fixture(1500, 16, 6, 10);
+  CpuSearchIndex index(f.data.view(), GraphView::of(f.graph), Metric::L2);
+  constexpr int kSize = 6;
+  const int k_out = 10;
+  const int64_t n = f.data.rows;
+  std::vector<unsigned char> values(n * kSize);
+  std::vector<uint8_t> flags(n, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t value = static_cast<uint32_t>(i) * 3 + 1;
+    std::memcpy(&values[i * kSize], &value, sizeof(value));
+    values[i * kSize + 4] = 0xab;
+    values[i * kSize + 5] = static_cast<unsigned char>(i);
+    if (i % 7 == 0) flags[i] |= 1;
+    if (i % 5 == 0) flags[i] |= 2;  // not a skip bit
+  }
+  const unsigned char missing[kSize] = {0xff, 0xff, 0xff, 0xff, 0, 0};
+  index.set_payload(values.data(), kSize, flags.data(), 1, missing);
+  SearchParams params;
+  params.k = 20;
+  params.ef = 64;
+  const int64_t nq = f.queries.rows;
+  std::vector<uint32_t> ids(nq * params.k);
+  std::vector<float> dists(ids.size());
+  index.search(f.queries.view(), params, ids.data(), dists.data(), RunControl{});
+  std::vector<unsigned char> out(nq * k_out * kSize);
+  std::vector<float> out_dists(nq * k_out);
+  index.search_payload(f.queries.view(), params, k_out, out.data(), out_dists.data(), RunControl{});
+
+  int64_t skipped = 0;
+  for (int64_t q = 0; q < nq; ++q) {
+    int written = 0;
+    for (int j = 0; j < params.k && written < k_out; ++j) {
+      const uint32_t id = ids[q * params.k + j];
+      ASSERT_NE(id, kInvalidId);
+      if (flags[id] & 1) {
+        ++skipped;
+        continue;
+      }
+      EXPECT_EQ(std::memcmp(&out[(q * k_out + written) * kSize], &values[id * kSize], kSize), 0);
+      EXPECT_EQ(out_dists[q * k_out + written], dists[q * params.k + j]);
+      ++written;
+    }
+    EXPECT_EQ(written, k_out);
+  }
+  EXPECT_GT(skipped, nq);  // about one in seven of the results was left out
+
+  std::vector<uint8_t> all_skipped(n, 1);
+  index.set_payload(values.data(), kSize, all_skipped.data(), 1, missing);
+  index.search_payload(f.queries.view(), params, k_out, out.data(), out_dists.data(), RunControl{});
+  for (int64_t r = 0; r < nq * k_out; ++r) {
+    EXPECT_EQ(std::memcmp(&out[r * kSize], missing, kSize), 0);
+    EXPECT_TRUE(std::isinf(out_dists[r]));
+  }
+  EXPECT_THROW(index.search_payload(f.queries.view(), params, params.k + 1, out.data(), out_dists.data(),
+                                    RunControl{}),
+               Error);
 }
 
 }  // namespace
