@@ -159,14 +159,18 @@ finds_itself items $((next - load_rows)) "$next" "merged on the CPU after the wo
 finds_itself items 1 1000 "old rows after the merge on the CPU"
 echo "fallback: $(log_lines "$from" | grep -o 'falls back to the CPU.*' | head -1)"
 
-# 5. The restarted worker merges again, this time with deleted nodes: the
+# 5. The restarted worker merges again, for VACUUM, with deleted nodes: the
 # session sends the repaired k-NN lists with their distances and which lists
 # it repaired, and the worker's graph leaves the deleted nodes out.
 wait_for_worker_or_skip "$backend" || fail "the worker did not come back"
 sql -c "DELETE FROM items WHERE id % 10 = 3" -c "SET tsdg.merge_threshold = -1" -c "VACUUM items"
 [ "$(sql -At -c "SELECT deleted > 0 FROM tsdg_index_info('items_idx')")" = t ] || fail "VACUUM marked no node deleted"
 load items "$next" 500 6
-merge items_idx worker
+# this merge is VACUUM's (past tsdg.merge_threshold), through the worker as well
+from=$(wc -l < "$dir/server.log")
+sql -c "SET tsdg.merge_threshold = 0" -c "SET tsdg.merge_scale_factor = 0" -c "VACUUM items"
+log_lines "$from" | grep -q 'tsdg index "items_idx" merged on the GPU worker' ||
+  fail "VACUUM's merge did not go through the worker"
 [ "$(sql -At -c "SELECT rows || '/' || deleted FROM tsdg_index_info('items_idx')")" = "$(sql -At -c "SELECT count(*) FROM items")/0" ] ||
   fail "after the merge with deleted nodes the index holds $(sql -At -c "SELECT rows || ' rows, ' || deleted || ' deleted' FROM tsdg_index_info('items_idx')") for $(sql -At -c "SELECT count(*) FROM items") rows"
 finds_itself items "$next" $((next + 500)) "merged by the restarted worker after deletes"
