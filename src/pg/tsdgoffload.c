@@ -374,10 +374,9 @@ TsdgAttachBatchSegment(Size needed)
 
 /*
  * A session maps the shared batch area page by page as it first touches it:
- * for 10,000 queries of 128 dimensions that is over 1,500 page faults, about
- * 3 ms of the first batch of every session. One madvise maps the pages a
- * batch uses in a single call; where the kernel lacks it the faults happen
- * as before.
+ * for 10,000 queries of 128 dimensions that is over 1,500 page faults in the
+ * first batch of every session. One madvise maps the pages a batch uses in a
+ * single call; where the kernel lacks it the faults happen as before.
  */
 static void
 TsdgMapBatchPages(char *base, Size bytes)
