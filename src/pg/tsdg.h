@@ -274,6 +274,8 @@ extern void TsdgInitPendingRows(TsdgPendingRows *pending, int dims, int64 capaci
 extern void TsdgReadPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
 								BlockNumber stop, TsdgPendingRows *pending);
 extern void TsdgInitNodePage(Page page);
+extern BlockNumber TsdgAppendBlocks(Relation index, BlockNumber count);
+extern void TsdgLogPages(Buffer *buffers, int count, bool wal);
 extern void TsdgInitPendingPage(Page page);
 extern void TsdgInitMetaPage(Page page, const TsdgMetaPageData *meta);
 extern void TsdgReadMeta(Relation index, TsdgMetaPageData *meta);

@@ -360,52 +360,6 @@ TsdgFillMeta(TsdgMetaPageData *meta, const TsdgBuildState *bs, const TsdgLayout 
 }
 
 /*
- * Extends the index to nblocks with one write of its last block; the blocks
- * before it are a hole in the file, which reads as zeroes, so a page written
- * into it costs no write of a zeroed block first (as P_NEW does per page).
- */
-static void
-TsdgExtendTo(Relation index, BlockNumber nblocks)
-{
-	PGAlignedBlock zero;
-	bool		need_lock = !RELATION_IS_LOCAL(index);
-
-	memset(zero.data, 0, BLCKSZ);
-	if (need_lock)
-		LockRelationForExtension(index, ExclusiveLock);
-	if (RelationGetNumberOfBlocks(index) < nblocks)
-		smgrextend(RelationGetSmgr(index), MAIN_FORKNUM, nblocks - 1, zero.data, false);
-	if (need_lock)
-		UnlockRelationForExtension(index, ExclusiveLock);
-}
-
-/* Marks filled, locked pages dirty, WAL-logs them as one record of full pages, releases them. */
-static void
-TsdgLogPages(Buffer *buffers, int count, bool wal)
-{
-	XLogRecPtr	recptr;
-
-	if (wal)
-		XLogBeginInsert();
-	START_CRIT_SECTION();
-	for (int i = 0; i < count; i++)
-	{
-		MarkBufferDirty(buffers[i]);
-		if (wal)
-			XLogRegisterBuffer(i, buffers[i], REGBUF_FORCE_IMAGE | REGBUF_STANDARD);
-	}
-	if (wal)
-	{
-		recptr = XLogInsert(RM_XLOG_ID, XLOG_FPI);
-		for (int i = 0; i < count; i++)
-			PageSetLSN(BufferGetPage(buffers[i]), recptr);
-	}
-	END_CRIT_SECTION();
-	for (int i = 0; i < count; i++)
-		UnlockReleaseBuffer(buffers[i]);
-}
-
-/*
  * The node pages, in node order from layout->node_start: each page is filled
  * in its buffer and WAL-logged with XLR_MAX_BLOCK_ID - 1 others as full
  * pages while still locked (log_newpage_range's record, without reading
@@ -425,7 +379,9 @@ TsdgWriteNodePages(TsdgBuildState *bs, const TsdgLayout *layout,
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_WRITE);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, bs->count);
 
-	TsdgExtendTo(bs->index, layout->node_start + pages);
+	if (RelationGetNumberOfBlocks(bs->index) < layout->node_start + pages)
+		TsdgAppendBlocks(bs->index,
+						 layout->node_start + pages - RelationGetNumberOfBlocks(bs->index));
 	if (wal)
 		XLogEnsureRecordSpace(XLR_MAX_BLOCK_ID - 1, 0);
 	for (BlockNumber p = 0; p < pages; p++)

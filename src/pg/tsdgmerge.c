@@ -37,6 +37,7 @@
 
 #include "access/relation.h"
 #include "access/xlog.h"
+#include "access/xloginsert.h"
 #include "access/table.h"
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
@@ -744,13 +745,11 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 	TsdgCheckCore(m->index, status, &error);
 }
 
-/* One page of the new region, WAL-logged as a full image. */
+/* Fills one page of the new region in its locked buffer. */
 static void
-TsdgWriteRegionPage(TsdgMerge *m, Buffer buf, BlockNumber page_no, BlockNumber node_pages,
-					BlockNumber used_pages, const TsdgLayout *layout)
+TsdgFillRegionPage(TsdgMerge *m, Page page, BlockNumber page_no, BlockNumber node_pages,
+				   BlockNumber used_pages, const TsdgLayout *layout)
 {
-	GenericXLogState *state = GenericXLogStart(m->index);
-	Page		page = GenericXLogRegisterBuffer(state, buf, GENERIC_XLOG_FULL_IMAGE);
 	int64		n = m->n_old + m->n_new;
 	int			degree = m->meta.degree;
 
@@ -782,7 +781,6 @@ TsdgWriteRegionPage(TsdgMerge *m, Buffer buf, BlockNumber page_no, BlockNumber n
 	}
 	else
 		TsdgInitNodePage(page); /* room to grow */
-	GenericXLogFinish(state);
 }
 
 /*
@@ -799,8 +797,11 @@ TsdgWriteRegion(TsdgMerge *m)
 	BlockNumber node_pages;
 	BlockNumber used;
 	BlockNumber start;
+	BlockNumber writing;
 	bool		extend;
-	bool		need_lock = !RELATION_IS_LOCAL(m->index);
+	bool		wal = RelationNeedsWAL(m->index);
+	Buffer		batch[XLR_MAX_BLOCK_ID];
+	int			batched = 0;
 
 	TsdgInitLayout(&layout, m->dims, m->meta.degree, InvalidBlockNumber);
 	node_pages = TsdgPagesFor(n, layout.nodes_per_page);
@@ -822,20 +823,7 @@ TsdgWriteRegion(TsdgMerge *m)
 		 * for the writing.
 		 */
 		nm->region_blocks = used + used / 2;
-		if (need_lock)
-			LockRelationForExtension(m->index, ExclusiveLock);
-		start = RelationGetNumberOfBlocks(m->index);
-		for (BlockNumber i = 0; i < nm->region_blocks; i++)
-		{
-			Buffer		buf = ReadBufferExtended(m->index, MAIN_FORKNUM, P_NEW, RBM_NORMAL, NULL);
-
-			if (BufferGetBlockNumber(buf) != start + i)
-				elog(ERROR, "tsdg merge: block %u of index \"%s\" does not follow block %u",
-					 BufferGetBlockNumber(buf), RelationGetRelationName(m->index), start + i - 1);
-			ReleaseBuffer(buf);
-		}
-		if (need_lock)
-			UnlockRelationForExtension(m->index, ExclusiveLock);
+		start = TsdgAppendBlocks(m->index, nm->region_blocks);
 	}
 	else
 	{
@@ -843,16 +831,27 @@ TsdgWriteRegion(TsdgMerge *m)
 		start = m->meta.spare_start;
 	}
 
-	/* the spare region's pages past the graph keep what they hold */
-	for (BlockNumber i = 0; i < (extend ? nm->region_blocks : used); i++)
+	/*
+	 * The spare region's pages past the graph keep what they hold. The pages
+	 * are WAL-logged as full images XLR_MAX_BLOCK_ID at a time, as CREATE
+	 * INDEX logs its own.
+	 */
+	writing = extend ? nm->region_blocks : used;
+	if (wal)
+		XLogEnsureRecordSpace(XLR_MAX_BLOCK_ID - 1, 0);
+	for (BlockNumber i = 0; i < writing; i++)
 	{
 		Buffer		buf = ReadBufferExtended(m->index, MAIN_FORKNUM, start + i,
 											 RBM_ZERO_AND_LOCK, NULL);
 
-		TsdgWriteRegionPage(m, buf, i, node_pages, used, &layout);
-		UnlockReleaseBuffer(buf);
-		if ((i & 63) == 0)
+		TsdgFillRegionPage(m, BufferGetPage(buf), i, node_pages, used, &layout);
+		batch[batched++] = buf;
+		if (batched == XLR_MAX_BLOCK_ID || i == writing - 1)
+		{
+			TsdgLogPages(batch, batched, wal);
+			batched = 0;
 			CHECK_FOR_INTERRUPTS();
+		}
 	}
 
 	nm->node_start = start;

@@ -8,8 +8,12 @@
 #include <math.h>
 
 #include "access/relation.h"
+#include "access/xloginsert.h"
+#include "catalog/pg_control.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "storage/smgr.h"
 #include "utils/rel.h"
 
 #include "tsdg.h"
@@ -125,6 +129,59 @@ TsdgNodeResultsToTids(const uint32 *ids, const float *dists, int nq, int wide_k,
 			out_dists[(Size) q * k + written] = INFINITY;
 		}
 	}
+}
+
+/*
+ * Appends count blocks to the index with one write of the last (under the
+ * extension lock) and returns the first: the blocks before it are a hole in
+ * the file, which reads as zeroes, so a page written into it costs no write
+ * of a zeroed block first (as P_NEW does per page).
+ */
+BlockNumber
+TsdgAppendBlocks(Relation index, BlockNumber count)
+{
+	PGAlignedBlock zero;
+	bool		need_lock = !RELATION_IS_LOCAL(index);
+	BlockNumber first;
+
+	memset(zero.data, 0, BLCKSZ);
+	if (need_lock)
+		LockRelationForExtension(index, ExclusiveLock);
+	first = RelationGetNumberOfBlocks(index);
+	if (count > 0)
+		smgrextend(RelationGetSmgr(index), MAIN_FORKNUM, first + count - 1, zero.data, false);
+	if (need_lock)
+		UnlockRelationForExtension(index, ExclusiveLock);
+	return first;
+}
+
+/*
+ * Marks filled, locked pages dirty, WAL-logs them as one record of full
+ * pages (up to XLR_MAX_BLOCK_ID), releases them.
+ */
+void
+TsdgLogPages(Buffer *buffers, int count, bool wal)
+{
+	XLogRecPtr	recptr;
+
+	if (wal)
+		XLogBeginInsert();
+	START_CRIT_SECTION();
+	for (int i = 0; i < count; i++)
+	{
+		MarkBufferDirty(buffers[i]);
+		if (wal)
+			XLogRegisterBuffer(i, buffers[i], REGBUF_FORCE_IMAGE | REGBUF_STANDARD);
+	}
+	if (wal)
+	{
+		recptr = XLogInsert(RM_XLOG_ID, XLOG_FPI);
+		for (int i = 0; i < count; i++)
+			PageSetLSN(BufferGetPage(buffers[i]), recptr);
+	}
+	END_CRIT_SECTION();
+	for (int i = 0; i < count; i++)
+		UnlockReleaseBuffer(buffers[i]);
 }
 
 void
