@@ -49,6 +49,13 @@ class CudaBackend final : public Backend {
     return cuda::ggm_merge(*ctx_, data, split, first, second, metric, params, control);
   }
 
+  void list_distances(MatrixView data, Metric metric, const uint32_t* ids, int k, float* dists,
+                      const RunControl& control) override {
+    std::lock_guard<std::mutex> guard(mutex_);
+    activate();
+    cuda::list_distances(*ctx_, data, metric, ids, k, dists, control);
+  }
+
   TsdgGraph diversify(MatrixView data, Metric metric, const KnnGraph& knn,
                       const DiversifyParams& params, const RunControl& control) override {
     std::lock_guard<std::mutex> guard(mutex_);

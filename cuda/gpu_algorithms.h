@@ -45,6 +45,11 @@ KnnGraph gnnd_build_by_shards(DeviceContext& ctx, MatrixView data, Metric metric
                               const RunControl& control);
 
 // ggm.cu: GGM (paper 000, section 5).
+// The distance from each row to each id of its list (lists = data.rows,
+// ids < data.rows, kInvalidId gives +inf), into dists (rows * k).
+void list_distances(DeviceContext& ctx, MatrixView data, Metric metric, const uint32_t* ids, int k,
+                    float* dists, const RunControl& control);
+
 KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const KnnGraph& first,
                    const KnnGraph& second, Metric metric, const GnndParams& params,
                    const RunControl& control);

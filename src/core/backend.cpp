@@ -4,6 +4,9 @@
 #include <cstring>
 #include <limits>
 
+#include "distance.h"
+#include "thread_pool.h"
+
 namespace tsdg {
 
 TsdgGraph Backend::build_tsdg_graph(MatrixView data, Metric metric, const GnndParams& gnnd,
@@ -15,6 +18,19 @@ TsdgGraph Backend::build_tsdg_graph(MatrixView data, Metric metric, const GnndPa
   if (knn_dists != nullptr) std::copy(knn.dists.begin(), knn.dists.end(), knn_dists);
   control.set_phase(Phase::Diversify);
   return diversify(data, metric, knn, diversify_params, control);
+}
+
+void Backend::list_distances(MatrixView data, Metric metric, const uint32_t* ids, int k, float* dists,
+                             const RunControl& control) {
+  parallel_for(control, data.rows, 1024, [&](int64_t begin, int64_t end, int) {
+    for (int64_t u = begin; u < end; ++u) {
+      for (int j = 0; j < k; ++j) {
+        const uint32_t v = ids[u * k + j];
+        dists[u * k + j] = v == kInvalidId ? std::numeric_limits<float>::infinity()
+                                           : metric_distance(metric, data.row(u), data.row(v), data.dim);
+      }
+    }
+  });
 }
 
 void SearchIndex::set_payload(const void* values, int value_size, const uint8_t* flags,

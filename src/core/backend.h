@@ -68,6 +68,12 @@ class Backend {
                                     const KnnGraph& second, Metric metric,
                                     const GnndParams& params, const RunControl& control) = 0;
 
+  // The distance from each row of data to each id of its list (ids: rows * k,
+  // each < rows or kInvalidId, which gets +inf), into dists: a merge's old
+  // k-NN lists come from an index that keeps only their ids.
+  virtual void list_distances(MatrixView data, Metric metric, const uint32_t* ids, int k,
+                              float* dists, const RunControl& control);
+
   // Both TSDG stages on a k-NN graph.
   virtual TsdgGraph diversify(MatrixView data, Metric metric, const KnnGraph& knn,
                               const DiversifyParams& params, const RunControl& control) = 0;

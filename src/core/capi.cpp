@@ -278,26 +278,28 @@ void search_step(TsdgSearch* search, Step step) {
 
 // The old k-NN graph of a merge from the caller's arrays (n_old * k, ids of
 // old rows only): the distances as given, or, where old_knn_dists is NULL
-// (an index keeps only the ids), computed on the threads.
-tsdg::KnnGraph old_knn_graph(tsdg::MatrixView data, int64_t n_old, int k, tsdg::Metric metric,
-                             const uint32_t* old_knn_ids, const float* old_knn_dists,
-                             const tsdg::RunControl& control) {
+// (an index keeps only the ids), computed by the backend.
+tsdg::KnnGraph old_knn_graph(tsdg::Backend& backend, tsdg::MatrixView data, int64_t n_old, int k,
+                             tsdg::Metric metric, const uint32_t* old_knn_ids,
+                             const float* old_knn_dists, const tsdg::RunControl& control) {
   tsdg::KnnGraph old_graph(n_old, k);
   std::copy(old_knn_ids, old_knn_ids + n_old * k, old_graph.ids.begin());
   tsdg::parallel_for(control, n_old, 1024, [&](int64_t begin, int64_t end, int) {
-    for (int64_t u = begin; u < end; ++u) {
-      for (int j = 0; j < k; ++j) {
-        const uint32_t v = old_graph.ids[u * k + j];
-        if (v != TSDG_INVALID_ID && v >= n_old) {
-          throw Error(Status::InvalidArgument, "an old k-NN list holds an id past the old rows");
-        }
-        old_graph.dists[u * k + j] =
-            v == TSDG_INVALID_ID ? std::numeric_limits<float>::infinity()
-            : old_knn_dists != nullptr ? old_knn_dists[u * k + j]
-                                       : tsdg::metric_distance(metric, data.row(u), data.row(v), data.dim);
+    for (int64_t i = begin * k; i < end * k; ++i) {
+      if (old_graph.ids[i] != TSDG_INVALID_ID && old_graph.ids[i] >= n_old) {
+        throw Error(Status::InvalidArgument, "an old k-NN list holds an id past the old rows");
       }
     }
   });
+  if (old_knn_dists != nullptr) {
+    std::copy(old_knn_dists, old_knn_dists + n_old * k, old_graph.dists.begin());
+    for (int64_t i = 0; i < n_old * k; ++i) {
+      if (old_graph.ids[i] == TSDG_INVALID_ID) old_graph.dists[i] = std::numeric_limits<float>::infinity();
+    }
+  } else {
+    backend.list_distances(data.slice(0, n_old), metric, old_graph.ids.data(), k, old_graph.dists.data(),
+                           control);
+  }
   return old_graph;
 }
 
@@ -425,7 +427,7 @@ TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_o
                    phase.store(TSDG_PHASE_KNN_GRAPH);
                    merged = knn_graph(b, data, m, gnnd, control);
                  } else if (n_new == 0) {
-                   merged = old_knn_graph(data, n_old, k, m, old_knn_ids, old_knn_dists, control);
+                   merged = old_knn_graph(b, data, n_old, k, m, old_knn_ids, old_knn_dists, control);
                  } else {
                    phase.store(TSDG_PHASE_KNN_GRAPH);
                    const tsdg::KnnGraph new_graph =
@@ -433,7 +435,7 @@ TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_o
                    // the old lists' distances count with GGM, whose input they are
                    phase.store(TSDG_PHASE_MERGE);
                    const tsdg::KnnGraph old_graph =
-                       old_knn_graph(data, n_old, k, m, old_knn_ids, old_knn_dists, control);
+                       old_knn_graph(b, data, n_old, k, m, old_knn_ids, old_knn_dists, control);
                    merged = b.merge_knn_graphs(data, n_old, old_graph, new_graph, m, gnnd, control);
                  }
                  phase.store(TSDG_PHASE_DIVERSIFY);
@@ -473,7 +475,7 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
     run_polled(params->threads, poll, poll_arg,
                [&](const tsdg::RunControl& control, std::atomic<int>& phase) {
                  const tsdg::KnnGraph old_graph =
-                     old_knn_graph(data, n_old, k, m, old_knn_ids, old_knn_dists, control);
+                     old_knn_graph(b, data, n_old, k, m, old_knn_ids, old_knn_dists, control);
                  tsdg::TsdgGraph old_search(n_old, degree);
                  std::copy(old_neighbors, old_neighbors + n_old * degree, old_search.neighbors.begin());
                  std::copy(old_lambdas, old_lambdas + n_old * degree, old_search.lambdas.begin());

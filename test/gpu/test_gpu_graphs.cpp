@@ -1,6 +1,7 @@
 // GPU GNND and GGM: recall of the graph within 0.01 of the CPU core's on the
 // same data, with the same parameters.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "bruteforce.h"
@@ -144,6 +145,27 @@ TEST(GpuGgm, RejectsMismatchedGraphs) {
     FAIL() << "no exception";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::InvalidArgument);
+  }
+}
+
+// The distances of lists given as ids (a merge's old k-NN lists), on the
+// device as on the CPU, for each metric; +inf for a missing neighbor.
+TEST(GpuGgm, ListDistancesAsOnTheCpu) {
+  TSDG_REQUIRE_GPU();
+  const Matrix data = make_clustered(clustered_spec(5000, 40, 10, 9));
+  const KnnGraph lists = exact_knn_graph(data.view(), Metric::L2, 16, cpu_control());
+  std::vector<uint32_t> ids = lists.ids;
+  ids[7] = kInvalidId;
+  const auto cpu_backend = make_cpu_backend();
+  for (Metric metric : {Metric::L2, Metric::InnerProduct, Metric::Cosine}) {
+    std::vector<float> on_gpu(ids.size()), on_cpu(ids.size());
+    gpu_backend.list_distances(data.view(), metric, ids.data(), lists.k, on_gpu.data(), RunControl{});
+    cpu_backend->list_distances(data.view(), metric, ids.data(), lists.k, on_cpu.data(), cpu_control());
+    EXPECT_TRUE(std::isinf(on_gpu[7]));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i == 7) continue;
+      ASSERT_NEAR(on_gpu[i], on_cpu[i], 1e-4f * std::max(1.0f, std::fabs(on_cpu[i]))) << "entry " << i;
+    }
   }
 }
 
