@@ -484,13 +484,17 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  const tsdg::KnnGraph batch_graph =
                      n_new > 0 ? knn_graph(b, data.slice(n_old, n_new), m, gnnd, control) : tsdg::KnnGraph();
                  phase.store(TSDG_PHASE_MERGE);
-                 gnnd.min_update_rate = tsdg::kMergeMinUpdateRate;
-                 const tsdg::IncrementalMerge merged =
-                     tsdg::ggm_merge_incremental(data, n_old, old_graph, batch_graph, m, gnnd, control);
+                 const tsdg::IncrementalMerge merged = tsdg::ggm_merge_incremental(
+                     data, n_old, old_graph, batch_graph, m, tsdg::incremental_merge_params(gnnd), control);
                  phase.store(TSDG_PHASE_DIVERSIFY);
-                 std::vector<uint8_t> knn_changed = merged.changed;
-                 for (int64_t u = 0; old_changed != nullptr && u < n_old; ++u) {
-                   knn_changed[u] |= old_changed[u] != 0;
+                 // An old list the GGM changed only took new rows in; a
+                 // repaired one is rebuilt.
+                 std::vector<uint8_t> knn_changed(n);
+                 for (int64_t u = 0; u < n; ++u) {
+                   knn_changed[u] = u >= n_old || (old_changed != nullptr && old_changed[u] != 0)
+                                        ? tsdg::kKnnListRebuilt
+                                    : merged.changed[u] ? tsdg::kKnnListGainedNewRows
+                                                        : tsdg::kKnnListSame;
                  }
                  std::vector<uint8_t> list_changed;
                  const tsdg::TsdgGraph graph = tsdg::diversify_tsdg_incremental(

@@ -61,16 +61,17 @@ void sorted_candidates(const KnnGraph& knn, int64_t node, std::vector<Edge>& out
   std::sort(out.begin(), out.end(), edge_less);
 }
 
-// Stage 1 on the k-NN list of u: the relaxed occlusion rule, checked from
-// the closest neighbor against the edges already kept. Writes the kept edges
-// to kept (room for knn.k) and returns their count.
-int prune_list(MatrixView data, DistanceFn distance, const KnnGraph& knn, int64_t u, float alpha,
-               std::vector<Edge>& scratch, Edge* kept) {
-  sorted_candidates(knn, u, scratch);
+// Stage 1 over candidates sorted by (distance, id): the relaxed occlusion
+// rule, checked from the closest candidate against the edges already kept.
+// A candidate for which given(candidate) holds is kept unchecked. Writes the
+// kept edges to kept (room for every candidate) and returns their count.
+template <class Given>
+int prune_sorted(MatrixView data, DistanceFn distance, const std::vector<Edge>& candidates, float alpha,
+                 Given given, Edge* kept) {
   int count = 0;
-  for (const Edge& candidate : scratch) {
+  for (const Edge& candidate : candidates) {
     bool occluded = false;
-    for (int i = 0; i < count && !occluded; ++i) {
+    for (int i = 0; i < count && !occluded && !given(candidate); ++i) {
       if (kept[i].id == candidate.id) {
         occluded = true;  // a duplicate entry
       } else if (relaxed(kept[i].dist, alpha) < candidate.dist) {
@@ -83,11 +84,60 @@ int prune_list(MatrixView data, DistanceFn distance, const KnnGraph& knn, int64_
   return count;
 }
 
+// Stage 1 on the k-NN list of u. kept needs room for knn.k edges.
+int prune_list(MatrixView data, DistanceFn distance, const KnnGraph& knn, int64_t u, float alpha,
+               std::vector<Edge>& scratch, Edge* kept) {
+  sorted_candidates(knn, u, scratch);
+  return prune_sorted(data, distance, scratch, alpha, [](const Edge&) { return false; }, kept);
+}
+
+// Stage 1 on the k-NN list of an old node u that only gained new rows (ids
+// >= old.nodes): each new row is checked against the closer entries that u's
+// stored search list holds, taken as kept, and the closer new rows kept;
+// the other old entries are left out. kept needs room for knn.k edges; the
+// new rows in it are the ones kept.
+int prune_gained_list(MatrixView data, DistanceFn distance, const KnnGraph& knn, const TsdgGraph& old,
+                      int64_t u, float alpha, std::vector<Edge>& scratch, Edge* kept) {
+  sorted_candidates(knn, u, scratch);
+  const uint32_t* stored = old.list(u);
+  const auto n_old = static_cast<uint32_t>(old.nodes);
+  const auto is_stored = [&](const Edge& e) {
+    return e.id < n_old && std::find(stored, stored + old.degree, e.id) != stored + old.degree;
+  };
+  // Only closer entries occlude: the entries past the last new row play no part.
+  const auto last_new = std::find_if(scratch.rbegin(), scratch.rend(), [n_old](const Edge& e) { return e.id >= n_old; });
+  scratch.erase(last_new.base(), scratch.end());
+  scratch.erase(std::remove_if(scratch.begin(), scratch.end(),
+                               [&](const Edge& e) { return e.id < n_old && !is_stored(e); }),
+                scratch.end());
+  return prune_sorted(data, distance, scratch, alpha, [n_old](const Edge& e) { return e.id < n_old; }, kept);
+}
+
 struct Stage2Scratch {
   std::vector<Edge> incoming;  // the reverse edges of the node, filled by the caller
   std::vector<Edge> list;
   std::vector<std::pair<int, Edge>> ranked;
+  std::vector<Edge> added;              // rerank_list's added edges, filled by the caller
+  std::vector<uint8_t> stored_lambdas;  // and the stored edges' λ
 };
+
+// The edges of u with their occlusion factors, sorted by (λ, distance); the
+// first degree of them stored in graph's list of u, the rest padded.
+void store_ranked(int degree, std::vector<std::pair<int, Edge>>& ranked, TsdgGraph& graph, int64_t u) {
+  std::sort(ranked.begin(), ranked.end(),
+            [](const std::pair<int, Edge>& a, const std::pair<int, Edge>& b) {
+              return a.first < b.first || (a.first == b.first && edge_less(a.second, b.second));
+            });
+  const size_t stored = std::min(ranked.size(), static_cast<size_t>(degree));
+  uint32_t* out_ids = graph.neighbors.data() + u * degree;
+  uint8_t* out_lambdas = graph.lambdas.data() + u * degree;
+  std::fill(out_ids, out_ids + degree, kInvalidId);
+  std::fill(out_lambdas, out_lambdas + degree, uint8_t{0});
+  for (size_t j = 0; j < stored; ++j) {
+    out_ids[j] = ranked[j].second.id;
+    out_lambdas[j] = static_cast<uint8_t>(ranked[j].first);
+  }
+}
 
 // Stage 2 for node u: its pruned list plus its reverse edges (scratch.incoming,
 // closest first, the list bounded by 2R, no duplicates), each edge with its
@@ -123,19 +173,43 @@ void rank_list(MatrixView data, DistanceFn distance, const DiversifyParams& para
     }
     if (lambda <= lambda0) ranked.emplace_back(lambda, list[j]);
   }
-  std::sort(ranked.begin(), ranked.end(),
-            [](const std::pair<int, Edge>& a, const std::pair<int, Edge>& b) {
-              return a.first < b.first || (a.first == b.first && edge_less(a.second, b.second));
-            });
-  const size_t stored = std::min(ranked.size(), static_cast<size_t>(degree));
-  uint32_t* out_ids = graph.neighbors.data() + u * degree;
-  uint8_t* out_lambdas = graph.lambdas.data() + u * degree;
-  std::fill(out_ids, out_ids + degree, kInvalidId);
-  std::fill(out_lambdas, out_lambdas + degree, uint8_t{0});
-  for (size_t j = 0; j < stored; ++j) {
-    out_ids[j] = ranked[j].second.id;
-    out_lambdas[j] = static_cast<uint8_t>(ranked[j].first);
+  store_ranked(degree, ranked, graph, u);
+}
+
+// Stage 2 for a node u whose stored list (ids, their distances in stored,
+// their occlusion factors in stored_lambdas) gains the edges added: each
+// stored edge's λ grows by the added edges closer to u that occlude it
+// (Inequation 1); an added edge's λ counts the occluding edges closer to u
+// among all of them. Then, as in rank_list: sorted by (λ, distance), edges
+// with λ > lambda0 dropped, the first R stored in graph's list of u. The
+// stored λ counted the edges of the list it was ranked in, dropped ones too;
+// they are not all at hand, so an added edge's λ can be lower than a full
+// stage 2 would find.
+void rerank_list(MatrixView data, DistanceFn distance, const DiversifyParams& params,
+                 const std::vector<Edge>& stored, const uint8_t* stored_lambdas, const std::vector<Edge>& added,
+                 Stage2Scratch& scratch, TsdgGraph& graph, int64_t u) {
+  const int lambda0 = params.lambda0;
+  // Adds to lambda the edges closer to u that occlude e, stopping past lambda0.
+  const auto count_occluders = [&](const std::vector<Edge>& edges, const Edge& e, int& lambda) {
+    for (size_t i = 0; i < edges.size() && lambda <= lambda0; ++i) {
+      if (!(edges[i].dist < e.dist)) continue;
+      if (distance(data.row(edges[i].id), data.row(e.id), data.dim) < e.dist) ++lambda;
+    }
+  };
+  std::vector<std::pair<int, Edge>>& ranked = scratch.ranked;
+  ranked.clear();
+  for (size_t j = 0; j < stored.size(); ++j) {
+    int lambda = stored_lambdas[j];
+    count_occluders(added, stored[j], lambda);
+    if (lambda <= lambda0) ranked.emplace_back(lambda, stored[j]);
   }
+  for (const Edge& e : added) {
+    int lambda = 0;
+    count_occluders(stored, e, lambda);
+    count_occluders(added, e, lambda);
+    if (lambda <= lambda0) ranked.emplace_back(lambda, e);
+  }
+  store_ranked(params.degree, ranked, graph, u);
 }
 
 // Compressed reverse lists of the pruned graph: for each node, the nodes whose
@@ -225,12 +299,23 @@ TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGr
   const DistanceFn distance = metric_distance_fn(metric);
   const int workers = worker_count(control);
   control.set_total(2 * n);
+  const auto change_of = [&](int64_t u) -> uint8_t {
+    if (u >= n_old) return kKnnListRebuilt;
+    if (knn_changed[u] > kKnnListGainedNewRows) {
+      throw Error(Status::InvalidArgument, "diversify: unknown k-NN list change " +
+                                               std::to_string(knn_changed[u]));
+    }
+    return knn_changed[u];
+  };
+  const auto is_new = [n_old](uint32_t v) { return static_cast<int64_t>(v) >= n_old; };
 
   // Stage 1 on the changed lists.
   std::vector<uint32_t> changed;
   std::vector<int64_t> slot(n, -1);  // row -> index in changed
+  std::vector<uint8_t> change(n);
   for (int64_t u = 0; u < n; ++u) {
-    if (!knn_changed[u] && u < n_old) continue;
+    change[u] = change_of(u);
+    if (change[u] == kKnnListSame) continue;
     slot[u] = static_cast<int64_t>(changed.size());
     changed.push_back(static_cast<uint32_t>(u));
   }
@@ -240,17 +325,25 @@ TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGr
   std::vector<std::vector<Edge>> candidates(workers);
   parallel_for(control, changed_count, kChunk, [&](int64_t begin, int64_t end, int worker) {
     for (int64_t i = begin; i < end; ++i) {
-      pruned_count[i] = prune_list(data, distance, knn, changed[i], params.alpha, candidates[worker],
-                                   &pruned[i * width]);
+      const uint32_t u = changed[i];
+      pruned_count[i] = change[u] == kKnnListRebuilt
+                            ? prune_list(data, distance, knn, u, params.alpha, candidates[worker], &pruned[i * width])
+                            : prune_gained_list(data, distance, knn, old, u, params.alpha, candidates[worker],
+                                                &pruned[i * width]);
     }
     control.add_done(end - begin);
   });
   control.throw_if_cancelled();
 
-  // The reverse edges out of the changed lists, by target.
+  // The new reverse edges, by target: every edge of a rebuilt list, the
+  // edges to new rows of a gained one.
+  const auto new_edge = [&](int64_t i, const Edge& e) { return change[changed[i]] == kKnnListRebuilt || is_new(e.id); };
   std::vector<int64_t> offsets(n + 1, 0);
   for (int64_t i = 0; i < changed_count; ++i) {
-    for (int j = 0; j < pruned_count[i]; ++j) ++offsets[pruned[i * width + j].id + 1];
+    for (int j = 0; j < pruned_count[i]; ++j) {
+      const Edge& e = pruned[i * width + j];
+      if (new_edge(i, e)) ++offsets[e.id + 1];
+    }
   }
   for (int64_t v = 0; v < n; ++v) offsets[v + 1] += offsets[v];
   std::vector<Edge> incoming(offsets[n]);
@@ -259,19 +352,19 @@ TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGr
     for (int64_t i = 0; i < changed_count; ++i) {
       for (int j = 0; j < pruned_count[i]; ++j) {
         const Edge& e = pruned[i * width + j];
-        incoming[fill[e.id]++] = Edge{e.dist, changed[i]};
+        if (new_edge(i, e)) incoming[fill[e.id]++] = Edge{e.dist, changed[i]};
       }
     }
   }
 
-  // The nodes whose stage 2 input can differ.
+  // The nodes whose stage 2 input changed.
   std::vector<uint8_t> touched(n, 0);
-  for (int64_t v = 0; v < n; ++v) touched[v] = slot[v] >= 0 || offsets[v + 1] > offsets[v];
-  parallel_for(control, n_old, 4096, [&](int64_t begin, int64_t end, int) {
+  parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
     for (int64_t w = begin; w < end; ++w) {
-      const uint32_t* list = old.list(w);
-      for (int j = 0; j < degree && !touched[w]; ++j) {
-        touched[w] = list[j] != kInvalidId && list[j] < n && slot[list[j]] >= 0;
+      touched[w] = change[w] == kKnnListRebuilt || offsets[w + 1] > offsets[w];
+      if (change[w] == kKnnListGainedNewRows) {
+        const Edge* forward = &pruned[slot[w] * width];
+        touched[w] |= std::any_of(forward, forward + pruned_count[slot[w]], [&](const Edge& e) { return is_new(e.id); });
       }
     }
   });
@@ -279,46 +372,68 @@ TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGr
   // Stage 2 on the touched nodes.
   TsdgGraph graph(n, degree);
   std::vector<Stage2Scratch> stage2_scratch(workers);
-  std::vector<std::vector<Edge>> forward_scratch(workers, std::vector<Edge>(width));
+  std::vector<std::vector<Edge>> forward_scratch(workers);
   parallel_for(control, n, kChunk, [&](int64_t begin, int64_t end, int worker) {
     Stage2Scratch& scratch = stage2_scratch[worker];
+    std::vector<Edge>& forward = forward_scratch[worker];
     for (int64_t w = begin; w < end; ++w) {
       if (!touched[w]) {
         std::copy(old.list(w), old.list(w) + degree, graph.neighbors.data() + w * degree);
         std::copy(old.list_lambdas(w), old.list_lambdas(w) + degree, graph.lambdas.data() + w * degree);
         continue;
       }
-      const Edge* forward;
-      int forward_count;
-      if (slot[w] >= 0) {
-        forward = &pruned[slot[w] * width];
-        forward_count = pruned_count[slot[w]];
-      } else {
-        // An unchanged k-NN list prunes as it did before.
-        forward = forward_scratch[worker].data();
-        forward_count = prune_list(data, distance, knn, w, params.alpha, candidates[worker],
-                                   forward_scratch[worker].data());
-      }
       scratch.incoming.assign(incoming.begin() + offsets[w], incoming.begin() + offsets[w + 1]);
-      if (w < n_old) {
-        // The old list's edges from unchanged lists that were reverse edges:
-        // for a node whose own list changed, an old edge to v is a reverse
-        // edge only if v's list holds it.
-        const uint32_t* list = old.list(w);
-        for (int j = 0; j < degree && list[j] != kInvalidId; ++j) {
+      if (change[w] == kKnnListRebuilt) {
+        forward.assign(&pruned[slot[w] * width], &pruned[slot[w] * width] + pruned_count[slot[w]]);
+        // The old list's edges from lists not rebuilt that were reverse
+        // edges: for a node whose own list changed, an old edge to v is a
+        // reverse edge only if v's k-NN list holds it.
+        const uint32_t* list = w < n_old ? old.list(w) : nullptr;
+        for (int j = 0; list != nullptr && j < degree; ++j) {
           const uint32_t v = list[j];
-          if (v >= n || slot[v] >= 0) continue;
-          if (std::any_of(forward, forward + forward_count, [v](const Edge& e) { return e.id == v; })) {
+          if (v == kInvalidId || v >= n || change[v] == kKnnListRebuilt) continue;
+          if (std::any_of(forward.begin(), forward.end(), [v](const Edge& e) { return e.id == v; })) {
             continue;  // a forward edge still
           }
-          if (slot[w] >= 0) {
-            const uint32_t* back = knn.list(v);
-            if (std::find(back, back + knn.k, static_cast<uint32_t>(w)) == back + knn.k) continue;
-          }
+          const uint32_t* back = knn.list(v);
+          if (std::find(back, back + knn.k, static_cast<uint32_t>(w)) == back + knn.k) continue;
           scratch.incoming.push_back(Edge{distance(data.row(w), data.row(v), data.dim), v});
         }
+      } else {
+        // The stored list ranked again with the new rows that survived its
+        // pruning and the new reverse edges. The stored edges' distances
+        // are in the k-NN list where it holds them.
+        forward.clear();
+        std::vector<Edge>& added = scratch.added;
+        std::vector<uint8_t>& stored_lambdas = scratch.stored_lambdas;
+        added.clear();
+        stored_lambdas.clear();
+        const uint32_t* list = old.list(w);
+        const uint32_t* knn_ids = knn.list(w);
+        for (int j = 0; j < degree; ++j) {
+          if (list[j] == kInvalidId || list[j] >= n) continue;
+          const int at = static_cast<int>(std::find(knn_ids, knn_ids + knn.k, list[j]) - knn_ids);
+          forward.push_back(Edge{at < knn.k ? knn.list_dists(w)[at] : distance(data.row(w), data.row(list[j]), data.dim),
+                                 list[j]});
+          stored_lambdas.push_back(old.list_lambdas(w)[j]);
+        }
+        const auto add = [&](const Edge& e) {
+          const auto same = [&e](const Edge& f) { return f.id == e.id; };
+          if (std::none_of(forward.begin(), forward.end(), same) && std::none_of(added.begin(), added.end(), same)) {
+            added.push_back(e);
+          }
+        };
+        if (change[w] == kKnnListGainedNewRows) {
+          const Edge* kept = &pruned[slot[w] * width];
+          for (int j = 0; j < pruned_count[slot[w]]; ++j) {
+            if (is_new(kept[j].id)) add(kept[j]);
+          }
+        }
+        for (const Edge& e : scratch.incoming) add(e);
+        rerank_list(data, distance, params, forward, stored_lambdas.data(), added, scratch, graph, w);
+        continue;
       }
-      rank_list(data, distance, params, forward, forward_count, scratch, graph, w);
+      rank_list(data, distance, params, forward.data(), static_cast<int>(forward.size()), scratch, graph, w);
     }
     control.add_done(end - begin);
   });

@@ -21,19 +21,44 @@ namespace tsdg {
 TsdgGraph diversify_tsdg(MatrixView data, Metric metric, const KnnGraph& knn,
                          const DiversifyParams& params, const RunControl& control);
 
-// diversify_tsdg after a merge changed some k-NN lists, redone only where a
-// list can change. Rows [0, old.nodes) had the search graph old, built from
-// knn's lists except where knn_changed is 1 (1 for every row >= old.nodes).
-// Stage 1 runs again on the changed k-NN lists only. Stage 2 runs on the
-// nodes with a changed k-NN list, on the nodes their pruned lists point to
-// (their reverse edges may be new) and on the old nodes whose stored list
-// holds a node with a changed list (a reverse edge may be gone); every other
-// node keeps its old list. A node's reverse edges are found exactly among the
-// changed lists; from the unchanged lists, the reverse edges its old list
-// held are kept (those pruned lists did not change), and those the old list
-// had dropped (λ > lambda0, or past R) are not looked for again. The
-// components are then linked into one, as diversify_tsdg does.
-// list_changed gets, per row, 1 where the returned list differs from old.
+// How a row's k-NN list differs from the list its stored search list was
+// built from (the knn_changed argument below).
+enum KnnListChange : uint8_t {
+  kKnnListSame = 0,
+  // A new row's list, or an old list replaced (repaired after deletes).
+  kKnnListRebuilt = 1,
+  // An old list that only took new rows (ids >= the old node count) in,
+  // losing its last entries to them: what an incremental GGM does to a list.
+  kKnnListGainedNewRows = 2,
+};
+
+// diversify_tsdg after a merge added rows, redone only where the new rows
+// reach. Rows [0, old.nodes) had the search graph old; knn_changed says per
+// row how its k-NN list changed (taken as kKnnListRebuilt for every row >=
+// old.nodes).
+// - A rebuilt list goes through both stages as in diversify_tsdg; its node's
+//   reverse edges are found exactly among the rebuilt lists, and from the
+//   other lists the reverse edges its old list held are kept.
+// - A list that gained new rows is pruned by stage 1 for its new rows only:
+//   each is checked against the closer entries that its node's stored search
+//   list holds (taken as kept, as they passed the pruning before) and the
+//   closer new rows kept, instead of all k entries against each other.
+// - An old node that keeps a new row by that pruning, or that a rebuilt list
+//   or a new row's pruned list points to (a new reverse edge), gets its
+//   stored list ranked again with those added edges: a stored edge's λ grows
+//   by the added edges that occlude it, an added edge's λ counts the
+//   occluding edges among the stored and added ones, and the first R by
+//   (λ, distance) with λ <= lambda0 are kept. Any other old node keeps its
+//   stored list.
+// This is how graph indexes insert (FreshDiskANN's RobustPrune(N_out(u) ∪
+// new), HNSW's neighbor update): it departs from paper 003, whose stage 2
+// sees every node's full pruned list and exact reverse edges. Edges that a
+// full rebuild would drop (an old entry now occluded by a new row, a reverse
+// edge whose source no longer points here) stay until λ ranks them out;
+// docs/benchmarks.md (Incremental merge, Faster incremental merge) measures
+// the recall against a fresh build. The components are then linked into
+// one, as diversify_tsdg does. list_changed gets, per row, 1 where the
+// returned list differs from old.
 TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGraph& knn,
                                      const std::vector<uint8_t>& knn_changed, const TsdgGraph& old,
                                      const DiversifyParams& params, const RunControl& control,

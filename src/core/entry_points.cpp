@@ -4,6 +4,7 @@
 #include <limits>
 #include <random>
 
+#include "bruteforce.h"
 #include "distance.h"
 
 namespace tsdg {
@@ -14,40 +15,34 @@ constexpr int kLloydIterations = 5;
 constexpr int kSamplesPerEntry = 64;
 constexpr int64_t kMinSample = 4096;
 
-// Index into sample of the row nearest point.
-size_t nearest_sampled(MatrixView data, const std::vector<uint32_t>& sample, const float* point,
-                       DistanceFn l2) {
-  size_t best = 0;
-  float best_dist = std::numeric_limits<float>::infinity();
-  for (size_t s = 0; s < sample.size(); ++s) {
-    const float d = l2(point, data.row(sample[s]), data.dim);
-    if (d < best_dist) {
-      best_dist = d;
-      best = s;
-    }
-  }
-  return best;
+// For each row of points, the index of the nearest row of rows (L2), by the
+// blocked matrix product of the exact scan.
+std::vector<uint32_t> nearest_rows(MatrixView rows, MatrixView points) {
+  std::vector<uint32_t> nearest(points.rows);
+  std::vector<float> dists(points.rows);
+  exact_knn(rows, points, Metric::L2, 1, nearest.data(), dists.data(), RunControl{});
+  return nearest;
 }
 
 // k-means++ seeding then Lloyd iterations on the sampled rows.
-std::vector<float> kmeans_centers(MatrixView data, const std::vector<uint32_t>& sample,
-                                  int centers, std::mt19937_64& rng, DistanceFn l2) {
-  const int dim = data.dim;
-  std::vector<float> result(static_cast<size_t>(centers) * dim);
-  std::vector<float> nearest(sample.size(), std::numeric_limits<float>::infinity());
+Matrix kmeans_centers(const Matrix& sampled, int centers, std::mt19937_64& rng, DistanceFn l2) {
+  const int dim = sampled.dim;
+  const auto size = static_cast<size_t>(sampled.rows);
+  Matrix result(centers, dim);
+  std::vector<float> nearest(size, std::numeric_limits<float>::infinity());
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  size_t chosen = rng() % sample.size();
+  size_t chosen = rng() % size;
   for (int c = 0; c < centers; ++c) {
-    std::copy(data.row(sample[chosen]), data.row(sample[chosen]) + dim, &result[c * dim]);
+    std::copy(sampled.row(chosen), sampled.row(chosen) + dim, result.row(c));
     double total = 0.0;
-    for (size_t s = 0; s < sample.size(); ++s) {
-      nearest[s] = std::min(nearest[s], l2(&result[c * dim], data.row(sample[s]), dim));
+    for (size_t s = 0; s < size; ++s) {
+      nearest[s] = std::min(nearest[s], l2(result.row(c), sampled.row(s), dim));
       total += nearest[s];
     }
     if (total <= 0.0) break;  // fewer distinct rows than centers; the rest stay duplicates
     double pick = unit(rng) * total;
-    chosen = sample.size() - 1;
-    for (size_t s = 0; s < sample.size(); ++s) {
+    chosen = size - 1;
+    for (size_t s = 0; s < size; ++s) {
       pick -= nearest[s];
       if (pick <= 0.0) {
         chosen = s;
@@ -55,27 +50,20 @@ std::vector<float> kmeans_centers(MatrixView data, const std::vector<uint32_t>& 
       }
     }
   }
-  std::vector<double> sums(result.size());
+  std::vector<double> sums(static_cast<size_t>(centers) * dim);
   std::vector<int64_t> members(centers);
   for (int iteration = 0; iteration < kLloydIterations; ++iteration) {
+    const std::vector<uint32_t> assigned = nearest_rows(result.view(), sampled.view());
     std::fill(sums.begin(), sums.end(), 0.0);
     std::fill(members.begin(), members.end(), 0);
-    for (uint32_t row : sample) {
-      int best = 0;
-      float best_dist = std::numeric_limits<float>::infinity();
-      for (int c = 0; c < centers; ++c) {
-        const float d = l2(&result[c * dim], data.row(row), dim);
-        if (d < best_dist) {
-          best_dist = d;
-          best = c;
-        }
-      }
+    for (size_t s = 0; s < size; ++s) {
+      const uint32_t best = assigned[s];
       ++members[best];
-      for (int j = 0; j < dim; ++j) sums[best * dim + j] += data.row(row)[j];
+      for (int j = 0; j < dim; ++j) sums[best * dim + j] += sampled.row(s)[j];
     }
     for (int c = 0; c < centers; ++c) {
       if (members[c] == 0) continue;  // an empty cluster keeps its center
-      for (int j = 0; j < dim; ++j) result[c * dim + j] = static_cast<float>(sums[c * dim + j] / members[c]);
+      for (int j = 0; j < dim; ++j) result.row(c)[j] = static_cast<float>(sums[c * dim + j] / members[c]);
     }
   }
   return result;
@@ -99,18 +87,22 @@ std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int 
   std::vector<uint32_t> sample(sample_size);
   for (auto& row : sample) row = static_cast<uint32_t>(rng() % data.rows);
 
-  std::vector<float> targets(dim, 0.0f);  // the mean first, then the centers
+  Matrix sampled(sample_size, dim);
+  for (int64_t s = 0; s < sample_size; ++s) std::copy(data.row(sample[s]), data.row(sample[s]) + dim, sampled.row(s));
+
+  Matrix targets(count, dim);  // the mean first, then the centers
   {
     std::vector<double> mean(dim, 0.0);
-    for (uint32_t row : sample) {
-      for (int j = 0; j < dim; ++j) mean[j] += data.row(row)[j];
+    for (int64_t s = 0; s < sample_size; ++s) {
+      for (int j = 0; j < dim; ++j) mean[j] += sampled.row(s)[j];
     }
-    for (int j = 0; j < dim; ++j) targets[j] = static_cast<float>(mean[j] / sample_size);
+    for (int j = 0; j < dim; ++j) targets.row(0)[j] = static_cast<float>(mean[j] / sample_size);
   }
   if (count > 1) {
-    const std::vector<float> centers = kmeans_centers(data, sample, count - 1, rng, l2);
-    targets.insert(targets.end(), centers.begin(), centers.end());
+    const Matrix centers = kmeans_centers(sampled, count - 1, rng, l2);
+    std::copy(centers.values.begin(), centers.values.end(), targets.row(1));
   }
+  const std::vector<uint32_t> nearest_sample = nearest_rows(sampled.view(), targets.view());
 
   std::vector<uint32_t> chosen_sorted;
   auto add_if_new = [&](uint32_t node) {
@@ -120,8 +112,8 @@ std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int 
     entries.push_back(node);
   };
   for (int t = 0; t < count; ++t) {
-    const float* target = &targets[static_cast<size_t>(t) * dim];
-    uint32_t node = sample[nearest_sampled(data, sample, target, l2)];
+    const float* target = targets.row(t);
+    uint32_t node = sample[nearest_sample[t]];
     if (graph.nodes == data.rows && graph.degree > 0) {
       node = greedy_descent(data, graph, target, node, l2);
     }

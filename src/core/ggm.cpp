@@ -200,6 +200,14 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
   return merged;
 }
 
+GnndParams incremental_merge_params(const GnndParams& build) {
+  GnndParams merge = build;
+  merge.samples = std::max(1, build.samples / 2);
+  merge.iterations = std::min(build.iterations, kMergeMaxIterations);
+  merge.min_update_rate = kMergeMinUpdateRate;
+  return merge;
+}
+
 IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const KnnGraph& old_graph,
                                        const KnnGraph& batch_graph, Metric metric,
                                        const GnndParams& params, const RunControl& control) {

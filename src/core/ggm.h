@@ -42,6 +42,18 @@ struct IncrementalMerge {
 // 0.001 (0.9996), 7 at 0.005 (0.9992).
 constexpr double kMergeMinUpdateRate = 0.005;
 
+// A merge's GGM samples half the build's p, for at most this many
+// iterations. Most of a merge's joins are old lists that took a batch row
+// matched against their old neighbors; p 16 to 8 halves them. 10k rows into
+// 190k (k 64, tsdg-bench --merge-batches): p 16 and the update-rate stop ran
+// 7 iterations in 4.6 CPU s, p 8 ran 9 in 3.3 s, p 8 capped at 6 in 2.0 s,
+// all at the fresh build's search recall; 3 iterations at p 16 lost 0.0066
+// of recall@10 at ef 10. docs/benchmarks.md (Faster incremental merge).
+constexpr int kMergeMaxIterations = 6;
+
+// The GGM parameters of a merge from the index's build parameters.
+GnndParams incremental_merge_params(const GnndParams& build);
+
 IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const KnnGraph& old_graph,
                                        const KnnGraph& batch_graph, Metric metric,
                                        const GnndParams& params, const RunControl& control);

@@ -25,6 +25,11 @@ graph
   --degree R --alpha A --lambda0 L                          TSDG
   --exact-graph          also time the exact k-NN graph
   --ggm                  also build two halves and merge them with GGM
+merge (instead of the steps above; synthetic L2 data)
+  --merge-batches B      build on the first --merge-initial N rows, merge the
+                         rest in B equal batches (the index's C API calls),
+                         report CPU and wall time of each merge against a fresh
+                         build of all rows, recall at --ef, self-lookups
 search
   --ef LIST              comma-separated ef sweep
   --lambda-limits LIST   comma-separated λ limits (default 255)
@@ -117,6 +122,8 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--backend", [&](auto&, auto& v) { o.backend = v; }},
       {"--threads", [&](auto& f, auto& v) { o.threads = parse_number<int>(f, v); }},
       {"--json", [&](auto&, auto& v) { o.json_path = v; }},
+      {"--merge-batches", [&](auto& f, auto& v) { o.merge_batches = parse_number<int>(f, v); }},
+      {"--merge-initial", [&](auto& f, auto& v) { o.merge_initial_rows = parse_number<int64_t>(f, v); }},
   };
   const std::map<std::string, std::function<void()>> switches = {
       {"--exact-graph", [&] { o.exact_graph = true; }},

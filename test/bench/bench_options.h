@@ -39,6 +39,11 @@ struct BenchOptions {
   bool exact_graph = false;
   bool ggm = false;
   bool hnsw = true;
+  // --merge-batches B > 0: the incremental-merge benchmark instead
+  // (merge_mode.h): a build on the first merge_initial_rows rows, then B
+  // equal batches merged into it, against a fresh build of all rows.
+  int merge_batches = 0;
+  int64_t merge_initial_rows = 0;
   int hnsw_m = 16;
   int hnsw_ef_construction = 200;
   std::vector<int> hnsw_ef_list{10, 16, 24, 32, 48, 64, 96, 128, 192, 256};

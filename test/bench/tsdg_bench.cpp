@@ -19,6 +19,7 @@
 #include "dataset_io.h"
 #include "distance.h"
 #include "hnsw_baseline.h"
+#include "merge_mode.h"
 #include "recall.h"
 #include "search.h"
 #include "synthetic.h"
@@ -454,7 +455,9 @@ int run(const BenchOptions& o) {
 
 int main(int argc, char** argv) {
   try {
-    return tsdg::bench::run(tsdg::bench::parse_options(argc, argv));
+    const tsdg::bench::BenchOptions options = tsdg::bench::parse_options(argc, argv);
+    if (options.merge_batches > 0) return tsdg::bench::run_merge_benchmark(options);
+    return tsdg::bench::run(options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tsdg-bench: %s\n", e.what());
     return 1;

@@ -14,6 +14,7 @@
 #include "gnnd.h"
 #include "graph_invariants.h"
 #include "knn_graph_test_util.h"
+#include "recall.h"
 #include "search.h"
 #include "thread_pool.h"
 #include "tsdg_capi.h"
@@ -131,6 +132,18 @@ Rediversify make_rediversify(int64_t rows, int64_t split, const RunControl& cont
   return r;
 }
 
+// The k-NN list changes as a merge passes them on: an old list the GGM
+// changed took batch rows in; the batch rows' lists are new.
+std::vector<uint8_t> knn_changes(const Rediversify& r) {
+  std::vector<uint8_t> changes(r.merged.changed.size());
+  for (size_t u = 0; u < changes.size(); ++u) {
+    changes[u] = static_cast<int64_t>(u) >= r.batch.split ? kKnnListRebuilt
+                 : r.merged.changed[u]                    ? kKnnListGainedNewRows
+                                                          : kKnnListSame;
+  }
+  return changes;
+}
+
 TEST(IncrementalDiversify, KeepsTheListInvariantsAndTheUnchangedLists) {
   ThreadPool pool(2);
   RunControl control;
@@ -138,7 +151,7 @@ TEST(IncrementalDiversify, KeepsTheListInvariantsAndTheUnchangedLists) {
   const Rediversify r = make_rediversify(5200, 5000, control);
   std::vector<uint8_t> list_changed;
   const TsdgGraph graph = diversify_tsdg_incremental(r.batch.data.view(), Metric::L2, r.merged.graph,
-                                                     r.merged.changed, r.old_search, r.params, control,
+                                                     knn_changes(r), r.old_search, r.params, control,
                                                      list_changed);
   ASSERT_EQ(graph.nodes, 5200);
   ASSERT_EQ(graph.degree, r.params.degree);
@@ -171,7 +184,7 @@ TEST(IncrementalDiversify, NothingChangedKeepsTheGraph) {
   const Rediversify r = make_rediversify(1500, 1500, control);
   std::vector<uint8_t> list_changed;
   const TsdgGraph graph =
-      diversify_tsdg_incremental(r.batch.data.view(), Metric::L2, r.merged.graph, r.merged.changed,
+      diversify_tsdg_incremental(r.batch.data.view(), Metric::L2, r.merged.graph, knn_changes(r),
                                  r.old_search, r.params, control, list_changed);
   EXPECT_EQ(graph.neighbors, r.old_search.neighbors);
   EXPECT_EQ(graph.lambdas, r.old_search.lambdas);
@@ -188,7 +201,12 @@ TEST(IncrementalDiversify, SearchRecallCloseToAFullDiversification) {
   const MatrixView data = r.batch.data.view();
   std::vector<uint8_t> list_changed;
   const TsdgGraph incremental = diversify_tsdg_incremental(
-      data, Metric::L2, r.merged.graph, r.merged.changed, r.old_search, r.params, control, list_changed);
+      data, Metric::L2, r.merged.graph, knn_changes(r), r.old_search, r.params, control, list_changed);
+  // Every changed old list rebuilt, as after deletes: both stages on it.
+  std::vector<uint8_t> rebuilt = knn_changes(r);
+  std::replace(rebuilt.begin(), rebuilt.end(), uint8_t{kKnnListGainedNewRows}, uint8_t{kKnnListRebuilt});
+  const TsdgGraph incremental_rebuilt = diversify_tsdg_incremental(
+      data, Metric::L2, r.merged.graph, rebuilt, r.old_search, r.params, control, list_changed);
   const TsdgGraph full = diversify_tsdg(data, Metric::L2, r.merged.graph, r.params, control);
 
   // Queries: every 20th row, the batch included; the row itself is its own nearest.
@@ -216,7 +234,113 @@ TEST(IncrementalDiversify, SearchRecallCloseToAFullDiversification) {
   };
   const double full_recall = recall(full);
   EXPECT_GE(recall(incremental), full_recall - 0.01);
+  EXPECT_GE(recall(incremental_rebuilt), full_recall - 0.01);
   EXPECT_GE(full_recall, 0.9);
+}
+
+// An old node that no batch row's k-NN list holds and whose own k-NN list
+// did not change gets no new edge: it keeps its stored list.
+TEST(IncrementalDiversify, NodesTheBatchDoesNotReachKeepTheirLists) {
+  ThreadPool pool(2);
+  RunControl control;
+  control.pool = &pool;
+  const Rediversify r = make_rediversify(5100, 5000, control);
+  const std::vector<uint8_t> changes = knn_changes(r);
+  std::vector<bool> reached(r.merged.graph.nodes, false);
+  for (int64_t b = r.batch.split; b < r.merged.graph.nodes; ++b) {
+    for (int j = 0; j < r.merged.graph.k; ++j) {
+      const uint32_t v = r.merged.graph.list(b)[j];
+      if (v != kInvalidId) reached[v] = true;
+    }
+  }
+  std::vector<uint8_t> list_changed;
+  const TsdgGraph graph = diversify_tsdg_incremental(r.batch.data.view(), Metric::L2, r.merged.graph, changes,
+                                                     r.old_search, r.params, control, list_changed);
+  int64_t kept = 0;
+  for (int64_t u = 0; u < r.batch.split; ++u) {
+    if (changes[u] != kKnnListSame || reached[u]) continue;
+    ASSERT_TRUE(std::equal(graph.list(u), graph.list(u) + graph.degree, r.old_search.list(u))) << "node " << u;
+    ASSERT_EQ(list_changed[u], 0) << "node " << u;
+    ++kept;
+  }
+  EXPECT_GT(kept, r.batch.split / 2);
+}
+
+// Through the C interface, three batches merged one after the other into a
+// built index search as well as an index built on all rows at once, and each
+// merged row is found first when looked up by its own vector.
+TEST(IncrementalMergeCapi, SuccessiveMergesSearchLikeAFreshBuild) {
+  const Matrix data = clustered_rows(6500, 24, 41);
+  const int64_t first = 5000, batch = 500;
+  TsdgBuildParams params;
+  tsdg_build_params_default(&params);
+  params.degree = 16;
+  params.build_k = 16;
+  params.threads = 2;
+  TsdgError error;
+  const auto build = [&](int64_t n, std::vector<uint32_t>& neighbors, std::vector<uint8_t>& lambdas,
+                         std::vector<uint32_t>& knn) {
+    neighbors.resize(n * params.degree);
+    lambdas.resize(neighbors.size());
+    knn.resize(n * params.build_k);
+    ASSERT_EQ(tsdg_build_graph(nullptr, data.values.data(), n, data.dim, TSDG_METRIC_L2, &params,
+                               neighbors.data(), lambdas.data(), knn.data(), nullptr, nullptr, nullptr, &error),
+              TSDG_OK)
+        << error.message;
+  };
+  std::vector<uint32_t> fresh_neighbors, fresh_knn, neighbors, knn;
+  std::vector<uint8_t> fresh_lambdas, lambdas;
+  build(data.rows, fresh_neighbors, fresh_lambdas, fresh_knn);
+  build(first, neighbors, lambdas, knn);
+  for (int64_t n_old = first; n_old < data.rows; n_old += batch) {
+    const int64_t n = n_old + batch;
+    std::vector<uint32_t> merged_knn(n * params.build_k), merged_neighbors(n * params.degree);
+    std::vector<uint8_t> merged_lambdas(merged_neighbors.size()), changed(n);
+    ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), n_old, batch, data.dim, TSDG_METRIC_L2,
+                                           &params, knn.data(), nullptr, neighbors.data(), lambdas.data(),
+                                           nullptr, merged_knn.data(), nullptr, merged_neighbors.data(),
+                                           merged_lambdas.data(), changed.data(), nullptr, nullptr, &error),
+              TSDG_OK)
+        << error.message;
+    knn.swap(merged_knn);
+    neighbors.swap(merged_neighbors);
+    lambdas.swap(merged_lambdas);
+  }
+
+  const MatrixView all = data.view();
+  const int k = 10;
+  const int64_t queries = data.rows / 10;
+  Matrix query(queries, data.dim);
+  for (int64_t q = 0; q < queries; ++q) std::copy(all.row(q * 10 + 3), all.row(q * 10 + 3) + data.dim, query.row(q));
+  std::vector<uint32_t> truth(queries * k);
+  std::vector<float> truth_dists(truth.size());
+  exact_knn(all, query.view(), Metric::L2, k, truth.data(), truth_dists.data(), RunControl{});
+  SearchParams search;
+  search.k = k;
+  search.ef = 24;
+  const auto recall = [&](const std::vector<uint32_t>& graph_neighbors, const std::vector<uint8_t>& graph_lambdas) {
+    CpuSearchIndex index(all, GraphView{graph_neighbors.data(), graph_lambdas.data(), data.rows, params.degree},
+                         Metric::L2);
+    std::vector<uint32_t> ids(queries * k);
+    std::vector<float> dists(ids.size());
+    index.search(query.view(), search, ids.data(), dists.data(), RunControl{});
+    return recall_at(ids.data(), k, truth.data(), k, queries, k);
+  };
+  const double fresh_recall = recall(fresh_neighbors, fresh_lambdas);
+  EXPECT_GE(recall(neighbors, lambdas), fresh_recall - 0.01);
+  EXPECT_GE(fresh_recall, 0.9);
+
+  CpuSearchIndex index(all, GraphView{neighbors.data(), lambdas.data(), data.rows, params.degree}, Metric::L2);
+  SearchParams lookup;
+  lookup.k = 1;
+  lookup.ef = 32;
+  const int64_t merged_rows = data.rows - first;
+  std::vector<uint32_t> found(merged_rows);
+  std::vector<float> found_dists(merged_rows);
+  index.search(all.slice(first, merged_rows), lookup, found.data(), found_dists.data(), RunControl{});
+  int64_t misses = 0;
+  for (int64_t i = 0; i < merged_rows; ++i) misses += found[i] != static_cast<uint32_t>(first + i);
+  EXPECT_LE(misses, merged_rows / 100) << "merged rows not found first by their own vector";
 }
 
 }  // namespace

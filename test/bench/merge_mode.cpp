@@ -1,0 +1,249 @@
+#include "merge_mode.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "bench_report.h"
+#include "bruteforce.h"
+#include "recall.h"
+#include "search.h"
+#include "synthetic.h"
+#include "thread_pool.h"
+#include "tsdg_capi.h"
+
+namespace tsdg {
+namespace bench {
+
+namespace {
+
+// What the index computes besides the graph after a build or a merge
+// (src/pg/tsdgbuild.c, tsdgmerge.c): the metapage's navigating set (as many
+// entries as TSDG_MAX_ENTRY_POINTS) and d_nn1+.
+constexpr int kIndexEntryPoints = 256;
+
+struct Clocks {
+  double wall;
+  double cpu;  // the process's CPU seconds, all threads
+  static Clocks now() {
+    timespec cpu{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+    return Clocks{std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(),
+                  static_cast<double>(cpu.tv_sec) + 1e-9 * static_cast<double>(cpu.tv_nsec)};
+  }
+  Clocks since(const Clocks& start) const { return Clocks{wall - start.wall, cpu - start.cpu}; }
+};
+
+// CPU seconds per build phase, taken at the C API's progress polls (every
+// 50 ms), so each phase is known to about a poll interval. A merge's k-NN
+// phase holds the old lists' distances (the index stores ids only) and the
+// batch's GNND; its merge phase GGM; its diversify phase both TSDG stages.
+struct PhaseClock {
+  Clocks start = Clocks::now();
+  Clocks last = start;
+  int phase = TSDG_PHASE_KNN_GRAPH;
+  double cpu[5] = {0, 0, 0, 0, 0};
+
+  static bool poll(void* arg, TsdgBuildPhase phase, int64_t, int64_t) {
+    auto* self = static_cast<PhaseClock*>(arg);
+    const Clocks now = Clocks::now();
+    self->cpu[self->phase] += now.cpu - self->last.cpu;
+    self->last = now;
+    self->phase = phase;
+    return false;
+  }
+  void finish() { poll(this, static_cast<TsdgBuildPhase>(phase), 0, 0); }
+};
+
+void check(TsdgStatus status, const TsdgError& error, const char* what) {
+  if (status != TSDG_OK) throw Error(Status::Internal, std::string(what) + ": " + error.message);
+}
+
+struct IndexGraph {
+  std::vector<uint32_t> neighbors, knn_ids;
+  std::vector<uint8_t> lambdas;
+};
+
+void entry_points_of(MatrixView rows, const IndexGraph& graph, int degree) {
+  std::vector<uint32_t> entries(kIndexEntryPoints);
+  TsdgError error;
+  check(tsdg_select_entry_points(rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, graph.neighbors.data(),
+                                 degree, kIndexEntryPoints, entries.data(), &error),
+        error, "entry points");
+  float bound = 0;
+  check(tsdg_graph_nn1_bound(rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, graph.neighbors.data(),
+                             degree, &bound, &error),
+        error, "nn1 bound");
+}
+
+// CREATE INDEX's computation on rows: the graph, its k-NN lists, the entry points.
+IndexGraph build(MatrixView rows, const TsdgBuildParams& params) {
+  IndexGraph graph;
+  graph.neighbors.resize(static_cast<size_t>(rows.rows) * params.degree);
+  graph.lambdas.resize(graph.neighbors.size());
+  graph.knn_ids.resize(static_cast<size_t>(rows.rows) * params.build_k);
+  TsdgError error;
+  check(tsdg_build_graph(nullptr, rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, &params,
+                         graph.neighbors.data(), graph.lambdas.data(), graph.knn_ids.data(), nullptr,
+                         nullptr, nullptr, &error),
+        error, "build");
+  entry_points_of(rows, graph, params.degree);
+  return graph;
+}
+
+// tsdg_merge's computation: the old lists as the index stores them (k-NN ids
+// without distances), the merge, the entry points.
+IndexGraph merge(MatrixView rows, int64_t n_old, const IndexGraph& old, const TsdgBuildParams& params,
+                 PhaseClock& phases, int64_t& changed_lists) {
+  const int64_t n = rows.rows;
+  IndexGraph graph;
+  graph.neighbors.resize(static_cast<size_t>(n) * params.degree);
+  graph.lambdas.resize(graph.neighbors.size());
+  graph.knn_ids.resize(static_cast<size_t>(n) * params.build_k);
+  std::vector<uint8_t> changed(n);
+  TsdgError error;
+  check(tsdg_merge_graph_incremental(nullptr, rows.data, n_old, n - n_old, rows.dim, TSDG_METRIC_L2,
+                                     &params, old.knn_ids.data(), nullptr, old.neighbors.data(),
+                                     old.lambdas.data(), nullptr, graph.knn_ids.data(), nullptr,
+                                     graph.neighbors.data(), graph.lambdas.data(), changed.data(),
+                                     &PhaseClock::poll, &phases, &error),
+        error, "merge");
+  phases.finish();
+  changed_lists = std::count_if(changed.begin(), changed.begin() + n_old,
+                                [](uint8_t c) { return (c & TSDG_CHANGED_GRAPH) != 0; });
+  const Clocks before_entries = Clocks::now();
+  entry_points_of(rows, graph, params.degree);
+  phases.cpu[0] += Clocks::now().cpu - before_entries.cpu;  // slot 0: entry points
+  return graph;
+}
+
+double search_recall(MatrixView data, const IndexGraph& graph, int degree, MatrixView queries,
+                     const std::vector<uint32_t>& truth, int k, int ef, const RunControl& control) {
+  CpuSearchIndex index(data, GraphView{graph.neighbors.data(), graph.lambdas.data(), data.rows, degree},
+                       Metric::L2);
+  SearchParams params;
+  params.k = k;
+  params.ef = ef;
+  std::vector<uint32_t> ids(static_cast<size_t>(queries.rows) * k);
+  std::vector<float> dists(ids.size());
+  index.search(queries, params, ids.data(), dists.data(), control);
+  return recall_at(ids.data(), k, truth.data(), k, queries.rows, k);
+}
+
+// Rows [first, data.rows) looked up by their own vector (k 1, ef 64): how
+// many do not come back first.
+int64_t self_lookup_misses(MatrixView data, const IndexGraph& graph, int degree, int64_t first,
+                           const RunControl& control) {
+  CpuSearchIndex index(data, GraphView{graph.neighbors.data(), graph.lambdas.data(), data.rows, degree},
+                       Metric::L2);
+  SearchParams params;
+  params.k = 1;
+  const int64_t count = data.rows - first;
+  std::vector<uint32_t> ids(count);
+  std::vector<float> dists(count);
+  index.search(data.slice(first, count), params, ids.data(), dists.data(), control);
+  int64_t misses = 0;
+  for (int64_t i = 0; i < count; ++i) misses += ids[i] != static_cast<uint32_t>(first + i) && dists[i] > 0.0f;
+  return misses;
+}
+
+}  // namespace
+
+int run_merge_benchmark(const BenchOptions& o) {
+  if (o.metric != Metric::L2 || !o.data_path.empty()) {
+    throw Error(Status::InvalidArgument, "--merge-batches runs on the synthetic L2 data only");
+  }
+  const int64_t n = o.synthetic.rows;
+  const int64_t initial = o.merge_initial_rows;
+  if (initial <= 0 || initial >= n) {
+    throw Error(Status::InvalidArgument, "--merge-initial must be in (0, --rows)");
+  }
+  Report report(o.json_path);
+  ThreadPool pool(o.threads);
+  RunControl control;
+  control.pool = &pool;
+
+  const Matrix data = make_clustered(o.synthetic);
+  const Matrix queries = make_clustered_queries(o.synthetic, o.query_count, o.query_seed);
+  const int k = o.k;
+  std::vector<uint32_t> truth(static_cast<size_t>(queries.rows) * k);
+  {
+    std::vector<float> dists(truth.size());
+    exact_knn(data.view(), queries.view(), Metric::L2, k, truth.data(), dists.data(), control);
+  }
+  TsdgBuildParams params;
+  tsdg_build_params_default(&params);
+  params.degree = o.diversify.degree;
+  params.alpha = o.diversify.alpha;
+  params.lambda0 = o.diversify.lambda0;
+  params.build_k = o.gnnd.k;
+  params.samples = o.gnnd.samples;
+  params.iterations = o.gnnd.iterations;
+  params.seed = o.gnnd.seed;
+  params.threads = o.threads;
+  report.emit(Record("merge_data")
+                  .add("rows", n)
+                  .add("dim", data.dim)
+                  .add("clusters", o.synthetic.clusters)
+                  .add("intrinsic_dim", o.synthetic.intrinsic_dim)
+                  .add("initial", initial)
+                  .add("batches", o.merge_batches)
+                  .add("build_k", params.build_k)
+                  .add("degree", params.degree));
+
+  Clocks start = Clocks::now();
+  const IndexGraph fresh = build(data.view(), params);
+  const Clocks fresh_time = Clocks::now().since(start);
+  report.emit(Record("fresh_build").add("wall_s", fresh_time.wall).add("cpu_s", fresh_time.cpu));
+
+  start = Clocks::now();
+  IndexGraph graph = build(data.view().slice(0, initial), params);
+  const Clocks base_time = Clocks::now().since(start);
+  report.emit(Record("base_build").add("rows", initial).add("wall_s", base_time.wall).add("cpu_s", base_time.cpu));
+
+  double worst_cpu_ratio = 0;
+  int64_t rows = initial;
+  for (int b = 0; b < o.merge_batches; ++b) {
+    const int64_t next = initial + (n - initial) * (b + 1) / o.merge_batches;
+    PhaseClock phases;
+    int64_t changed_lists = 0;
+    start = Clocks::now();
+    graph = merge(data.view().slice(0, next), rows, graph, params, phases, changed_lists);
+    const Clocks merge_time = Clocks::now().since(start);
+    worst_cpu_ratio = std::max(worst_cpu_ratio, merge_time.cpu / fresh_time.cpu);
+    report.emit(Record("merge")
+                    .add("into", rows)
+                    .add("batch", next - rows)
+                    .add("wall_s", merge_time.wall)
+                    .add("cpu_s", merge_time.cpu)
+                    .add("cpu_ratio", merge_time.cpu / fresh_time.cpu, 3)
+                    .add("knn_cpu_s", phases.cpu[TSDG_PHASE_KNN_GRAPH])
+                    .add("ggm_cpu_s", phases.cpu[TSDG_PHASE_MERGE])
+                    .add("tsdg_cpu_s", phases.cpu[TSDG_PHASE_DIVERSIFY])
+                    .add("entry_cpu_s", phases.cpu[0])
+                    .add("old_lists_changed", changed_lists));
+    rows = next;
+  }
+
+  for (int ef : o.ef_list) {
+    const double fresh_recall = search_recall(data.view(), fresh, params.degree, queries.view(), truth, k, ef, control);
+    const double merged_recall = search_recall(data.view(), graph, params.degree, queries.view(), truth, k, ef, control);
+    report.emit(Record("merge_recall")
+                    .add("ef", ef)
+                    .add("fresh", fresh_recall)
+                    .add("merged", merged_recall)
+                    .add("gap", fresh_recall - merged_recall));
+  }
+  report.emit(Record("merge_self_lookup")
+                  .add("rows", n - initial)
+                  .add("misses_merged", self_lookup_misses(data.view(), graph, params.degree, initial, control))
+                  .add("misses_fresh", self_lookup_misses(data.view(), fresh, params.degree, initial, control)));
+  report.emit(Record("merge_summary").add("worst_cpu_ratio", worst_cpu_ratio, 3));
+  return 0;
+}
+
+}  // namespace bench
+}  // namespace tsdg
