@@ -113,6 +113,16 @@ int prune_gained_list(MatrixView data, DistanceFn distance, const KnnGraph& knn,
   return prune_sorted(data, distance, scratch, alpha, [n_old](const Edge& e) { return e.id < n_old; }, kept);
 }
 
+// Starts loading the rows of a list's valid ids into the caches.
+void prefetch_list_rows(MatrixView data, const uint32_t* ids, int count) {
+  const size_t row_bytes = static_cast<size_t>(data.dim) * sizeof(float);
+  for (int j = 0; j < count; ++j) {
+    if (ids[j] >= data.rows) continue;
+    const char* row = reinterpret_cast<const char*>(data.row(ids[j]));
+    for (size_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(row + line, 0, 1);
+  }
+}
+
 struct Stage2Scratch {
   std::vector<Edge> incoming;  // the reverse edges of the node, filled by the caller
   std::vector<Edge> list;
@@ -377,6 +387,9 @@ TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGr
     Stage2Scratch& scratch = stage2_scratch[worker];
     std::vector<Edge>& forward = forward_scratch[worker];
     for (int64_t w = begin; w < end; ++w) {
+      // The rows of the next stored list are read at random: their memory
+      // latency overlaps this node's work.
+      if (w + 1 < std::min(end, n_old) && touched[w + 1]) prefetch_list_rows(data, old.list(w + 1), degree);
       if (!touched[w]) {
         std::copy(old.list(w), old.list(w) + degree, graph.neighbors.data() + w * degree);
         std::copy(old.list_lambdas(w), old.list_lambdas(w) + degree, graph.lambdas.data() + w * degree);
