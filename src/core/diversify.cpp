@@ -58,7 +58,8 @@ void sorted_candidates(const KnnGraph& knn, int64_t node, std::vector<Edge>& out
     }
     out.push_back(Edge{dists[j], ids[j]});
   }
-  std::sort(out.begin(), out.end(), edge_less);
+  // GNND and GGM leave their lists sorted.
+  if (!std::is_sorted(out.begin(), out.end(), edge_less)) std::sort(out.begin(), out.end(), edge_less);
 }
 
 // Stage 1 over candidates sorted by (distance, id): the relaxed occlusion
@@ -414,20 +415,16 @@ TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGr
         }
       } else {
         // The stored list ranked again with the new rows that survived its
-        // pruning and the new reverse edges. The stored edges' distances
-        // are in the k-NN list where it holds them.
+        // pruning and the new reverse edges.
         forward.clear();
         std::vector<Edge>& added = scratch.added;
         std::vector<uint8_t>& stored_lambdas = scratch.stored_lambdas;
         added.clear();
         stored_lambdas.clear();
         const uint32_t* list = old.list(w);
-        const uint32_t* knn_ids = knn.list(w);
         for (int j = 0; j < degree; ++j) {
           if (list[j] == kInvalidId || list[j] >= n) continue;
-          const int at = static_cast<int>(std::find(knn_ids, knn_ids + knn.k, list[j]) - knn_ids);
-          forward.push_back(Edge{at < knn.k ? knn.list_dists(w)[at] : distance(data.row(w), data.row(list[j]), data.dim),
-                                 list[j]});
+          forward.push_back(Edge{distance(data.row(w), data.row(list[j]), data.dim), list[j]});
           stored_lambdas.push_back(old.list_lambdas(w)[j]);
         }
         const auto add = [&](const Edge& e) {
