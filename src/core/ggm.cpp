@@ -202,8 +202,6 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
 
 GnndParams incremental_merge_params(const GnndParams& build) {
   GnndParams merge = build;
-  merge.samples = std::max(1, build.samples / 2);
-  merge.iterations = std::min(build.iterations, kMergeMaxIterations);
   merge.min_update_rate = kMergeMinUpdateRate;
   return merge;
 }

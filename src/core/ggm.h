@@ -42,16 +42,13 @@ struct IncrementalMerge {
 // 0.001 (0.9996), 7 at 0.005 (0.9992).
 constexpr double kMergeMinUpdateRate = 0.005;
 
-// A merge's GGM samples half the build's p, for at most this many
-// iterations. Most of a merge's joins are old lists that took a batch row
-// matched against their old neighbors; p 16 to 8 halves them. 10k rows into
-// 190k (k 64, tsdg-bench --merge-batches): p 16 and the update-rate stop ran
-// 7 iterations in 4.6 CPU s, p 8 ran 9 in 3.3 s, p 8 capped at 6 in 2.0 s,
-// all at the fresh build's search recall; 3 iterations at p 16 lost 0.0066
-// of recall@10 at ef 10. docs/benchmarks.md (Faster incremental merge).
-constexpr int kMergeMaxIterations = 6;
-
-// The GGM parameters of a merge from the index's build parameters.
+// The GGM parameters of a merge from the index's build parameters: the
+// build's p and iterations with the update-rate stop above. Fewer were measured and dropped (docs/benchmarks.md, Faster
+// incremental merge): p 8 capped at 6 iterations halved GGM's time for 10k
+// rows into 190k at the fresh build's recall, but left a merged row that its
+// own vector does not find (6000 rows into 30001, test/tap/worker_merge.sh),
+// and p 8 alone stops the update-rate rule after one iteration on small
+// batches (136 of 500 merged rows not found).
 GnndParams incremental_merge_params(const GnndParams& build);
 
 IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const KnnGraph& old_graph,
