@@ -74,6 +74,20 @@ start_cluster() {
   export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 }
 
+# The cluster of a worker script (test/tap/worker_*.sh) in $dir on $port:
+# pg_tsdg's worker on the backend TSDG_WORKER_BACKEND names (by default the
+# core's CPU backend, so that any machine runs the scripts), autovacuum off,
+# LOG lines in $dir/server.log, stopped at exit; the arguments are more
+# configuration lines. Sets backend, and defines sql and fail for the script.
+start_worker_cluster() {
+  backend=${TSDG_WORKER_BACKEND:-cpu}
+  start_cluster "$dir" "$port" "autovacuum = off" "tsdg.worker_backend = $backend" \
+    "log_min_messages = log" "$@"
+  trap 'stop_cluster "$dir"' EXIT
+  sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
+  fail() { echo "FAIL: $*"; tail -30 "$dir/server.log"; exit 1; }
+}
+
 # Waits until the GPU worker of the cluster (PGHOST/PGPORT) is ready; a worker
 # that found no GPU makes the calling test skip (exit 0). Returns 1 when the
 # worker is not ready after 30 s.

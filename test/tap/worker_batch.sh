@@ -13,13 +13,7 @@
 source "$(dirname "$0")/../../scripts/common.sh"
 dir=$1/worker_batch
 port=54339
-backend=${TSDG_WORKER_BACKEND:-cpu}
-start_cluster "$dir" "$port" "autovacuum = off" "tsdg.worker_backend = $backend" \
-  "log_min_messages = log"
-trap 'stop_cluster "$dir"' EXIT
-
-sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
-fail() { echo "FAIL: $*"; tail -30 "$dir/server.log"; exit 1; }
+start_worker_cluster
 
 sql -c "CREATE EXTENSION pg_tsdg"
 wait_for_worker_or_skip "$backend" || fail "the worker is not ready"

@@ -9,13 +9,7 @@
 source "$(dirname "$0")/../../scripts/common.sh"
 dir=$1/worker_build
 port=54338
-backend=${TSDG_WORKER_BACKEND:-cpu}
-start_cluster "$dir" "$port" "autovacuum = off" "tsdg.worker_backend = $backend" \
-  "log_min_messages = log"
-trap 'stop_cluster "$dir"' EXIT
-
-sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
-fail() { echo "FAIL: $*"; tail -30 "$dir/server.log"; exit 1; }
+start_worker_cluster
 log_lines() { tail -n +"$1" "$dir/server.log"; }
 # every sampled row of table $1 finds itself first through index scans
 finds_itself() {

@@ -9,15 +9,9 @@
 source "$(dirname "$0")/../../scripts/common.sh"
 dir=$1/worker_cache
 port=54336
-backend=${TSDG_WORKER_BACKEND:-cpu}
 # room for one of the two indexes below (each about 1.1 MB of rows and graph)
-start_cluster "$dir" "$port" "autovacuum = off" "tsdg.worker_backend = $backend" \
-  "tsdg.gpu_memory_limit = 1MB" "log_min_messages = log"
-trap 'stop_cluster "$dir"' EXIT
-
-sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
+start_worker_cluster "tsdg.gpu_memory_limit = 1MB"
 status() { sql -At -c "SELECT $1 FROM tsdg_gpu_status()"; }
-fail() { echo "FAIL: $*"; tail -30 "$dir/server.log"; exit 1; }
 resident() {
   sql -At -c "SELECT coalesce(string_agg((c->>'index') || '@' || (c->>'graph_version'), ',' ORDER BY c->>'index'), '')
               FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c"

@@ -16,14 +16,8 @@
 source "$(dirname "$0")/../../scripts/common.sh"
 dir=$1/worker_fallback
 port=54336
-backend=${TSDG_WORKER_BACKEND:-cpu}
-start_cluster "$dir" "$port" "autovacuum = off" "tsdg.worker_backend = $backend" \
-  "max_connections = 40" "log_min_messages = log" "maintenance_work_mem = 2GB"
-trap 'stop_cluster "$dir"' EXIT
-
-sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
+start_worker_cluster "max_connections = 40" "maintenance_work_mem = 2GB"
 status() { sql -At -c "SELECT $1 FROM tsdg_gpu_status()"; }
-fail() { echo "FAIL: $*"; tail -30 "$dir/server.log"; exit 1; }
 
 wait_ready() {
   local i state

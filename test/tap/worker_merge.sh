@@ -15,16 +15,10 @@
 source "$(dirname "$0")/../../scripts/common.sh"
 dir=$1/worker_merge
 port=54410
-backend=${TSDG_WORKER_BACKEND:-cpu}
 dims=32
 base_rows=${TSDG_MERGE_BASE_ROWS:-20000}
 load_rows=${TSDG_MERGE_LOAD_ROWS:-2000}
-start_cluster "$dir" "$port" "autovacuum = off" "tsdg.worker_backend = $backend" \
-  "log_min_messages = log" "maintenance_work_mem = '512MB'"
-trap 'stop_cluster "$dir"' EXIT
-
-sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
-fail() { echo "FAIL: $*"; tail -30 "$dir/server.log"; exit 1; }
+start_worker_cluster "maintenance_work_mem = '512MB'"
 log_lines() { tail -n +"$1" "$dir/server.log"; }
 # the system Python, which has python3-numpy
 py=$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3 )
