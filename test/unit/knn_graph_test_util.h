@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <set>
 
+#include "gnnd.h"
 #include "recall.h"
 #include "synthetic.h"
 #include "types.h"
@@ -23,6 +24,26 @@ inline Matrix clustered_rows(int64_t rows, int dim, uint64_t seed) {
   spec.intrinsic_dim = 8;
   spec.seed = seed;
   return make_clustered(spec);
+}
+
+// Rows [0, split) and [split, rows) with a GNND graph each (k 16, p 8; the
+// second's ids local to it): what GGM and a merge's GGM join.
+struct TwoSides {
+  Matrix data;
+  int64_t split = 0;
+  KnnGraph first, second;
+  GnndParams params;
+};
+
+inline TwoSides two_sides(int64_t rows, int64_t split, uint64_t seed, const RunControl& control) {
+  TwoSides t;
+  t.data = clustered_rows(rows, 24, seed);
+  t.split = split;
+  t.params.k = 16;
+  t.params.samples = 8;
+  t.first = gnnd_build(t.data.view().slice(0, split), Metric::L2, t.params, control);
+  t.second = gnnd_build(t.data.view().slice(split, rows - split), Metric::L2, t.params, control);
+  return t;
 }
 
 inline double graph_recall(const KnnGraph& found, const KnnGraph& exact, int at) {

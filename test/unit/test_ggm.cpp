@@ -14,24 +14,17 @@ namespace tsdg {
 namespace {
 
 using testing::clustered_rows;
+using testing::two_sides;
+using testing::TwoSides;
 using testing::expect_valid_lists;
 using testing::graph_recall;
 
-struct MergeCase {
-  Matrix data;
-  int64_t split;
-  KnnGraph first, second, exact;
-  GnndParams params;
+struct MergeCase : TwoSides {
+  KnnGraph exact;
 };
 
 MergeCase make_case(int64_t rows, int64_t split, const RunControl& control) {
-  MergeCase c;
-  c.data = clustered_rows(rows, 24, 21);
-  c.split = split;
-  c.params.k = 16;
-  c.params.samples = 8;
-  c.first = gnnd_build(c.data.view().slice(0, split), Metric::L2, c.params, control);
-  c.second = gnnd_build(c.data.view().slice(split, rows - split), Metric::L2, c.params, control);
+  MergeCase c{two_sides(rows, split, 21, control), {}};
   c.exact = exact_knn_graph(c.data.view(), Metric::L2, 10, control);
   return c;
 }

@@ -23,30 +23,21 @@ namespace tsdg {
 namespace {
 
 using testing::clustered_rows;
+using testing::two_sides;
+using testing::TwoSides;
 using testing::expect_list_invariants;
 using testing::expect_valid_lists;
 using testing::graph_recall;
 
-struct Batch {
-  Matrix data;
-  int64_t split = 0;
-  KnnGraph old_graph, batch_graph;
-  GnndParams params;
-};
+// the old rows and graph first, the batch second
+using Batch = TwoSides;
 
 Batch make_batch(int64_t rows, int64_t split, const RunControl& control) {
-  Batch b;
-  b.data = clustered_rows(rows, 24, 33);
-  b.split = split;
-  b.params.k = 16;
-  b.params.samples = 8;
-  b.old_graph = gnnd_build(b.data.view().slice(0, split), Metric::L2, b.params, control);
-  b.batch_graph = gnnd_build(b.data.view().slice(split, rows - split), Metric::L2, b.params, control);
-  return b;
+  return two_sides(rows, split, 33, control);
 }
 
 IncrementalMerge merge(const Batch& b, const RunControl& control) {
-  return ggm_merge_incremental(b.data.view(), b.split, b.old_graph, b.batch_graph, Metric::L2,
+  return ggm_merge_incremental(b.data.view(), b.split, b.first, b.second, Metric::L2,
                                b.params, control);
 }
 
@@ -56,7 +47,7 @@ TEST(IncrementalGgm, RecallCloseToFullGgm) {
   control.pool = &pool;
   const Batch b = make_batch(6000, 5000, control);
   const IncrementalMerge inc = merge(b, control);
-  const KnnGraph full = ggm_merge(b.data.view(), b.split, b.old_graph, b.batch_graph, Metric::L2,
+  const KnnGraph full = ggm_merge(b.data.view(), b.split, b.first, b.second, Metric::L2,
                                   b.params, control);
   const KnnGraph exact = exact_knn_graph(b.data.view(), Metric::L2, 10, control);
   ASSERT_EQ(inc.graph.nodes, 6000);
@@ -88,7 +79,7 @@ TEST(IncrementalGgm, OnlyListsNearTheBatchChange) {
     }
     ASSERT_EQ(inc.changed[s], holds_batch_row ? 1 : 0) << "old row " << s;
     if (!inc.changed[s]) {
-      ASSERT_TRUE(std::equal(list, list + inc.graph.k, b.old_graph.list(s))) << "old row " << s;
+      ASSERT_TRUE(std::equal(list, list + inc.graph.k, b.first.list(s))) << "old row " << s;
     }
     changed_old += inc.changed[s];
   }
@@ -111,7 +102,7 @@ TEST(IncrementalGgm, SameSeedSameGraphOnAnyThreadCount) {
 TEST(IncrementalGgm, EmptyBatchKeepsTheOldGraph) {
   const Batch b = make_batch(1000, 1000, RunControl{});
   const IncrementalMerge inc = merge(b, RunControl{});
-  EXPECT_EQ(inc.graph.ids, b.old_graph.ids);
+  EXPECT_EQ(inc.graph.ids, b.first.ids);
   EXPECT_EQ(std::count(inc.changed.begin(), inc.changed.end(), 1), 0);
 }
 
@@ -126,7 +117,7 @@ struct Rediversify {
 Rediversify make_rediversify(int64_t rows, int64_t split, const RunControl& control) {
   Rediversify r;
   r.batch = make_batch(rows, split, control);
-  r.old_search = diversify_tsdg(r.batch.data.view().slice(0, split), Metric::L2, r.batch.old_graph,
+  r.old_search = diversify_tsdg(r.batch.data.view().slice(0, split), Metric::L2, r.batch.first,
                                 r.params, control);
   r.merged = merge(r.batch, control);
   return r;
