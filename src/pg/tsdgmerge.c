@@ -832,19 +832,24 @@ TsdgWriteRegion(TsdgMerge *m)
 	}
 
 	/*
-	 * The spare region's pages past the graph keep what they hold. The pages
-	 * are WAL-logged as full images XLR_MAX_BLOCK_ID at a time, as CREATE
-	 * INDEX logs its own.
+	 * Only the graph's pages are written, WAL-logged as full images
+	 * XLR_MAX_BLOCK_ID at a time as CREATE INDEX logs its own. The room to
+	 * grow of a new region stays as the extension left it (zero pages, which
+	 * every later use of the region overwrites), except its last page: that
+	 * one is logged too, so that a replay extends the file past the whole
+	 * region as the extension did here. The spare region's pages past the
+	 * graph keep what they hold.
 	 */
-	writing = extend ? nm->region_blocks : used;
+	writing = extend && nm->region_blocks > used ? used + 1 : used;
 	if (wal)
 		XLogEnsureRecordSpace(XLR_MAX_BLOCK_ID - 1, 0);
 	for (BlockNumber i = 0; i < writing; i++)
 	{
-		Buffer		buf = ReadBufferExtended(m->index, MAIN_FORKNUM, start + i,
+		BlockNumber page_no = i < used ? i : nm->region_blocks - 1;
+		Buffer		buf = ReadBufferExtended(m->index, MAIN_FORKNUM, start + page_no,
 											 RBM_ZERO_AND_LOCK, NULL);
 
-		TsdgFillRegionPage(m, BufferGetPage(buf), i, node_pages, used, &layout);
+		TsdgFillRegionPage(m, BufferGetPage(buf), page_no, node_pages, used, &layout);
 		batch[batched++] = buf;
 		if (batched == XLR_MAX_BLOCK_ID || i == writing - 1)
 		{

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Replication of tsdg indexes: a streaming replica made with pg_basebackup -R
 # answers index scans the same as its primary, for an index that existed at
-# the base backup and one built after it, through inserts and VACUUM.
+# the base backup and one built after it, through inserts, merges and VACUUM;
+# a merge's new region, of which only the graph's pages and the last page are
+# logged, has the same size on the replica.
 # Usage: tsdg_replica.sh WORKDIR (starts its own clusters on 54341 and 54342).
 source "$(dirname "$0")/../../scripts/common.sh"
 primary=$1/primary
@@ -64,6 +66,17 @@ compare "after CREATE INDEX"
 sql -h "$primary" -p 54341 \
     -c "INSERT INTO items SELECT i, (SELECT array_agg(random()::real) FROM generate_series(1, 16) WHERE i > 0)::vector FROM generate_series(4001, 4600) i"
 compare "after inserts"
+
+sql -h "$primary" -p 54341 -c "SELECT tsdg_merge('items_l2'), tsdg_merge('items_cos')" >/dev/null
+compare "after merges"
+for index in items_l2 items_cos; do
+  p=$(sql -At -h "$primary" -p 54341 -c "SELECT pg_relation_size('$index')")
+  r=$(sql -At -h "$replica" -p 54342 -c "SELECT pg_relation_size('$index')")
+  if [ "$p" != "$r" ]; then
+    echo "FAIL: $index has $p bytes on the primary, $r on the replica"; exit 1
+  fi
+done
+echo "merged indexes of the same size on the replica"
 
 sql -h "$primary" -p 54341 -c "DELETE FROM items WHERE id % 4 = 0" -c "VACUUM items"
 compare "after VACUUM"
