@@ -49,6 +49,15 @@ class CudaBackend final : public Backend {
     return cuda::ggm_merge(*ctx_, data, split, first, second, metric, params, control);
   }
 
+  IncrementalMerge merge_knn_incremental(MatrixView data, int64_t split, const KnnGraph& old_graph,
+                                         const KnnGraph& batch_graph, Metric metric,
+                                         const GnndParams& params, const RunControl& control) override {
+    std::lock_guard<std::mutex> guard(mutex_);
+    activate();
+    return cuda::ggm_merge_incremental(*ctx_, data, split, old_graph, batch_graph, metric, params,
+                                       control);
+  }
+
   void list_distances(MatrixView data, Metric metric, const uint32_t* ids, int k, float* dists,
                       const RunControl& control) override {
     std::lock_guard<std::mutex> guard(mutex_);

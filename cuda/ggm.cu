@@ -3,10 +3,15 @@
 // nodes of the other side (NEW); GNND then refines the lists matching only
 // pairs from different sides; finally each list is merged with the whole
 // original list of its side (the part that was set aside included).
+// The incremental merge (ggm.h, ggm_merge_incremental) starts the indexed
+// side's lists with their whole list, every entry OLD, so that an indexed
+// list takes part in a join only once a batch row is offered to it.
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "distance.cuh"
+#include "ggm.h"
 #include "gnnd_workspace.h"
 #include "gpu_algorithms.h"
 #include "phase_trace.h"
@@ -39,6 +44,35 @@ __global__ void start_merge_lists_kernel(KnnListsView lists, int64_t nodes, int6
     const uint32_t candidate = static_cast<uint32_t>(
         other_begin + mix_hash(seed, static_cast<uint64_t>(node), static_cast<uint64_t>(attempt)) %
                           static_cast<uint64_t>(other_count));
+    const float d = warp_distance<M>(row, data + static_cast<int64_t>(candidate) * dim, dim);
+    warp_insert_candidate(lists, static_cast<uint32_t>(node), candidate, d, true);
+  }
+}
+
+// The incremental merge's start: a warp per list. An indexed row (below
+// split) keeps its whole list as OLD; a batch row keeps the first k - k/2
+// entries of its own list as OLD and gets k/2 random indexed rows as NEW.
+template <Metric M>
+__global__ void start_incremental_lists_kernel(KnnListsView lists, int64_t nodes, int64_t split,
+                                               const uint32_t* original_ids,
+                                               const float* original_dists, const float* data,
+                                               int dim, uint64_t seed) {
+  const int64_t node = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
+  if (node >= nodes) return;
+  const int k = lists.k;
+  const bool indexed = node < split;
+  const int kept = indexed ? k : k - k / 2;
+  for (int j = 0; j < kept; ++j) {
+    const uint32_t id = original_ids[node * k + j];
+    if (id == kInvalidId) break;
+    warp_insert_candidate(lists, static_cast<uint32_t>(node), id, original_dists[node * k + j], false);
+  }
+  if (indexed) return;
+  const float* row = data + node * dim;
+  for (int attempt = 0; attempt < k / 2; ++attempt) {
+    const uint32_t candidate = static_cast<uint32_t>(
+        mix_hash(seed, static_cast<uint64_t>(node), static_cast<uint64_t>(attempt)) %
+        static_cast<uint64_t>(split));
     const float d = warp_distance<M>(row, data + static_cast<int64_t>(candidate) * dim, dim);
     warp_insert_candidate(lists, static_cast<uint32_t>(node), candidate, d, true);
   }
@@ -99,13 +133,24 @@ __global__ void merge_with_original_kernel(uint32_t* ids, float* dists, const ui
   }
 }
 
-}  // namespace
+// The lists of both sides with global ids: second's ids move past split.
+// first's dists may be empty (left +inf here).
+KnnGraph global_lists(int64_t split, const KnnGraph& first, const KnnGraph& second) {
+  const int k = first.nodes > 0 ? first.k : second.k;
+  KnnGraph original(split + second.nodes, k);
+  std::copy(first.ids.begin(), first.ids.end(), original.ids.begin());
+  std::copy(first.dists.begin(), first.dists.end(), original.dists.begin());
+  std::copy(second.dists.begin(), second.dists.end(), original.dists.begin() + split * k);
+  for (size_t i = 0; i < second.ids.size(); ++i) {
+    const uint32_t id = second.ids[i];
+    original.ids[static_cast<size_t>(split) * k + i] =
+        id == kInvalidId ? kInvalidId : static_cast<uint32_t>(id + split);
+  }
+  return original;
+}
 
-KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const KnnGraph& first,
-                   const KnnGraph& second, Metric metric, const GnndParams& params,
-                   const RunControl& control) {
-  const int p = checked_sample_count(params);
-  const int k = params.k;
+void check_merge_shapes(MatrixView data, int64_t split, const KnnGraph& first,
+                        const KnnGraph& second, int k) {
   if (split < 0 || split > data.rows || first.nodes != split || second.nodes != data.rows - split) {
     throw Error(Status::InvalidArgument, "GGM: graph sizes do not match the split");
   }
@@ -115,19 +160,18 @@ KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const Knn
   if (data.rows >= static_cast<int64_t>(kIdMask)) {
     throw Error(Status::InvalidArgument, "too many rows for 31-bit ids");
   }
-  const int64_t n = data.rows;
-  // The original lists with global ids: second's ids move past split.
-  KnnGraph original(n, k);
-  std::copy(first.ids.begin(), first.ids.end(), original.ids.begin());
-  std::copy(first.dists.begin(), first.dists.end(), original.dists.begin());
-  std::copy(second.dists.begin(), second.dists.end(), original.dists.begin() + split * k);
-  for (size_t i = 0; i < second.ids.size(); ++i) {
-    const uint32_t id = second.ids[i];
-    original.ids[static_cast<size_t>(split) * k + i] =
-        id == kInvalidId ? kInvalidId : static_cast<uint32_t>(id + split);
-  }
-  if (split == 0 || split == n) return original;
+}
 
+// GNND iterations matching only pairs across split on lists that start_lists
+// fills, then every list merged with its original; the merged lists come
+// back, the iterations run go to *iterations.
+template <class StartLists>
+KnnGraph refine_across_sides(DeviceContext& ctx, MatrixView data, int64_t split,
+                             const KnnGraph& original, Metric metric, const GnndParams& params,
+                             const RunControl& control, StartLists start_lists, int* iterations) {
+  const int64_t n = data.rows;
+  const int k = params.k;
+  const int p = checked_sample_count(params);
   const size_t data_bytes = static_cast<size_t>(n) * data.dim * sizeof(float);
   require_device_memory(data_bytes + GnndWorkspace::bytes_needed(n, k, p) +
                             static_cast<size_t>(n) * k * 8,
@@ -142,15 +186,9 @@ KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const Knn
 
   GnndWorkspace ws(n, k, p);
   ws.clear(stream);
-  dispatch_metric(metric, [&](auto tag) {
-    constexpr Metric M = decltype(tag)::value;
-    start_merge_lists_kernel<M><<<static_cast<unsigned>((n * kWarpSize + 255) / 256), 256, 0, stream>>>(
-        ws.view(), n, split, original_ids.data(), original_dists.data(), rows.values.data(),
-        data.dim, params.seed);
-    check_launch("start_merge_lists_kernel");
-  });
+  start_lists(ws.view(), rows.values.data(), original_ids.data(), original_dists.data(), stream);
   trace.mark("upload + start lists");
-  run_gnnd_iterations(ctx, ws, rows.values.data(), data.dim, metric, params, split, control);
+  *iterations = run_gnnd_iterations(ctx, ws, rows.values.data(), data.dim, metric, params, split, control);
 
   const size_t shared_bytes = static_cast<size_t>(kMergeWarpsPerBlock) * 4 * k * sizeof(float);
   merge_with_original_kernel<<<static_cast<unsigned>((n + kMergeWarpsPerBlock - 1) / kMergeWarpsPerBlock),
@@ -163,6 +201,67 @@ KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const Knn
   ctx.stream.synchronize();
   trace.mark("merge with originals + download");
   return merged;
+}
+
+unsigned warp_per_list_grid(int64_t n) { return static_cast<unsigned>((n * kWarpSize + 255) / 256); }
+
+}  // namespace
+
+KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const KnnGraph& first,
+                   const KnnGraph& second, Metric metric, const GnndParams& params,
+                   const RunControl& control) {
+  check_merge_shapes(data, split, first, second, params.k);
+  const int64_t n = data.rows;
+  KnnGraph original = global_lists(split, first, second);
+  if (split == 0 || split == n) return original;
+  int iterations = 0;
+  return refine_across_sides(
+      ctx, data, split, original, metric, params, control,
+      [&](KnnListsView lists, const float* rows, const uint32_t* ids, const float* dists,
+          cudaStream_t stream) {
+        dispatch_metric(metric, [&](auto tag) {
+          constexpr Metric M = decltype(tag)::value;
+          start_merge_lists_kernel<M><<<warp_per_list_grid(n), 256, 0, stream>>>(
+              lists, n, split, ids, dists, rows, data.dim, params.seed);
+          check_launch("start_merge_lists_kernel");
+        });
+      },
+      &iterations);
+}
+
+IncrementalMerge ggm_merge_incremental(DeviceContext& ctx, MatrixView data, int64_t split,
+                                       const KnnGraph& old_graph, const KnnGraph& batch_graph,
+                                       Metric metric, const GnndParams& params,
+                                       const RunControl& control) {
+  check_merge_shapes(data, split, old_graph, batch_graph, params.k);
+  const int64_t n = data.rows;
+  const int64_t batch = n - split;
+  IncrementalMerge result;
+  KnnGraph original = global_lists(split, old_graph, batch_graph);
+  if (old_graph.dists.empty()) {
+    list_distances(ctx, data.slice(0, split), metric, original.ids.data(), params.k,
+                   original.dists.data(), control);
+  }
+  if (split == 0 || batch == 0) {
+    result.graph = std::move(original);
+  } else {
+    GnndParams merge = params;
+    merge.min_update_rate = incremental_merge_update_rate(params.min_update_rate, split, batch, params.k);
+    result.graph = refine_across_sides(
+        ctx, data, split, original, metric, merge, control,
+        [&](KnnListsView lists, const float* rows, const uint32_t* ids, const float* dists,
+            cudaStream_t stream) {
+          dispatch_metric(metric, [&](auto tag) {
+            constexpr Metric M = decltype(tag)::value;
+            start_incremental_lists_kernel<M><<<warp_per_list_grid(n), 256, 0, stream>>>(
+                lists, n, split, ids, dists, rows, data.dim, params.seed);
+            check_launch("start_incremental_lists_kernel");
+          });
+        },
+        &result.iterations);
+  }
+  result.changed = lists_changed_by_batch(result.graph, split, control);
+  return result;
 }
 
 }  // namespace tsdg::cuda

@@ -441,16 +441,17 @@ void fill_random_lists(GnndWorkspace& ws, const float* data, int dim, Metric met
   });
 }
 
-void run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data, int dim,
-                         Metric metric, const GnndParams& params, int64_t split,
-                         const RunControl& control) {
+int run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data, int dim,
+                        Metric metric, const GnndParams& params, int64_t split,
+                        const RunControl& control) {
   cudaStream_t stream = ctx.stream.get();
   const int p = ws.samples;
   const size_t list_shared = static_cast<size_t>(kListWarpsPerBlock) * 2 * ws.k * sizeof(float);
   const double stop_below = params.min_update_rate * static_cast<double>(ws.nodes) * ws.k;
   control.set_total(params.iterations);
   PhaseTrace trace(split >= 0 ? "ggm " : "gnnd", stream);
-  for (int iteration = 0; iteration < params.iterations; ++iteration) {
+  int iteration = 0;
+  while (iteration < params.iterations) {
     control.throw_if_cancelled();
     sample_lists_kernel<<<grid_for(ws.nodes, kListWarpsPerBlock), kListWarpsPerBlock * kWarpSize,
                           list_shared, stream>>>(ws.view(), ws.nodes, p, ws.new_samples.data(),
@@ -485,8 +486,10 @@ void run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* dat
     ctx.stream.synchronize();
     trace.mark("cross-match + update", static_cast<long long>(updates));
     control.add_done(1);
+    ++iteration;
     if (static_cast<double>(updates) < stop_below) break;
   }
+  return iteration;
 }
 
 void sort_lists(GnndWorkspace& ws, cudaStream_t stream) {

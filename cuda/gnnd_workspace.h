@@ -46,11 +46,11 @@ void fill_random_lists(GnndWorkspace& ws, const float* data, int dim, Metric met
                        cudaStream_t stream);
 
 // GNND iterations until the update rate falls under params.min_update_rate
-// or params.iterations are done. split >= 0: only pairs with one node below
-// split and one at or above it are matched (GGM).
-void run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data, int dim,
-                         Metric metric, const GnndParams& params, int64_t split,
-                         const RunControl& control);
+// or params.iterations are done; returns how many ran. split >= 0: only pairs
+// with one node below split and one at or above it are matched (GGM).
+int run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data, int dim,
+                        Metric metric, const GnndParams& params, int64_t split,
+                        const RunControl& control);
 
 // Sorts every list (merging its segments) and clears the flags, on the device.
 void sort_lists(GnndWorkspace& ws, cudaStream_t stream);

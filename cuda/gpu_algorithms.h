@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "device_memory.h"
+#include "ggm.h"
 #include "params.h"
 #include "run_control.h"
 #include "types.h"
@@ -53,6 +54,11 @@ void list_distances(DeviceContext& ctx, MatrixView data, Metric metric, const ui
 KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const KnnGraph& first,
                    const KnnGraph& second, Metric metric, const GnndParams& params,
                    const RunControl& control);
+// The incremental merge (ggm.h): the indexed lists start whole and OLD.
+IncrementalMerge ggm_merge_incremental(DeviceContext& ctx, MatrixView data, int64_t split,
+                                       const KnnGraph& old_graph, const KnnGraph& batch_graph,
+                                       Metric metric, const GnndParams& params,
+                                       const RunControl& control);
 
 // diversify.cu: both TSDG stages (paper 003, section 3).
 TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const KnnGraph& knn,

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "descent.h"
 #include "distance.h"
 #include "thread_pool.h"
 
@@ -20,14 +21,27 @@ TsdgGraph Backend::build_tsdg_graph(MatrixView data, Metric metric, const GnndPa
   return diversify(data, metric, knn, diversify_params, control);
 }
 
+IncrementalMerge Backend::merge_knn_incremental(MatrixView data, int64_t split,
+                                                const KnnGraph& old_graph,
+                                                const KnnGraph& batch_graph, Metric metric,
+                                                const GnndParams& params,
+                                                const RunControl& control) {
+  return ggm_merge_incremental(data, split, old_graph, batch_graph, metric, params, control);
+}
+
 void Backend::list_distances(MatrixView data, Metric metric, const uint32_t* ids, int k, float* dists,
                              const RunControl& control) {
+  const DistanceFn distance = metric_distance_fn(metric);
   parallel_for(control, data.rows, 1024, [&](int64_t begin, int64_t end, int) {
+    // The neighbors' rows are scattered over the whole set: fetching the next
+    // list's rows while this one's distances run hides most of the latency.
+    if (begin < end) prefetch_rows(data, ids + begin * k, k);
     for (int64_t u = begin; u < end; ++u) {
+      if (u + 1 < end) prefetch_rows(data, ids + (u + 1) * k, k);
       for (int j = 0; j < k; ++j) {
         const uint32_t v = ids[u * k + j];
         dists[u * k + j] = v == kInvalidId ? std::numeric_limits<float>::infinity()
-                                           : metric_distance(metric, data.row(u), data.row(v), data.dim);
+                                           : distance(data.row(u), data.row(v), data.dim);
       }
     }
   });

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "ggm.h"
 #include "params.h"
 #include "run_control.h"
 #include "types.h"
@@ -67,6 +68,16 @@ class Backend {
   virtual KnnGraph merge_knn_graphs(MatrixView data, int64_t split, const KnnGraph& first,
                                     const KnnGraph& second, Metric metric,
                                     const GnndParams& params, const RunControl& control) = 0;
+
+  // Incremental GGM (ggm.h, ggm_merge_incremental): rows [0, split) are
+  // indexed with old_graph (global ids), rows [split, rows) are a batch with
+  // batch_graph (ids local to the batch); old_graph.dists may be empty (the
+  // distances are then computed). By default on the CPU threads.
+  virtual IncrementalMerge merge_knn_incremental(MatrixView data, int64_t split,
+                                                 const KnnGraph& old_graph,
+                                                 const KnnGraph& batch_graph, Metric metric,
+                                                 const GnndParams& params,
+                                                 const RunControl& control);
 
   // The distance from each row of data to each id of its list (ids: rows * k,
   // each < rows or kInvalidId, which gets +inf), into dists: a merge's old

@@ -99,9 +99,11 @@ std::vector<uint32_t> region_order(MatrixView data, uint64_t seed, const RunCont
 
 // Starts loading rows ids[0..count) of data into the caches, so that the
 // memory latency of rows read at random overlaps the work before them.
+// Invalid ids (the padding of short lists) are skipped.
 inline void prefetch_rows(MatrixView data, const uint32_t* ids, int count) {
   const int64_t row_bytes = int64_t{data.dim} * sizeof(float);
   for (int j = 0; j < count; ++j) {
+    if (ids[j] == kInvalidId) continue;
     const char* row = reinterpret_cast<const char*>(data.row(ids[j]));
     for (int64_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(row + line, 0, 1);
   }

@@ -20,7 +20,8 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
 
 // Incremental GGM: Algorithm 3 restricted to the lists a batch can change.
 // Rows [0, split) are an indexed set whose graph `old_graph` (global ids) is
-// final among themselves; rows [split, data.rows) are a batch with graph
+// final among themselves (its dists may be empty, as an index keeps only the
+// ids: they are then computed here); rows [split, data.rows) are a batch with graph
 // `batch_graph` (ids local to the batch). Only pairs across the two sets are
 // joined (as in ggm_merge), but the old lists are not seeded with random batch
 // rows: they keep their whole list and take part only once a join offers them
@@ -50,6 +51,18 @@ constexpr double kMergeMinUpdateRate = 0.005;
 // and p 8 alone stops the update-rate rule after one iteration on small
 // batches (136 of 500 merged rows not found).
 GnndParams incremental_merge_params(const GnndParams& build);
+
+// The update rate of GNND's stop rule for an incremental merge of `batch`
+// rows into `split`: `rate` taken relative to the lists that can change rather
+// than to all rows (a batch row enters about k old lists on average, a k-NN
+// graph having n k reverse edges).
+double incremental_merge_update_rate(double rate, int64_t split, int64_t batch, int k);
+
+// changed[s] = 1 for the batch rows and for the old rows whose list holds a
+// batch row: only pairs across the sets are joined, so an old list changed
+// exactly when it took a batch row in.
+std::vector<uint8_t> lists_changed_by_batch(const KnnGraph& merged, int64_t split,
+                                            const RunControl& control);
 
 IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const KnnGraph& old_graph,
                                        const KnnGraph& batch_graph, Metric metric,

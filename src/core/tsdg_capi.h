@@ -150,8 +150,9 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
  * old lists take part once a join offers them a new row), stage 1 of TSDG
  * runs again on the changed k-NN lists and stage 2 on the nodes whose pruned
  * list or reverse edges can change; the other nodes keep their lists
- * (ggm.h, diversify.h). The new rows' own k-NN graph is built by the backend
- * (NULL: the CPU), the rest runs on the CPU.
+ * (ggm.h, diversify.h). The new rows' own k-NN graph, the old lists'
+ * distances and GGM run on the backend (NULL: the CPU), TSDG's update on the
+ * CPU threads.
  * rows: n_old + n_new rows, old first. old_knn_ids: the old k-NN graph
  * (n_old * build_k, TSDG_INVALID_ID padded); old_knn_dists may be NULL: the
  * distances are then computed here, on the threads. old_neighbors and

@@ -829,53 +829,27 @@ MergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 }
 
 /*
- * changed[] of a full merge, by comparing each old node's lists with the
- * merged ones: TSDG_CHANGED_KNN where its k-NN list differs (or the session
- * repaired it after deletes), TSDG_CHANGED_GRAPH where its search list or
- * lambdas do; every new row has both. (The incremental merge of the CPU
- * backend knows this itself.)
- */
-static void
-MarkChangedLists(const MergeArrays *a, int64 n_old, int64 n, int k, int degree)
-{
-	for (int64 u = 0; u < n_old; u++)
-	{
-		bool		knn = (a->old_changed != NULL && a->old_changed[u] != 0) ||
-			memcmp(a->knn_ids + u * k, a->old_knn_ids + u * k, sizeof(uint32) * k) != 0;
-		bool		graph = memcmp(a->neighbors + u * degree, a->old_neighbors + u * degree,
-								   sizeof(uint32) * degree) != 0 ||
-			memcmp(a->lambdas + u * degree, a->old_lambdas + u * degree, degree) != 0;
-
-		a->changed[u] = (knn ? TSDG_CHANGED_KNN : 0) | (graph ? TSDG_CHANGED_GRAPH : 0);
-	}
-	memset(a->changed + n_old, TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH, n - n_old);
-}
-
-/*
- * The merge of the device: tsdg_merge_graph, every step over the whole graph
- * on the GPU; with the CPU backend (tsdg.worker_backend = cpu) the
- * incremental merge the session would run itself.
+ * The incremental merge the session would run itself, with the backend's
+ * steps on the device when there is one: the new rows' k-NN graph (GNND),
+ * the old lists' distances and GGM; TSDG's update of the changed lists runs
+ * on the worker's threads.
  */
 static TsdgStatus
 ComputeMerge(const TsdgMergeArgs *args, const MergeArrays *a, MergePollState *poll,
 			 TsdgError *error)
 {
-	if (device_backend == NULL)
-		return tsdg_merge_graph_incremental(NULL, a->rows, args->n_old, args->n_new, args->dims,
-											args->metric, &args->params, a->old_knn_ids,
-											a->old_knn_dists, a->old_neighbors, a->old_lambdas,
-											a->old_changed, a->knn_ids, NULL, a->neighbors,
-											a->lambdas, a->changed, MergePoll, poll, error);
-	return tsdg_merge_graph(device_backend, a->rows, args->n_old, args->n_new, args->dims,
-							args->metric, &args->params, a->old_knn_ids, a->old_knn_dists,
-							a->knn_ids, NULL, a->neighbors, a->lambdas, MergePoll, poll, error);
+	return tsdg_merge_graph_incremental(device_backend, a->rows, args->n_old, args->n_new,
+										args->dims, args->metric, &args->params,
+										a->old_knn_ids, a->old_knn_dists, a->old_neighbors,
+										a->old_lambdas, a->old_changed, a->knn_ids, NULL,
+										a->neighbors, a->lambdas, a->changed, MergePoll, poll,
+										error);
 }
 
 static void
 ServeMerge(TakenRequest *t)
 {
 	const TsdgMergeArgs *args = &t->copy.args.merge;
-	int64		n = args->n_old + args->n_new;
 	BulkMapping map;
 	TsdgBulkHeader *header;
 	MergeArrays a;
@@ -883,7 +857,6 @@ ServeMerge(TakenRequest *t)
 	TsdgError	error;
 	TsdgStatus	status;
 	TimestampTz start;
-	double		compare_seconds = 0;
 
 	t->done = true;
 	if (!MapBulk(&t->copy, &map))
@@ -923,28 +896,20 @@ ServeMerge(TakenRequest *t)
 	}
 	/* the rest, since the last poll, belongs to the last phase seen */
 	poll.seconds[poll.last_phase] += SecondsSince(poll.last_poll);
-	if (status == TSDG_OK && device_backend != NULL)
-	{
-		TimestampTz compare_start = GetCurrentTimestamp();
-
-		MarkChangedLists(&a, args->n_old, n, args->params.build_k, args->params.degree);
-		compare_seconds = SecondsSince(compare_start);
-	}
 	if (status == TSDG_OK)
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: merged index %u/%u (%lld + %lld rows) in %.3f s: "
-						"k-NN graph of the new rows %.3f s, GGM %.3f s, diversification %.3f s, "
-						"changed lists %.3f s",
+						"old lists' distances and k-NN graph of the new rows %.3f s, GGM %.3f s, "
+						"diversification %.3f s",
 						args->database, args->relfilenode, (long long) args->n_old,
 						(long long) args->n_new, SecondsSince(start),
 						poll.seconds[TSDG_PHASE_KNN_GRAPH], poll.seconds[TSDG_PHASE_MERGE],
-						poll.seconds[TSDG_PHASE_DIVERSIFY], compare_seconds),
+						poll.seconds[TSDG_PHASE_DIVERSIFY]),
 				 errdetail("%s Each phase as the progress polls saw it, 50 ms apart.",
 						   device_backend != NULL ?
-						   "GNND, GGM and diversification on the device, each with its copies to and from it; "
-						   "GGM includes the old k-NN lists' distances, computed on the CPU threads." :
-						   "The incremental merge of the CPU backend; the k-NN graph phase includes "
-						   "the old k-NN lists' distances.")));
+						   "The distances, GNND and GGM on the device, each with its copies to and from it; "
+						   "the update of the changed search lists on the worker's CPU threads." :
+						   "The incremental merge of the CPU backend.")));
 	else
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: merge for index %u/%u %s: %s",

@@ -664,8 +664,9 @@ TsdgCheckCore(Relation index, TsdgStatus status, const TsdgError *error)
  * search lists, new rows) in, (merged k-NN lists, new search graph, which
  * lists changed) out; see tsdg_merge_graph_incremental. rows holds n_old +
  * n_new rows, old first; old_knn_dists may be NULL. The GPU worker computes
- * it when it can take it (on the GPU: tsdg_merge_graph, the full merge on
- * the device), as it builds for CREATE INDEX; else, or when the worker
+ * it when it can take it (on the GPU: the same incremental merge with GNND,
+ * the old lists' distances and GGM on the device), as it builds for CREATE
+ * INDEX; else, or when the worker
  * fails or dies meanwhile, this backend computes it on the CPU. Either way
  * the pages are written by this backend afterwards, so a merge is as
  * crash-safe on the worker as on the CPU.

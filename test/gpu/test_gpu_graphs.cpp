@@ -104,6 +104,51 @@ TEST(GpuGgm, MergeRecallWithinOnePercentOfCpu) {
   EXPECT_GE(gpu_recall, direct_recall - 0.01);
 }
 
+// The incremental merge of a batch (5%) into an indexed set on the device:
+// the merged graph as good as the CPU's incremental merge of the same graphs,
+// the old lists that took no batch row exactly as they were, and those with
+// one flagged as changed.
+TEST(GpuGgm, IncrementalMergeMatchesCpu) {
+  TSDG_REQUIRE_GPU();
+  const Matrix data = make_clustered(clustered_spec(42000, 48, 40, 9));
+  const int64_t split = 40000;
+  GnndParams params;
+  params.k = 32;
+  params.min_update_rate = kMergeMinUpdateRate;
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::L2, 10, cpu_control());
+  const KnnGraph old_graph =
+      gnnd_build(data.view().slice(0, split), Metric::L2, params, cpu_control());
+  const KnnGraph batch_graph =
+      gnnd_build(data.view().slice(split, data.rows - split), Metric::L2, params, cpu_control());
+  const IncrementalMerge on_gpu = gpu_backend.merge_knn_incremental(
+      data.view(), split, old_graph, batch_graph, Metric::L2, params, RunControl{});
+  const IncrementalMerge on_cpu = ggm_merge_incremental(data.view(), split, old_graph, batch_graph,
+                                                        Metric::L2, params, cpu_control());
+  expect_valid_lists(on_gpu.graph);
+  int64_t changed = 0;
+  for (int64_t u = 0; u < split; ++u) {
+    const uint32_t* merged = on_gpu.graph.list(u);
+    const bool holds_batch_row = std::any_of(merged, merged + params.k, [&](uint32_t v) {
+      return v != kInvalidId && v >= static_cast<uint32_t>(split);
+    });
+    ASSERT_EQ(on_gpu.changed[u], holds_batch_row ? 1 : 0) << "old list " << u;
+    if (holds_batch_row) {
+      ++changed;
+    } else {
+      ASSERT_TRUE(std::equal(merged, merged + params.k, old_graph.list(u))) << "old list " << u;
+    }
+  }
+  for (int64_t u = split; u < data.rows; ++u) ASSERT_EQ(on_gpu.changed[u], 1);
+  const double gpu_recall = graph_recall(on_gpu.graph, exact, 10);
+  const double cpu_recall = graph_recall(on_cpu.graph, exact, 10);
+  std::printf("incremental GGM recall@10: gpu %.4f cpu %.4f; %lld of %lld old lists changed, %d iterations\n",
+              gpu_recall, cpu_recall, static_cast<long long>(changed), static_cast<long long>(split),
+              on_gpu.iterations);
+  EXPECT_GE(gpu_recall, cpu_recall - 0.01);
+  EXPECT_GT(on_gpu.iterations, 0);
+  EXPECT_LT(changed, split);
+}
+
 // With a GPU memory budget below what one pass needs, GNND builds shards and
 // merges every pair by GGM (paper 000, section 5); the whole-set GGM, which
 // has no such path, reports OutOfMemory under the same budget.

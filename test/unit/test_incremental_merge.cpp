@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bruteforce.h"
+#include "distance.h"
 #include "diversify.h"
 #include "ggm.h"
 #include "gnnd.h"
@@ -85,6 +86,32 @@ TEST(IncrementalGgm, OnlyListsNearTheBatchChange) {
   }
   EXPECT_GT(changed_old, 0);
   EXPECT_LT(changed_old, b.split / 2);
+}
+
+// An index keeps only the old lists' ids: the merge computes their distances
+// and merges as well as with them given.
+TEST(IncrementalGgm, ComputesMissingOldDistances) {
+  ThreadPool pool(2);
+  RunControl control;
+  control.pool = &pool;
+  Batch b = make_batch(6000, 5600, control);
+  const IncrementalMerge given = merge(b, control);
+  KnnGraph ids_only = b.first;
+  ids_only.dists = std::vector<float>();
+  const IncrementalMerge computed = ggm_merge_incremental(b.data.view(), b.split, ids_only, b.second,
+                                                          Metric::L2, b.params, control);
+  const KnnGraph exact = exact_knn_graph(b.data.view(), Metric::L2, 10, control);
+  expect_valid_lists(computed.graph);
+  EXPECT_GE(graph_recall(computed.graph, exact, 10), graph_recall(given.graph, exact, 10) - 0.005);
+  for (int64_t s = 0; s < b.split; ++s) {
+    if (computed.changed[s]) continue;
+    for (int j = 0; j < computed.graph.k; ++j) {
+      const uint32_t v = computed.graph.list(s)[j];
+      ASSERT_NE(v, kInvalidId);
+      const float d = metric_distance(Metric::L2, b.data.view().row(s), b.data.view().row(v), b.data.dim);
+      ASSERT_NEAR(computed.graph.list_dists(s)[j], d, 1e-4f * std::max(1.0f, d)) << "old row " << s;
+    }
+  }
 }
 
 TEST(IncrementalGgm, SameSeedSameGraphOnAnyThreadCount) {
