@@ -49,13 +49,14 @@ class CudaBackend final : public Backend {
     return cuda::ggm_merge(*ctx_, data, split, first, second, metric, params, control);
   }
 
-  IncrementalMerge merge_knn_incremental(MatrixView data, int64_t split, const KnnGraph& old_graph,
-                                         const KnnGraph& batch_graph, Metric metric,
-                                         const GnndParams& params, const RunControl& control) override {
+  MergedGraph merge_graph(const MergeInput& in, Metric metric, const GnndParams& params,
+                          const DiversifyParams& diversify, const RunControl& control) override {
+    activate();  // the memory the fit is judged by is the current device's
+    if (in.split == 0 || in.split == in.data.rows || !cuda::merge_fits_on_device(in.data, params)) {
+      return Backend::merge_graph(in, metric, params, diversify, control);
+    }
     std::lock_guard<std::mutex> guard(mutex_);
-    activate();
-    return cuda::ggm_merge_incremental(*ctx_, data, split, old_graph, batch_graph, metric, params,
-                                       control);
+    return cuda::merge_graph(*ctx_, in, metric, params, diversify, control);
   }
 
   void list_distances(MatrixView data, Metric metric, const uint32_t* ids, int k, float* dists,

@@ -8,7 +8,6 @@
 // list takes part in a join only once a batch row is offered to it.
 #include <algorithm>
 #include <string>
-#include <utility>
 
 #include "distance.cuh"
 #include "ggm.h"
@@ -134,7 +133,6 @@ __global__ void merge_with_original_kernel(uint32_t* ids, float* dists, const ui
 }
 
 // The lists of both sides with global ids: second's ids move past split.
-// first's dists may be empty (left +inf here).
 KnnGraph global_lists(int64_t split, const KnnGraph& first, const KnnGraph& second) {
   const int k = first.nodes > 0 ? first.k : second.k;
   KnnGraph original(split + second.nodes, k);
@@ -162,45 +160,28 @@ void check_merge_shapes(MatrixView data, int64_t split, const KnnGraph& first,
   }
 }
 
-// GNND iterations matching only pairs across split on lists that start_lists
-// fills, then every list merged with its original; the merged lists come
-// back, the iterations run go to *iterations.
+// GNND iterations matching only pairs across split on the lists in ws, which
+// start_lists fills, then every list merged with its original (device
+// arrays, global ids): ws ends with the merged lists, sorted, flags cleared.
+// Returns the iterations run.
 template <class StartLists>
-KnnGraph refine_across_sides(DeviceContext& ctx, MatrixView data, int64_t split,
-                             const KnnGraph& original, Metric metric, const GnndParams& params,
-                             const RunControl& control, StartLists start_lists, int* iterations) {
-  const int64_t n = data.rows;
-  const int k = params.k;
-  const int p = checked_sample_count(params);
-  const size_t data_bytes = static_cast<size_t>(n) * data.dim * sizeof(float);
-  require_device_memory(data_bytes + GnndWorkspace::bytes_needed(n, k, p) +
-                            static_cast<size_t>(n) * k * 8,
-                        "GGM of this set");
+int refine_across_sides(DeviceContext& ctx, GnndWorkspace& ws, const float* rows, int dim,
+                        int64_t split, const uint32_t* original_ids, const float* original_dists,
+                        Metric metric, const GnndParams& params, const RunControl& control,
+                        StartLists start_lists) {
   cudaStream_t stream = ctx.stream.get();
   PhaseTrace trace("ggm ", stream);
-  DeviceMatrix rows = DeviceMatrix::upload(data, stream);
-  DeviceBuffer<uint32_t> original_ids(original.ids.size());
-  DeviceBuffer<float> original_dists(original.dists.size());
-  copy_to_device(original_ids.data(), original.ids.data(), original.ids.size(), stream);
-  copy_to_device(original_dists.data(), original.dists.data(), original.dists.size(), stream);
-
-  GnndWorkspace ws(n, k, p);
   ws.clear(stream);
-  start_lists(ws.view(), rows.values.data(), original_ids.data(), original_dists.data(), stream);
-  trace.mark("upload + start lists");
-  *iterations = run_gnnd_iterations(ctx, ws, rows.values.data(), data.dim, metric, params, split, control);
-
-  const size_t shared_bytes = static_cast<size_t>(kMergeWarpsPerBlock) * 4 * k * sizeof(float);
-  merge_with_original_kernel<<<static_cast<unsigned>((n + kMergeWarpsPerBlock - 1) / kMergeWarpsPerBlock),
+  start_lists(ws.view());
+  trace.mark("start lists");
+  const int iterations = run_gnnd_iterations(ctx, ws, rows, dim, metric, params, split, control);
+  const size_t shared_bytes = static_cast<size_t>(kMergeWarpsPerBlock) * 4 * ws.k * sizeof(float);
+  merge_with_original_kernel<<<static_cast<unsigned>((ws.nodes + kMergeWarpsPerBlock - 1) / kMergeWarpsPerBlock),
                                kMergeWarpsPerBlock * kWarpSize, shared_bytes, stream>>>(
-      ws.ids.data(), ws.dists.data(), original_ids.data(), original_dists.data(), n, k);
+      ws.ids.data(), ws.dists.data(), original_ids, original_dists, ws.nodes, ws.k);
   check_launch("merge_with_original_kernel");
-  KnnGraph merged(n, k);
-  copy_to_host(merged.ids.data(), ws.ids.data(), merged.ids.size(), stream);
-  copy_to_host(merged.dists.data(), ws.dists.data(), merged.dists.size(), stream);
-  ctx.stream.synchronize();
-  trace.mark("merge with originals + download");
-  return merged;
+  trace.mark("merge with originals");
+  return iterations;
 }
 
 unsigned warp_per_list_grid(int64_t n) { return static_cast<unsigned>((n * kWarpSize + 255) / 256); }
@@ -212,56 +193,55 @@ KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const Knn
                    const RunControl& control) {
   check_merge_shapes(data, split, first, second, params.k);
   const int64_t n = data.rows;
+  const int k = params.k;
   KnnGraph original = global_lists(split, first, second);
   if (split == 0 || split == n) return original;
-  int iterations = 0;
-  return refine_across_sides(
-      ctx, data, split, original, metric, params, control,
-      [&](KnnListsView lists, const float* rows, const uint32_t* ids, const float* dists,
-          cudaStream_t stream) {
-        dispatch_metric(metric, [&](auto tag) {
-          constexpr Metric M = decltype(tag)::value;
-          start_merge_lists_kernel<M><<<warp_per_list_grid(n), 256, 0, stream>>>(
-              lists, n, split, ids, dists, rows, data.dim, params.seed);
-          check_launch("start_merge_lists_kernel");
-        });
-      },
-      &iterations);
+  const int p = checked_sample_count(params);
+  require_device_memory(static_cast<size_t>(n) * data.dim * sizeof(float) +
+                            GnndWorkspace::bytes_needed(n, k, p) + static_cast<size_t>(n) * k * 8,
+                        "GGM of this set");
+  cudaStream_t stream = ctx.stream.get();
+  DeviceMatrix rows = DeviceMatrix::upload(data, stream);
+  DeviceBuffer<uint32_t> original_ids(original.ids.size());
+  DeviceBuffer<float> original_dists(original.dists.size());
+  copy_to_device(original_ids.data(), original.ids.data(), original.ids.size(), stream);
+  copy_to_device(original_dists.data(), original.dists.data(), original.dists.size(), stream);
+  GnndWorkspace ws(n, k, p);
+  refine_across_sides(ctx, ws, rows.values.data(), data.dim, split, original_ids.data(),
+                      original_dists.data(), metric, params, control, [&](KnnListsView lists) {
+                        dispatch_metric(metric, [&](auto tag) {
+                          constexpr Metric M = decltype(tag)::value;
+                          start_merge_lists_kernel<M><<<warp_per_list_grid(n), 256, 0, stream>>>(
+                              lists, n, split, original_ids.data(), original_dists.data(),
+                              rows.values.data(), data.dim, params.seed);
+                          check_launch("start_merge_lists_kernel");
+                        });
+                      });
+  KnnGraph merged(n, k);
+  copy_to_host(merged.ids.data(), ws.ids.data(), merged.ids.size(), stream);
+  copy_to_host(merged.dists.data(), ws.dists.data(), merged.dists.size(), stream);
+  ctx.stream.synchronize();
+  return merged;
 }
 
-IncrementalMerge ggm_merge_incremental(DeviceContext& ctx, MatrixView data, int64_t split,
-                                       const KnnGraph& old_graph, const KnnGraph& batch_graph,
-                                       Metric metric, const GnndParams& params,
-                                       const RunControl& control) {
-  check_merge_shapes(data, split, old_graph, batch_graph, params.k);
-  const int64_t n = data.rows;
-  const int64_t batch = n - split;
-  IncrementalMerge result;
-  KnnGraph original = global_lists(split, old_graph, batch_graph);
-  if (old_graph.dists.empty()) {
-    list_distances(ctx, data.slice(0, split), metric, original.ids.data(), params.k,
-                   original.dists.data(), control);
-  }
-  if (split == 0 || batch == 0) {
-    result.graph = std::move(original);
-  } else {
-    GnndParams merge = params;
-    merge.min_update_rate = incremental_merge_update_rate(params.min_update_rate, split, batch, params.k);
-    result.graph = refine_across_sides(
-        ctx, data, split, original, metric, merge, control,
-        [&](KnnListsView lists, const float* rows, const uint32_t* ids, const float* dists,
-            cudaStream_t stream) {
-          dispatch_metric(metric, [&](auto tag) {
-            constexpr Metric M = decltype(tag)::value;
-            start_incremental_lists_kernel<M><<<warp_per_list_grid(n), 256, 0, stream>>>(
-                lists, n, split, ids, dists, rows, data.dim, params.seed);
-            check_launch("start_incremental_lists_kernel");
-          });
-        },
-        &result.iterations);
-  }
-  result.changed = lists_changed_by_batch(result.graph, split, control);
-  return result;
+int ggm_merge_incremental_resident(DeviceContext& ctx, GnndWorkspace& ws, const float* rows, int dim,
+                                   int64_t split, const uint32_t* original_ids,
+                                   const float* original_dists, Metric metric,
+                                   const GnndParams& params, const RunControl& control) {
+  const int64_t n = ws.nodes;
+  GnndParams merge = params;
+  merge.min_update_rate = incremental_merge_update_rate(params.min_update_rate, split, n - split, ws.k);
+  cudaStream_t stream = ctx.stream.get();
+  return refine_across_sides(ctx, ws, rows, dim, split, original_ids, original_dists, metric, merge,
+                             control, [&](KnnListsView lists) {
+                               dispatch_metric(metric, [&](auto tag) {
+                                 constexpr Metric M = decltype(tag)::value;
+                                 start_incremental_lists_kernel<M><<<warp_per_list_grid(n), 256, 0, stream>>>(
+                                     lists, n, split, original_ids, original_dists, rows, dim,
+                                     params.seed);
+                                 check_launch("start_incremental_lists_kernel");
+                               });
+                             });
 }
 
 }  // namespace tsdg::cuda

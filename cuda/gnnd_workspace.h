@@ -52,6 +52,21 @@ int run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data
                         Metric metric, const GnndParams& params, int64_t split,
                         const RunControl& control);
 
+// ggm.cu: the incremental GGM (ggm.h) on device rows (n = ws.nodes rows,
+// [0, split) indexed) and original lists (n * ws.k, global ids, sorted): the
+// indexed lists start whole and OLD, the batch lists as Algorithm 3 starts
+// them; ws ends with the merged lists, sorted, flags cleared. Returns the
+// iterations run.
+int ggm_merge_incremental_resident(DeviceContext& ctx, GnndWorkspace& ws, const float* rows, int dim,
+                                   int64_t split, const uint32_t* original_ids,
+                                   const float* original_dists, Metric metric,
+                                   const GnndParams& params, const RunControl& control);
+
+// list_distances.cu: dists[u * k + j] = distance(row u, row ids[u * k + j])
+// for `lists` lists of device rows (+inf for kInvalidId).
+void list_distances_resident(const float* rows, int dim, Metric metric, const uint32_t* ids,
+                             int64_t lists, int k, float* dists, cudaStream_t stream);
+
 // Sorts every list (merging its segments) and clears the flags, on the device.
 void sort_lists(GnndWorkspace& ws, cudaStream_t stream);
 // sort_lists, then the lists copied to host.

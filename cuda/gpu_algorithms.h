@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "device_memory.h"
-#include "ggm.h"
+#include "merge.h"
 #include "params.h"
 #include "run_control.h"
 #include "types.h"
@@ -54,11 +54,6 @@ void list_distances(DeviceContext& ctx, MatrixView data, Metric metric, const ui
 KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const KnnGraph& first,
                    const KnnGraph& second, Metric metric, const GnndParams& params,
                    const RunControl& control);
-// The incremental merge (ggm.h): the indexed lists start whole and OLD.
-IncrementalMerge ggm_merge_incremental(DeviceContext& ctx, MatrixView data, int64_t split,
-                                       const KnnGraph& old_graph, const KnnGraph& batch_graph,
-                                       Metric metric, const GnndParams& params,
-                                       const RunControl& control);
 
 // diversify.cu: both TSDG stages (paper 003, section 3).
 TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const KnnGraph& knn,
@@ -68,6 +63,14 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
 TsdgGraph diversify_resident(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
                              const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
                              const DiversifyParams& params, const RunControl& control);
+
+// index_merge.cu: a merge's computation (merge.h) with the rows and the
+// lists on the device from the old lists' distances through GGM and both
+// TSDG stages over the whole graph; only for merges merge_fits_on_device
+// accepts (the others run Backend::merge_graph's CPU steps).
+bool merge_fits_on_device(MatrixView data, const GnndParams& gnnd);
+MergedGraph merge_graph(DeviceContext& ctx, const MergeInput& in, Metric metric, const GnndParams& params,
+                        const DiversifyParams& diversify, const RunControl& control);
 
 // index_build.cu: GNND then both TSDG stages with the rows and the k-NN lists
 // kept on the device between them; the k-NN lists go to knn_ids / knn_dists

@@ -2,6 +2,7 @@
 // from the index, which keeps no distances. One warp per list, one warp
 // distance per listed row, so a list's reads of its own row stay in cache.
 #include "distance.cuh"
+#include "gnnd_workspace.h"
 #include "gpu_algorithms.h"
 #include "warp_primitives.cuh"
 
@@ -23,6 +24,17 @@ __global__ void list_distances_kernel(const float* rows, int dim, const uint32_t
 
 }  // namespace
 
+void list_distances_resident(const float* rows, int dim, Metric metric, const uint32_t* ids,
+                             int64_t lists, int k, float* dists, cudaStream_t stream) {
+  if (lists == 0) return;
+  dispatch_metric(metric, [&](auto tag) {
+    constexpr Metric M = decltype(tag)::value;
+    list_distances_kernel<M><<<static_cast<unsigned>((lists * kWarpSize + 255) / 256), 256, 0, stream>>>(
+        rows, dim, ids, lists, k, dists);
+    check_launch("list_distances_kernel");
+  });
+}
+
 void list_distances(DeviceContext& ctx, MatrixView data, Metric metric, const uint32_t* ids, int k,
                     float* dists, const RunControl& control) {
   const int64_t lists = data.rows;
@@ -36,12 +48,8 @@ void list_distances(DeviceContext& ctx, MatrixView data, Metric metric, const ui
   DeviceBuffer<uint32_t> device_ids(entries);
   DeviceBuffer<float> device_dists(entries);
   copy_to_device(device_ids.data(), ids, entries, stream);
-  dispatch_metric(metric, [&](auto tag) {
-    constexpr Metric M = decltype(tag)::value;
-    list_distances_kernel<M><<<static_cast<unsigned>((lists * kWarpSize + 255) / 256), 256, 0, stream>>>(
-        rows.values.data(), data.dim, device_ids.data(), lists, k, device_dists.data());
-    check_launch("list_distances_kernel");
-  });
+  list_distances_resident(rows.values.data(), data.dim, metric, device_ids.data(), lists, k,
+                          device_dists.data(), stream);
   copy_to_host(dists, device_dists.data(), entries, stream);
   ctx.stream.synchronize();
 }

@@ -21,12 +21,9 @@ TsdgGraph Backend::build_tsdg_graph(MatrixView data, Metric metric, const GnndPa
   return diversify(data, metric, knn, diversify_params, control);
 }
 
-IncrementalMerge Backend::merge_knn_incremental(MatrixView data, int64_t split,
-                                                const KnnGraph& old_graph,
-                                                const KnnGraph& batch_graph, Metric metric,
-                                                const GnndParams& params,
-                                                const RunControl& control) {
-  return ggm_merge_incremental(data, split, old_graph, batch_graph, metric, params, control);
+MergedGraph Backend::merge_graph(const MergeInput& in, Metric metric, const GnndParams& params,
+                                 const DiversifyParams& diversify, const RunControl& control) {
+  return merge_graph_incremental(in, metric, params, diversify, control);
 }
 
 void Backend::list_distances(MatrixView data, Metric metric, const uint32_t* ids, int k, float* dists,

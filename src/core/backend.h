@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "ggm.h"
+#include "merge.h"
 #include "params.h"
 #include "run_control.h"
 #include "types.h"
@@ -69,15 +69,11 @@ class Backend {
                                     const KnnGraph& second, Metric metric,
                                     const GnndParams& params, const RunControl& control) = 0;
 
-  // Incremental GGM (ggm.h, ggm_merge_incremental): rows [0, split) are
-  // indexed with old_graph (global ids), rows [split, rows) are a batch with
-  // batch_graph (ids local to the batch); old_graph.dists may be empty (the
-  // distances are then computed). By default on the CPU threads.
-  virtual IncrementalMerge merge_knn_incremental(MatrixView data, int64_t split,
-                                                 const KnnGraph& old_graph,
-                                                 const KnnGraph& batch_graph, Metric metric,
-                                                 const GnndParams& params,
-                                                 const RunControl& control);
+  // A merge's computation (merge.h): by default merge_graph_incremental on
+  // the CPU threads; the GPU keeps the rows and lists on the device through
+  // GGM and diversification.
+  virtual MergedGraph merge_graph(const MergeInput& in, Metric metric, const GnndParams& params,
+                                  const DiversifyParams& diversify, const RunControl& control);
 
   // The distance from each row of data to each id of its list (ids: rows * k,
   // each < rows or kInvalidId, which gets +inf), into dists: a merge's old

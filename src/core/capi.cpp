@@ -503,30 +503,21 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                      n_new == 0                       ? tsdg::KnnGraph()
                      : n_new <= kExactBatchGraphRows ? exact_graph(b, batch, m, gnnd.k, control)
                                                      : knn_graph(b, batch, m, gnnd, control);
-                 phase.store(TSDG_PHASE_MERGE);
-                 const tsdg::IncrementalMerge merged = b.merge_knn_incremental(
-                     data, n_old, old_graph, batch_graph, m, tsdg::incremental_merge_params(gnnd), control);
-                 phase.store(TSDG_PHASE_DIVERSIFY);
-                 // An old list the GGM changed only took new rows in; a
-                 // repaired one is rebuilt.
-                 std::vector<uint8_t> knn_changed(n);
+                 tsdg::MergeInput in;
+                 in.data = data;
+                 in.split = n_old;
+                 in.old_knn = &old_graph;
+                 in.batch_knn = &batch_graph;
+                 in.old_search = &old_search;
+                 in.old_rebuilt = old_changed;
+                 const tsdg::MergedGraph merged =
+                     b.merge_graph(in, m, tsdg::incremental_merge_params(gnnd), diversify, control);
+                 copy_graph_out(merged.search, degree, neighbors, lambdas);
+                 std::copy(merged.knn.ids.begin(), merged.knn.ids.end(), knn_ids);
+                 if (knn_dists != nullptr) std::copy(merged.knn.dists.begin(), merged.knn.dists.end(), knn_dists);
                  for (int64_t u = 0; u < n; ++u) {
-                   knn_changed[u] = u >= n_old || (old_changed != nullptr && old_changed[u] != 0)
-                                        ? tsdg::kKnnListRebuilt
-                                    : merged.changed[u] ? tsdg::kKnnListGainedNewRows
-                                                        : tsdg::kKnnListSame;
-                 }
-                 std::vector<uint8_t> list_changed;
-                 const tsdg::TsdgGraph graph = tsdg::diversify_tsdg_incremental(
-                     data, m, merged.graph, knn_changed, old_search, diversify, control, list_changed);
-                 copy_graph_out(graph, degree, neighbors, lambdas);
-                 std::copy(merged.graph.ids.begin(), merged.graph.ids.end(), knn_ids);
-                 if (knn_dists != nullptr) {
-                   std::copy(merged.graph.dists.begin(), merged.graph.dists.end(), knn_dists);
-                 }
-                 for (int64_t u = 0; u < n; ++u) {
-                   changed[u] = static_cast<uint8_t>((knn_changed[u] ? TSDG_CHANGED_KNN : 0) |
-                                                     (list_changed[u] ? TSDG_CHANGED_GRAPH : 0));
+                   changed[u] = static_cast<uint8_t>((merged.knn_change[u] ? TSDG_CHANGED_KNN : 0) |
+                                                     (merged.search_changed[u] ? TSDG_CHANGED_GRAPH : 0));
                  }
                });
   });

@@ -829,10 +829,11 @@ MergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 }
 
 /*
- * The incremental merge the session would run itself, with the backend's
- * steps on the device when there is one: the new rows' k-NN graph (GNND),
- * the old lists' distances and GGM; TSDG's update of the changed lists runs
- * on the worker's threads.
+ * The merge the session would run itself (tsdg_merge_graph_incremental),
+ * with the device's backend when there is one: GNND of the new rows, then
+ * the old lists' distances, the incremental GGM and both TSDG stages with the
+ * rows and lists kept on the device (Backend::merge_graph); with the CPU
+ * backend, the incremental merge on the worker's threads.
  */
 static TsdgStatus
 ComputeMerge(const TsdgMergeArgs *args, const MergeArrays *a, MergePollState *poll,
@@ -899,7 +900,7 @@ ServeMerge(TakenRequest *t)
 	if (status == TSDG_OK)
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: merged index %u/%u (%lld + %lld rows) in %.3f s: "
-						"old lists' distances and k-NN graph of the new rows %.3f s, GGM %.3f s, "
+						"k-NN graph of the new rows %.3f s, old lists' distances and GGM %.3f s, "
 						"diversification %.3f s",
 						args->database, args->relfilenode, (long long) args->n_old,
 						(long long) args->n_new, SecondsSince(start),
@@ -907,8 +908,9 @@ ServeMerge(TakenRequest *t)
 						poll.seconds[TSDG_PHASE_DIVERSIFY]),
 				 errdetail("%s Each phase as the progress polls saw it, 50 ms apart.",
 						   device_backend != NULL ?
-						   "The distances, GNND and GGM on the device, each with its copies to and from it; "
-						   "the update of the changed search lists on the worker's CPU threads." :
+						   "On the device, the rows and lists kept there from the old lists' distances "
+						   "through diversification; the k-NN lists and the search graph copied back after GGM "
+						   "and after diversification." :
 						   "The incremental merge of the CPU backend.")));
 	else
 		ereport(LOG,

@@ -39,8 +39,8 @@ struct Clocks {
 
 // CPU seconds per build phase, taken at the C API's progress polls (every
 // 50 ms), so each phase is known to about a poll interval. A merge's k-NN
-// phase holds the old lists' distances (the index stores ids only) and the
-// batch's GNND; its merge phase GGM; its diversify phase both TSDG stages.
+// phase holds the batch's graph; its merge phase GGM with the old lists'
+// distances (the index stores ids only); its diversify phase TSDG's update.
 struct PhaseClock {
   Clocks start = Clocks::now();
   Clocks last = start;

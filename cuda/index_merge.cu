@@ -1,0 +1,103 @@
+// A merge's computation on the GPU (merge.h): the rows go to the device once;
+// the old lists' distances (the index keeps ids only), the incremental GGM
+// and both TSDG stages over the whole graph then run on the rows and lists
+// already there, and only the merged k-NN lists and the search graph come
+// back. Run step by step, each with its own copies (the distances, GGM, then
+// TSDG on the worker's threads), a merge of 100k rows into 1.9M spent 8.5 s
+// on the worker of an H100, most of it in copies and in the host's TSDG
+// (docs/benchmarks.md).
+#include <vector>
+
+#include "ggm.h"
+#include "gnnd_workspace.h"
+#include "gpu_algorithms.h"
+#include "knn_lists.cuh"
+#include "phase_trace.h"
+
+namespace tsdg::cuda {
+namespace {
+
+// The rows, the original lists (ids and distances), GGM's workspace and what
+// diversification adds (pruned lists, reverse edges), all at once.
+size_t merge_bytes(MatrixView data, int k, int samples) {
+  const size_t n = static_cast<size_t>(data.rows);
+  return n * data.dim * sizeof(float) + n * k * 8 + GnndWorkspace::bytes_needed(data.rows, k, samples) +
+         n * k * (16 + 16) + n * 24;
+}
+
+void check_merge_input(const MergeInput& in, int k) {
+  const int64_t batch = in.data.rows - in.split;
+  if (in.split < 0 || batch < 0 || in.old_knn == nullptr || in.batch_knn == nullptr ||
+      in.old_search == nullptr || in.old_knn->nodes != in.split || in.batch_knn->nodes != batch ||
+      in.old_knn->k != k || in.batch_knn->k != k || in.old_search->nodes != in.split) {
+    throw Error(Status::InvalidArgument, "merge: the old and batch graphs do not match the rows");
+  }
+}
+
+}  // namespace
+
+bool merge_fits_on_device(MatrixView data, const GnndParams& gnnd) {
+  return data.rows > 4 * static_cast<int64_t>(gnnd.k) && data.rows < static_cast<int64_t>(kIdMask) &&
+         merge_bytes(data, gnnd.k, checked_sample_count(gnnd)) <= usable_device_memory();
+}
+
+MergedGraph merge_graph(DeviceContext& ctx, const MergeInput& in, Metric metric, const GnndParams& params,
+                        const DiversifyParams& diversify, const RunControl& control) {
+  const int k = params.k;
+  check_merge_input(in, k);
+  const int64_t n = in.data.rows;
+  const int64_t split = in.split;
+  const int64_t batch = n - split;
+  const int dim = in.data.dim;
+  const size_t old_entries = static_cast<size_t>(split) * k;
+  const size_t batch_entries = static_cast<size_t>(batch) * k;
+  cudaStream_t stream = ctx.stream.get();
+  PhaseTrace trace("merge", stream);
+  control.set_phase(Phase::Merge);
+
+  DeviceMatrix rows = DeviceMatrix::upload(in.data, stream);
+  // Every row's list with global ids: the old ones as given, the batch's
+  // moved past split.
+  DeviceBuffer<uint32_t> original_ids(old_entries + batch_entries);
+  DeviceBuffer<float> original_dists(old_entries + batch_entries);
+  std::vector<uint32_t> batch_ids(batch_entries);
+  for (size_t i = 0; i < batch_entries; ++i) {
+    const uint32_t id = in.batch_knn->ids[i];
+    batch_ids[i] = id == kInvalidId ? kInvalidId : static_cast<uint32_t>(id + split);
+  }
+  copy_to_device(original_ids.data(), in.old_knn->ids.data(), old_entries, stream);
+  copy_to_device(original_ids.data() + old_entries, batch_ids.data(), batch_entries, stream);
+  copy_to_device(original_dists.data() + old_entries, in.batch_knn->dists.data(), batch_entries, stream);
+  if (in.old_knn->dists.empty()) {
+    list_distances_resident(rows.values.data(), dim, metric, original_ids.data(), split, k,
+                            original_dists.data(), stream);
+  } else {
+    copy_to_device(original_dists.data(), in.old_knn->dists.data(), old_entries, stream);
+  }
+  trace.mark("upload + old lists' distances");
+
+  GnndWorkspace ws(n, k, checked_sample_count(params));
+  ggm_merge_incremental_resident(ctx, ws, rows.values.data(), dim, split, original_ids.data(),
+                                 original_dists.data(), metric, params, control);
+  MergedGraph merged;
+  merged.knn = KnnGraph(n, k);
+  copy_to_host(merged.knn.ids.data(), ws.ids.data(), merged.knn.ids.size(), stream);
+  copy_to_host(merged.knn.dists.data(), ws.dists.data(), merged.knn.dists.size(), stream);
+  ctx.stream.synchronize();
+  trace.mark("ggm + k-NN lists to the host");
+  // Only the merged lists are read from here on.
+  original_ids.release();
+  original_dists.release();
+  ws.locks.release();
+  ws.new_samples.release();
+  ws.old_samples.release();
+  merged.knn_change = knn_change_codes(lists_changed_by_batch(merged.knn, split, control), in);
+
+  control.set_phase(Phase::Diversify);
+  merged.search = diversify_resident(ctx, in.data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(),
+                                     k, diversify, control);
+  merged.search_changed = search_lists_changed(*in.old_search, merged.search, control);
+  return merged;
+}
+
+}  // namespace tsdg::cuda
