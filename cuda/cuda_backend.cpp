@@ -49,14 +49,15 @@ class CudaBackend final : public Backend {
     return cuda::ggm_merge(*ctx_, data, split, first, second, metric, params, control);
   }
 
-  MergedGraph merge_graph(const MergeInput& in, Metric metric, const GnndParams& params,
-                          const DiversifyParams& diversify, const RunControl& control) override {
+  void merge_graph(const MergeInput& in, const MergeOutput& out, Metric metric, const GnndParams& params,
+                   const DiversifyParams& diversify, const RunControl& control) override {
     activate();  // the memory the fit is judged by is the current device's
     if (in.split == 0 || in.split == in.data.rows || !cuda::merge_fits_on_device(in.data, params)) {
-      return Backend::merge_graph(in, metric, params, diversify, control);
+      Backend::merge_graph(in, out, metric, params, diversify, control);
+      return;
     }
     std::lock_guard<std::mutex> guard(mutex_);
-    return cuda::merge_graph(*ctx_, in, metric, params, diversify, control);
+    cuda::merge_graph(*ctx_, in, out, metric, params, diversify, control);
   }
 
   void list_distances(MatrixView data, Metric metric, const uint32_t* ids, int k, float* dists,

@@ -69,8 +69,8 @@ TsdgGraph diversify_resident(DeviceContext& ctx, MatrixView data, const float* d
 // TSDG stages over the whole graph; only for merges merge_fits_on_device
 // accepts (the others run Backend::merge_graph's CPU steps).
 bool merge_fits_on_device(MatrixView data, const GnndParams& gnnd);
-MergedGraph merge_graph(DeviceContext& ctx, const MergeInput& in, Metric metric, const GnndParams& params,
-                        const DiversifyParams& diversify, const RunControl& control);
+void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& out, Metric metric,
+                 const GnndParams& params, const DiversifyParams& diversify, const RunControl& control);
 
 // index_build.cu: GNND then both TSDG stages with the rows and the k-NN lists
 // kept on the device between them; the k-NN lists go to knn_ids / knn_dists

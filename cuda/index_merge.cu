@@ -6,6 +6,7 @@
 // TSDG on the worker's threads), a merge of 100k rows into 1.9M spent 8.5 s
 // on the worker of an H100, most of it in copies and in the host's TSDG
 // (docs/benchmarks.md).
+#include <algorithm>
 #include <vector>
 
 #include "ggm.h"
@@ -27,9 +28,9 @@ size_t merge_bytes(MatrixView data, int k, int samples) {
 
 void check_merge_input(const MergeInput& in, int k) {
   const int64_t batch = in.data.rows - in.split;
-  if (in.split < 0 || batch < 0 || in.old_knn == nullptr || in.batch_knn == nullptr ||
-      in.old_search == nullptr || in.old_knn->nodes != in.split || in.batch_knn->nodes != batch ||
-      in.old_knn->k != k || in.batch_knn->k != k || in.old_search->nodes != in.split) {
+  if (in.split < 0 || batch < 0 || in.k != k || in.old_knn_ids == nullptr || in.old_neighbors == nullptr ||
+      in.old_lambdas == nullptr || in.batch_knn == nullptr || in.batch_knn->nodes != batch ||
+      in.batch_knn->k != k) {
     throw Error(Status::InvalidArgument, "merge: the old and batch graphs do not match the rows");
   }
 }
@@ -41,8 +42,8 @@ bool merge_fits_on_device(MatrixView data, const GnndParams& gnnd) {
          merge_bytes(data, gnnd.k, checked_sample_count(gnnd)) <= usable_device_memory();
 }
 
-MergedGraph merge_graph(DeviceContext& ctx, const MergeInput& in, Metric metric, const GnndParams& params,
-                        const DiversifyParams& diversify, const RunControl& control) {
+void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& out, Metric metric,
+                 const GnndParams& params, const DiversifyParams& diversify, const RunControl& control) {
   const int k = params.k;
   check_merge_input(in, k);
   const int64_t n = in.data.rows;
@@ -65,24 +66,22 @@ MergedGraph merge_graph(DeviceContext& ctx, const MergeInput& in, Metric metric,
     const uint32_t id = in.batch_knn->ids[i];
     batch_ids[i] = id == kInvalidId ? kInvalidId : static_cast<uint32_t>(id + split);
   }
-  copy_to_device(original_ids.data(), in.old_knn->ids.data(), old_entries, stream);
+  copy_to_device(original_ids.data(), in.old_knn_ids, old_entries, stream);
   copy_to_device(original_ids.data() + old_entries, batch_ids.data(), batch_entries, stream);
   copy_to_device(original_dists.data() + old_entries, in.batch_knn->dists.data(), batch_entries, stream);
-  if (in.old_knn->dists.empty()) {
+  if (in.old_knn_dists == nullptr) {
     list_distances_resident(rows.values.data(), dim, metric, original_ids.data(), split, k,
                             original_dists.data(), stream);
   } else {
-    copy_to_device(original_dists.data(), in.old_knn->dists.data(), old_entries, stream);
+    copy_to_device(original_dists.data(), in.old_knn_dists, old_entries, stream);
   }
   trace.mark("upload + old lists' distances");
 
   GnndWorkspace ws(n, k, checked_sample_count(params));
   ggm_merge_incremental_resident(ctx, ws, rows.values.data(), dim, split, original_ids.data(),
                                  original_dists.data(), metric, params, control);
-  MergedGraph merged;
-  merged.knn = KnnGraph(n, k);
-  copy_to_host(merged.knn.ids.data(), ws.ids.data(), merged.knn.ids.size(), stream);
-  copy_to_host(merged.knn.dists.data(), ws.dists.data(), merged.knn.dists.size(), stream);
+  copy_to_host(out.knn_ids, ws.ids.data(), old_entries + batch_entries, stream);
+  if (out.knn_dists != nullptr) copy_to_host(out.knn_dists, ws.dists.data(), old_entries + batch_entries, stream);
   ctx.stream.synchronize();
   trace.mark("ggm + k-NN lists to the host");
   // Only the merged lists are read from here on.
@@ -91,13 +90,16 @@ MergedGraph merge_graph(DeviceContext& ctx, const MergeInput& in, Metric metric,
   ws.locks.release();
   ws.new_samples.release();
   ws.old_samples.release();
-  merged.knn_change = knn_change_codes(lists_changed_by_batch(merged.knn, split, control), in);
+  set_knn_change(lists_changed_by_batch(out.knn_ids, n, k, split, control).data(), in, out);
 
   control.set_phase(Phase::Diversify);
-  merged.search = diversify_resident(ctx, in.data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(),
-                                     k, diversify, control);
-  merged.search_changed = search_lists_changed(*in.old_search, merged.search, control);
-  return merged;
+  const TsdgGraph search = diversify_resident(ctx, in.data, rows.values.data(), metric, ws.ids.data(),
+                                              ws.dists.data(), k, diversify, control);
+  if (search.degree != in.degree) throw Error(Status::InvalidArgument, "merge: degree mismatch");
+  std::copy(search.neighbors.begin(), search.neighbors.end(), out.neighbors);
+  std::copy(search.lambdas.begin(), search.lambdas.end(), out.lambdas);
+  set_search_changed(in, out, control);
+  trace.mark("diversify + search lists to the host");
 }
 
 }  // namespace tsdg::cuda

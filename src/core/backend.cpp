@@ -21,9 +21,10 @@ TsdgGraph Backend::build_tsdg_graph(MatrixView data, Metric metric, const GnndPa
   return diversify(data, metric, knn, diversify_params, control);
 }
 
-MergedGraph Backend::merge_graph(const MergeInput& in, Metric metric, const GnndParams& params,
-                                 const DiversifyParams& diversify, const RunControl& control) {
-  return merge_graph_incremental(in, metric, params, diversify, control);
+void Backend::merge_graph(const MergeInput& in, const MergeOutput& out, Metric metric,
+                          const GnndParams& params, const DiversifyParams& diversify,
+                          const RunControl& control) {
+  merge_graph_incremental(in, out, metric, params, diversify, control);
 }
 
 void Backend::list_distances(MatrixView data, Metric metric, const uint32_t* ids, int k, float* dists,

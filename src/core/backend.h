@@ -72,8 +72,9 @@ class Backend {
   // A merge's computation (merge.h): by default merge_graph_incremental on
   // the CPU threads; the GPU keeps the rows and lists on the device through
   // GGM and diversification.
-  virtual MergedGraph merge_graph(const MergeInput& in, Metric metric, const GnndParams& params,
-                                  const DiversifyParams& diversify, const RunControl& control);
+  virtual void merge_graph(const MergeInput& in, const MergeOutput& out, Metric metric,
+                           const GnndParams& params, const DiversifyParams& diversify,
+                           const RunControl& control);
 
   // The distance from each row of data to each id of its list (ids: rows * k,
   // each < rows or kInvalidId, which gets +inf), into dists: a merge's old

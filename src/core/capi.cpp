@@ -281,38 +281,34 @@ void search_step(TsdgSearch* search, Step step) {
   std::memcpy(search->message, error.message, sizeof(search->message));
 }
 
-// Where a merge's old k-NN distances come from when the caller has none (an
-// index keeps only the ids): the backend's list_distances before the merge,
-// or the incremental GGM itself, which computes them on its region-ordered
-// rows (ggm.h).
-enum class MissingDistances { kByBackend, kByMerge };
-
-// The old k-NN graph of a merge from the caller's arrays (n_old * k, ids of
-// old rows only): the distances as given, else as `missing` says (kByMerge:
-// the graph's dists are left empty).
-tsdg::KnnGraph old_knn_graph(tsdg::Backend& backend, tsdg::MatrixView data, int64_t n_old, int k,
-                             tsdg::Metric metric, const uint32_t* old_knn_ids,
-                             const float* old_knn_dists, MissingDistances missing,
-                             const tsdg::RunControl& control) {
-  tsdg::KnnGraph old_graph(n_old, k);
-  std::copy(old_knn_ids, old_knn_ids + n_old * k, old_graph.ids.begin());
+// A merge's old k-NN lists (n_old * k) must hold ids of old rows only.
+void check_old_ids(const uint32_t* old_knn_ids, int64_t n_old, int k, const tsdg::RunControl& control) {
   tsdg::parallel_for(control, n_old, 1024, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin * k; i < end * k; ++i) {
-      if (old_graph.ids[i] != TSDG_INVALID_ID && old_graph.ids[i] >= n_old) {
+      if (old_knn_ids[i] != TSDG_INVALID_ID && old_knn_ids[i] >= n_old) {
         throw Error(Status::InvalidArgument, "an old k-NN list holds an id past the old rows");
       }
     }
   });
+}
+
+// The old k-NN graph of a full merge from the caller's arrays (n_old * k):
+// the distances as given, or computed by the backend where old_knn_dists is
+// NULL (an index keeps only the ids).
+tsdg::KnnGraph old_knn_graph(tsdg::Backend& backend, tsdg::MatrixView data, int64_t n_old, int k,
+                             tsdg::Metric metric, const uint32_t* old_knn_ids,
+                             const float* old_knn_dists, const tsdg::RunControl& control) {
+  check_old_ids(old_knn_ids, n_old, k, control);
+  tsdg::KnnGraph old_graph(n_old, k);
+  std::copy(old_knn_ids, old_knn_ids + n_old * k, old_graph.ids.begin());
   if (old_knn_dists != nullptr) {
     std::copy(old_knn_dists, old_knn_dists + n_old * k, old_graph.dists.begin());
     for (int64_t i = 0; i < n_old * k; ++i) {
       if (old_graph.ids[i] == TSDG_INVALID_ID) old_graph.dists[i] = std::numeric_limits<float>::infinity();
     }
-  } else if (missing == MissingDistances::kByBackend) {
+  } else {
     backend.list_distances(data.slice(0, n_old), metric, old_graph.ids.data(), k, old_graph.dists.data(),
                            control);
-  } else {
-    old_graph.dists = std::vector<float>();
   }
   return old_graph;
 }
@@ -441,8 +437,7 @@ TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_o
                    phase.store(TSDG_PHASE_KNN_GRAPH);
                    merged = knn_graph(b, data, m, gnnd, control);
                  } else if (n_new == 0) {
-                   merged = old_knn_graph(b, data, n_old, k, m, old_knn_ids, old_knn_dists,
-                                          MissingDistances::kByBackend, control);
+                   merged = old_knn_graph(b, data, n_old, k, m, old_knn_ids, old_knn_dists, control);
                  } else {
                    phase.store(TSDG_PHASE_KNN_GRAPH);
                    const tsdg::KnnGraph new_graph =
@@ -450,8 +445,7 @@ TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_o
                    // the old lists' distances count with GGM, whose input they are
                    phase.store(TSDG_PHASE_MERGE);
                    const tsdg::KnnGraph old_graph =
-                       old_knn_graph(b, data, n_old, k, m, old_knn_ids, old_knn_dists,
-                                     MissingDistances::kByBackend, control);
+                       old_knn_graph(b, data, n_old, k, m, old_knn_ids, old_knn_dists, control);
                    merged = b.merge_knn_graphs(data, n_old, old_graph, new_graph, m, gnnd, control);
                  }
                  phase.store(TSDG_PHASE_DIVERSIFY);
@@ -490,34 +484,35 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
     const int degree = params->degree;
     run_polled(params->threads, poll, poll_arg,
                [&](const tsdg::RunControl& control, std::atomic<int>& phase) {
-                 const tsdg::KnnGraph old_graph =
-                     old_knn_graph(b, data, n_old, k, m, old_knn_ids, old_knn_dists,
-                                   MissingDistances::kByMerge, control);
-                 tsdg::TsdgGraph old_search(n_old, degree);
-                 std::copy(old_neighbors, old_neighbors + n_old * degree, old_search.neighbors.begin());
-                 std::copy(old_lambdas, old_lambdas + n_old * degree, old_search.lambdas.begin());
-
+                 check_old_ids(old_knn_ids, n_old, k, control);
                  phase.store(TSDG_PHASE_KNN_GRAPH);
                  const tsdg::MatrixView batch = data.slice(n_old, n_new);
                  const tsdg::KnnGraph batch_graph =
-                     n_new == 0                       ? tsdg::KnnGraph()
-                     : n_new <= kExactBatchGraphRows ? exact_graph(b, batch, m, gnnd.k, control)
-                                                     : knn_graph(b, batch, m, gnnd, control);
+                     n_new <= kExactBatchGraphRows ? exact_graph(b, batch, m, gnnd.k, control)
+                                                   : knn_graph(b, batch, m, gnnd, control);
                  tsdg::MergeInput in;
                  in.data = data;
                  in.split = n_old;
-                 in.old_knn = &old_graph;
+                 in.k = k;
+                 in.degree = degree;
+                 in.old_knn_ids = old_knn_ids;
+                 in.old_knn_dists = old_knn_dists;
+                 in.old_neighbors = old_neighbors;
+                 in.old_lambdas = old_lambdas;
                  in.batch_knn = &batch_graph;
-                 in.old_search = &old_search;
                  in.old_rebuilt = old_changed;
-                 const tsdg::MergedGraph merged =
-                     b.merge_graph(in, m, tsdg::incremental_merge_params(gnnd), diversify, control);
-                 copy_graph_out(merged.search, degree, neighbors, lambdas);
-                 std::copy(merged.knn.ids.begin(), merged.knn.ids.end(), knn_ids);
-                 if (knn_dists != nullptr) std::copy(merged.knn.dists.begin(), merged.knn.dists.end(), knn_dists);
+                 std::vector<uint8_t> knn_change(n), search_changed(n);
+                 tsdg::MergeOutput out;
+                 out.knn_ids = knn_ids;
+                 out.knn_dists = knn_dists;
+                 out.neighbors = neighbors;
+                 out.lambdas = lambdas;
+                 out.knn_change = knn_change.data();
+                 out.search_changed = search_changed.data();
+                 b.merge_graph(in, out, m, tsdg::incremental_merge_params(gnnd), diversify, control);
                  for (int64_t u = 0; u < n; ++u) {
-                   changed[u] = static_cast<uint8_t>((merged.knn_change[u] ? TSDG_CHANGED_KNN : 0) |
-                                                     (merged.search_changed[u] ? TSDG_CHANGED_GRAPH : 0));
+                   changed[u] = static_cast<uint8_t>((knn_change[u] ? TSDG_CHANGED_KNN : 0) |
+                                                     (search_changed[u] ? TSDG_CHANGED_GRAPH : 0));
                  }
                });
   });

@@ -291,7 +291,7 @@ IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const Knn
     }
     control.add_done(end - begin);
   });
-  result.changed = lists_changed_by_batch(result.graph, split, control);
+  result.changed = lists_changed_by_batch(result.graph.ids.data(), n, k, split, control);
   return result;
 }
 
@@ -303,17 +303,16 @@ double incremental_merge_update_rate(double rate, int64_t split, int64_t batch, 
   return rate * can_change / static_cast<double>(n);
 }
 
-std::vector<uint8_t> lists_changed_by_batch(const KnnGraph& merged, int64_t split,
-                                            const RunControl& control) {
-  std::vector<uint8_t> changed(merged.nodes, 0);
-  const int k = merged.k;
-  parallel_for(control, merged.nodes, 4096, [&](int64_t begin, int64_t end, int) {
+std::vector<uint8_t> lists_changed_by_batch(const uint32_t* merged_ids, int64_t nodes, int k,
+                                            int64_t split, const RunControl& control) {
+  std::vector<uint8_t> changed(nodes, 0);
+  parallel_for(control, nodes, 4096, [&](int64_t begin, int64_t end, int) {
     for (int64_t s = begin; s < end; ++s) {
       if (s >= split) {
         changed[s] = 1;
         continue;
       }
-      const uint32_t* ids = merged.list(s);
+      const uint32_t* ids = merged_ids + s * k;
       for (int j = 0; j < k && !changed[s]; ++j) {
         changed[s] = ids[j] != kInvalidId && ids[j] >= static_cast<uint64_t>(split);
       }

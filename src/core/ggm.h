@@ -61,8 +61,8 @@ double incremental_merge_update_rate(double rate, int64_t split, int64_t batch, 
 // changed[s] = 1 for the batch rows and for the old rows whose list holds a
 // batch row: only pairs across the sets are joined, so an old list changed
 // exactly when it took a batch row in.
-std::vector<uint8_t> lists_changed_by_batch(const KnnGraph& merged, int64_t split,
-                                            const RunControl& control);
+std::vector<uint8_t> lists_changed_by_batch(const uint32_t* merged_ids, int64_t nodes, int k,
+                                            int64_t split, const RunControl& control);
 
 IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const KnnGraph& old_graph,
                                        const KnnGraph& batch_graph, Metric metric,

@@ -1,7 +1,7 @@
 #include "merge.h"
 
 #include <algorithm>
-#include <utility>
+#include <limits>
 
 #include "diversify.h"
 #include "ggm.h"
@@ -9,44 +9,72 @@
 
 namespace tsdg {
 
-MergedGraph merge_graph_incremental(const MergeInput& in, Metric metric, const GnndParams& params,
-                                    const DiversifyParams& diversify, const RunControl& control) {
+void merge_graph_incremental(const MergeInput& in, const MergeOutput& out, Metric metric,
+                             const GnndParams& params, const DiversifyParams& diversify,
+                             const RunControl& control) {
+  const int64_t n = in.data.rows;
   control.set_phase(Phase::Merge);
-  IncrementalMerge ggm =
-      ggm_merge_incremental(in.data, in.split, *in.old_knn, *in.batch_knn, metric, params, control);
+  const IncrementalMerge ggm = ggm_merge_incremental(in.data, in.split, copy_old_knn(in), *in.batch_knn,
+                                                     metric, params, control);
   control.set_phase(Phase::Diversify);
-  MergedGraph merged;
-  merged.knn_change = knn_change_codes(ggm.changed, in);
-  merged.search = diversify_tsdg_incremental(in.data, metric, ggm.graph, merged.knn_change, *in.old_search,
-                                             diversify, control, merged.search_changed);
-  merged.knn = std::move(ggm.graph);
-  return merged;
+  set_knn_change(ggm.changed.data(), in, out);
+  const std::vector<uint8_t> knn_change(out.knn_change, out.knn_change + n);
+  std::vector<uint8_t> search_changed;
+  const TsdgGraph search = diversify_tsdg_incremental(in.data, metric, ggm.graph, knn_change, copy_old_search(in),
+                                                      diversify, control, search_changed);
+  std::copy(ggm.graph.ids.begin(), ggm.graph.ids.end(), out.knn_ids);
+  if (out.knn_dists != nullptr) std::copy(ggm.graph.dists.begin(), ggm.graph.dists.end(), out.knn_dists);
+  std::copy(search.neighbors.begin(), search.neighbors.end(), out.neighbors);
+  std::copy(search.lambdas.begin(), search.lambdas.end(), out.lambdas);
+  std::copy(search_changed.begin(), search_changed.end(), out.search_changed);
 }
 
-std::vector<uint8_t> knn_change_codes(const std::vector<uint8_t>& ggm_changed, const MergeInput& in) {
-  const int64_t n = static_cast<int64_t>(ggm_changed.size());
-  std::vector<uint8_t> codes(n);
-  for (int64_t u = 0; u < n; ++u) {
+void set_knn_change(const uint8_t* ggm_changed, const MergeInput& in, const MergeOutput& out) {
+  for (int64_t u = 0; u < in.data.rows; ++u) {
     // An old list the GGM changed only took batch rows in; a repaired one is
     // rebuilt.
-    codes[u] = u >= in.split || (in.old_rebuilt != nullptr && in.old_rebuilt[u] != 0) ? kKnnListRebuilt
-               : ggm_changed[u]                                                   ? kKnnListGainedNewRows
-                                                                                  : kKnnListSame;
+    out.knn_change[u] = u >= in.split || (in.old_rebuilt != nullptr && in.old_rebuilt[u] != 0)
+                            ? kKnnListRebuilt
+                        : ggm_changed[u] ? kKnnListGainedNewRows
+                                         : kKnnListSame;
   }
-  return codes;
 }
 
-std::vector<uint8_t> search_lists_changed(const TsdgGraph& old, const TsdgGraph& merged,
-                                          const RunControl& control) {
-  std::vector<uint8_t> changed(merged.nodes, 1);
-  const int degree = merged.degree;
-  parallel_for(control, std::min(old.nodes, merged.nodes), 4096, [&](int64_t begin, int64_t end, int) {
+void set_search_changed(const MergeInput& in, const MergeOutput& out, const RunControl& control) {
+  const int degree = in.degree;
+  std::fill(out.search_changed + in.split, out.search_changed + in.data.rows, 1);
+  parallel_for(control, in.split, 4096, [&](int64_t begin, int64_t end, int) {
     for (int64_t w = begin; w < end; ++w) {
-      changed[w] = !std::equal(old.list(w), old.list(w) + degree, merged.list(w)) ||
-                   !std::equal(old.list_lambdas(w), old.list_lambdas(w) + degree, merged.list_lambdas(w));
+      const size_t at = static_cast<size_t>(w) * degree;
+      out.search_changed[w] = !std::equal(in.old_neighbors + at, in.old_neighbors + at + degree, out.neighbors + at) ||
+                              !std::equal(in.old_lambdas + at, in.old_lambdas + at + degree, out.lambdas + at);
     }
   });
-  return changed;
+}
+
+KnnGraph copy_old_knn(const MergeInput& in) {
+  KnnGraph graph;
+  graph.nodes = in.split;
+  graph.k = in.k;
+  const size_t entries = static_cast<size_t>(in.split) * in.k;
+  graph.ids.assign(in.old_knn_ids, in.old_knn_ids + entries);
+  if (in.old_knn_dists != nullptr) {
+    graph.dists.assign(in.old_knn_dists, in.old_knn_dists + entries);
+    for (size_t i = 0; i < entries; ++i) {
+      if (graph.ids[i] == kInvalidId) graph.dists[i] = std::numeric_limits<float>::infinity();
+    }
+  }
+  return graph;
+}
+
+TsdgGraph copy_old_search(const MergeInput& in) {
+  TsdgGraph graph;
+  graph.nodes = in.split;
+  graph.degree = in.degree;
+  const size_t entries = static_cast<size_t>(in.split) * in.degree;
+  graph.neighbors.assign(in.old_neighbors, in.old_neighbors + entries);
+  graph.lambdas.assign(in.old_lambdas, in.old_lambdas + entries);
+  return graph;
 }
 
 }  // namespace tsdg

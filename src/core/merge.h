@@ -1,7 +1,9 @@
 // The computation of a merge (DESIGN.md "Insert and merge", issue 7): a
 // batch of rows with its own k-NN graph merged into an indexed set by the
 // incremental GGM (ggm.h), the search lists that can change updated by TSDG
-// (diversify.h). The index's glue reads and writes the pages around it.
+// (diversify.h). The index's glue reads and writes the pages around it; the
+// arrays in and out are the caller's (on the GPU worker, a shared memory
+// segment), so that a merge of millions of rows copies none of them again.
 #pragma once
 
 #include <cstdint>
@@ -14,35 +16,46 @@
 namespace tsdg {
 
 struct MergeInput {
-  MatrixView data;                  // the indexed rows, then the batch
-  int64_t split = 0;                // the indexed rows
-  const KnnGraph* old_knn = nullptr;      // their k-NN lists, global ids; dists may be empty
-  const KnnGraph* batch_knn = nullptr;    // the batch's, ids local to the batch
-  const TsdgGraph* old_search = nullptr;  // their search lists, as stored
+  MatrixView data;    // the indexed rows, then the batch
+  int64_t split = 0;  // the indexed rows
+  int k = 0;          // k-NN list length
+  int degree = 0;     // search list length
+  const uint32_t* old_knn_ids = nullptr;    // split * k, global ids
+  const float* old_knn_dists = nullptr;     // split * k, or null: computed (an index keeps ids only)
+  const uint32_t* old_neighbors = nullptr;  // split * degree, the stored search lists
+  const uint8_t* old_lambdas = nullptr;     // split * degree
+  const KnnGraph* batch_knn = nullptr;      // the batch's graph, ids local to the batch
   // Per indexed row, may be null: nonzero where its k-NN list was repaired
   // after deletes, so that its search list is built again.
   const uint8_t* old_rebuilt = nullptr;
 };
 
-struct MergedGraph {
-  KnnGraph knn;                         // every row
-  TsdgGraph search;                     // every row
-  std::vector<uint8_t> knn_change;      // per row, kKnnList* (diversify.h); batch rows: rebuilt
-  std::vector<uint8_t> search_changed;  // per row: 1 where the list or its lambdas differ (batch rows: 1)
+// The caller's arrays for every row (data.rows of them).
+struct MergeOutput {
+  uint32_t* knn_ids = nullptr;      // rows * k
+  float* knn_dists = nullptr;       // rows * k, may be null
+  uint32_t* neighbors = nullptr;    // rows * degree
+  uint8_t* lambdas = nullptr;       // rows * degree
+  uint8_t* knn_change = nullptr;    // rows: kKnnList* (diversify.h); batch rows: rebuilt
+  uint8_t* search_changed = nullptr;  // rows: 1 where the list or its lambdas differ (batch rows: 1)
 };
 
 // The merge on the CPU threads: ggm_merge_incremental with params, then
 // diversify_tsdg_incremental.
-MergedGraph merge_graph_incremental(const MergeInput& in, Metric metric, const GnndParams& params,
-                                    const DiversifyParams& diversify, const RunControl& control);
+void merge_graph_incremental(const MergeInput& in, const MergeOutput& out, Metric metric,
+                             const GnndParams& params, const DiversifyParams& diversify,
+                             const RunControl& control);
 
-// How each row's k-NN list changed: GGM's per-row changed flags (ggm.h) with
-// the repaired lists of in.old_rebuilt.
-std::vector<uint8_t> knn_change_codes(const std::vector<uint8_t>& ggm_changed, const MergeInput& in);
+// out.knn_change from GGM's per-row changed flags (ggm.h) and the repaired
+// lists of in.old_rebuilt.
+void set_knn_change(const uint8_t* ggm_changed, const MergeInput& in, const MergeOutput& out);
 
-// 1 for every row whose search list or lambdas differ from its old one, and
-// for every row past the old graph.
-std::vector<uint8_t> search_lists_changed(const TsdgGraph& old, const TsdgGraph& merged,
-                                          const RunControl& control);
+// out.search_changed: 1 for every row whose search list or lambdas differ
+// from its old one, and for every batch row.
+void set_search_changed(const MergeInput& in, const MergeOutput& out, const RunControl& control);
+
+// Copies of the old graphs of `in`, as the CPU steps take them.
+KnnGraph copy_old_knn(const MergeInput& in);
+TsdgGraph copy_old_search(const MergeInput& in);
 
 }  // namespace tsdg

@@ -125,18 +125,38 @@ TEST(GpuMerge, MatchesTheCpuMerge) {
   params.min_update_rate = kMergeMinUpdateRate;
   DiversifyParams diversify;
   diversify.degree = 16;
-  KnnGraph old_knn = gnnd_build(data.slice(0, split), Metric::L2, params, cpu_control());
+  const KnnGraph old_knn = gnnd_build(data.slice(0, split), Metric::L2, params, cpu_control());
   const TsdgGraph old_search = diversify_tsdg(data.slice(0, split), Metric::L2, old_knn, diversify, cpu_control());
-  old_knn.dists = std::vector<float>();  // as an index keeps them: ids only
   const KnnGraph batch_knn = gnnd_build(data.slice(split, rows - split), Metric::L2, params, cpu_control());
   MergeInput in;
   in.data = data;
   in.split = split;
-  in.old_knn = &old_knn;
+  in.k = params.k;
+  in.degree = diversify.degree;
+  in.old_knn_ids = old_knn.ids.data();  // no distances, as an index keeps them
+  in.old_neighbors = old_search.neighbors.data();
+  in.old_lambdas = old_search.lambdas.data();
   in.batch_knn = &batch_knn;
-  in.old_search = &old_search;
-  const MergedGraph on_gpu = gpu_backend.merge_graph(in, Metric::L2, params, diversify, RunControl{});
-  const MergedGraph on_cpu = merge_graph_incremental(in, Metric::L2, params, diversify, cpu_control());
+  // The merged graphs, in arrays as a caller hands them over.
+  struct Merged {
+    KnnGraph knn;
+    TsdgGraph search;
+    std::vector<uint8_t> knn_change, search_changed;
+    MergeOutput out;
+    Merged(int64_t n, int k, int degree)
+        : knn(n, k), search(n, degree), knn_change(n, 255), search_changed(n, 255) {
+      out.knn_ids = knn.ids.data();
+      out.knn_dists = knn.dists.data();
+      out.neighbors = search.neighbors.data();
+      out.lambdas = search.lambdas.data();
+      out.knn_change = knn_change.data();
+      out.search_changed = search_changed.data();
+    }
+  };
+  Merged on_gpu(rows, params.k, diversify.degree);
+  Merged on_cpu(rows, params.k, diversify.degree);
+  gpu_backend.merge_graph(in, on_gpu.out, Metric::L2, params, diversify, RunControl{});
+  merge_graph_incremental(in, on_cpu.out, Metric::L2, params, diversify, cpu_control());
 
   expect_valid_lists(on_gpu.knn);
   int64_t changed = 0;
