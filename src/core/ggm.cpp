@@ -55,6 +55,18 @@ Placement place_rows(MatrixView data, int64_t split, uint64_t seed, const RunCon
   return placement;
 }
 
+// The rows in placement order: row placement.row_at[i] at position i.
+HugePageArray<float> placed_rows(MatrixView data, const Placement& placement, const RunControl& control) {
+  HugePageArray<float> values(static_cast<size_t>(data.rows) * data.dim, 0.0f);
+  parallel_for(control, data.rows, 4096, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* row = data.row(placement.row_at[i]);
+      std::copy(row, row + data.dim, values.data() + i * data.dim);
+    }
+  });
+  return values;
+}
+
 // The merged list of position s (row `row`) before refinement (Algorithm 3,
 // lines 1-9): the first k - k/2 neighbors of its own graph, kept as OLD, and
 // k/2 random rows of the other side, marked NEW; lists hold positions. The
@@ -164,14 +176,8 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
   // order (within each side), so that a join's rows and lists are near in
   // memory.
   const Placement placement = place_rows(data, split, params.seed, control);
-  HugePageArray<float> local_values(static_cast<size_t>(n) * data.dim, 0.0f);
+  const HugePageArray<float> local_values = placed_rows(data, placement, control);
   const MatrixView local{local_values.data(), n, data.dim};
-  parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float* row = data.row(placement.row_at[i]);
-      std::copy(row, row + data.dim, local_values.data() + i * data.dim);
-    }
-  });
 
   DescentLists lists(n, k);
   parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
@@ -235,14 +241,8 @@ IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const Knn
   // 190k: 160k joins of old rows in an iteration), whose rows are then read
   // near each other instead of all over the index.
   const Placement placement = place_rows(data, split, params.seed, control);
-  HugePageArray<float> local_values(static_cast<size_t>(n) * data.dim, 0.0f);
+  const HugePageArray<float> local_values = placed_rows(data, placement, control);
   const MatrixView local{local_values.data(), n, data.dim};
-  parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float* row = data.row(placement.row_at[i]);
-      std::copy(row, row + data.dim, local_values.data() + i * data.dim);
-    }
-  });
 
   DescentLists lists(n, k);
   const DistanceFn distance = metric_distance_fn(metric);
