@@ -316,7 +316,9 @@ extern void TsdgWriteBuildKnnPages(Relation index, TsdgMetaPageData *meta,
 extern Buffer TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta,
 								   BlockNumber *free_head_after);
 extern void TsdgVacuumMerge(IndexVacuumInfo *info);
-extern void TsdgMergeComputeGraph(Relation index, const float *rows, int64 n_old, int64 n_new,
+struct TsdgMergeSegment;
+extern void TsdgMergeComputeGraph(Relation index, const struct TsdgMergeSegment *mseg,
+								  const float *rows, int64 n_old, int64 n_new,
 								  int dims, TsdgMetric metric, const TsdgBuildParams *params,
 								  const uint32 *old_knn_ids, const float *old_knn_dists,
 								  const uint32 *old_neighbors, const uint8 *old_lambdas,

@@ -97,6 +97,9 @@ typedef struct TsdgMerge
 	uint32	   *neighbors;
 	uint8	   *lambdas;
 	TsdgMetaPageData new_meta;
+
+	/* where the arrays above live when the worker will compute the graph */
+	TsdgMergeSegment segment;
 } TsdgMerge;
 
 void
@@ -519,6 +522,19 @@ TsdgCheckMergeMemory(Relation index, const TsdgMetaPageData *meta)
  * and the consumed pending rows into the merge's arrays, and builds the
  * live nodes' starting k-NN lists.
  */
+/* the core's parameters of a merge: the index's build parameters */
+static void
+TsdgMergeParams(const TsdgMetaPageData *meta, TsdgBuildParams *params)
+{
+	tsdg_build_params_default(params);
+	params->degree = meta->degree;
+	params->build_k = meta->build_k;
+	params->samples = meta->samples;
+	params->iterations = meta->iterations;
+	params->alpha = meta->alpha;
+	params->lambda0 = meta->lambda0;
+}
+
 static void
 TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 {
@@ -526,6 +542,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	TsdgOldGraph g;
 	int64		capacity;
 	TsdgPendingRows pending;
+	TsdgBuildParams params;
 
 	MemSet(&g, 0, sizeof(g));
 	g.nodes = meta->node_count;
@@ -537,22 +554,37 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 				 errhint("REINDEX the index.")));
 	g.width = meta->build_k;
 	g.new_id = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(g.nodes, 1));
-	g.lists = MemoryContextAllocHuge(CurrentMemoryContext,
-									 sizeof(uint32) * Max(g.nodes, 1) * g.width);
 
 	capacity = (int64) (meta->node_count - meta->deleted_count) + m->consumed_rows;
 	TsdgCheckMergeMemory(m->index, meta);
-	m->old_neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
-											  sizeof(uint32) * Max(capacity, 1) * meta->degree);
-	m->old_lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
-											sizeof(uint8) * Max(capacity, 1) * meta->degree);
-	m->old_changed = MemoryContextAllocExtended(CurrentMemoryContext, Max(capacity, 1),
-												MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
-	m->rows = MemoryContextAllocHuge(CurrentMemoryContext,
-									 sizeof(float) * m->dims * Max(capacity, 1));
 	m->tids = MemoryContextAllocHuge(CurrentMemoryContext,
 									 sizeof(ItemPointerData) * Max(capacity, 1));
 	m->n_old = 0;
+	TsdgMergeParams(meta, &params);
+	if (TsdgMergeSegmentCreate(&m->segment, g.nodes, m->consumed_rows, m->dims, &params,
+							   meta->deleted_count > 0))
+	{
+		/* read straight into the worker's segment (its stored k-NN ids too, without deletes) */
+		m->rows = m->segment.rows;
+		m->old_neighbors = m->segment.old_neighbors;
+		m->old_lambdas = m->segment.old_lambdas;
+		m->old_changed = m->segment.old_changed;
+		g.lists = meta->deleted_count == 0 ? m->segment.old_knn_ids :
+			MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(g.nodes, 1) * g.width);
+	}
+	else
+	{
+		g.lists = MemoryContextAllocHuge(CurrentMemoryContext,
+										 sizeof(uint32) * Max(g.nodes, 1) * g.width);
+		m->old_neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
+												  sizeof(uint32) * Max(capacity, 1) * meta->degree);
+		m->old_lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
+												sizeof(uint8) * Max(capacity, 1) * meta->degree);
+		m->old_changed = MemoryContextAllocExtended(CurrentMemoryContext, Max(capacity, 1),
+													MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+		m->rows = MemoryContextAllocHuge(CurrentMemoryContext,
+										 sizeof(float) * m->dims * Max(capacity, 1));
+	}
 
 	/* node pages: live nodes get new ids in order */
 	for (uint32 first = 0; first < g.nodes; first += m->layout.nodes_per_page)
@@ -605,14 +637,30 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	}
 
 	/* the consumed pending rows, after the live nodes */
-	pending.count = m->n_old;
-	pending.capacity = Max(capacity, 1);
-	pending.rows = m->rows;
-	pending.tids = m->tids;
-	TsdgReadPendingRows(m->index, &m->layout, m->consumed_head, m->remaining_head, &pending);
-	m->rows = pending.rows;
-	m->tids = pending.tids;
-	m->n_new = pending.count - m->n_old;
+	if (m->segment.seg != NULL)
+	{
+		/* read apart, as their count may exceed the metapage's, then moved in */
+		TsdgInitPendingRows(&pending, m->dims, m->consumed_rows);
+		TsdgReadPendingRows(m->index, &m->layout, m->consumed_head, m->remaining_head, &pending);
+		if (m->n_old + pending.count > m->segment.old_capacity + m->segment.new_capacity)
+			elog(ERROR, "tsdg index \"%s\" has more pending rows than its metapage counts",
+				 RelationGetRelationName(m->index));
+		memcpy(m->rows + m->n_old * m->dims, pending.rows, sizeof(float) * m->dims * pending.count);
+		m->tids = repalloc_huge(m->tids, sizeof(ItemPointerData) * Max(m->n_old + pending.count, 1));
+		memcpy(m->tids + m->n_old, pending.tids, sizeof(ItemPointerData) * pending.count);
+		m->n_new = pending.count;
+	}
+	else
+	{
+		pending.count = m->n_old;
+		pending.capacity = Max(capacity, 1);
+		pending.rows = m->rows;
+		pending.tids = m->tids;
+		TsdgReadPendingRows(m->index, &m->layout, m->consumed_head, m->remaining_head, &pending);
+		m->rows = pending.rows;
+		m->tids = pending.tids;
+		m->n_new = pending.count - m->n_old;
+	}
 	m->consumed_rows = m->n_new;
 
 	TsdgRenumberSearchLists(m, &g);
@@ -631,10 +679,18 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 		m->old_knn_dists = NULL;
 		return;
 	}
-	m->old_knn_ids = MemoryContextAllocHuge(CurrentMemoryContext,
-											sizeof(uint32) * Max(m->n_old, 1) * m->k);
-	m->old_knn_dists = MemoryContextAllocHuge(CurrentMemoryContext,
-											  sizeof(float) * Max(m->n_old, 1) * m->k);
+	if (m->segment.seg != NULL)
+	{
+		m->old_knn_ids = m->segment.old_knn_ids;
+		m->old_knn_dists = m->segment.old_knn_dists;
+	}
+	else
+	{
+		m->old_knn_ids = MemoryContextAllocHuge(CurrentMemoryContext,
+												sizeof(uint32) * Max(m->n_old, 1) * m->k);
+		m->old_knn_dists = MemoryContextAllocHuge(CurrentMemoryContext,
+												  sizeof(float) * Max(m->n_old, 1) * m->k);
+	}
 	TsdgOldKnnLists(m, &g, metric);
 }
 
@@ -672,7 +728,8 @@ TsdgCheckCore(Relation index, TsdgStatus status, const TsdgError *error)
  * crash-safe on the worker as on the CPU.
  */
 void
-TsdgMergeComputeGraph(Relation index, const float *rows, int64 n_old, int64 n_new,
+TsdgMergeComputeGraph(Relation index, const TsdgMergeSegment *mseg, const float *rows,
+					  int64 n_old, int64 n_new,
 					  int dims, TsdgMetric metric, const TsdgBuildParams *params,
 					  const uint32 *old_knn_ids, const float *old_knn_dists,
 					  const uint32 *old_neighbors, const uint8 *old_lambdas,
@@ -682,7 +739,7 @@ TsdgMergeComputeGraph(Relation index, const float *rows, int64 n_old, int64 n_ne
 	TsdgError	error;
 	TsdgStatus	status;
 
-	if (TsdgWorkerMergeGraph(index, rows, n_old, n_new, dims, metric, params, old_knn_ids,
+	if (TsdgWorkerMergeGraph(index, mseg, rows, n_old, n_new, dims, metric, params, old_knn_ids,
 							 old_knn_dists, old_neighbors, old_lambdas, old_changed, knn_ids,
 							 neighbors, lambdas, changed))
 		return;
@@ -700,22 +757,25 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 	int64		n = m->n_old + m->n_new;
 	TsdgBuildParams params;
 
-	tsdg_build_params_default(&params);
-	params.degree = m->meta.degree;
-	params.build_k = m->meta.build_k;
-	params.samples = m->meta.samples;
-	params.iterations = m->meta.iterations;
-	params.alpha = m->meta.alpha;
-	params.lambda0 = m->meta.lambda0;
-
-	m->knn_ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(n, 1) * m->k);
-	m->changed = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint8) * Max(n, 1));
-	m->neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
-										  sizeof(uint32) * Max(n, 1) * params.degree);
-	m->lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
-										sizeof(uint8) * Max(n, 1) * params.degree);
+	TsdgMergeParams(&m->meta, &params);
+	if (m->segment.seg != NULL)
+	{
+		m->knn_ids = m->segment.knn_ids;
+		m->changed = m->segment.changed;
+		m->neighbors = m->segment.neighbors;
+		m->lambdas = m->segment.lambdas;
+	}
+	else
+	{
+		m->knn_ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(n, 1) * m->k);
+		m->changed = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint8) * Max(n, 1));
+		m->neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
+											  sizeof(uint32) * Max(n, 1) * params.degree);
+		m->lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
+											sizeof(uint8) * Max(n, 1) * params.degree);
+	}
 	if (n > 0)
-		TsdgMergeComputeGraph(m->index, m->rows, m->n_old, m->n_new, m->dims, metric, &params,
+		TsdgMergeComputeGraph(m->index, &m->segment, m->rows, m->n_old, m->n_new, m->dims, metric, &params,
 							  m->old_knn_ids, m->old_knn_dists, m->old_neighbors, m->old_lambdas,
 							  m->old_changed, m->knn_ids, m->neighbors, m->lambdas, m->changed);
 }
@@ -1045,22 +1105,31 @@ TsdgMergeIndex(Relation index, bool wait)
 	m.dims = m.meta.dims;
 	m.k = m.meta.build_k;
 
-	INSTR_TIME_SET_CURRENT(phase_start[0]);
-	TsdgLoadRows(&m, metric);
-	INSTR_TIME_SET_CURRENT(phase_start[1]);
-	TsdgComputeMerged(&m, metric);
-	INSTR_TIME_SET_CURRENT(phase_start[2]);
-	TsdgMergedEntryPoints(&m, metric);
-	INSTR_TIME_SET_CURRENT(phase_start[3]);
-	TsdgWriteRegion(&m);
-	free_spare = m.meta.spare_start != TSDG_NO_BLOCK && m.meta.spare_blocks > 0 &&
-		m.new_meta.node_start != m.meta.spare_start;
-	if (free_spare)
-		TsdgPrepareFreedSpare(&m);
-	TsdgSwitchGraph(&m, free_spare);
-	INSTR_TIME_SET_CURRENT(phase_start[4]);
-	TsdgReportMerge(&m, phase_start);
-	merged = m.n_new;
+	/* the worker's segment, when there is one, is mapped until the merge ends */
+	PG_TRY();
+	{
+		INSTR_TIME_SET_CURRENT(phase_start[0]);
+		TsdgLoadRows(&m, metric);
+		INSTR_TIME_SET_CURRENT(phase_start[1]);
+		TsdgComputeMerged(&m, metric);
+		INSTR_TIME_SET_CURRENT(phase_start[2]);
+		TsdgMergedEntryPoints(&m, metric);
+		INSTR_TIME_SET_CURRENT(phase_start[3]);
+		TsdgWriteRegion(&m);
+		free_spare = m.meta.spare_start != TSDG_NO_BLOCK && m.meta.spare_blocks > 0 &&
+			m.new_meta.node_start != m.meta.spare_start;
+		if (free_spare)
+			TsdgPrepareFreedSpare(&m);
+		TsdgSwitchGraph(&m, free_spare);
+		INSTR_TIME_SET_CURRENT(phase_start[4]);
+		TsdgReportMerge(&m, phase_start);
+		merged = m.n_new;
+	}
+	PG_FINALLY();
+	{
+		TsdgMergeSegmentRelease(&m.segment);
+	}
+	PG_END_TRY();
 
 	MemoryContextSwitchTo(old_ctx);
 	MemoryContextDelete(merge_ctx);

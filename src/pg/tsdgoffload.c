@@ -698,17 +698,71 @@ TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
 	header->total_size = offset;
 }
 
-/* copies bytes into the segment at offset (0: the array is absent) */
+/*
+ * copies bytes into the segment at offset (0: the array is absent), unless
+ * src is already there
+ */
 static void
 TsdgBulkCopyIn(void *base, Size offset, const void *src, Size bytes)
 {
-	if (offset != 0)
+	if (offset != 0 && TsdgBulkArray(base, offset) != src)
 		memcpy(TsdgBulkArray(base, offset), src, bytes);
 }
 
+/* copies bytes out of the segment at offset, unless dst is that array */
+static void
+TsdgBulkCopyOut(void *dst, void *base, Size offset, Size bytes)
+{
+	if (TsdgBulkArray(base, offset) != dst)
+		memcpy(dst, TsdgBulkArray(base, offset), bytes);
+}
+
 bool
-TsdgWorkerMergeGraph(Relation index, const float *rows, int64 n_old, int64 n_new,
-					 int dims, TsdgMetric metric, const TsdgBuildParams *params,
+TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_capacity, int dims,
+					   const TsdgBuildParams *params, bool with_repairs)
+{
+	TsdgBulkHeader header;
+	dsm_segment *seg;
+	char	   *base;
+
+	memset(mseg, 0, sizeof(TsdgMergeSegment));
+	if (old_capacity + new_capacity == 0 || !TsdgWorkerTakesRequest())
+		return false;
+	TsdgMergeLayout(&header, old_capacity, new_capacity, dims, params, with_repairs, true);
+	seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
+	if (seg == NULL)
+		return false;
+	base = dsm_segment_address(seg);
+	memcpy(base, &header, sizeof(header));
+	mseg->seg = seg;
+	mseg->old_capacity = old_capacity;
+	mseg->new_capacity = new_capacity;
+	mseg->rows = TsdgBulkArray(base, header.rows);
+	mseg->old_knn_ids = TsdgBulkArray(base, header.knn_ids);
+	mseg->old_knn_dists = with_repairs ? TsdgBulkArray(base, header.dists) : NULL;
+	mseg->old_neighbors = TsdgBulkArray(base, header.neighbors);
+	mseg->old_lambdas = TsdgBulkArray(base, header.lambdas);
+	mseg->old_changed = TsdgBulkArray(base, header.flags);
+	memset(mseg->old_changed, 0, (Size) old_capacity);
+	mseg->knn_ids = TsdgBulkArray(base, header.merged_knn_ids);
+	mseg->neighbors = TsdgBulkArray(base, header.merged_neighbors);
+	mseg->lambdas = TsdgBulkArray(base, header.merged_lambdas);
+	mseg->changed = TsdgBulkArray(base, header.changed);
+	return true;
+}
+
+void
+TsdgMergeSegmentRelease(TsdgMergeSegment *mseg)
+{
+	if (mseg->seg != NULL)
+		dsm_detach(mseg->seg);
+	memset(mseg, 0, sizeof(TsdgMergeSegment));
+}
+
+bool
+TsdgWorkerMergeGraph(Relation index, const TsdgMergeSegment *mseg, const float *rows,
+					 int64 n_old, int64 n_new, int dims, TsdgMetric metric,
+					 const TsdgBuildParams *params,
 					 const uint32 *old_knn_ids, const float *old_knn_dists,
 					 const uint32 *old_neighbors, const uint8 *old_lambdas,
 					 const uint8 *old_changed, uint32 *knn_ids,
@@ -741,16 +795,32 @@ TsdgWorkerMergeGraph(Relation index, const float *rows, int64 n_old, int64 n_new
 		return false;
 	}
 
-	TsdgMergeLayout(&header, n_old, n_new, dims, params, old_knn_dists != NULL,
-					old_changed != NULL);
-	seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
-	if (seg == NULL)
+	if (mseg != NULL && mseg->seg != NULL)
 	{
-		TsdgCountFallback();
-		return false;
+		/*
+		 * The caller's arrays are the segment's. Old distances the caller
+		 * does not have are left out (the worker computes them).
+		 */
+		seg = mseg->seg;
+		base = dsm_segment_address(seg);
+		memcpy(&header, base, sizeof(header));
+		if (old_knn_dists == NULL)
+			header.dists = 0;
+		memcpy(base, &header, sizeof(header));
 	}
-	base = dsm_segment_address(seg);
-	memcpy(base, &header, sizeof(header));
+	else
+	{
+		TsdgMergeLayout(&header, n_old, n_new, dims, params, old_knn_dists != NULL,
+						old_changed != NULL);
+		seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
+		if (seg == NULL)
+		{
+			TsdgCountFallback();
+			return false;
+		}
+		base = dsm_segment_address(seg);
+		memcpy(base, &header, sizeof(header));
+	}
 	TsdgBulkCopyIn(base, header.rows, rows, sizeof(float) * dims * (Size) n);
 	TsdgBulkCopyIn(base, header.knn_ids, old_knn_ids, sizeof(uint32) * k * (Size) n_old);
 	TsdgBulkCopyIn(base, header.dists, old_knn_dists, sizeof(float) * k * (Size) n_old);
@@ -782,7 +852,8 @@ TsdgWorkerMergeGraph(Relation index, const float *rows, int64 n_old, int64 n_new
 	/* CANCELLED too: this session's cancel throws out of the wait, so the worker was shut down */
 	if (reply != TSDG_REPLY_OK)
 	{
-		dsm_detach(seg);
+		if (seg != (mseg != NULL ? mseg->seg : NULL))
+			dsm_detach(seg);
 		TsdgCountFallback();
 		ereport(reply == TSDG_REPLY_OUT_OF_MEMORY ? WARNING : LOG,
 				(errmsg("tsdg merge of index \"%s\" falls back to the CPU: %s",
@@ -794,16 +865,19 @@ TsdgWorkerMergeGraph(Relation index, const float *rows, int64 n_old, int64 n_new
 		return false;
 	}
 
-	memcpy(knn_ids, TsdgBulkArray(base, header.merged_knn_ids), sizeof(uint32) * k * (Size) n);
-	memcpy(neighbors, TsdgBulkArray(base, header.merged_neighbors),
-		   sizeof(uint32) * degree * (Size) n);
-	memcpy(lambdas, TsdgBulkArray(base, header.merged_lambdas), sizeof(uint8) * degree * (Size) n);
-	memcpy(changed, TsdgBulkArray(base, header.changed), sizeof(uint8) * (Size) n);
-	dsm_detach(seg);
+	TsdgBulkCopyOut(knn_ids, base, header.merged_knn_ids, sizeof(uint32) * k * (Size) n);
+	TsdgBulkCopyOut(neighbors, base, header.merged_neighbors, sizeof(uint32) * degree * (Size) n);
+	TsdgBulkCopyOut(lambdas, base, header.merged_lambdas, sizeof(uint8) * degree * (Size) n);
+	TsdgBulkCopyOut(changed, base, header.changed, sizeof(uint8) * (Size) n);
+	if (seg != (mseg != NULL ? mseg->seg : NULL))
+		dsm_detach(seg);
 	ereport(LOG,
 			(errmsg("tsdg index \"%s\" merged on the GPU worker: " INT64_FORMAT " + " INT64_FORMAT " rows, %.3f s from the request to the answer",
 					RelationGetRelationName(index), n_old, n_new,
 					(double) (answered_at - submitted) / 1000000.0),
+			 mseg != NULL && seg == mseg->seg ?
+			 errdetail("Shared memory segment of %zu MB, read into by the merge and written from.",
+					   (header.total_size >> 20) + 1) :
 			 errdetail("Shared memory segment of %zu MB made and filled in %.3f s, read back and released in %.3f s.",
 					   (header.total_size >> 20) + 1, (double) (submitted - start) / 1000000.0,
 					   (double) (GetCurrentTimestamp() - answered_at) / 1000000.0)));

@@ -152,16 +152,52 @@ extern bool TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, uint32 *entry_points,
 								   int *entry_count, float *nn1_bound);
 
 /*
+ * The shared memory segment of a merge on the worker, made before the merge
+ * reads the index: the session reads the live nodes straight into it, the
+ * worker reads its inputs and writes the merged graph there, and the session
+ * writes its pages from it. The arrays have room for old_capacity live nodes
+ * and new_capacity pending rows.
+ */
+typedef struct TsdgMergeSegment
+{
+	struct dsm_segment *seg;	/* NULL: none */
+	int64		old_capacity;
+	int64		new_capacity;
+	float	   *rows;			/* (old_capacity + new_capacity) * dims */
+	uint32	   *old_knn_ids;	/* old_capacity * build_k */
+	float	   *old_knn_dists;	/* old_capacity * build_k; NULL unless with_repairs */
+	uint32	   *old_neighbors;	/* old_capacity * degree */
+	uint8	   *old_lambdas;	/* old_capacity * degree */
+	uint8	   *old_changed;	/* old_capacity, zeroed */
+	uint32	   *knn_ids;		/* (old_capacity + new_capacity) * build_k, the answer */
+	uint32	   *neighbors;		/* (old_capacity + new_capacity) * degree */
+	uint8	   *lambdas;
+	uint8	   *changed;		/* old_capacity + new_capacity */
+} TsdgMergeSegment;
+
+/*
+ * A segment for a merge when the worker takes requests now, or false (the
+ * merge then reads into local memory, and TsdgWorkerMergeGraph copies it).
+ * with_repairs: the merge drops deleted nodes, so the old k-NN lists come
+ * with distances.
+ */
+extern bool TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_capacity,
+								   int dims, const TsdgBuildParams *params, bool with_repairs);
+extern void TsdgMergeSegmentRelease(TsdgMergeSegment *mseg);
+
+/*
  * A merge's graph computed by the worker (tsdgmerge.c's TsdgMergeComputeGraph,
  * same arguments): the inputs travel in a shared memory segment, the merged
  * k-NN ids, search graph and changed flags come back into the caller's
- * arrays. Returns false when the caller computes it on the CPU instead (no
+ * arrays. When the arrays are those of mseg (not NULL), nothing is copied.
+ * Returns false when the caller computes it on the CPU instead (no
  * worker, busy, no shared memory, worker died or failed: a LOG or, for GPU
  * memory, a WARNING says so). A query cancel while waiting throws, and the
  * worker stops at its next poll.
  */
-extern bool TsdgWorkerMergeGraph(Relation index, const float *rows, int64 n_old, int64 n_new,
-								 int dims, TsdgMetric metric, const TsdgBuildParams *params,
+extern bool TsdgWorkerMergeGraph(Relation index, const TsdgMergeSegment *mseg, const float *rows,
+								 int64 n_old, int64 n_new, int dims, TsdgMetric metric,
+								 const TsdgBuildParams *params,
 								 const uint32 *old_knn_ids, const float *old_knn_dists,
 								 const uint32 *old_neighbors, const uint8 *old_lambdas,
 								 const uint8 *old_changed, uint32 *knn_ids,
