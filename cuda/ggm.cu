@@ -77,58 +77,79 @@ __global__ void start_incremental_lists_kernel(KnnListsView lists, int64_t nodes
   }
 }
 
+// The power of two that a warp sorts the refined and the original list of a
+// node in (2k entries, padded).
+int merge_sort_width(int k) {
+  int width = 1;
+  while (width < 2 * k) width *= 2;
+  return width;
+}
+
 // A warp per list: the k best distinct entries of the refined list and the
-// original list, sorted.
+// original list, sorted. Both lists go into shared memory and a bitonic sort
+// orders them by (distance, id); an id held by both lists has the same
+// distance in both (the refinement only adds ids from the other side, and
+// starts from the original entries), so its copies end up adjacent.
 __global__ void merge_with_original_kernel(uint32_t* ids, float* dists, const uint32_t* original_ids,
-                                           const float* original_dists, int64_t nodes, int k) {
+                                           const float* original_dists, int64_t nodes, int k,
+                                           int width) {
   extern __shared__ unsigned char shared_raw[];
   const int warp_in_block = threadIdx.x / kWarpSize;
   const int64_t node = static_cast<int64_t>(blockIdx.x) * kMergeWarpsPerBlock + warp_in_block;
   if (node >= nodes) return;
-  const int both = 2 * k;
-  float* local_dists = reinterpret_cast<float*>(shared_raw) + static_cast<size_t>(warp_in_block) * 2 * both;
-  uint32_t* local_ids = reinterpret_cast<uint32_t*>(local_dists + both);
+  float* local_dists = reinterpret_cast<float*>(shared_raw) + static_cast<size_t>(warp_in_block) * 2 * width;
+  uint32_t* local_ids = reinterpret_cast<uint32_t*>(local_dists + width);
   const int64_t base = node * k;
-  for (int i = lane_id(); i < k; i += kWarpSize) {
-    local_dists[i] = dists[base + i];
-    local_ids[i] = entry_id(ids[base + i]);
-    local_dists[k + i] = original_dists[base + i];
-    local_ids[k + i] = original_ids[base + i];
-  }
-  __syncwarp();
-  // Second copies of an id are dropped (first pass reads, second writes).
-  static_assert(2 * kMaxGnndK / kWarpSize <= 32, "one duplicate bit per round");
-  unsigned duplicate_rounds = 0;
-  for (int r = 0; r * kWarpSize < both; ++r) {
-    const int i = r * kWarpSize + lane_id();
-    if (i < both && local_ids[i] != kInvalidId) {
-      bool duplicate = false;
-      for (int j = 0; j < i && !duplicate; ++j) duplicate = local_ids[j] == local_ids[i];
-      if (duplicate) duplicate_rounds |= 1u << r;
-    }
-  }
-  __syncwarp();
-  for (int r = 0; r * kWarpSize < both; ++r) {
-    const int i = r * kWarpSize + lane_id();
-    if (i < both && (duplicate_rounds >> r & 1u)) local_ids[i] = kInvalidId;
+  for (int i = lane_id(); i < width; i += kWarpSize) {
+    uint32_t id = kInvalidId;
+    float d = INFINITY;
     if (i < k) {
-      ids[base + i] = kInvalidId;
-      dists[base + i] = INFINITY;
+      id = entry_id(ids[base + i]);
+      d = dists[base + i];
+    } else if (i < 2 * k) {
+      id = original_ids[base + i - k];
+      d = original_dists[base + i - k];
     }
+    local_ids[i] = id;
+    local_dists[i] = id == kInvalidId ? INFINITY : d;
   }
   __syncwarp();
-  for (int i = lane_id(); i < both; i += kWarpSize) {
-    const float d = local_dists[i];
-    const uint32_t id = local_ids[i];
-    if (id == kInvalidId) continue;
-    int rank = 0;
-    for (int j = 0; j < both; ++j) {
-      if (local_ids[j] != kInvalidId && pair_less(local_dists[j], local_ids[j], d, id)) ++rank;
+  for (int size = 2; size <= width; size *= 2) {
+    for (int stride = size / 2; stride > 0; stride /= 2) {
+      for (int pair = lane_id(); pair < width / 2; pair += kWarpSize) {
+        const int lo = (pair / stride) * 2 * stride + pair % stride;
+        const int hi = lo + stride;
+        const bool ascending = (lo & size) == 0;
+        const bool out_of_order = ascending ? pair_less(local_dists[hi], local_ids[hi], local_dists[lo], local_ids[lo])
+                                            : pair_less(local_dists[lo], local_ids[lo], local_dists[hi], local_ids[hi]);
+        if (out_of_order) {
+          const float d = local_dists[lo];
+          const uint32_t id = local_ids[lo];
+          local_dists[lo] = local_dists[hi];
+          local_ids[lo] = local_ids[hi];
+          local_dists[hi] = d;
+          local_ids[hi] = id;
+        }
+      }
+      __syncwarp();
     }
-    if (rank < k) {
-      dists[base + rank] = d;
-      ids[base + rank] = id;
+  }
+  int written = 0;
+  for (int first = 0; first < width && written < k; first += kWarpSize) {
+    const int i = first + lane_id();
+    const uint32_t id = i < width ? local_ids[i] : kInvalidId;
+    const bool keep = id != kInvalidId && (i == 0 || local_ids[i - 1] != id);
+    const unsigned kept = __ballot_sync(kFullMask, keep);
+    const int position = written + __popc(kept & ((1u << lane_id()) - 1u));
+    if (keep && position < k) {
+      ids[base + position] = id;
+      dists[base + position] = local_dists[i];
     }
+    written += __popc(kept);
+  }
+  for (int i = written + lane_id(); i < k; i += kWarpSize) {
+    ids[base + i] = kInvalidId;
+    dists[base + i] = INFINITY;
   }
 }
 
@@ -175,10 +196,11 @@ int refine_across_sides(DeviceContext& ctx, GnndWorkspace& ws, const float* rows
   start_lists(ws.view());
   trace.mark("start lists");
   const int iterations = run_gnnd_iterations(ctx, ws, rows, dim, metric, params, split, control);
-  const size_t shared_bytes = static_cast<size_t>(kMergeWarpsPerBlock) * 4 * ws.k * sizeof(float);
+  const int width = merge_sort_width(ws.k);
+  const size_t shared_bytes = static_cast<size_t>(kMergeWarpsPerBlock) * 2 * width * sizeof(float);
   merge_with_original_kernel<<<static_cast<unsigned>((ws.nodes + kMergeWarpsPerBlock - 1) / kMergeWarpsPerBlock),
                                kMergeWarpsPerBlock * kWarpSize, shared_bytes, stream>>>(
-      ws.ids.data(), ws.dists.data(), original_ids, original_dists, ws.nodes, ws.k);
+      ws.ids.data(), ws.dists.data(), original_ids, original_dists, ws.nodes, ws.k, width);
   check_launch("merge_with_original_kernel");
   trace.mark("merge with originals");
   return iterations;
