@@ -196,6 +196,7 @@ int refine_across_sides(DeviceContext& ctx, GnndWorkspace& ws, const float* rows
   start_lists(ws.view());
   trace.mark("start lists");
   const int iterations = run_gnnd_iterations(ctx, ws, rows, dim, metric, params, split, control);
+  trace.mark("refinement");
   const int width = merge_sort_width(ws.k);
   const size_t shared_bytes = static_cast<size_t>(kMergeWarpsPerBlock) * 2 * width * sizeof(float);
   merge_with_original_kernel<<<static_cast<unsigned>((ws.nodes + kMergeWarpsPerBlock - 1) / kMergeWarpsPerBlock),
