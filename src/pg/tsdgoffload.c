@@ -726,7 +726,8 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	char	   *base;
 
 	memset(mseg, 0, sizeof(TsdgMergeSegment));
-	if (old_capacity + new_capacity == 0 || !TsdgWorkerTakesRequest())
+	/* a busy worker is counted as a fallback once, by TsdgWorkerMergeGraph */
+	if (old_capacity + new_capacity == 0 || !TsdgWorkerUsable())
 		return false;
 	TsdgMergeLayout(&header, old_capacity, new_capacity, dims, params, with_repairs, true);
 	seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
