@@ -40,6 +40,16 @@ build_and_install() {
 CLUSTER_USER=${CLUSTER_USER:-$( [ "$(id -u)" -eq 0 ] && echo tsdgrun || id -un )}
 
 # Runs from /, since the cluster user may not be allowed into the caller's directory.
+# A Python that has numpy: the system's (python3-numpy) here, the one on PATH
+# elsewhere (the GPU machine's /usr/bin/python3 has none).
+numpy_python() {
+  local candidate
+  for candidate in /usr/bin/python3 python3; do
+    if "$candidate" -c "import numpy" 2>/dev/null; then echo "$candidate"; return; fi
+  done
+  echo python3
+}
+
 as_cluster_user() {
   if [ "$(id -un)" = "$CLUSTER_USER" ]; then
     (cd / && "$@")

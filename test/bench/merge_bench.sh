@@ -64,11 +64,7 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 bench_start=$(now)
 gen="$TSDG_ROOT/test/bench/merge_bench_data.py"
-# a Python with numpy: the system's (python3-numpy) here, the one on PATH elsewhere
-py=python3
-for candidate in /usr/bin/python3 python3; do
-  if "$candidate" -c "import numpy" 2>/dev/null; then py=$candidate; break; fi
-done
+py=$(numpy_python)
 # bench tables: no autovacuum, whose VACUUM would merge the loads before tsdg_merge() does
 no_autovacuum="WITH (autovacuum_enabled = off)"
 

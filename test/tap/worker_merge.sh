@@ -20,8 +20,7 @@ base_rows=${TSDG_MERGE_BASE_ROWS:-20000}
 load_rows=${TSDG_MERGE_LOAD_ROWS:-2000}
 start_worker_cluster "maintenance_work_mem = '512MB'"
 log_lines() { tail -n +"$1" "$dir/server.log"; }
-# the system Python, which has python3-numpy
-py=$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3 )
+py=$(numpy_python)
 gen="$(dirname "$0")/clustered_vectors.py"
 status() { sql -At -c "SELECT $1 FROM tsdg_gpu_status()"; }
 
