@@ -8,6 +8,7 @@
 // list takes part in a join only once a batch row is offered to it.
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "distance.cuh"
 #include "ggm.h"
@@ -160,11 +161,8 @@ KnnGraph global_lists(int64_t split, const KnnGraph& first, const KnnGraph& seco
   std::copy(first.ids.begin(), first.ids.end(), original.ids.begin());
   std::copy(first.dists.begin(), first.dists.end(), original.dists.begin());
   std::copy(second.dists.begin(), second.dists.end(), original.dists.begin() + split * k);
-  for (size_t i = 0; i < second.ids.size(); ++i) {
-    const uint32_t id = second.ids[i];
-    original.ids[static_cast<size_t>(split) * k + i] =
-        id == kInvalidId ? kInvalidId : static_cast<uint32_t>(id + split);
-  }
+  const std::vector<uint32_t> moved = ids_past(second, split);
+  std::copy(moved.begin(), moved.end(), original.ids.begin() + split * k);
   return original;
 }
 
@@ -210,6 +208,15 @@ int refine_across_sides(DeviceContext& ctx, GnndWorkspace& ws, const float* rows
 unsigned warp_per_list_grid(int64_t n) { return static_cast<unsigned>((n * kWarpSize + 255) / 256); }
 
 }  // namespace
+
+std::vector<uint32_t> ids_past(const KnnGraph& graph, int64_t offset) {
+  std::vector<uint32_t> moved(graph.ids.size());
+  for (size_t i = 0; i < moved.size(); ++i) {
+    const uint32_t id = graph.ids[i];
+    moved[i] = id == kInvalidId ? kInvalidId : static_cast<uint32_t>(id + offset);
+  }
+  return moved;
+}
 
 KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const KnnGraph& first,
                    const KnnGraph& second, Metric metric, const GnndParams& params,

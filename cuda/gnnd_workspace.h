@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "device_memory.h"
 #include "knn_lists.cuh"
@@ -61,6 +62,10 @@ int ggm_merge_incremental_resident(DeviceContext& ctx, GnndWorkspace& ws, const 
                                    int64_t split, const uint32_t* original_ids,
                                    const float* original_dists, Metric metric,
                                    const GnndParams& params, const RunControl& control);
+
+// ggm.cu: graph's ids moved past offset (kInvalidId stays), as the second
+// side's ids are in the lists of both sides.
+std::vector<uint32_t> ids_past(const KnnGraph& graph, int64_t offset);
 
 // list_distances.cu: dists[u * k + j] = distance(row u, row ids[u * k + j])
 // for `lists` lists of device rows (+inf for kInvalidId).

@@ -26,9 +26,10 @@ size_t merge_bytes(MatrixView data, int k, int samples) {
          n * k * (16 + 16) + n * 24;
 }
 
-void check_merge_input(const MergeInput& in, int k) {
+void check_merge_input(const MergeInput& in, int k, int degree) {
   const int64_t batch = in.data.rows - in.split;
-  if (in.split < 0 || batch < 0 || in.k != k || in.old_knn_ids == nullptr || in.old_neighbors == nullptr ||
+  if (in.split < 0 || batch < 0 || in.k != k || in.degree != degree || in.old_knn_ids == nullptr ||
+      in.old_neighbors == nullptr ||
       in.old_lambdas == nullptr || in.batch_knn == nullptr || in.batch_knn->nodes != batch ||
       in.batch_knn->k != k) {
     throw Error(Status::InvalidArgument, "merge: the old and batch graphs do not match the rows");
@@ -45,7 +46,7 @@ bool merge_fits_on_device(MatrixView data, const GnndParams& gnnd) {
 void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& out, Metric metric,
                  const GnndParams& params, const DiversifyParams& diversify, const RunControl& control) {
   const int k = params.k;
-  check_merge_input(in, k);
+  check_merge_input(in, k, diversify.degree);
   const int64_t n = in.data.rows;
   const int64_t split = in.split;
   const int64_t batch = n - split;
@@ -61,11 +62,7 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   // moved past split.
   DeviceBuffer<uint32_t> original_ids(old_entries + batch_entries);
   DeviceBuffer<float> original_dists(old_entries + batch_entries);
-  std::vector<uint32_t> batch_ids(batch_entries);
-  for (size_t i = 0; i < batch_entries; ++i) {
-    const uint32_t id = in.batch_knn->ids[i];
-    batch_ids[i] = id == kInvalidId ? kInvalidId : static_cast<uint32_t>(id + split);
-  }
+  const std::vector<uint32_t> batch_ids = ids_past(*in.batch_knn, split);
   copy_to_device(original_ids.data(), in.old_knn_ids, old_entries, stream);
   copy_to_device(original_ids.data() + old_entries, batch_ids.data(), batch_entries, stream);
   copy_to_device(original_dists.data() + old_entries, in.batch_knn->dists.data(), batch_entries, stream);
@@ -95,7 +92,6 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   control.set_phase(Phase::Diversify);
   const TsdgGraph search = diversify_resident(ctx, in.data, rows.values.data(), metric, ws.ids.data(),
                                               ws.dists.data(), k, diversify, control);
-  if (search.degree != in.degree) throw Error(Status::InvalidArgument, "merge: degree mismatch");
   std::copy(search.neighbors.begin(), search.neighbors.end(), out.neighbors);
   std::copy(search.lambdas.begin(), search.lambdas.end(), out.lambdas);
   set_search_changed(in, out, control);

@@ -150,12 +150,13 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
  * old lists take part once a join offers them a new row), stage 1 of TSDG
  * runs again on the changed k-NN lists and stage 2 on the nodes whose pruned
  * list or reverse edges can change; the other nodes keep their lists
- * (ggm.h, diversify.h). The new rows' own k-NN graph, the old lists'
- * distances and GGM run on the backend (NULL: the CPU), TSDG's update on the
- * CPU threads.
+ * (ggm.h, diversify.h). That is the CPU's computation (backend NULL, or a
+ * merge the device cannot hold). A GPU backend builds the new rows' graph by
+ * GNND and then runs the same incremental GGM on the device, followed by both
+ * TSDG stages over the whole graph there (Backend::merge_graph).
  * rows: n_old + n_new rows, old first. old_knn_ids: the old k-NN graph
  * (n_old * build_k, TSDG_INVALID_ID padded); old_knn_dists may be NULL: the
- * distances are then computed here, on the threads. old_neighbors and
+ * distances are then computed by the merge. old_neighbors and
  * old_lambdas: the old search graph (n_old * degree), as stored.
  * old_changed (n_old, may be NULL): 1 where an old k-NN list is not the one
  * the stored search list was built from (a list repaired after deletes), so
