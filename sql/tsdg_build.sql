@@ -64,13 +64,14 @@ INSERT INTO tfree VALUES (4, '[1,1]');
 INSERT INTO tfree VALUES (5, '[1,1,1]');
 SELECT dims, rows, pending FROM tsdg_index_info('tfree_idx');
 
--- too many dimensions for a node record on one page
-CREATE TABLE twide (v vector(2001));
+-- too many dimensions for a row record on one page, whatever the degree
+CREATE TABLE twide (v vector(2041));
 CREATE INDEX ON twide USING tsdg (v vector_l2_ops);
-CREATE TABLE twide2 (v vector(1990));
-CREATE INDEX twide2_idx ON twide2 USING tsdg (v vector_l2_ops) WITH (degree = 64);
-CREATE INDEX twide2_idx ON twide2 USING tsdg (v vector_l2_ops);
+CREATE TABLE twide2 (v vector(2040));
+INSERT INTO twide2 SELECT array_fill(i::real, ARRAY[2040])::vector FROM generate_series(1, 3) i;
+CREATE INDEX twide2_idx ON twide2 USING tsdg (v vector_l2_ops) WITH (degree = 128);
 SELECT dims FROM tsdg_index_info('twide2_idx');
+SELECT count(*) FROM (SELECT v FROM twide2 ORDER BY v <-> array_fill(2::real, ARRAY[2040])::vector LIMIT 3) s;
 
 -- cosine skips zero vectors, which have no direction
 CREATE TABLE tzero (id int, v vector(2));

@@ -5,50 +5,64 @@
  *
  * Pages of a tsdg index:
  *   block 0             the metapage (TsdgMetaPageData in the page contents)
- *   blocks 1 .. N       node pages: node i is record (i % nodes_per_page) of
- *                       block node_start + i / nodes_per_page, so a node id
- *                       maps to its page without any indirection and the same
- *                       ids index the arrays a GPU holds. Records are packed
- *                       after the page header (no line pointers, no special
- *                       space, as contrib/bloom does), pd_lower ends the last.
- *   later blocks        pending pages: rows inserted since the build, a list
- *                       linked through the special space, searched exactly.
+ *   row pages           a row record per node: {heap TID, flags, vector[dims]},
+ *                       in up to TSDG_MAX_ROW_EXTENTS runs of contiguous
+ *                       blocks (extents). Node i is record
+ *                       (i - first) % rows_per_page of block
+ *                       start + (i - first) / rows_per_page of the last extent
+ *                       whose first node is <= i: no indirection beyond a
+ *                       few comparisons, and the same ids index the arrays a
+ *                       GPU holds. Rows never move: a merge appends the new
+ *                       ones to the last extent's room or to a new extent.
+ *   list pages          the graph: node i's search list {neighbors[R]
+ *                       (uint32), lambdas[R] (uint8)} is record
+ *                       i % lists_per_page of block list_start +
+ *                       i / lists_per_page, followed by the k-NN pages.
+ *   pending pages       rows inserted since the last merge, a list linked
+ *                       through the special space, searched exactly.
+ * Row, list and k-NN records are packed after the page header (no line
+ * pointers, no special space, as contrib/bloom does), pd_lower ends the last.
  *
- * A node record is {heap TID, flags, vector[dims], neighbors[R] (uint32),
- * lambdas[R] (uint8)} rounded up to 4 bytes and must fit one page, so the
- * largest dimension an index supports is (BLCKSZ - 24 - 8 - 5 R) / 4:
- * 2000 at the default degree 32 with 8 kB pages (TsdgMaxDimensions()).
+ * The rows are kept apart from the lists because a merge changes most lists
+ * but no old row: it rewrites the lists (a fifth of a 128-dimension node's
+ * bytes with its k-NN ids) and appends rows, instead of copying every vector.
+ * A row record must fit one page, so the largest dimension an index supports
+ * is (BLCKSZ - 24 - 8) / 4: 2040 with 8 kB pages (TsdgMaxDimensions()).
  *
  * Merges (tsdgmerge.c, DESIGN.md "Insert and merge"). GGM needs every node's
  * k-NN list. The index keeps the ids of each node's build_k nearest
  * neighbors in k-NN pages (record i at knn_start + i / knn_per_page, packed
- * like node records) and not their distances: ids cost 4 build_k bytes a node
- * (256 at the default k = 64, +38% over a 128-dimension node record, where
- * ids and distances would be +75%) and CREATE INDEX writes them with the node
- * pages it writes anyway, while the distances are recomputed by a merge
- * (build_k distances per node, a small part of a merge's time). Rebuilding
- * them from the stored TSDG lists and their reverse edges instead would cost
- * no space, but the diversified lists keep only the far-apart members of a
- * k-NN list, so GGM would start from a poorer graph at every merge.
+ * like list records) and not their distances: ids cost 4 build_k bytes a
+ * node (256 at the default k = 64) while the distances are recomputed by a
+ * merge (build_k distances per node, a small part of a merge's time).
+ * Rebuilding them from the stored TSDG lists and their reverse edges instead
+ * would cost no space, but the diversified lists keep only the far-apart
+ * members of a k-NN list, so GGM would start from a poorer graph at every
+ * merge.
  *
- * A graph occupies one contiguous region: node pages then k-NN pages. A
- * merge writes the new graph into another region (the spare one when it is
- * large enough, else new blocks at the end, with half again as many blocks as
- * it needs, so that growing graphs soon fit the spare region again; a spare
- * region too small is given to the free list), WAL-logged page by page, then
- * switches the metapage in one GenericXLog record; a crash before that
- * record leaves the old graph and its pending rows as they were. The old
- * region and the pending pages the merge consumed are then "retired": scans
- * that read the metapage before the switch may still read them. Scans keep
- * the metapage pinned until they end, so the next merge, once it holds a
- * cleanup lock on the metapage (no other pin left), knows no such scan
- * remains: the retired region becomes the spare region, the retired pending
- * pages go to the free list that new pending pages are taken from. The
+ * The lists of a graph occupy one contiguous region: list pages then k-NN
+ * pages. A merge writes the new lists into another region (the spare one
+ * when it is large enough, else new blocks at the end, with half again as
+ * many blocks as it needs, so that growing graphs soon fit the spare region
+ * again; a spare region too small is given to the free list), WAL-logged page
+ * by page, appends the new rows past the old ones (which no scan of the old
+ * graph reads), then switches the metapage in one GenericXLog record; a crash
+ * before that record leaves the old graph and its pending rows as they were.
+ * A merge that drops deleted nodes renumbers the live ones: it writes all
+ * rows into one new extent and retires the old extents. The old region, the
+ * retired extents and the pending pages the merge consumed are then
+ * "retired": scans that read the metapage before the switch may still read
+ * them. Scans keep the metapage pinned until they end, so the next merge,
+ * once it holds a cleanup lock on the metapage (no other pin left), knows no
+ * such scan remains: the retired region becomes the spare region, the
+ * retired pending pages go to the free list that new pending pages are taken
+ * from, and the largest retired extent becomes the spare rows, where a new
+ * extent goes when it fits (so that a churning table's merges take turns
+ * between two extents), the others are given to the free list. The
  * spare-region and free-list fields use block 0 (the metapage) for "none".
- * While a graph grows, the file holds its region (with room to grow), the
- * spare one and the regions freed to the free list: a few times the size of
- * a fresh build (4.9x after growing from 100k to 200k rows in 10 merges);
- * at a steady size the regions take turns and the file stops growing.
+ * While a graph grows, the file holds its rows, its region (with room to
+ * grow), the spare one and the regions freed to the free list; at a steady
+ * size the regions take turns and the file stops growing.
  * Known gap: scans on a hot standby pin the standby's metapage, which the
  * primary's merges cannot see, so a standby scan that spans two merges may
  * read reused pages (nbtree's recycling by transaction horizon and recovery
@@ -71,16 +85,18 @@
 #define TSDG_MAGIC_NUMBER		0x54534447	/* "TSDG" */
 
 /*
- * Format 1: metapage, node pages, pending pages. Format 2 adds the k-NN pages
- * and the merge fields at the end of the metapage (see above).
+ * Format 1: metapage, node pages, pending pages. Format 2 added the k-NN
+ * pages and the merge fields. Format 3 keeps the rows apart from the lists
+ * (see above).
  */
-#define TSDG_FORMAT_VERSION		2
+#define TSDG_FORMAT_VERSION		3
 
 /* "no block" in the merge fields of the metapage, as nbtree's P_NONE */
 #define TSDG_NO_BLOCK			0
 
 #define TSDG_METAPAGE_BLKNO		0
 #define TSDG_MAX_ENTRY_POINTS	256
+#define TSDG_MAX_ROW_EXTENTS	16
 
 /* opclass support function: returns the TsdgMetric of the opclass */
 #define TSDG_METRIC_PROC		1
@@ -142,6 +158,14 @@ typedef struct TsdgOptions
 	int			lambda0;
 } TsdgOptions;
 
+/* a run of contiguous row pages; its first row starts its first block */
+typedef struct TsdgRowExtent
+{
+	uint32		first;			/* the node id of its first row */
+	BlockNumber start;
+	uint32		blocks;			/* its pages, room for more rows included */
+} TsdgRowExtent;
+
 typedef struct TsdgMetaPageData
 {
 	uint32		magic;
@@ -158,26 +182,34 @@ typedef struct TsdgMetaPageData
 	uint32		deleted_count;
 	int64		pending_count;
 	uint64		graph_version;	/* bumped by every change to the graph */
-	BlockNumber node_start;
-	uint16		node_size;		/* bytes per node record */
-	uint16		nodes_per_page;
+	uint16		row_size;		/* bytes per row record */
+	uint16		rows_per_page;
+	uint16		list_size;		/* bytes per list record */
+	uint16		lists_per_page;
+	int32		row_extent_count;
+	TsdgRowExtent row_extents[TSDG_MAX_ROW_EXTENTS];
+	BlockNumber list_start;
+	BlockNumber knn_start;
 	BlockNumber pending_head;	/* InvalidBlockNumber when no pending page */
 	BlockNumber pending_tail;
-	BlockNumber knn_start;		/* reserved for stored k-NN lists; see above */
 	int32		entry_count;
 	uint32		entry_points[TSDG_MAX_ENTRY_POINTS];
 	/* statistics: d_nn1+ of the slack stop rule (largest distance to a nearest neighbor) */
 	float4		nn1_bound;
 
-	/* format 2: stored k-NN lists and merges (tsdgmerge.c) */
+	/* stored k-NN lists and merges (tsdgmerge.c) */
 	int32		knn_k;			/* ids per k-NN record (build_k); 0 when none are stored */
-	uint32		region_blocks;	/* blocks of the graph's region, room to grow included;
-								 * 0: just its node and k-NN pages (a fresh build) */
-	BlockNumber spare_start;	/* a free graph region, or TSDG_NO_BLOCK */
+	uint32		region_blocks;	/* blocks of the lists' region, room to grow included;
+								 * 0: just its list and k-NN pages (a fresh build) */
+	BlockNumber spare_start;	/* a free list region, or TSDG_NO_BLOCK */
 	uint32		spare_blocks;
 	BlockNumber retired_head;	/* pending pages the last merge consumed */
 	BlockNumber retired_tail;
-	bool		retired_readable;	/* scans may still read the spare region and retired pages */
+	int32		retired_extent_count;	/* row extents a merge that renumbered left */
+	TsdgRowExtent retired_extents[TSDG_MAX_ROW_EXTENTS];
+	TsdgRowExtent spare_rows;	/* free blocks for a new extent; 0 blocks when none */
+	bool		retired_readable;	/* scans may still read the spare region and
+									 * the retired pages and extents */
 	BlockNumber free_head;		/* free pages for pending rows, linked by next */
 	int64		last_merge;		/* TimestampTz of the last merge; 0 before one */
 	uint64		merge_count;
@@ -187,7 +219,7 @@ typedef TsdgMetaPageData *TsdgMetaPage;
 
 #define TsdgPageGetMeta(page)	((TsdgMetaPage) PageGetContents(page))
 
-/* special space of the metapage and of pending pages (node pages have none) */
+/* special space of the metapage and of pending pages (row and list pages have none) */
 typedef struct TsdgPageOpaqueData
 {
 	BlockNumber next;			/* next pending page, or InvalidBlockNumber */
@@ -204,7 +236,7 @@ typedef TsdgPageOpaqueData *TsdgPageOpaque;
 
 #define TsdgPageGetOpaque(page)	((TsdgPageOpaque) PageGetSpecialPointer(page))
 
-/* header of a node record; the vector, neighbor ids and lambdas follow */
+/* a row record: this header, then the vector */
 typedef struct TsdgNodeHeader
 {
 	ItemPointerData heaptid;
@@ -221,31 +253,43 @@ typedef struct TsdgPendingHeader
 } TsdgPendingHeader;
 
 #define TsdgRecordVector(rec)	((float *) ((char *) (rec) + sizeof(TsdgNodeHeader)))
-#define TsdgNodeNeighbors(rec, dims) \
-	((uint32 *) (TsdgRecordVector(rec) + (dims)))
-#define TsdgNodeLambdas(rec, dims, degree) \
-	((uint8 *) (TsdgNodeNeighbors(rec, dims) + (degree)))
+/* a list record: neighbor ids, then their lambdas */
+#define TsdgListNeighbors(rec)	((uint32 *) (rec))
+#define TsdgListLambdas(rec, degree) ((uint8 *) (rec) + sizeof(uint32) * (degree))
 
-/* Shape of the records of one index, derived from its metapage. */
+/* Shape and place of the records of one index, from its metapage. */
 typedef struct TsdgLayout
 {
 	int			dims;
 	int			degree;
-	Size		node_size;
-	int			nodes_per_page;
-	BlockNumber node_start;
+	Size		row_size;
+	int			rows_per_page;
+	Size		list_size;
+	int			lists_per_page;
+	BlockNumber list_start;
+	int			extent_count;
+	TsdgRowExtent extents[TSDG_MAX_ROW_EXTENTS];
 	Size		pending_size;
 	int			pending_per_page;
 } TsdgLayout;
 
 /* tsdgutils.c */
-extern Size TsdgNodeSize(int dims, int degree);
-extern int	TsdgMaxDimensions(int degree);
-extern void TsdgCheckDimensions(Relation index, int dims, int degree);
-extern void TsdgInitLayout(TsdgLayout *layout, int dims, int degree, BlockNumber node_start);
+extern int	TsdgMaxDimensions(void);
+extern void TsdgCheckDimensions(Relation index, int dims);
+extern void TsdgInitLayout(TsdgLayout *layout, int dims, int degree);
 extern void TsdgLayoutFromMeta(TsdgLayout *layout, const TsdgMetaPageData *meta);
-extern BlockNumber TsdgNodeBlock(const TsdgLayout *layout, uint32 id);
-extern char *TsdgNodeRecord(const TsdgLayout *layout, Page page, uint32 id);
+extern BlockNumber TsdgRowBlock(const TsdgLayout *layout, uint32 id);
+extern char *TsdgRowRecord(const TsdgLayout *layout, Page page, uint32 id);
+extern uint32 TsdgRowPageEnd(const TsdgLayout *layout, uint32 id, uint32 limit);
+extern BlockNumber TsdgListBlock(const TsdgLayout *layout, uint32 id);
+extern char *TsdgListRecord(const TsdgLayout *layout, Page page, uint32 id);
+extern BlockNumber TsdgPagesFor(int64 records, int per_page);
+extern int	TsdgKnnPerPage(int k);
+extern void TsdgFillRowPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
+							const ItemPointerData *tids, const float *rows);
+extern void TsdgFillListPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
+							 const uint32 *neighbors, const uint8 *lambdas);
+extern void TsdgFillKnnPage(Page page, const uint32 *knn_ids, int64 first, int64 end, int k);
 extern int	TsdgPageRecordCount(Page page, Size record_size);
 
 /* rows read from pending pages, in list order; the arrays grow as needed */
@@ -273,9 +317,11 @@ extern void TsdgVisitPendingRows(Relation index, const TsdgLayout *layout, Block
 extern void TsdgInitPendingRows(TsdgPendingRows *pending, int dims, int64 capacity);
 extern void TsdgReadPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
 								BlockNumber stop, TsdgPendingRows *pending);
-extern void TsdgInitNodePage(Page page);
+extern void TsdgInitRecordPage(Page page);
 extern BlockNumber TsdgAppendBlocks(Relation index, BlockNumber count);
-extern void TsdgLogPages(Buffer *buffers, int count, bool wal);
+typedef void (*TsdgPageFiller) (void *arg, Page page, BlockNumber page_no);
+extern void TsdgWritePages(Relation index, BlockNumber start, BlockNumber first, BlockNumber end,
+						   TsdgPageFiller fill, void *arg);
 extern void TsdgInitPendingPage(Page page);
 extern void TsdgInitMetaPage(Page page, const TsdgMetaPageData *meta);
 extern void TsdgReadMeta(Relation index, TsdgMetaPageData *meta);
@@ -311,8 +357,6 @@ extern IndexBulkDeleteResult *tsdgvacuumcleanup(IndexVacuumInfo *info, IndexBulk
 extern int	tsdg_merge_threshold;
 extern double tsdg_merge_scale_factor;
 extern void TsdgMergeInit(void);
-extern void TsdgWriteBuildKnnPages(Relation index, TsdgMetaPageData *meta,
-								   const uint32 *knn_ids, int64 count, int k);
 extern Buffer TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta,
 								   BlockNumber *free_head_after);
 extern void TsdgVacuumMerge(IndexVacuumInfo *info);

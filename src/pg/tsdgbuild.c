@@ -3,9 +3,9 @@
  * within maintenance_work_mem (in the shared memory segment the GPU worker
  * reads, when it runs), a graph builder turns the rows into the TSDG graph
  * (on the GPU worker when it runs, else the CPU backend of the core; see
- * TsdgComputeGraph), node pages are written in node order and WAL-logged as
- * whole pages as they are filled, then the k-NN pages (the k-NN lists, for
- * merges: tsdgmerge.c), and the metapage is written last, with the entry
+ * TsdgComputeGraph), the row pages, the list pages and the k-NN pages (for
+ * merges: tsdgmerge.c) are written in node order and WAL-logged as whole
+ * pages as they are filled, and the metapage is written last, with the entry
  * points and statistics the worker computed meanwhile. A LOG line says where
  * the time went.
  */
@@ -217,7 +217,7 @@ TsdgBuildCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 	{
 		/* a column without a type modifier: the first row sets the dimensions */
 		dims = DatumGetVector(values[0])->dim;
-		TsdgCheckDimensions(index, dims, bs->params.degree);
+		TsdgCheckDimensions(index, dims);
 		bs->dims = dims;
 	}
 	if (bs->count == bs->capacity)
@@ -350,73 +350,92 @@ TsdgFillMeta(TsdgMetaPageData *meta, const TsdgBuildState *bs, const TsdgLayout 
 	meta->alpha = bs->params.alpha;
 	meta->lambda0 = bs->params.lambda0;
 	meta->node_count = (uint32) bs->count;
-	meta->node_start = TSDG_METAPAGE_BLKNO + 1;
-	meta->node_size = (uint16) layout->node_size;
-	meta->nodes_per_page = (uint16) layout->nodes_per_page;
+	meta->row_size = (uint16) layout->row_size;
+	meta->rows_per_page = (uint16) layout->rows_per_page;
+	meta->list_size = (uint16) layout->list_size;
+	meta->lists_per_page = (uint16) layout->lists_per_page;
+	/* the rows from block 1, then the lists, then the k-NN lists */
+	meta->row_extent_count = 1;
+	meta->row_extents[0].first = 0;
+	meta->row_extents[0].start = TSDG_METAPAGE_BLKNO + 1;
+	meta->row_extents[0].blocks = TsdgPagesFor(bs->count, layout->rows_per_page);
+	meta->list_start = meta->row_extents[0].start + meta->row_extents[0].blocks;
+	meta->knn_start = InvalidBlockNumber;
 	meta->pending_head = InvalidBlockNumber;
 	meta->pending_tail = InvalidBlockNumber;
-	meta->knn_start = InvalidBlockNumber;
 	meta->graph_version = bs->count > 0 ? 1 : 0;
 }
 
-/*
- * The node pages, in node order from layout->node_start: each page is filled
- * in its buffer and WAL-logged with XLR_MAX_BLOCK_ID - 1 others as full
- * pages while still locked (log_newpage_range's record, without reading
- * them back afterwards). Returns the number of pages.
- */
-static BlockNumber
-TsdgWriteNodePages(TsdgBuildState *bs, const TsdgLayout *layout,
-				   const uint32 *neighbors, const uint8 *lambdas)
+/* what the page fillers of a build read */
+typedef struct TsdgBuildPages
 {
-	int			degree = bs->params.degree;
-	BlockNumber pages = (BlockNumber) ((bs->count + layout->nodes_per_page - 1) / layout->nodes_per_page);
-	bool		wal = RelationNeedsWAL(bs->index);
-	Buffer		batch[XLR_MAX_BLOCK_ID];
-	int			batched = 0;
-	int64		id = 0;
+	const TsdgBuildState *bs;
+	const TsdgLayout *layout;
+	const uint32 *neighbors;
+	const uint8 *lambdas;
+} TsdgBuildPages;
 
+static void
+TsdgFillBuildRowPage(void *arg, Page page, BlockNumber page_no)
+{
+	const TsdgBuildPages *bp = arg;
+	int64		first = (int64) page_no * bp->layout->rows_per_page;
+
+	TsdgInitRecordPage(page);
+	TsdgFillRowPage(page, bp->layout, (uint32) first,
+					(uint32) Min(first + bp->layout->rows_per_page, bp->bs->count),
+					bp->bs->tids, bp->bs->rows);
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE,
+								 Min(first + bp->layout->rows_per_page, bp->bs->count));
+}
+
+static void
+TsdgFillBuildListPage(void *arg, Page page, BlockNumber page_no)
+{
+	const TsdgBuildPages *bp = arg;
+	int64		first = (int64) page_no * bp->layout->lists_per_page;
+
+	TsdgFillListPage(page, bp->layout, (uint32) first,
+					 (uint32) Min(first + bp->layout->lists_per_page, bp->bs->count),
+					 bp->neighbors, bp->lambdas);
+}
+
+static void
+TsdgFillBuildKnnPage(void *arg, Page page, BlockNumber page_no)
+{
+	const TsdgBuildPages *bp = arg;
+	int			k = bp->bs->params.build_k;
+	int64		first = (int64) page_no * TsdgKnnPerPage(k);
+
+	TsdgFillKnnPage(page, bp->bs->knn_ids, first, Min(first + TsdgKnnPerPage(k), bp->bs->count), k);
+}
+
+/*
+ * The row pages, the list pages and, when the builder returned them, the
+ * k-NN pages, in the blocks after the metapage (each logged as it is
+ * written). Sets knn_start and knn_k in meta.
+ */
+static void
+TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout *layout,
+					const uint32 *neighbors, const uint8 *lambdas, bool with_knn)
+{
+	TsdgBuildPages bp = {bs, layout, neighbors, lambdas};
+	BlockNumber row_pages = meta->row_extents[0].blocks;
+	BlockNumber list_pages = TsdgPagesFor(bs->count, layout->lists_per_page);
+	BlockNumber knn_pages = with_knn ? TsdgPagesFor(bs->count, TsdgKnnPerPage(bs->params.build_k)) : 0;
+	BlockNumber first = TsdgAppendBlocks(bs->index, row_pages + list_pages + knn_pages);
+
+	Assert(first == meta->row_extents[0].start && meta->list_start == first + row_pages);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_WRITE);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, bs->count);
-
-	if (RelationGetNumberOfBlocks(bs->index) < layout->node_start + pages)
-		TsdgAppendBlocks(bs->index,
-						 layout->node_start + pages - RelationGetNumberOfBlocks(bs->index));
-	if (wal)
-		XLogEnsureRecordSpace(XLR_MAX_BLOCK_ID - 1, 0);
-	for (BlockNumber p = 0; p < pages; p++)
+	TsdgWritePages(bs->index, first, 0, row_pages, TsdgFillBuildRowPage, &bp);
+	TsdgWritePages(bs->index, meta->list_start, 0, list_pages, TsdgFillBuildListPage, &bp);
+	if (with_knn)
 	{
-		Buffer		buf = ReadBufferExtended(bs->index, MAIN_FORKNUM, layout->node_start + p,
-											 RBM_ZERO_AND_LOCK, NULL);
-		Page		page = BufferGetPage(buf);
-		int64		end = Min(id + layout->nodes_per_page, bs->count);
-
-		Assert(BufferGetBlockNumber(buf) == TsdgNodeBlock(layout, (uint32) id));
-		TsdgInitNodePage(page);
-		for (; id < end; id++)
-		{
-			char	   *rec = TsdgNodeRecord(layout, page, (uint32) id);
-			TsdgNodeHeader *hdr = (TsdgNodeHeader *) rec;
-
-			MemSet(rec, 0, layout->node_size);
-			hdr->heaptid = bs->tids[id];
-			memcpy(TsdgRecordVector(rec), bs->rows + id * bs->dims, sizeof(float) * bs->dims);
-			memcpy(TsdgNodeNeighbors(rec, bs->dims), neighbors + id * degree,
-				   sizeof(uint32) * degree);
-			memcpy(TsdgNodeLambdas(rec, bs->dims, degree), lambdas + id * degree,
-				   sizeof(uint8) * degree);
-			((PageHeader) page)->pd_lower += layout->node_size;
-		}
-		batch[batched++] = buf;
-		if (batched == XLR_MAX_BLOCK_ID || p == pages - 1)
-		{
-			TsdgLogPages(batch, batched, wal);
-			batched = 0;
-			pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, id);
-			CHECK_FOR_INTERRUPTS();
-		}
+		meta->knn_k = bs->params.build_k;
+		meta->knn_start = meta->list_start + list_pages;
+		TsdgWritePages(bs->index, meta->knn_start, 0, knn_pages, TsdgFillBuildKnnPage, &bp);
 	}
-	return pages;
 }
 
 /* the metapage's navigating set and the stop rule's d_nn1+ statistic */
@@ -450,15 +469,13 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	TsdgMetaPageData meta;
 	uint32	   *neighbors = NULL;
 	uint8	   *lambdas = NULL;
-	BlockNumber node_pages = 0;
 	Buffer		metabuf;
 	double		reltuples;
 	TimestampTz started_at = GetCurrentTimestamp();
 	TimestampTz scanned_at,
 				graph_at = 0,
 				summary_at = 0,
-				nodes_at = 0,
-				knn_at = 0,
+				pages_at = 0,
 				summary_wait_at = 0,
 				meta_at;
 
@@ -472,13 +489,13 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	TsdgParamsFromOptions(index, &bs.params);
 	bs.dims = TsdgIndexTypmodDims(index);
 	if (bs.dims > 0)
-		TsdgCheckDimensions(index, bs.dims, bs.params.degree);
+		TsdgCheckDimensions(index, bs.dims);
 	bs.memory_limit = (Size) maintenance_work_mem * 1024;
 	bs.estimated_rows = heap->rd_rel->reltuples > 0 ? heap->rd_rel->reltuples : 0;
 	/* the rows go straight into the segment the worker reads, when it may build */
 	bs.use_segment = TsdgWorkerUsable();
 
-	/* block 0 first, so the node pages start at block 1; filled in at the end */
+	/* block 0 first, so the row pages start at block 1; filled in at the end */
 	metabuf = TsdgNewBuffer(index, MAIN_FORKNUM);
 	Assert(BufferGetBlockNumber(metabuf) == TSDG_METAPAGE_BLKNO);
 	PageInit(BufferGetPage(metabuf), BLCKSZ, sizeof(TsdgPageOpaqueData));
@@ -491,7 +508,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs.count);
 	scanned_at = GetCurrentTimestamp();
 
-	TsdgInitLayout(&layout, bs.dims, bs.params.degree, TSDG_METAPAGE_BLKNO + 1);
+	TsdgInitLayout(&layout, bs.dims, bs.params.degree);
 	TsdgFillMeta(&meta, &bs, &layout);
 
 	if (bs.count > 0)
@@ -520,12 +537,10 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		if (!on_worker)
 			TsdgGraphSummary(&bs, &meta, neighbors);
 		summary_at = GetCurrentTimestamp();
-		node_pages = TsdgWriteNodePages(&bs, &layout, neighbors, lambdas);
-		nodes_at = GetCurrentTimestamp();
 		/* a builder that returns no k-NN lists leaves the first one empty */
-		if (bs.count == 1 || bs.knn_ids[0] != TSDG_INVALID_ID)
-			TsdgWriteBuildKnnPages(index, &meta, bs.knn_ids, bs.count, bs.params.build_k);
-		knn_at = GetCurrentTimestamp();
+		TsdgWriteGraphPages(&bs, &meta, &layout, neighbors, lambdas,
+							bs.count == 1 || bs.knn_ids[0] != TSDG_INVALID_ID);
+		pages_at = GetCurrentTimestamp();
 		if (on_worker && !TsdgWorkerBuildSummary(&bs.segment, meta.entry_points,
 												 &meta.entry_count, &meta.nn1_bound))
 		{
@@ -545,25 +560,20 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	UnlockReleaseBuffer(metabuf);
 
 	meta_at = GetCurrentTimestamp();
-	/* the node pages were logged as they were written: the metapage and the k-NN pages */
+	/* the other pages were logged as they were written */
 	if (RelationNeedsWAL(index))
-	{
 		log_newpage_range(index, MAIN_FORKNUM, TSDG_METAPAGE_BLKNO, TSDG_METAPAGE_BLKNO + 1, true);
-		log_newpage_range(index, MAIN_FORKNUM, layout.node_start + node_pages,
-						  RelationGetNumberOfBlocks(index), true);
-	}
 
 	if (bs.count > 0)
 		ereport(LOG,
-				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s, entry points and statistics %.3f s, node pages %.3f s, k-NN pages %.3f s, waiting for the worker's entry points %.3f s, metapage %.3f s, WAL %.3f s",
+				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s, entry points and statistics %.3f s, row, list and k-NN pages %.3f s, waiting for the worker's entry points %.3f s, metapage %.3f s, WAL %.3f s",
 						RelationGetRelationName(index), (long long) bs.count,
 						SECS(started_at, GetCurrentTimestamp()), SECS(started_at, scanned_at),
 						bs.segment_growths > 0 ?
 						psprintf(" (into shared memory, grown %d times)", bs.segment_growths) :
 						bs.use_segment ? " (into shared memory)" : "",
 						SECS(scanned_at, graph_at), SECS(graph_at, summary_at),
-						SECS(summary_at, nodes_at), SECS(nodes_at, knn_at),
-						SECS(knn_at, summary_wait_at), SECS(summary_wait_at, meta_at),
+						SECS(summary_at, pages_at), SECS(pages_at, summary_wait_at), SECS(summary_wait_at, meta_at),
 						SECS(meta_at, GetCurrentTimestamp()))));
 
 	result = palloc(sizeof(IndexBuildResult));
@@ -590,7 +600,7 @@ tsdgbuildempty(Relation index)
 	bs.metric = TsdgIndexMetric(index);
 	TsdgParamsFromOptions(index, &bs.params);
 	bs.dims = TsdgIndexTypmodDims(index);
-	TsdgInitLayout(&layout, bs.dims, bs.params.degree, TSDG_METAPAGE_BLKNO + 1);
+	TsdgInitLayout(&layout, bs.dims, bs.params.degree);
 	TsdgFillMeta(&meta, &bs, &layout);
 
 	page = (Page) palloc(BLCKSZ);

@@ -1,5 +1,5 @@
 /*
- * The whole graph of a tsdg index as flat arrays, read from its node pages:
+ * The whole graph of a tsdg index as flat arrays, read from its row and list pages:
  * what the GPU worker uploads, and what a batch search on the CPU searches.
  */
 #include "postgres.h"
@@ -14,33 +14,50 @@ void
 TsdgReadIndexImage(Relation index, const TsdgMetaPageData *meta, TsdgIndexImage *image)
 {
 	TsdgLayout	layout;
-	int64		id = 0;
+	uint32		n = (uint32) image->n;
 
 	TsdgLayoutFromMeta(&layout, meta);
 	Assert(image->n == meta->node_count && image->dims == layout.dims &&
 		   image->degree == layout.degree);
 
-	while (id < image->n)
+	for (uint32 id = 0; id < n;)
 	{
-		Buffer		buf = ReadBuffer(index, TsdgNodeBlock(&layout, (uint32) id));
+		Buffer		buf = ReadBuffer(index, TsdgRowBlock(&layout, id));
+		uint32		end = TsdgRowPageEnd(&layout, id, n);
 		Page		page;
-		int64		end = Min(id + layout.nodes_per_page, image->n);
 
 		LockBuffer(buf, BUFFER_LOCK_SHARE);
 		page = BufferGetPage(buf);
 		for (; id < end; id++)
 		{
-			char	   *rec = TsdgNodeRecord(&layout, page, (uint32) id);
+			char	   *rec = TsdgRowRecord(&layout, page, id);
 			TsdgNodeHeader *hdr = (TsdgNodeHeader *) rec;
 
 			image->tids[id] = hdr->heaptid;
 			image->flags[id] = (uint8) hdr->flags;
-			memcpy(image->rows + id * layout.dims, TsdgRecordVector(rec),
+			memcpy(image->rows + (Size) id * layout.dims, TsdgRecordVector(rec),
 				   sizeof(float) * layout.dims);
-			memcpy(image->neighbors + id * layout.degree, TsdgNodeNeighbors(rec, layout.dims),
+		}
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	for (uint32 id = 0; id < n;)
+	{
+		Buffer		buf = ReadBuffer(index, TsdgListBlock(&layout, id));
+		uint32		end = Min(id + layout.lists_per_page, n);
+		Page		page;
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		for (; id < end; id++)
+		{
+			char	   *rec = TsdgListRecord(&layout, page, id);
+
+			memcpy(image->neighbors + (Size) id * layout.degree, TsdgListNeighbors(rec),
 				   sizeof(uint32) * layout.degree);
-			memcpy(image->lambdas + id * layout.degree,
-				   TsdgNodeLambdas(rec, layout.dims, layout.degree), layout.degree);
+			memcpy(image->lambdas + (Size) id * layout.degree, TsdgListLambdas(rec, layout.degree),
+				   layout.degree);
 		}
 		UnlockReleaseBuffer(buf);
 		CHECK_FOR_INTERRUPTS();

@@ -34,13 +34,13 @@ TsdgAppendPending(Relation index, ItemPointer heap_tid, const float *vec, int di
 				(errcode(ERRCODE_INDEX_CORRUPTED),
 				 errmsg("index \"%s\" has no valid tsdg metapage", RelationGetRelationName(index))));
 	if (meta->dims == 0)
-		TsdgCheckDimensions(index, dims, meta->degree);
+		TsdgCheckDimensions(index, dims);
 	else if (dims != meta->dims)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("vector has %d dimensions, index \"%s\" has %d",
 						dims, RelationGetRelationName(index), meta->dims)));
-	TsdgInitLayout(&layout, dims, meta->degree, meta->node_start);
+	TsdgInitLayout(&layout, dims, meta->degree);
 
 	if (BlockNumberIsValid(meta->pending_tail))
 	{

@@ -38,7 +38,7 @@
 
 /*
  * inline payload of a slot: a query going in, (distance, node id, heap TID)
- * triples coming out, so that the session reads no node page for the TIDs
+ * triples coming out, so that the session reads no row page for the TIDs
  */
 #define TSDG_SLOT_PAYLOAD_BYTES	32768
 #define TSDG_SLOT_MAX_DIMS		(TSDG_SLOT_PAYLOAD_BYTES / (int) sizeof(float))
@@ -187,7 +187,7 @@ typedef enum TsdgSummaryState
  * What the metapage needs besides the graph: the navigating set and d_nn1+.
  * The worker answers a build as soon as the graph is in the segment and
  * computes these afterwards from the rows and graph it holds, while the
- * session writes the node pages; it then sets state and the session's latch.
+ * session writes the pages; it then sets state and the session's latch.
  */
 typedef struct TsdgBuildSummary
 {

@@ -60,9 +60,6 @@
 int			tsdg_merge_threshold = 1000;
 double		tsdg_merge_scale_factor = 0.05;
 
-/* room for records on a node or k-NN page */
-#define TSDG_RECORD_PAGE_SPACE	(BLCKSZ - MAXALIGN(SizeOfPageHeaderData))
-
 /* One merge: what it consumed, the rows it merges, and the graph it made. */
 typedef struct TsdgMerge
 {
@@ -97,6 +94,15 @@ typedef struct TsdgMerge
 	uint32	   *neighbors;
 	uint8	   *lambdas;
 	TsdgMetaPageData new_meta;
+	TsdgLayout	new_layout;		/* of the merged graph, its rows placed */
+
+	/* unread row blocks: where new extents may go, then what stays spare or is freed */
+	TsdgRowExtent unused_rows[TSDG_MAX_ROW_EXTENTS + 1];
+	int			unused_row_count;
+
+	/* pages given to the free list at the switch, linked first .. last */
+	BlockNumber freed_first;
+	BlockNumber freed_last;
 
 	/* where the arrays above live when the worker will compute the graph */
 	TsdgMergeSegment segment;
@@ -118,19 +124,7 @@ TsdgMergeInit(void)
 							 PGC_USERSET, 0, NULL, NULL, NULL);
 }
 
-static int
-TsdgKnnPerPage(int k)
-{
-	return (int) (TSDG_RECORD_PAGE_SPACE / (sizeof(uint32) * k));
-}
-
-static BlockNumber
-TsdgPagesFor(int64 records, int per_page)
-{
-	return (BlockNumber) ((records + per_page - 1) / per_page);
-}
-
-/* the blocks of the current graph's region: its node and k-NN pages at least */
+/* the blocks of the current graph's lists' region: its list and k-NN pages at least */
 static BlockNumber
 TsdgRegionBlocks(const TsdgMetaPageData *meta)
 {
@@ -138,44 +132,10 @@ TsdgRegionBlocks(const TsdgMetaPageData *meta)
 
 	if (meta->node_count == 0)
 		return meta->region_blocks;
-	blocks = TsdgPagesFor(meta->node_count, meta->nodes_per_page);
+	blocks = TsdgPagesFor(meta->node_count, meta->lists_per_page);
 	if (meta->knn_k > 0)
 		blocks += TsdgPagesFor(meta->node_count, TsdgKnnPerPage(meta->knn_k));
 	return Max(blocks, meta->region_blocks);
-}
-
-static void
-TsdgFillKnnPage(Page page, const uint32 *knn_ids, int64 first, int64 end, int k)
-{
-	TsdgInitNodePage(page);
-	memcpy(PageGetContents(page), knn_ids + first * k, sizeof(uint32) * k * (end - first));
-	((PageHeader) page)->pd_lower += sizeof(uint32) * k * (end - first);
-}
-
-/*
- * CREATE INDEX: the k-NN pages right after the node pages (the build logs
- * every page at its end). Sets knn_start and knn_k in meta.
- */
-void
-TsdgWriteBuildKnnPages(Relation index, TsdgMetaPageData *meta,
-					   const uint32 *knn_ids, int64 count, int k)
-{
-	int			per_page = TsdgKnnPerPage(k);
-
-	meta->knn_k = k;
-	meta->knn_start = InvalidBlockNumber;
-	for (int64 first = 0; first < count; first += per_page)
-	{
-		Buffer		buf = TsdgNewBuffer(index, MAIN_FORKNUM);
-
-		if (first == 0)
-			meta->knn_start = BufferGetBlockNumber(buf);
-		Assert(BufferGetBlockNumber(buf) == meta->knn_start + first / per_page);
-		TsdgFillKnnPage(BufferGetPage(buf), knn_ids, first, Min(first + per_page, count), k);
-		MarkBufferDirty(buf);
-		UnlockReleaseBuffer(buf);
-		CHECK_FOR_INTERRUPTS();
-	}
 }
 
 /*
@@ -586,19 +546,18 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 										 sizeof(float) * m->dims * Max(capacity, 1));
 	}
 
-	/* node pages: live nodes get new ids in order */
-	for (uint32 first = 0; first < g.nodes; first += m->layout.nodes_per_page)
+	/* row pages: live nodes get new ids in order */
+	for (uint32 first = 0, end; first < g.nodes; first = end)
 	{
-		uint32		end = Min(first + m->layout.nodes_per_page, g.nodes);
-		Buffer		buf = ReadBuffer(m->index, TsdgNodeBlock(&m->layout, first));
+		Buffer		buf = ReadBuffer(m->index, TsdgRowBlock(&m->layout, first));
 		Page		page;
 
+		end = TsdgRowPageEnd(&m->layout, first, g.nodes);
 		LockBuffer(buf, BUFFER_LOCK_SHARE);
 		page = BufferGetPage(buf);
 		for (uint32 id = first; id < end; id++)
 		{
-			char	   *rec = TsdgNodeRecord(&m->layout, page, id);
-			TsdgNodeHeader *hdr = (TsdgNodeHeader *) rec;
+			TsdgNodeHeader *hdr = (TsdgNodeHeader *) TsdgRowRecord(&m->layout, page, id);
 
 			if (hdr->flags & TSDG_NODE_DELETED)
 			{
@@ -610,13 +569,33 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 					 RelationGetRelationName(m->index));
 			g.new_id[id] = (uint32) m->n_old;
 			m->tids[m->n_old] = hdr->heaptid;
-			memcpy(m->rows + m->n_old * m->dims, TsdgRecordVector(rec), sizeof(float) * m->dims);
-			/* old ids until TsdgRenumberSearchLists */
-			memcpy(m->old_neighbors + m->n_old * meta->degree, TsdgNodeNeighbors(rec, m->dims),
-				   sizeof(uint32) * meta->degree);
-			memcpy(m->old_lambdas + m->n_old * meta->degree,
-				   TsdgNodeLambdas(rec, m->dims, meta->degree), sizeof(uint8) * meta->degree);
+			memcpy(m->rows + m->n_old * m->dims, TsdgRecordVector(hdr), sizeof(float) * m->dims);
 			m->n_old++;
+		}
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	/* list pages: the search lists of the live nodes, old ids until TsdgRenumberSearchLists */
+	for (uint32 first = 0; first < g.nodes; first += m->layout.lists_per_page)
+	{
+		uint32		end = Min(first + m->layout.lists_per_page, g.nodes);
+		Buffer		buf = ReadBuffer(m->index, TsdgListBlock(&m->layout, first));
+		Page		page;
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		for (uint32 id = first; id < end; id++)
+		{
+			char	   *rec = TsdgListRecord(&m->layout, page, id);
+			int64		self = g.new_id[id];
+
+			if (self == TSDG_INVALID_ID)
+				continue;
+			memcpy(m->old_neighbors + self * meta->degree, TsdgListNeighbors(rec),
+				   sizeof(uint32) * meta->degree);
+			memcpy(m->old_lambdas + self * meta->degree, TsdgListLambdas(rec, meta->degree),
+				   sizeof(uint8) * meta->degree);
 		}
 		UnlockReleaseBuffer(buf);
 		CHECK_FOR_INTERRUPTS();
@@ -806,71 +785,52 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 	TsdgCheckCore(m->index, status, &error);
 }
 
-/* Fills one page of the new region in its locked buffer. */
+/* Fills one page of the new lists' region in its locked buffer. */
 static void
-TsdgFillRegionPage(TsdgMerge *m, Page page, BlockNumber page_no, BlockNumber node_pages,
-				   BlockNumber used_pages, const TsdgLayout *layout)
+TsdgFillRegionPage(void *arg, Page page, BlockNumber page_no)
 {
+	TsdgMerge  *m = arg;
+	const TsdgLayout *layout = &m->new_layout;
 	int64		n = m->n_old + m->n_new;
-	int			degree = m->meta.degree;
+	BlockNumber list_pages = TsdgPagesFor(n, layout->lists_per_page);
+	BlockNumber knn_pages = TsdgPagesFor(n, TsdgKnnPerPage(m->k));
 
-	if (page_no < node_pages)
+	if (page_no < list_pages)
 	{
-		int64		first = (int64) page_no * layout->nodes_per_page;
-		int64		end = Min(first + layout->nodes_per_page, n);
+		int64		first = (int64) page_no * layout->lists_per_page;
 
-		TsdgInitNodePage(page);
-		for (int64 id = first; id < end; id++)
-		{
-			char	   *rec = TsdgNodeRecord(layout, page, (uint32) id);
-
-			MemSet(rec, 0, layout->node_size);
-			((TsdgNodeHeader *) rec)->heaptid = m->tids[id];
-			memcpy(TsdgRecordVector(rec), m->rows + id * m->dims, sizeof(float) * m->dims);
-			memcpy(TsdgNodeNeighbors(rec, m->dims), m->neighbors + id * degree,
-				   sizeof(uint32) * degree);
-			memcpy(TsdgNodeLambdas(rec, m->dims, degree), m->lambdas + id * degree, degree);
-			((PageHeader) page)->pd_lower += layout->node_size;
-		}
+		TsdgFillListPage(page, layout, (uint32) first,
+						 (uint32) Min(first + layout->lists_per_page, n), m->neighbors, m->lambdas);
 	}
-	else if (page_no < used_pages)
+	else if (page_no < list_pages + knn_pages)
 	{
 		int			per_page = TsdgKnnPerPage(m->k);
-		int64		first = (int64) (page_no - node_pages) * per_page;
+		int64		first = (int64) (page_no - list_pages) * per_page;
 
 		TsdgFillKnnPage(page, m->knn_ids, first, Min(first + per_page, n), m->k);
 	}
 	else
-		TsdgInitNodePage(page); /* room to grow */
+		TsdgInitRecordPage(page);	/* room to grow */
 }
 
 /*
- * Writes the node and k-NN pages of the new graph into the spare region when
+ * Writes the list and k-NN pages of the new graph into the spare region when
  * it is large enough, else into new blocks at the end of the index, with
- * room to grow. Fills the region fields of m->new_meta.
+ * room to grow. Fills the region fields of m->new_meta and new_layout.
  */
 static void
 TsdgWriteRegion(TsdgMerge *m)
 {
 	int64		n = m->n_old + m->n_new;
 	TsdgMetaPageData *nm = &m->new_meta;
-	TsdgLayout	layout;
-	BlockNumber node_pages;
+	BlockNumber list_pages = TsdgPagesFor(n, m->new_layout.lists_per_page);
 	BlockNumber used;
 	BlockNumber start;
-	BlockNumber writing;
 	bool		extend;
-	bool		wal = RelationNeedsWAL(m->index);
-	Buffer		batch[XLR_MAX_BLOCK_ID];
-	int			batched = 0;
 
-	TsdgInitLayout(&layout, m->dims, m->meta.degree, InvalidBlockNumber);
-	node_pages = TsdgPagesFor(n, layout.nodes_per_page);
-	used = n == 0 ? 0 : node_pages + TsdgPagesFor(n, TsdgKnnPerPage(m->k));
-	nm->node_size = (uint16) layout.node_size;
-	nm->nodes_per_page = (uint16) layout.nodes_per_page;
+	used = n == 0 ? 0 : list_pages + TsdgPagesFor(n, TsdgKnnPerPage(m->k));
 	nm->region_blocks = 0;
-	nm->node_start = TSDG_METAPAGE_BLKNO + 1;
+	nm->list_start = TSDG_METAPAGE_BLKNO + 1;
 	nm->knn_start = InvalidBlockNumber;
 	if (used == 0)
 		return;
@@ -891,74 +851,249 @@ TsdgWriteRegion(TsdgMerge *m)
 		nm->region_blocks = m->meta.spare_blocks;
 		start = m->meta.spare_start;
 	}
+	nm->list_start = start;
+	nm->knn_start = start + list_pages;
+	m->new_layout.list_start = start;
 
 	/*
-	 * Only the graph's pages are written, WAL-logged as full images
-	 * XLR_MAX_BLOCK_ID at a time as CREATE INDEX logs its own. The room to
-	 * grow of a new region stays as the extension left it (zero pages, which
-	 * every later use of the region overwrites), except its last page: that
-	 * one is logged too, so that a replay extends the file past the whole
-	 * region as the extension did here. The spare region's pages past the
-	 * graph keep what they hold.
+	 * Only the graph's pages are written. The room to grow of a new region
+	 * stays as the extension left it (zero pages, which every later use of
+	 * the region overwrites), except its last page: that one is logged too,
+	 * so that a replay extends the file past the whole region as the
+	 * extension did here. The spare region's pages past the graph keep what
+	 * they hold.
 	 */
-	writing = extend && nm->region_blocks > used ? used + 1 : used;
-	if (wal)
-		XLogEnsureRecordSpace(XLR_MAX_BLOCK_ID - 1, 0);
-	for (BlockNumber i = 0; i < writing; i++)
-	{
-		BlockNumber page_no = i < used ? i : nm->region_blocks - 1;
-		Buffer		buf = ReadBufferExtended(m->index, MAIN_FORKNUM, start + page_no,
-											 RBM_ZERO_AND_LOCK, NULL);
+	TsdgWritePages(m->index, start, 0, used, TsdgFillRegionPage, m);
+	if (extend && nm->region_blocks > used)
+		TsdgWritePages(m->index, start, nm->region_blocks - 1, nm->region_blocks,
+					   TsdgFillRegionPage, m);
+}
 
-		TsdgFillRegionPage(m, BufferGetPage(buf), page_no, node_pages, used, &layout);
-		batch[batched++] = buf;
-		if (batched == XLR_MAX_BLOCK_ID || i == writing - 1)
-		{
-			TsdgLogPages(batch, batched, wal);
-			batched = 0;
-			CHECK_FOR_INTERRUPTS();
-		}
-	}
+/* the rows [first, end) of the merge that fill pages of one extent */
+typedef struct TsdgRowRun
+{
+	TsdgMerge  *m;
+	uint32		extent_first;	/* the node id of the extent's first row */
+	uint32		first;
+	uint32		end;
+} TsdgRowRun;
 
-	nm->node_start = start;
-	nm->knn_start = start + node_pages;
+/* Fills a page of an extent with the run's rows that belong on it (none past the run). */
+static void
+TsdgFillRunPage(void *arg, Page page, BlockNumber page_no)
+{
+	const TsdgRowRun *run = arg;
+	int			per_page = run->m->new_layout.rows_per_page;
+	int64		first = Max((int64) run->extent_first + (int64) page_no * per_page, (int64) run->first);
+	int64		end = Min((int64) run->extent_first + (int64) (page_no + 1) * per_page, (int64) run->end);
+
+	TsdgInitRecordPage(page);
+	if (first < end)
+		TsdgFillRowPage(page, &run->m->new_layout, (uint32) first, (uint32) end,
+						run->m->tids, run->m->rows);
 }
 
 /*
- * A spare region the new graph did not fit in is given to the free list of
- * pending pages: its pages are initialized as free pages linked in block
- * order here; the switch links the last one to the free list.
+ * Appends the rows [first, end) to the room of an extent whose rows before
+ * first are written: a partly filled page gets them after its records in a
+ * GenericXLog record (scans read its first records meanwhile, and none reads
+ * past the old node count), the next pages are written whole.
  */
 static void
-TsdgPrepareFreedSpare(TsdgMerge *m)
+TsdgAppendToExtent(TsdgMerge *m, const TsdgRowExtent *extent, uint32 first, uint32 end)
 {
-	BlockNumber start = m->meta.spare_start;
-	BlockNumber blocks = m->meta.spare_blocks;
+	const TsdgLayout *layout = &m->new_layout;
+	int			per_page = layout->rows_per_page;
+	uint32		offset = first - extent->first;
+	TsdgRowRun	run = {m, extent->first, first, end};
 
-	for (BlockNumber i = 0; i < blocks; i++)
+	if (first >= end)
+		return;
+	if (offset % per_page != 0)
 	{
-		Buffer		buf = ReadBufferExtended(m->index, MAIN_FORKNUM, start + i,
-											 RBM_ZERO_AND_LOCK, NULL);
-		GenericXLogState *state = GenericXLogStart(m->index);
-		Page		page = GenericXLogRegisterBuffer(state, buf, GENERIC_XLOG_FULL_IMAGE);
+		Buffer		buf = ReadBuffer(m->index, extent->start + offset / per_page);
+		GenericXLogState *state;
+		Page		page;
+		uint32		page_end = Min(end, first + (per_page - offset % per_page));
 
-		TsdgInitPendingPage(page);
-		TsdgPageGetOpaque(page)->flags = TSDG_PAGE_FREE;
-		TsdgPageGetOpaque(page)->next = i + 1 < blocks ? start + i + 1 : InvalidBlockNumber;
+		LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+		state = GenericXLogStart(m->index);
+		page = GenericXLogRegisterBuffer(state, buf, 0);
+		/* past the rows of the graph: a merge that crashed may have left some */
+		((PageHeader) page)->pd_lower = MAXALIGN(SizeOfPageHeaderData) +
+			layout->row_size * (offset % per_page);
+		TsdgFillRowPage(page, layout, first, page_end, m->tids, m->rows);
 		GenericXLogFinish(state);
 		UnlockReleaseBuffer(buf);
-		if ((i & 63) == 0)
-			CHECK_FOR_INTERRUPTS();
+		first = page_end;
+		offset = first - extent->first;
+	}
+	if (first < end)
+		TsdgWritePages(m->index, extent->start, offset / per_page,
+					   TsdgPagesFor(end - extent->first, per_page), TsdgFillRunPage, &run);
+}
+
+/*
+ * A new extent for the rows [first, n) and room for half the graph again:
+ * in unused row blocks large enough for the rows, else at the end of the
+ * index. Only the pages with rows and, at the end, the extent's last page
+ * (so that a replay extends the file as far) are written.
+ */
+static void
+TsdgNewExtent(TsdgMerge *m, uint32 first)
+{
+	TsdgMetaPageData *nm = &m->new_meta;
+	int64		n = m->n_old + m->n_new;
+	int			per_page = m->new_layout.rows_per_page;
+	BlockNumber with_rows = TsdgPagesFor(n - first, per_page);
+	TsdgRowExtent *extent = &nm->row_extents[nm->row_extent_count++];
+	TsdgRowRun	run = {m, first, first, (uint32) n};
+	int			best = -1;
+
+	for (int i = 0; i < m->unused_row_count; i++)
+		if (m->unused_rows[i].blocks >= with_rows &&
+			(best < 0 || m->unused_rows[i].blocks < m->unused_rows[best].blocks))
+			best = i;
+	extent->first = first;
+	if (best >= 0)
+	{
+		extent->start = m->unused_rows[best].start;
+		extent->blocks = m->unused_rows[best].blocks;
+		m->unused_rows[best] = m->unused_rows[--m->unused_row_count];
+		TsdgWritePages(m->index, extent->start, 0, with_rows, TsdgFillRunPage, &run);
+		return;
+	}
+	extent->blocks = TsdgPagesFor(Max(n - first, n / 2), per_page);
+	extent->start = TsdgAppendBlocks(m->index, extent->blocks);
+	TsdgWritePages(m->index, extent->start, 0, with_rows, TsdgFillRunPage, &run);
+	if (extent->blocks > with_rows)
+		TsdgWritePages(m->index, extent->start, extent->blocks - 1, extent->blocks,
+					   TsdgFillRunPage, &run);
+}
+
+/*
+ * Places the rows of the merged graph. Old rows never move while the ids
+ * stay: the new rows fill the last extent's room, then a new extent. A merge
+ * that renumbered (deleted nodes dropped), or whose rows would need more
+ * extents than the metapage holds, writes all rows into one new extent and
+ * retires the old ones. Of the row blocks no scan reads (the extents the
+ * previous merge retired and the spare rows) that no new extent took, the
+ * largest stays spare and the others go to the free list. Fills the row
+ * fields of m->new_meta and new_layout.
+ */
+static void
+TsdgWriteRows(TsdgMerge *m)
+{
+	TsdgMetaPageData *nm = &m->new_meta;
+	int64		n = m->n_old + m->n_new;
+	int			per_page = m->new_layout.rows_per_page;
+	bool		renumbered = m->n_old != (int64) m->meta.node_count;
+	int			largest = -1;
+
+	nm->row_extent_count = m->meta.row_extent_count;
+	memcpy(nm->row_extents, m->meta.row_extents, sizeof(nm->row_extents));
+	nm->retired_extent_count = 0;
+	m->unused_row_count = 0;
+	for (int e = 0; e < m->meta.retired_extent_count; e++)
+		if (m->meta.retired_extents[e].blocks > 0)
+			m->unused_rows[m->unused_row_count++] = m->meta.retired_extents[e];
+	if (m->meta.spare_rows.blocks > 0)
+		m->unused_rows[m->unused_row_count++] = m->meta.spare_rows;
+	/* an extent without blocks (an index built empty) holds nothing to keep */
+	while (nm->row_extent_count > 0 && nm->row_extents[nm->row_extent_count - 1].blocks == 0)
+		nm->row_extent_count--;
+
+	if (!renumbered && nm->row_extent_count > 0)
+	{
+		TsdgRowExtent *last = &nm->row_extents[nm->row_extent_count - 1];
+		int64		room = (int64) last->blocks * per_page - (m->n_old - last->first);
+		uint32		placed = (uint32) Min(n, m->n_old + Max(room, 0));
+
+		if (placed >= n || nm->row_extent_count < TSDG_MAX_ROW_EXTENTS)
+		{
+			TsdgAppendToExtent(m, last, (uint32) m->n_old, placed);
+			if (placed < n)
+				TsdgNewExtent(m, placed);
+			goto placed;
+		}
+	}
+
+	/* all rows into one new extent */
+	for (int e = 0; e < m->meta.row_extent_count; e++)
+		if (m->meta.row_extents[e].blocks > 0)
+			nm->retired_extents[nm->retired_extent_count++] = m->meta.row_extents[e];
+	nm->row_extent_count = 0;
+	if (n > 0)
+		TsdgNewExtent(m, 0);
+
+placed:
+	m->new_layout.extent_count = nm->row_extent_count;
+	memcpy(m->new_layout.extents, nm->row_extents, sizeof(nm->row_extents));
+	for (int i = 0; i < m->unused_row_count; i++)
+		if (largest < 0 || m->unused_rows[i].blocks > m->unused_rows[largest].blocks)
+			largest = i;
+	memset(&nm->spare_rows, 0, sizeof(nm->spare_rows));
+	if (largest >= 0)
+	{
+		nm->spare_rows = m->unused_rows[largest];
+		m->unused_rows[largest] = m->unused_rows[--m->unused_row_count];
+	}
+}
+
+/*
+ * Pages no scan reads any more, given to the free list of pending pages: the
+ * spare region when the new lists did not fit in it, and the unused row
+ * blocks TsdgWriteRows left over (the cleanup before this merge proved that
+ * no scan of their graph remains). Their pages are initialized as free pages
+ * linked in order here; the switch links the last one to the free list.
+ */
+static void
+TsdgPrepareFreedPages(TsdgMerge *m, bool free_spare)
+{
+	TsdgRowExtent ranges[TSDG_MAX_ROW_EXTENTS + 2];
+	int			count = 0;
+
+	if (free_spare)
+	{
+		ranges[count].start = m->meta.spare_start;
+		ranges[count++].blocks = m->meta.spare_blocks;
+	}
+	for (int i = 0; i < m->unused_row_count; i++)
+		ranges[count++] = m->unused_rows[i];
+
+	m->freed_first = count > 0 ? ranges[0].start : InvalidBlockNumber;
+	m->freed_last = count > 0 ? ranges[count - 1].start + ranges[count - 1].blocks - 1 :
+		InvalidBlockNumber;
+	for (int r = 0; r < count; r++)
+	{
+		for (BlockNumber i = 0; i < ranges[r].blocks; i++)
+		{
+			BlockNumber next = i + 1 < ranges[r].blocks ? ranges[r].start + i + 1 :
+				r + 1 < count ? ranges[r + 1].start : InvalidBlockNumber;
+			Buffer		buf = ReadBufferExtended(m->index, MAIN_FORKNUM, ranges[r].start + i,
+												 RBM_ZERO_AND_LOCK, NULL);
+			GenericXLogState *state = GenericXLogStart(m->index);
+			Page		page = GenericXLogRegisterBuffer(state, buf, GENERIC_XLOG_FULL_IMAGE);
+
+			TsdgInitPendingPage(page);
+			TsdgPageGetOpaque(page)->flags = TSDG_PAGE_FREE;
+			TsdgPageGetOpaque(page)->next = next;
+			GenericXLogFinish(state);
+			UnlockReleaseBuffer(buf);
+			if ((i & 63) == 0)
+				CHECK_FOR_INTERRUPTS();
+		}
 	}
 }
 
 /*
  * The switch: one GenericXLog record over the metapage moves every reader
- * to the new graph and the rows that stayed pending, retires the old region
- * and the consumed pages, and bumps graph_version.
+ * to the new graph and the rows that stayed pending, retires the old region,
+ * the consumed pages and the row extents a renumbering left, gives the freed
+ * pages to the free list, and bumps graph_version.
  */
 static void
-TsdgSwitchGraph(TsdgMerge *m, bool free_spare)
+TsdgSwitchGraph(TsdgMerge *m)
 {
 	Buffer		metabuf = ReadBuffer(m->index, TSDG_METAPAGE_BLKNO);
 	Buffer		lastbuf = InvalidBuffer;
@@ -969,9 +1104,9 @@ TsdgSwitchGraph(TsdgMerge *m, bool free_spare)
 	XLogRecPtr	lsn;
 
 	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
-	if (free_spare)
+	if (BlockNumberIsValid(m->freed_last))
 	{
-		lastbuf = ReadBuffer(m->index, m->meta.spare_start + m->meta.spare_blocks - 1);
+		lastbuf = ReadBuffer(m->index, m->freed_last);
 		LockBuffer(lastbuf, BUFFER_LOCK_EXCLUSIVE);
 	}
 	state = GenericXLogStart(m->index);
@@ -979,11 +1114,18 @@ TsdgSwitchGraph(TsdgMerge *m, bool free_spare)
 
 	meta->node_count = (uint32) (m->n_old + m->n_new);
 	meta->deleted_count = 0;
-	meta->node_start = nm->node_start;
+	meta->row_size = (uint16) m->new_layout.row_size;
+	meta->rows_per_page = (uint16) m->new_layout.rows_per_page;
+	meta->list_size = (uint16) m->new_layout.list_size;
+	meta->lists_per_page = (uint16) m->new_layout.lists_per_page;
+	meta->row_extent_count = nm->row_extent_count;
+	memcpy(meta->row_extents, nm->row_extents, sizeof(meta->row_extents));
+	meta->retired_extent_count = nm->retired_extent_count;
+	memcpy(meta->retired_extents, nm->retired_extents, sizeof(meta->retired_extents));
+	meta->spare_rows = nm->spare_rows;
+	meta->list_start = nm->list_start;
 	meta->knn_start = nm->knn_start;
 	meta->region_blocks = nm->region_blocks;
-	meta->node_size = nm->node_size;
-	meta->nodes_per_page = nm->nodes_per_page;
 	meta->knn_k = m->k;
 	meta->entry_count = nm->entry_count;
 	memcpy(meta->entry_points, nm->entry_points, sizeof(meta->entry_points));
@@ -997,15 +1139,15 @@ TsdgSwitchGraph(TsdgMerge *m, bool free_spare)
 		meta->retired_head = m->consumed_head;
 		meta->retired_tail = m->consumed_tail;
 	}
-	if (free_spare)
+	if (BufferIsValid(lastbuf))
 	{
 		TsdgPageGetOpaque(GenericXLogRegisterBuffer(state, lastbuf, 0))->next =
 			meta->free_head == TSDG_NO_BLOCK ? InvalidBlockNumber : meta->free_head;
-		meta->free_head = m->meta.spare_start;
+		meta->free_head = m->freed_first;
 	}
 
 	/* the old region becomes the spare one, once no scan reads it */
-	meta->spare_start = old_region > 0 ? m->meta.node_start : TSDG_NO_BLOCK;
+	meta->spare_start = old_region > 0 ? m->meta.list_start : TSDG_NO_BLOCK;
 	meta->spare_blocks = old_region;
 	meta->retired_readable = true;
 	meta->last_merge = GetCurrentTimestamp();
@@ -1026,7 +1168,7 @@ TsdgSwitchGraph(TsdgMerge *m, bool free_spare)
 /*
  * DEBUG1: where a merge's time went (reading the pages; GNND, GGM and TSDG;
  * entry points and d_nn1+; writing and switching), how many old lists
- * changed and how many of the node pages of old nodes hold a changed record.
+ * changed and how many of the list pages of old nodes hold a changed record.
  */
 static void
 TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start)
@@ -1035,7 +1177,7 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start)
 	int64		knn_changed = 0;
 	int64		graph_changed = 0;
 	int64		pages_changed = 0;
-	int			per_page = m->layout.nodes_per_page;
+	int			per_page = m->layout.lists_per_page;
 
 	if (!message_level_is_interesting(DEBUG1))
 		return;
@@ -1066,7 +1208,7 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start)
 					(int64) m->meta.node_count - m->n_old,
 					seconds[0], seconds[1], seconds[2], seconds[3]),
 			 errdetail("Old lists changed: " INT64_FORMAT " k-NN, " INT64_FORMAT " search; "
-					   "node pages of old nodes with a changed search list: " INT64_FORMAT " of " INT64_FORMAT ".",
+					   "list pages of old nodes with a changed search list: " INT64_FORMAT " of " INT64_FORMAT ".",
 					   knn_changed, graph_changed, pages_changed,
 					   (int64) TsdgPagesFor(m->n_old, per_page))));
 }
@@ -1085,7 +1227,6 @@ TsdgMergeIndex(Relation index, bool wait)
 	TsdgMetaPageData before;
 	MemoryContext merge_ctx;
 	MemoryContext old_ctx;
-	bool		free_spare;
 	int64		merged;
 	instr_time	phase_start[5];
 
@@ -1115,12 +1256,12 @@ TsdgMergeIndex(Relation index, bool wait)
 		INSTR_TIME_SET_CURRENT(phase_start[2]);
 		TsdgMergedEntryPoints(&m, metric);
 		INSTR_TIME_SET_CURRENT(phase_start[3]);
+		TsdgInitLayout(&m.new_layout, m.dims, m.meta.degree);
 		TsdgWriteRegion(&m);
-		free_spare = m.meta.spare_start != TSDG_NO_BLOCK && m.meta.spare_blocks > 0 &&
-			m.new_meta.node_start != m.meta.spare_start;
-		if (free_spare)
-			TsdgPrepareFreedSpare(&m);
-		TsdgSwitchGraph(&m, free_spare);
+		TsdgWriteRows(&m);
+		TsdgPrepareFreedPages(&m, m.meta.spare_start != TSDG_NO_BLOCK && m.meta.spare_blocks > 0 &&
+							  m.new_meta.list_start != m.meta.spare_start);
+		TsdgSwitchGraph(&m);
 		INSTR_TIME_SET_CURRENT(phase_start[4]);
 		TsdgReportMerge(&m, phase_start);
 		merged = m.n_new;

@@ -3,7 +3,7 @@
  *
  * The first amgettuple call scans the pending rows exactly and runs the
  * core's incremental graph search (tsdg_search_*) for tsdg.ef_search
- * candidates, reading node records from shared buffers; both lists are
+ * candidates, reading row and list records from shared buffers; both lists are
  * merged in distance order. When the executor wants more rows than that
  * round produced (a filter above the scan threw rows away), the search is
  * widened with a doubled ef and continues, skipping nodes already returned,
@@ -149,15 +149,14 @@ TsdgCheckNodeId(Relation index, const TsdgScanOpaque so, uint32 id)
 static int
 TsdgReadNeighbors(Relation index, TsdgScanOpaque so, uint32 id)
 {
-	Buffer		buf = ReadBuffer(index, TsdgNodeBlock(&so->layout, id));
+	Buffer		buf = ReadBuffer(index, TsdgListBlock(&so->layout, id));
 	char	   *rec;
 	int			count = 0;
 
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	rec = TsdgNodeRecord(&so->layout, BufferGetPage(buf), id);
-	memcpy(so->list_ids, TsdgNodeNeighbors(rec, so->layout.dims),
-		   sizeof(uint32) * so->layout.degree);
-	memcpy(so->list_lambdas, TsdgNodeLambdas(rec, so->layout.dims, so->layout.degree),
+	rec = TsdgListRecord(&so->layout, BufferGetPage(buf), id);
+	memcpy(so->list_ids, TsdgListNeighbors(rec), sizeof(uint32) * so->layout.degree);
+	memcpy(so->list_lambdas, TsdgListLambdas(rec, so->layout.degree),
 		   sizeof(uint8) * so->layout.degree);
 	UnlockReleaseBuffer(buf);
 
@@ -173,12 +172,12 @@ TsdgReadNeighbors(Relation index, TsdgScanOpaque so, uint32 id)
 static float
 TsdgNodeDistance(Relation index, TsdgScanOpaque so, uint32 id)
 {
-	Buffer		buf = ReadBuffer(index, TsdgNodeBlock(&so->layout, id));
+	Buffer		buf = ReadBuffer(index, TsdgRowBlock(&so->layout, id));
 	float		distance;
 
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
 	distance = tsdg_metric_distance(so->metric, so->query,
-									TsdgRecordVector(TsdgNodeRecord(&so->layout, BufferGetPage(buf), id)),
+									TsdgRecordVector(TsdgRowRecord(&so->layout, BufferGetPage(buf), id)),
 									so->layout.dims);
 	UnlockReleaseBuffer(buf);
 	return distance;
@@ -188,12 +187,12 @@ TsdgNodeDistance(Relation index, TsdgScanOpaque so, uint32 id)
 static bool
 TsdgReadNodeTid(Relation index, TsdgScanOpaque so, uint32 id, ItemPointer tid)
 {
-	Buffer		buf = ReadBuffer(index, TsdgNodeBlock(&so->layout, id));
+	Buffer		buf = ReadBuffer(index, TsdgRowBlock(&so->layout, id));
 	TsdgNodeHeader *hdr;
 	bool		deleted;
 
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	hdr = (TsdgNodeHeader *) TsdgNodeRecord(&so->layout, BufferGetPage(buf), id);
+	hdr = (TsdgNodeHeader *) TsdgRowRecord(&so->layout, BufferGetPage(buf), id);
 	*tid = hdr->heaptid;
 	deleted = (hdr->flags & TSDG_NODE_DELETED) != 0;
 	UnlockReleaseBuffer(buf);

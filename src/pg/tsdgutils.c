@@ -19,51 +19,56 @@
 #include "tsdg.h"
 #include "vector.h"
 
-/* room for records on a node page: everything after the page header */
-#define TSDG_NODE_PAGE_SPACE	(BLCKSZ - MAXALIGN(SizeOfPageHeaderData))
+/* room for records on a row, list or k-NN page: everything after the page header */
+#define TSDG_RECORD_PAGE_SPACE	(BLCKSZ - MAXALIGN(SizeOfPageHeaderData))
 #define TSDG_PENDING_PAGE_SPACE \
 	(BLCKSZ - MAXALIGN(SizeOfPageHeaderData) - MAXALIGN(sizeof(TsdgPageOpaqueData)))
 
-Size
-TsdgNodeSize(int dims, int degree)
+/* the next record's vector must stay float-aligned */
+static Size
+TsdgRowSize(int dims)
 {
-	Size		size = sizeof(TsdgNodeHeader) + sizeof(float) * dims +
-		(sizeof(uint32) + sizeof(uint8)) * degree;
+	return TYPEALIGN(sizeof(float), sizeof(TsdgNodeHeader) + sizeof(float) * dims);
+}
 
-	/* the next record's vector must stay float-aligned */
-	return TYPEALIGN(sizeof(float), size);
+static Size
+TsdgListSize(int degree)
+{
+	return TYPEALIGN(sizeof(uint32), (sizeof(uint32) + sizeof(uint8)) * degree);
 }
 
 int
-TsdgMaxDimensions(int degree)
+TsdgMaxDimensions(void)
 {
-	return (int) ((TSDG_NODE_PAGE_SPACE - sizeof(TsdgNodeHeader) -
-				   (sizeof(uint32) + sizeof(uint8)) * degree) / sizeof(float));
+	return (int) ((TSDG_RECORD_PAGE_SPACE - sizeof(TsdgNodeHeader)) / sizeof(float));
 }
 
 void
-TsdgCheckDimensions(Relation index, int dims, int degree)
+TsdgCheckDimensions(Relation index, int dims)
 {
-	int			max_dims = TsdgMaxDimensions(degree);
+	int			max_dims = TsdgMaxDimensions();
 
 	if (dims > max_dims)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("column cannot have more than %d dimensions for tsdg index \"%s\" with degree %d",
-						max_dims, RelationGetRelationName(index), degree),
+				 errmsg("column cannot have more than %d dimensions for tsdg index \"%s\"",
+						max_dims, RelationGetRelationName(index)),
 				 errdetail("The vector has %d dimensions.", dims),
-				 errhint("A node record must fit in one %d-byte page; a smaller degree leaves room for more dimensions.",
-						 BLCKSZ)));
+				 errhint("A row record must fit in one %d-byte page.", BLCKSZ)));
 }
 
+/* the record shapes; the caller places the rows and lists */
 void
-TsdgInitLayout(TsdgLayout *layout, int dims, int degree, BlockNumber node_start)
+TsdgInitLayout(TsdgLayout *layout, int dims, int degree)
 {
+	MemSet(layout, 0, sizeof(TsdgLayout));
 	layout->dims = dims;
 	layout->degree = degree;
-	layout->node_size = TsdgNodeSize(dims, degree);
-	layout->nodes_per_page = (int) (TSDG_NODE_PAGE_SPACE / layout->node_size);
-	layout->node_start = node_start;
+	layout->row_size = TsdgRowSize(dims);
+	layout->rows_per_page = (int) (TSDG_RECORD_PAGE_SPACE / layout->row_size);
+	layout->list_size = TsdgListSize(degree);
+	layout->lists_per_page = (int) (TSDG_RECORD_PAGE_SPACE / layout->list_size);
+	layout->list_start = InvalidBlockNumber;
 	layout->pending_size = TYPEALIGN(sizeof(float),
 									 sizeof(TsdgPendingHeader) + sizeof(float) * dims);
 	layout->pending_per_page = (int) (TSDG_PENDING_PAGE_SPACE / layout->pending_size);
@@ -72,27 +77,132 @@ TsdgInitLayout(TsdgLayout *layout, int dims, int degree, BlockNumber node_start)
 void
 TsdgLayoutFromMeta(TsdgLayout *layout, const TsdgMetaPageData *meta)
 {
-	TsdgInitLayout(layout, meta->dims, meta->degree, meta->node_start);
+	TsdgInitLayout(layout, meta->dims, meta->degree);
 	if (meta->node_count > 0 &&
-		(layout->node_size != meta->node_size ||
-		 layout->nodes_per_page != meta->nodes_per_page))
+		(layout->row_size != meta->row_size || layout->rows_per_page != meta->rows_per_page ||
+		 layout->list_size != meta->list_size || layout->lists_per_page != meta->lists_per_page ||
+		 meta->row_extent_count < 1 || meta->row_extent_count > TSDG_MAX_ROW_EXTENTS))
 		ereport(ERROR,
 				(errcode(ERRCODE_INDEX_CORRUPTED),
-				 errmsg("tsdg metapage describes %u-byte node records, %d per page, but %d dimensions and degree %d give %zu, %d",
-						meta->node_size, meta->nodes_per_page, meta->dims, meta->degree,
-						layout->node_size, layout->nodes_per_page)));
+				 errmsg("tsdg metapage describes %u-byte rows (%d per page) and %u-byte lists (%d per page) in %d extents, but %d dimensions and degree %d give %zu (%d) and %zu (%d)",
+						meta->row_size, meta->rows_per_page, meta->list_size, meta->lists_per_page,
+						meta->row_extent_count, meta->dims, meta->degree,
+						layout->row_size, layout->rows_per_page,
+						layout->list_size, layout->lists_per_page)));
+	layout->list_start = meta->list_start;
+	layout->extent_count = meta->row_extent_count;
+	memcpy(layout->extents, meta->row_extents, sizeof(layout->extents));
+}
+
+/* the extent of node id: the last one whose first row is not past it */
+static const TsdgRowExtent *
+TsdgRowExtentOf(const TsdgLayout *layout, uint32 id)
+{
+	int			e = layout->extent_count - 1;
+
+	while (e > 0 && layout->extents[e].first > id)
+		e--;
+	return &layout->extents[e];
 }
 
 BlockNumber
-TsdgNodeBlock(const TsdgLayout *layout, uint32 id)
+TsdgRowBlock(const TsdgLayout *layout, uint32 id)
 {
-	return layout->node_start + id / layout->nodes_per_page;
+	const TsdgRowExtent *extent = TsdgRowExtentOf(layout, id);
+
+	return extent->start + (id - extent->first) / layout->rows_per_page;
 }
 
 char *
-TsdgNodeRecord(const TsdgLayout *layout, Page page, uint32 id)
+TsdgRowRecord(const TsdgLayout *layout, Page page, uint32 id)
 {
-	return PageGetContents(page) + layout->node_size * (id % layout->nodes_per_page);
+	const TsdgRowExtent *extent = TsdgRowExtentOf(layout, id);
+
+	return PageGetContents(page) + layout->row_size * ((id - extent->first) % layout->rows_per_page);
+}
+
+/* one past the last node before limit whose row shares the page of id's */
+uint32
+TsdgRowPageEnd(const TsdgLayout *layout, uint32 id, uint32 limit)
+{
+	const TsdgRowExtent *extent = TsdgRowExtentOf(layout, id);
+	int64		end = extent->first +
+		((int64) (id - extent->first) / layout->rows_per_page + 1) * layout->rows_per_page;
+
+	if (extent < &layout->extents[layout->extent_count - 1])
+		end = Min(end, (extent + 1)->first);
+	return (uint32) Min(end, (int64) limit);
+}
+
+BlockNumber
+TsdgListBlock(const TsdgLayout *layout, uint32 id)
+{
+	return layout->list_start + id / layout->lists_per_page;
+}
+
+char *
+TsdgListRecord(const TsdgLayout *layout, Page page, uint32 id)
+{
+	return PageGetContents(page) + layout->list_size * (id % layout->lists_per_page);
+}
+
+BlockNumber
+TsdgPagesFor(int64 records, int per_page)
+{
+	return (BlockNumber) ((records + per_page - 1) / per_page);
+}
+
+int
+TsdgKnnPerPage(int k)
+{
+	return (int) (TSDG_RECORD_PAGE_SPACE / (sizeof(uint32) * k));
+}
+
+/*
+ * Appends the rows [first, end) (indexes of tids and rows) to a row page,
+ * after the records it holds.
+ */
+void
+TsdgFillRowPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
+				const ItemPointerData *tids, const float *rows)
+{
+	for (uint32 id = first; id < end; id++)
+	{
+		char	   *rec = (char *) page + ((PageHeader) page)->pd_lower;
+
+		MemSet(rec, 0, layout->row_size);
+		((TsdgNodeHeader *) rec)->heaptid = tids[id];
+		memcpy(TsdgRecordVector(rec), rows + (Size) id * layout->dims, sizeof(float) * layout->dims);
+		((PageHeader) page)->pd_lower += layout->row_size;
+	}
+}
+
+/* Fills a fresh list page with the lists [first, end). */
+void
+TsdgFillListPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
+				 const uint32 *neighbors, const uint8 *lambdas)
+{
+	int			degree = layout->degree;
+
+	TsdgInitRecordPage(page);
+	for (uint32 id = first; id < end; id++)
+	{
+		char	   *rec = (char *) page + ((PageHeader) page)->pd_lower;
+
+		MemSet(rec, 0, layout->list_size);
+		memcpy(TsdgListNeighbors(rec), neighbors + (Size) id * degree, sizeof(uint32) * degree);
+		memcpy(TsdgListLambdas(rec, degree), lambdas + (Size) id * degree, degree);
+		((PageHeader) page)->pd_lower += layout->list_size;
+	}
+}
+
+/* Fills a fresh k-NN page with the lists [first, end). */
+void
+TsdgFillKnnPage(Page page, const uint32 *knn_ids, int64 first, int64 end, int k)
+{
+	TsdgInitRecordPage(page);
+	memcpy(PageGetContents(page), knn_ids + first * k, sizeof(uint32) * k * (end - first));
+	((PageHeader) page)->pd_lower += sizeof(uint32) * k * (end - first);
 }
 
 /* records of a page whose records are packed from the contents to pd_lower */
@@ -159,7 +269,7 @@ TsdgAppendBlocks(Relation index, BlockNumber count)
  * Marks filled, locked pages dirty, WAL-logs them as one record of full
  * pages (up to XLR_MAX_BLOCK_ID), releases them.
  */
-void
+static void
 TsdgLogPages(Buffer *buffers, int count, bool wal)
 {
 	XLogRecPtr	recptr;
@@ -182,6 +292,39 @@ TsdgLogPages(Buffer *buffers, int count, bool wal)
 	END_CRIT_SECTION();
 	for (int i = 0; i < count; i++)
 		UnlockReleaseBuffer(buffers[i]);
+}
+
+/*
+ * Writes pages [first, end) of a run of blocks that exist from start on,
+ * whatever they held: fill(arg, page, page_no) fills each zeroed page in its
+ * locked buffer, and the pages are WAL-logged XLR_MAX_BLOCK_ID at a time as
+ * full images, as CREATE INDEX logs its own (log_newpage_range's record,
+ * without reading the pages back).
+ */
+void
+TsdgWritePages(Relation index, BlockNumber start, BlockNumber first, BlockNumber end,
+			   TsdgPageFiller fill, void *arg)
+{
+	bool		wal = RelationNeedsWAL(index);
+	Buffer		batch[XLR_MAX_BLOCK_ID];
+	int			batched = 0;
+
+	if (wal && end > first)
+		XLogEnsureRecordSpace(XLR_MAX_BLOCK_ID - 1, 0);
+	for (BlockNumber page_no = first; page_no < end; page_no++)
+	{
+		Buffer		buf = ReadBufferExtended(index, MAIN_FORKNUM, start + page_no,
+											 RBM_ZERO_AND_LOCK, NULL);
+
+		fill(arg, BufferGetPage(buf), page_no);
+		batch[batched++] = buf;
+		if (batched == XLR_MAX_BLOCK_ID || page_no == end - 1)
+		{
+			TsdgLogPages(batch, batched, wal);
+			batched = 0;
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
 }
 
 void
@@ -266,7 +409,7 @@ TsdgReadPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
 }
 
 void
-TsdgInitNodePage(Page page)
+TsdgInitRecordPage(Page page)
 {
 	PageInit(page, BLCKSZ, 0);
 	((PageHeader) page)->pd_lower = MAXALIGN(SizeOfPageHeaderData);

@@ -21,9 +21,9 @@ TsdgDeleteNodes(IndexVacuumInfo *info, const TsdgLayout *layout, uint32 node_cou
 	Relation	index = info->index;
 	uint32		newly_deleted = 0;
 
-	for (uint32 first = 0; first < node_count; first += layout->nodes_per_page)
+	for (uint32 first = 0; first < node_count; first = TsdgRowPageEnd(layout, first, node_count))
 	{
-		uint32		end = Min(first + layout->nodes_per_page, node_count);
+		uint32		end = TsdgRowPageEnd(layout, first, node_count);
 		Buffer		buf;
 		GenericXLogState *state;
 		Page		page;
@@ -31,14 +31,14 @@ TsdgDeleteNodes(IndexVacuumInfo *info, const TsdgLayout *layout, uint32 node_cou
 
 		vacuum_delay_point();
 
-		buf = ReadBufferExtended(index, MAIN_FORKNUM, TsdgNodeBlock(layout, first),
+		buf = ReadBufferExtended(index, MAIN_FORKNUM, TsdgRowBlock(layout, first),
 								 RBM_NORMAL, info->strategy);
 		LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
 		state = GenericXLogStart(index);
 		page = GenericXLogRegisterBuffer(state, buf, 0);
 		for (uint32 id = first; id < end; id++)
 		{
-			TsdgNodeHeader *hdr = (TsdgNodeHeader *) TsdgNodeRecord(layout, page, id);
+			TsdgNodeHeader *hdr = (TsdgNodeHeader *) TsdgRowRecord(layout, page, id);
 
 			if ((hdr->flags & TSDG_NODE_DELETED) == 0 && callback(&hdr->heaptid, callback_state))
 			{

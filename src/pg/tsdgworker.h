@@ -216,7 +216,7 @@ typedef struct TsdgIndexImage
 	uint8	   *flags;			/* n: TsdgNodeHeader flags */
 } TsdgIndexImage;
 
-/* Reads every node record into the image's arrays, which the caller sized. */
+/* Reads every row and list record into the image's arrays, which the caller sized. */
 extern void TsdgReadIndexImage(Relation index, const TsdgMetaPageData *meta,
 							   TsdgIndexImage *image);
 

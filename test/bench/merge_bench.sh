@@ -133,8 +133,10 @@ for l in $(seq 1 "$loads"); do
 
   t0=$(now)
   # the merge's DEBUG1 line says where its time went
-  printf '%s\n' "SET client_min_messages = debug1;" "SELECT tsdg_merge('inc_idx');" |
-    with_cpu >"$work/merge.out" 2> >(grep -A1 'tsdg merge of' >>"$out/merge_phases.log") &
+  # the merge's own end: the probe loop below notices it up to a probe and a second later
+  { printf '%s\n' "SET client_min_messages = debug1;" "SELECT tsdg_merge('inc_idx');" |
+      with_cpu >"$work/merge.out" 2> >(grep -A1 'tsdg merge of' >>"$out/merge_phases.log")
+    now >"$work/merge.end"; } &
   merge_pid=$!
   during=0
   during_misses=0
@@ -146,7 +148,7 @@ for l in $(seq 1 "$loads"); do
     sleep 1
   done
   wait "$merge_pid"
-  merge_s=$(elapsed "$t0" "$(now)")
+  merge_s=$(elapsed "$t0" "$(cat "$work/merge.end")")
   merged=$(head -1 "$work/merge.out")
   merge_cpu=$(tail -1 "$work/merge.out")
   [ "$merged" = "$chunk" ] || { echo "FAIL: merge $l merged $merged rows, expected $chunk"; exit 1; }
