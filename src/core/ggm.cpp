@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "bruteforce.h"
 #include "descent.h"
 #include "distance.h"
 #include "huge_pages.h"
@@ -157,6 +158,116 @@ void init_old_list(MatrixView local_data, DistanceFn distance, const KnnGraph& o
   lists.sort_list(s);
 }
 
+// Rows of the indexed set per pivot sampled to seed the batch lists.
+constexpr int64_t kSeedPivotRows = 256;
+
+// For every batch row, the old row its list starts from: the nearest of a
+// sample of old rows (one per kSeedPivotRows).
+std::vector<uint32_t> nearest_old_pivots(MatrixView data, int64_t split, Metric metric, uint64_t seed,
+                                         const RunControl& control) {
+  const int64_t batch = data.rows - split;
+  const int64_t pivots = std::max<int64_t>(1, split / kSeedPivotRows);
+  std::vector<uint32_t> pivot_rows(pivots);
+  uint64_t state = seed ^ 0x70697675747344ULL;
+  draw_distinct(state, static_cast<uint64_t>(split), static_cast<int>(pivots), pivot_rows.data());
+  Matrix pivot_values(pivots, data.dim);
+  for (int64_t i = 0; i < pivots; ++i) {
+    std::copy(data.row(pivot_rows[i]), data.row(pivot_rows[i]) + data.dim, pivot_values.row(i));
+  }
+  std::vector<uint32_t> nearest(batch);
+  std::vector<float> dist(batch);
+  RunControl without_progress = control;  // the merge's progress counts its own steps
+  without_progress.progress_done = nullptr;
+  without_progress.progress_total = nullptr;
+  exact_knn(pivot_values.view(), data.slice(split, batch), metric, 1, nearest.data(), dist.data(),
+            without_progress);
+  for (uint32_t& p : nearest) p = pivot_rows[p];
+  return nearest;
+}
+
+// Greedy steps on the old k-NN graph from a batch row's pivot.
+constexpr int kSeedWalkSteps = 8;
+
+// A batch row's list as the incremental merge starts it at position s: the
+// first k - k/2 neighbors of its batch graph (OLD, as in Algorithm 3), then,
+// instead of k/2 random old rows, the k/2 nearest old rows met by a greedy
+// walk on the old k-NN graph from its pivot towards the row (NEW): the joins
+// then refine lists that start near their final ones, in fewer iterations
+// than from random rows. Random old rows fill what the walk lacks.
+void init_batch_list(MatrixView local_data, DistanceFn distance, uint64_t seed, int64_t s, int64_t row,
+                     const Side& batch_side, const KnnGraph& old_graph, uint32_t pivot,
+                     const Placement& placement, DescentLists& lists, int held_k, uint32_t* held_ids,
+                     float* held_dists, std::vector<DescentLists::Entry>& met) {
+  const int k = lists.k();
+  const KnnGraph& graph = *batch_side.graph;
+  const int64_t local = row - batch_side.begin;
+  const uint32_t* ids = graph.list(local);
+  const float* dists = graph.list_dists(local);
+  DescentLists::Entry* entries = lists.list(s);
+  uint8_t* flags = lists.flags(s);
+
+  const int keep = std::min(graph.k, k - k / 2);
+  int count = 0;
+  for (int j = 0; j < keep; ++j) {
+    if (ids[j] == kInvalidId) continue;
+    entries[count] = {dists[j], placement.position_of[batch_side.begin + ids[j]]};
+    flags[count++] = 0;
+  }
+  for (int j = keep; j < keep + held_k; ++j) {
+    const bool valid = j < graph.k && ids[j] != kInvalidId;
+    held_ids[j - keep] = valid ? static_cast<uint32_t>(batch_side.begin + ids[j]) : kInvalidId;
+    held_dists[j - keep] = valid ? dists[j] : std::numeric_limits<float>::infinity();
+  }
+
+  // The walk keeps every old row it measured (as positions).
+  met.clear();
+  const auto measure = [&](uint32_t old_row) {
+    const uint32_t v = placement.position_of[old_row];
+    const float d = distance(local_data.row(s), local_data.row(v), local_data.dim);
+    met.push_back({d, v});
+    return d;
+  };
+  uint32_t at = pivot;
+  float at_dist = measure(pivot);
+  for (int step = 0; step < kSeedWalkSteps; ++step) {
+    const uint32_t* list = old_graph.list(at);
+    uint32_t next = at;
+    float next_dist = at_dist;
+    for (int j = 0; j < old_graph.k; ++j) {
+      if (list[j] == kInvalidId) continue;
+      const float d = measure(list[j]);
+      if (d < next_dist) {
+        next = list[j];
+        next_dist = d;
+      }
+    }
+    if (next == at) break;
+    at = next;
+    at_dist = next_dist;
+  }
+  std::sort(met.begin(), met.end(), [](const DescentLists::Entry& a, const DescentLists::Entry& b) {
+    return a.dist < b.dist || (a.dist == b.dist && a.id < b.id);
+  });
+  const int first_old = count;
+  const auto add_old = [&](const DescentLists::Entry& e) {
+    for (int j = first_old; j < count; ++j) {
+      if (entries[j].id == e.id) return;
+    }
+    entries[count] = e;
+    flags[count++] = DescentLists::kNew;
+  };
+  for (size_t i = 0; i < met.size() && count < k; ++i) add_old(met[i]);
+  const int64_t split = batch_side.begin;
+  uint64_t state = seed ^ (static_cast<uint64_t>(s) * 0xd1b54a32d192ed03ULL);
+  for (int tries = 0; count < k && count - first_old < split && tries < 4 * k; ++tries) {
+    uint32_t drawn;
+    draw_distinct(state, static_cast<uint64_t>(split), 1, &drawn);
+    const uint32_t v = placement.position_of[drawn];
+    add_old({distance(local_data.row(s), local_data.row(v), local_data.dim), v});
+  }
+  lists.sort_list(s);
+}
+
 }  // namespace
 
 KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const KnnGraph& second,
@@ -246,15 +357,21 @@ IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const Knn
 
   DescentLists lists(n, k);
   const DistanceFn distance = metric_distance_fn(metric);
-  parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
+  const std::vector<uint32_t> pivots =
+      split == 0 || batch == 0 ? std::vector<uint32_t>() : nearest_old_pivots(data, split, metric, params.seed, control);
+  std::vector<std::vector<DescentLists::Entry>> walk_scratch(worker_count(control));
+  parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int worker) {
     for (int64_t s = begin; s < end; ++s) {
       const int64_t row = placement.row_at[s];
       if (row < split) {
         init_old_list(local, distance, old_graph, row, s, placement, lists);
+      } else if (split == 0) {
+        init_merged_list(local, metric, params.seed, s, row, batch_side, old_side, placement, lists,
+                         held_k, held_ids.data() + (row - split) * held_k, held_dists.data() + (row - split) * held_k);
       } else {
         const int64_t b = row - split;
-        init_merged_list(local, metric, params.seed, s, row, batch_side, old_side, placement, lists,
-                         held_k, held_ids.data() + b * held_k, held_dists.data() + b * held_k);
+        init_batch_list(local, distance, params.seed, s, row, batch_side, old_graph, pivots[b], placement, lists,
+                        held_k, held_ids.data() + b * held_k, held_dists.data() + b * held_k, walk_scratch[worker]);
       }
     }
     control.add_done(end - begin);

@@ -26,8 +26,13 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
 // joined (as in ggm_merge), but the old lists are not seeded with random batch
 // rows: they keep their whole list and take part only once a join offers them
 // a batch row, so the work follows the batch and the old lists near it. The
-// batch lists start as Algorithm 3 starts them (k - k/2 of their own
-// neighbors, k/2 random old rows). The iterations stop when their updates fall
+// batch lists start with k - k/2 of their own neighbors, as in Algorithm 3,
+// but their k/2 old rows are not random: they are the nearest old rows a
+// greedy walk on the old graph meets on its way from the batch row's nearest
+// pivot (a sample of one old row in 256) towards the row. Lists that start
+// near their final ones need fewer joins: 10 merges of 10k clustered rows
+// into 100k-190k took 2.2-2.8 CPU s of GGM instead of 2.6-5.1 at the same
+// recall (docs/benchmarks.md). The iterations stop when their updates fall
 // below params.min_update_rate * k * (the lists that can change: the batch
 // rows, plus at most k old lists per batch row), or after params.iterations.
 struct IncrementalMerge {
