@@ -5,7 +5,8 @@
 // original list of its side (the part that was set aside included).
 // The incremental merge (ggm.h, ggm_merge_incremental) starts the indexed
 // side's lists with their whole list, every entry OLD, so that an indexed
-// list takes part in a join only once a batch row is offered to it.
+// list takes part in a join only once a batch row is offered to it, and the
+// batch lists near their final ones (a greedy walk from a start row).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -51,12 +52,15 @@ __global__ void start_merge_lists_kernel(KnnListsView lists, int64_t nodes, int6
 
 // The incremental merge's start: a warp per list. An indexed row (below
 // split) keeps its whole list as OLD; a batch row keeps the first k - k/2
-// entries of its own list as OLD and gets k/2 random indexed rows as NEW.
+// entries of its own list as OLD and is offered, as NEW, the indexed rows a
+// greedy walk on the indexed k-NN graph meets from its start row (its
+// nearest pivot; ggm.h) towards it, or k/2 random indexed rows without
+// start rows.
 template <Metric M>
 __global__ void start_incremental_lists_kernel(KnnListsView lists, int64_t nodes, int64_t split,
                                                const uint32_t* original_ids,
                                                const float* original_dists, const float* data,
-                                               int dim, uint64_t seed) {
+                                               int dim, const uint32_t* batch_starts, uint64_t seed) {
   const int64_t node = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
   if (node >= nodes) return;
   const int k = lists.k;
@@ -69,12 +73,35 @@ __global__ void start_incremental_lists_kernel(KnnListsView lists, int64_t nodes
   }
   if (indexed) return;
   const float* row = data + node * dim;
-  for (int attempt = 0; attempt < k / 2; ++attempt) {
-    const uint32_t candidate = static_cast<uint32_t>(
-        mix_hash(seed, static_cast<uint64_t>(node), static_cast<uint64_t>(attempt)) %
-        static_cast<uint64_t>(split));
-    const float d = warp_distance<M>(row, data + static_cast<int64_t>(candidate) * dim, dim);
-    warp_insert_candidate(lists, static_cast<uint32_t>(node), candidate, d, true);
+  if (batch_starts == nullptr) {
+    for (int attempt = 0; attempt < k / 2; ++attempt) {
+      const uint32_t candidate = static_cast<uint32_t>(
+          mix_hash(seed, static_cast<uint64_t>(node), static_cast<uint64_t>(attempt)) %
+          static_cast<uint64_t>(split));
+      const float d = warp_distance<M>(row, data + static_cast<int64_t>(candidate) * dim, dim);
+      warp_insert_candidate(lists, static_cast<uint32_t>(node), candidate, d, true);
+    }
+    return;
+  }
+  uint32_t at = batch_starts[node - split];
+  float at_dist = warp_distance<M>(row, data + static_cast<int64_t>(at) * dim, dim);
+  warp_insert_candidate(lists, static_cast<uint32_t>(node), at, at_dist, true);
+  for (int step = 0; step < kMergeSeedWalkSteps; ++step) {
+    uint32_t next = at;
+    float next_dist = at_dist;
+    for (int j = 0; j < k; ++j) {
+      const uint32_t v = original_ids[static_cast<int64_t>(at) * k + j];
+      if (v == kInvalidId) continue;
+      const float d = warp_distance<M>(row, data + static_cast<int64_t>(v) * dim, dim);
+      warp_insert_candidate(lists, static_cast<uint32_t>(node), v, d, true);
+      if (d < next_dist) {
+        next = v;
+        next_dist = d;
+      }
+    }
+    if (next == at) break;
+    at = next;
+    at_dist = next_dist;
   }
 }
 
@@ -256,8 +283,8 @@ KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const Knn
 
 int ggm_merge_incremental_resident(DeviceContext& ctx, GnndWorkspace& ws, const float* rows, int dim,
                                    int64_t split, const uint32_t* original_ids,
-                                   const float* original_dists, Metric metric,
-                                   const GnndParams& params, const RunControl& control) {
+                                   const float* original_dists, const uint32_t* batch_starts,
+                                   Metric metric, const GnndParams& params, const RunControl& control) {
   const int64_t n = ws.nodes;
   GnndParams merge = params;
   merge.min_update_rate = incremental_merge_update_rate(params.min_update_rate, split, n - split, ws.k);
@@ -268,7 +295,7 @@ int ggm_merge_incremental_resident(DeviceContext& ctx, GnndWorkspace& ws, const 
                                  constexpr Metric M = decltype(tag)::value;
                                  start_incremental_lists_kernel<M><<<warp_per_list_grid(n), 256, 0, stream>>>(
                                      lists, n, split, original_ids, original_dists, rows, dim,
-                                     params.seed);
+                                     batch_starts, params.seed);
                                  check_launch("start_incremental_lists_kernel");
                                });
                              });

@@ -55,13 +55,14 @@ int run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data
 
 // ggm.cu: the incremental GGM (ggm.h) on device rows (n = ws.nodes rows,
 // [0, split) indexed) and original lists (n * ws.k, global ids, sorted): the
-// indexed lists start whole and OLD, the batch lists as Algorithm 3 starts
-// them; ws ends with the merged lists, sorted, flags cleared. Returns the
-// iterations run.
+// indexed lists start whole and OLD, each batch list walks from its start row
+// (batch_starts: n - split indexed rows on the device, as ggm.h's seed pivots
+// give them; NULL: k/2 random indexed rows, as Algorithm 3); ws ends with the
+// merged lists, sorted, flags cleared. Returns the iterations run.
 int ggm_merge_incremental_resident(DeviceContext& ctx, GnndWorkspace& ws, const float* rows, int dim,
                                    int64_t split, const uint32_t* original_ids,
-                                   const float* original_dists, Metric metric,
-                                   const GnndParams& params, const RunControl& control);
+                                   const float* original_dists, const uint32_t* batch_starts,
+                                   Metric metric, const GnndParams& params, const RunControl& control);
 
 // ggm.cu: graph's ids moved past offset (kInvalidId stays), as the second
 // side's ids are in the lists of both sides.

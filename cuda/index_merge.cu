@@ -36,6 +36,27 @@ void check_merge_input(const MergeInput& in, int k, int degree) {
   }
 }
 
+// For every batch row, the nearest of the merge's seed pivots (ggm.h), as
+// indexed rows: the brute force of the batch against the pivots.
+std::vector<uint32_t> nearest_seed_pivots(DeviceContext& ctx, MatrixView data, int64_t split, Metric metric,
+                                          uint64_t seed, const RunControl& control) {
+  const int64_t batch = data.rows - split;
+  const std::vector<uint32_t> pivot_rows = merge_seed_pivots(split, seed);
+  Matrix pivots(static_cast<int64_t>(pivot_rows.size()), data.dim);
+  for (size_t i = 0; i < pivot_rows.size(); ++i) {
+    std::copy(data.row(pivot_rows[i]), data.row(pivot_rows[i]) + data.dim, pivots.row(static_cast<int64_t>(i)));
+  }
+  std::vector<uint32_t> nearest(batch);
+  std::vector<float> dists(batch);
+  RunControl without_progress = control;  // the merge's progress counts its own steps
+  without_progress.progress_done = nullptr;
+  without_progress.progress_total = nullptr;
+  exact_knn(ctx, pivots.view(), data.slice(split, batch), metric, 1, nearest.data(), dists.data(),
+            without_progress);
+  for (uint32_t& p : nearest) p = pivot_rows[p];
+  return nearest;
+}
+
 }  // namespace
 
 bool merge_fits_on_device(MatrixView data, const GnndParams& gnnd) {
@@ -74,9 +95,15 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   }
   trace.mark("upload + old lists' distances");
 
+  DeviceBuffer<uint32_t> batch_starts(batch);
+  const std::vector<uint32_t> starts = nearest_seed_pivots(ctx, in.data, split, metric, params.seed, control);
+  copy_to_device(batch_starts.data(), starts.data(), starts.size(), stream);
+  trace.mark("batch rows' start rows");
+
   GnndWorkspace ws(n, k, checked_sample_count(params));
   ggm_merge_incremental_resident(ctx, ws, rows.values.data(), dim, split, original_ids.data(),
-                                 original_dists.data(), metric, params, control);
+                                 original_dists.data(), batch_starts.data(), metric, params, control);
+  batch_starts.release();
   copy_to_host(out.knn_ids, ws.ids.data(), old_entries + batch_entries, stream);
   if (out.knn_dists != nullptr) copy_to_host(out.knn_dists, ws.dists.data(), old_entries + batch_entries, stream);
   ctx.stream.synchronize();

@@ -158,18 +158,13 @@ void init_old_list(MatrixView local_data, DistanceFn distance, const KnnGraph& o
   lists.sort_list(s);
 }
 
-// Rows of the indexed set per pivot sampled to seed the batch lists.
-constexpr int64_t kSeedPivotRows = 256;
-
-// For every batch row, the old row its list starts from: the nearest of a
-// sample of old rows (one per kSeedPivotRows).
+// For every batch row, the old row its list starts from: the nearest of the
+// seed pivots.
 std::vector<uint32_t> nearest_old_pivots(MatrixView data, int64_t split, Metric metric, uint64_t seed,
                                          const RunControl& control) {
   const int64_t batch = data.rows - split;
-  const int64_t pivots = std::max<int64_t>(1, split / kSeedPivotRows);
-  std::vector<uint32_t> pivot_rows(pivots);
-  uint64_t state = seed ^ 0x70697675747344ULL;
-  draw_distinct(state, static_cast<uint64_t>(split), static_cast<int>(pivots), pivot_rows.data());
+  const std::vector<uint32_t> pivot_rows = merge_seed_pivots(split, seed);
+  const auto pivots = static_cast<int64_t>(pivot_rows.size());
   Matrix pivot_values(pivots, data.dim);
   for (int64_t i = 0; i < pivots; ++i) {
     std::copy(data.row(pivot_rows[i]), data.row(pivot_rows[i]) + data.dim, pivot_values.row(i));
@@ -184,9 +179,6 @@ std::vector<uint32_t> nearest_old_pivots(MatrixView data, int64_t split, Metric 
   for (uint32_t& p : nearest) p = pivot_rows[p];
   return nearest;
 }
-
-// Greedy steps on the old k-NN graph from a batch row's pivot.
-constexpr int kSeedWalkSteps = 8;
 
 // A batch row's list as the incremental merge starts it at position s: the
 // first k - k/2 neighbors of its batch graph (OLD, as in Algorithm 3), then,
@@ -229,7 +221,7 @@ void init_batch_list(MatrixView local_data, DistanceFn distance, uint64_t seed, 
   };
   uint32_t at = pivot;
   float at_dist = measure(pivot);
-  for (int step = 0; step < kSeedWalkSteps; ++step) {
+  for (int step = 0; step < kMergeSeedWalkSteps; ++step) {
     const uint32_t* list = old_graph.list(at);
     uint32_t next = at;
     float next_dist = at_dist;
@@ -324,6 +316,14 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
     control.add_done(end - begin);
   });
   return merged;
+}
+
+std::vector<uint32_t> merge_seed_pivots(int64_t split, uint64_t seed) {
+  const int64_t pivots = std::max<int64_t>(1, split / kMergeSeedPivotRows);
+  std::vector<uint32_t> rows(split > 0 ? pivots : 0);
+  uint64_t state = seed ^ 0x70697675747344ULL;
+  if (split > 0) draw_distinct(state, static_cast<uint64_t>(split), static_cast<int>(pivots), rows.data());
+  return rows;
 }
 
 GnndParams incremental_merge_params(const GnndParams& build) {

@@ -41,6 +41,16 @@ struct IncrementalMerge {
   int iterations = 0;            // GNND iterations run
 };
 
+// The batch lists' start (ggm_merge_incremental): one old row in
+// kMergeSeedPivotRows is a pivot; a batch row walks greedily on the old
+// k-NN graph from its nearest pivot for at most kMergeSeedWalkSteps steps.
+constexpr int64_t kMergeSeedPivotRows = 256;
+constexpr int kMergeSeedWalkSteps = 8;
+
+// The pivots of a merge into split indexed rows: distinct rows of [0, split),
+// the same for a seed on every backend.
+std::vector<uint32_t> merge_seed_pivots(int64_t split, uint64_t seed);
+
 // The update rate at which a merge stops (GNND's 0.001 is for a build): the
 // last iterations of a merge add little. 10k clustered rows of 128 dimensions
 // into 100k, k 64: 12 iterations at 0.001 (k-NN recall@10 0.9992), 9 at
