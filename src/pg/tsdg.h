@@ -361,7 +361,7 @@ extern Buffer TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta,
 								   BlockNumber *free_head_after);
 extern void TsdgVacuumMerge(IndexVacuumInfo *info);
 struct TsdgMergeSegment;
-extern void TsdgMergeComputeGraph(Relation index, const struct TsdgMergeSegment *mseg,
+extern void TsdgMergeComputeGraph(Relation index, struct TsdgMergeSegment *mseg,
 								  const float *rows, int64 n_old, int64 n_new,
 								  int dims, TsdgMetric metric, const TsdgBuildParams *params,
 								  const uint32 *old_knn_ids, const float *old_knn_dists,

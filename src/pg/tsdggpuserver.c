@@ -657,29 +657,25 @@ BuildPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 }
 
 /*
- * The metapage's entry points and d_nn1+ from the graph just built, into the
- * segment's summary; the session writes its pages meanwhile and waits for
- * this only at the end (TsdgWorkerBuildSummary).
+ * The metapage's entry points and d_nn1+ of the graph just built or merged
+ * (n rows and search lists), into the segment's summary; the session writes
+ * its pages meanwhile and waits for this only at the end
+ * (TsdgWorkerBuildSummary, TsdgWorkerMergeSummary).
  */
 static void
-ServeBuildSummary(TakenRequest *t, void *base, const TsdgBulkHeader *header)
+ComputeSummary(TakenRequest *t, TsdgBuildSummary *summary, const float *rows, int64 n, int dims,
+			   TsdgMetric metric, const uint32 *neighbors, int degree, Oid database,
+			   Oid relfilenode)
 {
-	const TsdgBuildArgs *args = &t->copy.args.build;
-	TsdgBuildSummary *summary = TsdgBulkArray(base, header->summary);
-	const float *rows = TsdgBulkArray(base, header->rows);
-	const uint32 *neighbors = TsdgBulkArray(base, header->neighbors);
 	uint32		entries[TSDG_SUMMARY_MAX_ENTRIES];
 	TimestampTz start = GetCurrentTimestamp();
 	TsdgError	error;
 	bool		ok;
 
-	if (summary == NULL)
-		return;
-	ok = tsdg_select_entry_points(rows, args->n, args->dims, args->metric, neighbors,
-								  args->params.degree, TSDG_SUMMARY_MAX_ENTRIES, entries,
-								  &error) == TSDG_OK &&
-		tsdg_graph_nn1_bound(rows, args->n, args->dims, args->metric, neighbors,
-							 args->params.degree, &summary->nn1_bound, &error) == TSDG_OK;
+	ok = tsdg_select_entry_points(rows, n, dims, metric, neighbors, degree,
+								  TSDG_SUMMARY_MAX_ENTRIES, entries, &error) == TSDG_OK &&
+		tsdg_graph_nn1_bound(rows, n, dims, metric, neighbors, degree, &summary->nn1_bound,
+							 &error) == TSDG_OK;
 	if (ok)
 	{
 		summary->entry_count = 0;
@@ -690,14 +686,14 @@ ServeBuildSummary(TakenRequest *t, void *base, const TsdgBulkHeader *header)
 	else
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: no entry points for index %u/%u, the session computes them: %s",
-						args->key.database, args->key.relfilenode, error.message)));
+						database, relfilenode, error.message)));
 	pg_write_barrier();
 	pg_atomic_write_u32(&summary->state, ok ? TSDG_SUMMARY_READY : TSDG_SUMMARY_FAILED);
 	if (t->copy.requester_latch != NULL)
 		SetLatch(t->copy.requester_latch);
 	ereport(LOG,
 			(errmsg("pg_tsdg GPU worker: entry points and statistics of index %u/%u in %.3f s",
-					args->key.database, args->key.relfilenode, SecondsSince(start))));
+					database, relfilenode, SecondsSince(start))));
 }
 
 static void
@@ -758,7 +754,10 @@ ServeBuild(TakenRequest *t)
 						args->key.database, args->key.relfilenode, SecondsSince(start))));
 		/* answer first: the session writes its pages while the summary is computed and the graph uploaded */
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
-		ServeBuildSummary(t, map.address, header);
+		if (header->summary != 0)
+			ComputeSummary(t, TsdgBulkArray(map.address, header->summary), rows, args->n,
+						   args->dims, args->metric, neighbors, args->params.degree,
+						   args->key.database, args->key.relfilenode);
 		if (args->key.relfilenode != InvalidOid && FindResident(&args->key) == NULL)
 		{
 			TsdgError	load_error;
@@ -917,6 +916,17 @@ ServeMerge(TakenRequest *t)
 				(errmsg("pg_tsdg GPU worker: merge for index %u/%u %s: %s",
 						args->database, args->relfilenode,
 						status == TSDG_ERR_CANCELLED ? "cancelled" : "failed", error.message)));
+	if (status == TSDG_OK && header->summary != 0)
+	{
+		/* answer first: the session writes its pages while the summary is computed */
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
+		ComputeSummary(t, TsdgBulkArray(map.address, header->summary), a.rows,
+					   args->n_old + args->n_new, args->dims, args->metric, a.neighbors,
+					   args->params.degree, args->database, args->relfilenode);
+		TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+		UnmapBulk(&map);
+		return;
+	}
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	UnmapBulk(&map);
 	TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), 0, NULL, NULL, NULL, 0,

@@ -153,7 +153,8 @@ typedef struct TsdgLoadArgs
  *           lists repaired after deletes) and dists (the old lists'
  *           distances) in, each 0 when absent; merged_knn_ids, merged_neighbors,
  *           merged_lambdas, changed (n: TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH)
- *           out, before the answer
+ *           out, before the answer; summary (out, after the answer, of the
+ *           merged graph; 0 when the session computes it)
  */
 typedef struct TsdgBulkHeader
 {
@@ -185,9 +186,10 @@ typedef enum TsdgSummaryState
 
 /*
  * What the metapage needs besides the graph: the navigating set and d_nn1+.
- * The worker answers a build as soon as the graph is in the segment and
- * computes these afterwards from the rows and graph it holds, while the
- * session writes the pages; it then sets state and the session's latch.
+ * The worker answers a build or a merge as soon as the graph is in the
+ * segment and computes these afterwards from the rows and graph it holds,
+ * while the session writes the pages; it then sets state and the session's
+ * latch.
  */
 typedef struct TsdgBuildSummary
 {

@@ -707,7 +707,7 @@ TsdgCheckCore(Relation index, TsdgStatus status, const TsdgError *error)
  * crash-safe on the worker as on the CPU.
  */
 void
-TsdgMergeComputeGraph(Relation index, const TsdgMergeSegment *mseg, const float *rows,
+TsdgMergeComputeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
 					  int64 n_old, int64 n_new,
 					  int dims, TsdgMetric metric, const TsdgBuildParams *params,
 					  const uint32 *old_knn_ids, const float *old_knn_dists,
@@ -1167,11 +1167,12 @@ TsdgSwitchGraph(TsdgMerge *m)
 
 /*
  * DEBUG1: where a merge's time went (reading the pages; GNND, GGM and TSDG;
- * entry points and d_nn1+; writing and switching), how many old lists
- * changed and how many of the list pages of old nodes hold a changed record.
+ * entry points and d_nn1+, or the wait for the worker's; writing and
+ * switching), how many old lists changed and how many of the list pages of
+ * old nodes hold a changed record.
  */
 static void
-TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start)
+TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time entry_time)
 {
 	double		seconds[4];
 	int64		knn_changed = 0;
@@ -1181,13 +1182,16 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start)
 
 	if (!message_level_is_interesting(DEBUG1))
 		return;
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 3; i++)
 	{
 		instr_time	t = phase_start[i + 1];
 
 		INSTR_TIME_SUBTRACT(t, phase_start[i]);
 		seconds[i] = INSTR_TIME_GET_DOUBLE(t);
 	}
+	/* the third phase holds the entry points and the writing */
+	seconds[3] = seconds[2] - INSTR_TIME_GET_DOUBLE(entry_time);
+	seconds[2] = INSTR_TIME_GET_DOUBLE(entry_time);
 	for (int64 first = 0; first < m->n_old; first += per_page)
 	{
 		bool		page_changed = false;
@@ -1203,10 +1207,11 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start)
 	ereport(DEBUG1,
 			(errmsg("tsdg merge of \"%s\": " INT64_FORMAT " old and " INT64_FORMAT " new rows, "
 					INT64_FORMAT " deleted nodes dropped; "
-					"read %.2f s, graph %.2f s, entry points %.2f s, write and switch %.2f s",
+					"read %.2f s, graph %.2f s, entry points %.2f s%s, write and switch %.2f s",
 					RelationGetRelationName(m->index), m->n_old, m->n_new,
 					(int64) m->meta.node_count - m->n_old,
-					seconds[0], seconds[1], seconds[2], seconds[3]),
+					seconds[0], seconds[1], seconds[2],
+					m->segment.summary_pid != 0 ? " (waiting for the worker's)" : "", seconds[3]),
 			 errdetail("Old lists changed: " INT64_FORMAT " k-NN, " INT64_FORMAT " search; "
 					   "list pages of old nodes with a changed search list: " INT64_FORMAT " of " INT64_FORMAT ".",
 					   knn_changed, graph_changed, pages_changed,
@@ -1228,7 +1233,8 @@ TsdgMergeIndex(Relation index, bool wait)
 	MemoryContext merge_ctx;
 	MemoryContext old_ctx;
 	int64		merged;
-	instr_time	phase_start[5];
+	instr_time	phase_start[4];
+	instr_time	entry_time;
 
 	TsdgReadMeta(index, &before);
 	if (before.pending_count == 0 && before.deleted_count == 0)
@@ -1249,21 +1255,38 @@ TsdgMergeIndex(Relation index, bool wait)
 	/* the worker's segment, when there is one, is mapped until the merge ends */
 	PG_TRY();
 	{
+		instr_time	entry_start;
+
 		INSTR_TIME_SET_CURRENT(phase_start[0]);
 		TsdgLoadRows(&m, metric);
 		INSTR_TIME_SET_CURRENT(phase_start[1]);
 		TsdgComputeMerged(&m, metric);
 		INSTR_TIME_SET_CURRENT(phase_start[2]);
-		TsdgMergedEntryPoints(&m, metric);
-		INSTR_TIME_SET_CURRENT(phase_start[3]);
+		INSTR_TIME_SET_ZERO(entry_time);
+		/* a worker that merged computes them while the pages are written */
+		if (m.segment.summary_pid == 0)
+			TsdgMergedEntryPoints(&m, metric);
+		INSTR_TIME_SET_CURRENT(entry_start);
+		INSTR_TIME_ACCUM_DIFF(entry_time, entry_start, phase_start[2]);
 		TsdgInitLayout(&m.new_layout, m.dims, m.meta.degree);
 		TsdgWriteRegion(&m);
 		TsdgWriteRows(&m);
 		TsdgPrepareFreedPages(&m, m.meta.spare_start != TSDG_NO_BLOCK && m.meta.spare_blocks > 0 &&
 							  m.new_meta.list_start != m.meta.spare_start);
+		if (m.segment.summary_pid != 0)
+		{
+			instr_time	waited;
+
+			INSTR_TIME_SET_CURRENT(entry_start);
+			if (!TsdgWorkerMergeSummary(&m.segment, m.new_meta.entry_points,
+										&m.new_meta.entry_count, &m.new_meta.nn1_bound))
+				TsdgMergedEntryPoints(&m, metric);
+			INSTR_TIME_SET_CURRENT(waited);
+			INSTR_TIME_ACCUM_DIFF(entry_time, waited, entry_start);
+		}
 		TsdgSwitchGraph(&m);
-		INSTR_TIME_SET_CURRENT(phase_start[4]);
-		TsdgReportMerge(&m, phase_start);
+		INSTR_TIME_SET_CURRENT(phase_start[3]);
+		TsdgReportMerge(&m, phase_start, entry_time);
 		merged = m.n_new;
 	}
 	PG_FINALLY();

@@ -649,16 +649,16 @@ TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
 	return true;
 }
 
-bool
-TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, uint32 *entry_points, int *entry_count,
-					   float *nn1_bound)
+/* Waits for the summary the worker of pid computes; false when it failed or died. */
+static bool
+TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, uint32 *entry_points, int *entry_count,
+				float *nn1_bound)
 {
-	TsdgBuildSummary *summary = bseg->summary;
 	uint32		state;
 
 	/* the worker sets this backend's latch when it is done; the ticks watch for its death */
 	while ((state = pg_atomic_read_u32(&summary->state)) == TSDG_SUMMARY_PENDING &&
-		   TsdgServerPid() == bseg->builder_pid)
+		   TsdgServerPid() == pid)
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 10, PG_WAIT_EXTENSION);
@@ -674,15 +674,33 @@ TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, uint32 *entry_points, int *entry_
 	return true;
 }
 
+bool
+TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, uint32 *entry_points, int *entry_count,
+					   float *nn1_bound)
+{
+	return TsdgWaitSummary(bseg->summary, bseg->builder_pid, entry_points, entry_count, nn1_bound);
+}
+
+bool
+TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, uint32 *entry_points, int *entry_count,
+					   float *nn1_bound)
+{
+	return mseg->summary_pid != 0 &&
+		TsdgWaitSummary(mseg->summary, mseg->summary_pid, entry_points, entry_count, nn1_bound);
+}
+
 /* the layout of a merge segment (see TsdgBulkHeader) */
 static void
 TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
-				const TsdgBuildParams *params, bool with_dists, bool with_changed)
+				const TsdgBuildParams *params, bool with_dists, bool with_changed,
+				bool with_summary)
 {
 	Size		offset = sizeof(TsdgBulkHeader);
 	Size		n = (Size) (n_old + n_new);
 
 	memset(header, 0, sizeof(TsdgBulkHeader));
+	if (with_summary)
+		header->summary = TsdgBulkAdd(&offset, sizeof(TsdgBuildSummary));
 	header->rows = TsdgBulkAdd(&offset, sizeof(float) * dims * n);
 	header->knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) n_old);
 	if (with_dists)
@@ -729,7 +747,7 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	/* a busy worker is counted as a fallback once, by TsdgWorkerMergeGraph */
 	if (old_capacity + new_capacity == 0 || !TsdgWorkerUsable())
 		return false;
-	TsdgMergeLayout(&header, old_capacity, new_capacity, dims, params, with_repairs, true);
+	TsdgMergeLayout(&header, old_capacity, new_capacity, dims, params, with_repairs, true, true);
 	seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
 	if (seg == NULL)
 		return false;
@@ -749,6 +767,8 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	mseg->neighbors = TsdgBulkArray(base, header.merged_neighbors);
 	mseg->lambdas = TsdgBulkArray(base, header.merged_lambdas);
 	mseg->changed = TsdgBulkArray(base, header.changed);
+	mseg->summary = TsdgBulkArray(base, header.summary);
+	pg_atomic_init_u32(&mseg->summary->state, TSDG_SUMMARY_PENDING);
 	return true;
 }
 
@@ -761,7 +781,7 @@ TsdgMergeSegmentRelease(TsdgMergeSegment *mseg)
 }
 
 bool
-TsdgWorkerMergeGraph(Relation index, const TsdgMergeSegment *mseg, const float *rows,
+TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
 					 int64 n_old, int64 n_new, int dims, TsdgMetric metric,
 					 const TsdgBuildParams *params,
 					 const uint32 *old_knn_ids, const float *old_knn_dists,
@@ -812,7 +832,7 @@ TsdgWorkerMergeGraph(Relation index, const TsdgMergeSegment *mseg, const float *
 	else
 	{
 		TsdgMergeLayout(&header, n_old, n_new, dims, params, old_knn_dists != NULL,
-						old_changed != NULL);
+						old_changed != NULL, false);
 		seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
 		if (seg == NULL)
 		{
@@ -872,6 +892,8 @@ TsdgWorkerMergeGraph(Relation index, const TsdgMergeSegment *mseg, const float *
 	TsdgBulkCopyOut(changed, base, header.changed, sizeof(uint8) * (Size) n);
 	if (seg != (mseg != NULL ? mseg->seg : NULL))
 		dsm_detach(seg);
+	else if (header.summary != 0)
+		mseg->summary_pid = TsdgServerPid();
 	ereport(LOG,
 			(errmsg("tsdg index \"%s\" merged on the GPU worker: " INT64_FORMAT " + " INT64_FORMAT " rows, %.3f s from the request to the answer",
 					RelationGetRelationName(index), n_old, n_new,

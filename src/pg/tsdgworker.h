@@ -173,6 +173,8 @@ typedef struct TsdgMergeSegment
 	uint32	   *neighbors;		/* (old_capacity + new_capacity) * degree */
 	uint8	   *lambdas;
 	uint8	   *changed;		/* old_capacity + new_capacity */
+	struct TsdgBuildSummary *summary;	/* of the merged graph, after the answer */
+	pid_t		summary_pid;	/* the worker that computes it; 0: none does */
 } TsdgMergeSegment;
 
 /*
@@ -186,16 +188,26 @@ extern bool TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, i
 extern void TsdgMergeSegmentRelease(TsdgMergeSegment *mseg);
 
 /*
+ * The entry points and d_nn1+ of the graph the worker merged into mseg,
+ * computed by the worker after its answer; waits for them. False when no
+ * worker computes them or it failed or died: the caller computes them.
+ */
+extern bool TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, uint32 *entry_points,
+								   int *entry_count, float *nn1_bound);
+
+/*
  * A merge's graph computed by the worker (tsdgmerge.c's TsdgMergeComputeGraph,
  * same arguments): the inputs travel in a shared memory segment, the merged
  * k-NN ids, search graph and changed flags come back into the caller's
- * arrays. When the arrays are those of mseg (not NULL), nothing is copied.
+ * arrays. When the arrays are those of mseg (not NULL), nothing is copied,
+ * and the worker computes the merged graph's entry points after its answer
+ * (TsdgWorkerMergeSummary).
  * Returns false when the caller computes it on the CPU instead (no
  * worker, busy, no shared memory, worker died or failed: a LOG or, for GPU
  * memory, a WARNING says so). A query cancel while waiting throws, and the
  * worker stops at its next poll.
  */
-extern bool TsdgWorkerMergeGraph(Relation index, const TsdgMergeSegment *mseg, const float *rows,
+extern bool TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
 								 int64 n_old, int64 n_new, int dims, TsdgMetric metric,
 								 const TsdgBuildParams *params,
 								 const uint32 *old_knn_ids, const float *old_knn_dists,
