@@ -360,13 +360,5 @@ extern void TsdgMergeInit(void);
 extern Buffer TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta,
 								   BlockNumber *free_head_after);
 extern void TsdgVacuumMerge(IndexVacuumInfo *info);
-struct TsdgMergeSegment;
-extern void TsdgMergeComputeGraph(Relation index, struct TsdgMergeSegment *mseg,
-								  const float *rows, int64 n_old, int64 n_new,
-								  int dims, TsdgMetric metric, const TsdgBuildParams *params,
-								  const uint32 *old_knn_ids, const float *old_knn_dists,
-								  const uint32 *old_neighbors, const uint8 *old_lambdas,
-								  const uint8 *old_changed, uint32 *knn_ids,
-								  uint32 *neighbors, uint8 *lambdas, uint8 *changed);
 
 #endif							/* TSDG_H */

@@ -877,11 +877,27 @@ ServeMerge(TakenRequest *t)
 	a.lambdas = TsdgBulkArray(map.address, header->merged_lambdas);
 	a.changed = TsdgBulkArray(map.address, header->changed);
 
+	if (args->rows_resident)
+	{
+		/* the session left the old rows to this copy of the graph */
+		ResidentIndex *r = FindResident(&args->rows_key);
+
+		if (r == NULL || r->n != args->n_old || r->dims != args->dims)
+		{
+			UnmapBulk(&map);
+			TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_NOT_RESIDENT, 0, NULL, NULL,
+						  NULL, 0, "the GPU worker no longer holds the index's rows");
+			return;
+		}
+		memcpy((float *) a.rows, r->rows, sizeof(float) * args->dims * args->n_old);
+		r->last_used = GetCurrentTimestamp();
+	}
 	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
 	ereport(LOG,
-			(errmsg("pg_tsdg GPU worker: merging %lld rows into the graph of %lld rows of index %u/%u on %s",
+			(errmsg("pg_tsdg GPU worker: merging %lld rows into the graph of %lld rows of index %u/%u on %s%s",
 					(long long) args->n_new, (long long) args->n_old, args->database,
-					args->relfilenode, tsdg_backend_name(device_backend))));
+					args->relfilenode, tsdg_backend_name(device_backend),
+					args->rows_resident ? ", the old rows from its copy of the graph" : "")));
 	memset(&poll, 0, sizeof(poll));
 	poll.build.request = t;
 	poll.last_poll = start = GetCurrentTimestamp();

@@ -129,6 +129,9 @@ typedef struct TsdgMergeArgs
 	int			dims;
 	TsdgMetric	metric;
 	TsdgBuildParams params;
+	/* the old rows are not in the segment: the worker copies them from its copy of rows_key */
+	bool		rows_resident;
+	TsdgIndexKey rows_key;
 } TsdgMergeArgs;
 
 typedef struct TsdgLoadArgs
@@ -148,7 +151,8 @@ typedef struct TsdgLoadArgs
  *           the answer: see TsdgBuildSummary); arrays sized for capacity rows
  *   load:   rows, neighbors, lambdas, tids, flags (in)
  *   batch:  queries (in), tids, dists (out, nq * k)
- *   merge:  rows (n rows), knn_ids (n_old * build_k), neighbors, lambdas
+ *   merge:  rows (n rows; the worker fills the first n_old from its resident
+ *           copy when rows_resident), knn_ids (n_old * build_k), neighbors, lambdas
  *           (n_old * degree): the old graph, in; flags (n_old, the old
  *           lists repaired after deletes) and dists (the old lists'
  *           distances) in, each 0 when absent; merged_knn_ids, merged_neighbors,

@@ -106,6 +106,7 @@ typedef struct TsdgMerge
 
 	/* where the arrays above live when the worker will compute the graph */
 	TsdgMergeSegment segment;
+	bool		rows_on_worker; /* the old rows are not read: the worker copies them in */
 } TsdgMerge;
 
 void
@@ -495,6 +496,45 @@ TsdgMergeParams(const TsdgMetaPageData *meta, TsdgBuildParams *params)
 	params->lambda0 = meta->lambda0;
 }
 
+/*
+ * Reads the rows of the nodes [0, nodes) of the old graph: the live ones get
+ * new ids in order (into new_id, deleted ones TSDG_INVALID_ID), their TIDs and
+ * vectors go to m->tids and m->rows, m->n_old counts them.
+ */
+static void
+TsdgReadOldRows(TsdgMerge *m, uint32 nodes, uint32 *new_id, int64 capacity)
+{
+	m->n_old = 0;
+	for (uint32 first = 0, end; first < nodes; first = end)
+	{
+		Buffer		buf = ReadBuffer(m->index, TsdgRowBlock(&m->layout, first));
+		Page		page;
+
+		end = TsdgRowPageEnd(&m->layout, first, nodes);
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		for (uint32 id = first; id < end; id++)
+		{
+			TsdgNodeHeader *hdr = (TsdgNodeHeader *) TsdgRowRecord(&m->layout, page, id);
+
+			if (hdr->flags & TSDG_NODE_DELETED)
+			{
+				new_id[id] = TSDG_INVALID_ID;
+				continue;
+			}
+			if (m->n_old == capacity)
+				elog(ERROR, "tsdg index \"%s\" has more live nodes than its metapage counts",
+					 RelationGetRelationName(m->index));
+			new_id[id] = (uint32) m->n_old;
+			m->tids[m->n_old] = hdr->heaptid;
+			memcpy(m->rows + m->n_old * m->dims, TsdgRecordVector(hdr), sizeof(float) * m->dims);
+			m->n_old++;
+		}
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
 static void
 TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 {
@@ -546,35 +586,21 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 										 sizeof(float) * m->dims * Max(capacity, 1));
 	}
 
-	/* row pages: live nodes get new ids in order */
-	for (uint32 first = 0, end; first < g.nodes; first = end)
+	/*
+	 * Without deletes, the worker may still hold this graph for searches:
+	 * the old rows are then left to it, unless a merge that has to write all
+	 * rows again (its extents full) would need them here.
+	 */
+	m->rows_on_worker = m->segment.seg != NULL && meta->deleted_count == 0 && g.nodes > 0 &&
+		meta->row_extent_count < TSDG_MAX_ROW_EXTENTS && TsdgWorkerHoldsRows(m->index, meta);
+	if (m->rows_on_worker)
 	{
-		Buffer		buf = ReadBuffer(m->index, TsdgRowBlock(&m->layout, first));
-		Page		page;
-
-		end = TsdgRowPageEnd(&m->layout, first, g.nodes);
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		page = BufferGetPage(buf);
-		for (uint32 id = first; id < end; id++)
-		{
-			TsdgNodeHeader *hdr = (TsdgNodeHeader *) TsdgRowRecord(&m->layout, page, id);
-
-			if (hdr->flags & TSDG_NODE_DELETED)
-			{
-				g.new_id[id] = TSDG_INVALID_ID;
-				continue;
-			}
-			if (m->n_old == capacity)
-				elog(ERROR, "tsdg index \"%s\" has more live nodes than its metapage counts",
-					 RelationGetRelationName(m->index));
-			g.new_id[id] = (uint32) m->n_old;
-			m->tids[m->n_old] = hdr->heaptid;
-			memcpy(m->rows + m->n_old * m->dims, TsdgRecordVector(hdr), sizeof(float) * m->dims);
-			m->n_old++;
-		}
-		UnlockReleaseBuffer(buf);
-		CHECK_FOR_INTERRUPTS();
+		for (uint32 id = 0; id < g.nodes; id++)
+			g.new_id[id] = id;
+		m->n_old = g.nodes;
 	}
+	else
+		TsdgReadOldRows(m, g.nodes, g.new_id, capacity);
 
 	/* list pages: the search lists of the live nodes, old ids until TsdgRenumberSearchLists */
 	for (uint32 first = 0; first < g.nodes; first += m->layout.lists_per_page)
@@ -697,36 +723,51 @@ TsdgCheckCore(Relation index, TsdgStatus status, const TsdgError *error)
 /*
  * The seam of the merge computation: (old rows, their k-NN lists, their
  * search lists, new rows) in, (merged k-NN lists, new search graph, which
- * lists changed) out; see tsdg_merge_graph_incremental. rows holds n_old +
- * n_new rows, old first; old_knn_dists may be NULL. The GPU worker computes
- * it when it can take it (on the GPU: the same incremental merge with GNND,
- * the old lists' distances and GGM on the device), as it builds for CREATE
- * INDEX; else, or when the worker
- * fails or dies meanwhile, this backend computes it on the CPU. Either way
- * the pages are written by this backend afterwards, so a merge is as
- * crash-safe on the worker as on the CPU.
+ * lists changed) out; see tsdg_merge_graph_incremental. m->rows holds
+ * n_old + n_new rows, old first (the old ones not read yet when
+ * m->rows_on_worker); old_knn_dists may be NULL. The GPU worker computes it
+ * when it can take it (on the GPU: the same incremental merge with GNND, the
+ * old lists' distances and GGM on the device), as it builds for CREATE
+ * INDEX; else, or when the worker fails or dies meanwhile, this backend
+ * computes it on the CPU, after reading the old rows it left to the worker.
+ * Either way the pages are written by this backend afterwards, so a merge is
+ * as crash-safe on the worker as on the CPU.
  */
-void
-TsdgMergeComputeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
-					  int64 n_old, int64 n_new,
-					  int dims, TsdgMetric metric, const TsdgBuildParams *params,
-					  const uint32 *old_knn_ids, const float *old_knn_dists,
-					  const uint32 *old_neighbors, const uint8 *old_lambdas,
-					  const uint8 *old_changed, uint32 *knn_ids,
-					  uint32 *neighbors, uint8 *lambdas, uint8 *changed)
+static void
+TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *params)
 {
+	TsdgWorkerMerge outcome;
 	TsdgError	error;
 	TsdgStatus	status;
 
-	if (TsdgWorkerMergeGraph(index, mseg, rows, n_old, n_new, dims, metric, params, old_knn_ids,
-							 old_knn_dists, old_neighbors, old_lambdas, old_changed, knn_ids,
-							 neighbors, lambdas, changed))
+	outcome = TsdgWorkerMergeGraph(m->index, &m->segment, m->rows_on_worker ? &m->meta : NULL,
+								   m->rows, m->n_old, m->n_new, m->dims, metric, params,
+								   m->old_knn_ids, m->old_knn_dists, m->old_neighbors,
+								   m->old_lambdas, m->old_changed, m->knn_ids, m->neighbors,
+								   m->lambdas, m->changed);
+	if (outcome != TSDG_WORKER_MERGED && m->rows_on_worker)
+	{
+		uint32	   *same_ids = palloc_extended(sizeof(uint32) * Max(m->n_old, 1), MCXT_ALLOC_HUGE);
+
+		/* the worker dropped its copy, or gave up: the old rows are read after all */
+		TsdgReadOldRows(m, (uint32) m->n_old, same_ids, m->n_old);
+		pfree(same_ids);
+		m->rows_on_worker = false;
+		if (outcome == TSDG_WORKER_NEEDS_ROWS)
+			outcome = TsdgWorkerMergeGraph(m->index, &m->segment, NULL, m->rows, m->n_old,
+										   m->n_new, m->dims, metric, params, m->old_knn_ids,
+										   m->old_knn_dists, m->old_neighbors, m->old_lambdas,
+										   m->old_changed, m->knn_ids, m->neighbors, m->lambdas,
+										   m->changed);
+	}
+	if (outcome == TSDG_WORKER_MERGED)
 		return;
-	status = tsdg_merge_graph_incremental(NULL, rows, n_old, n_new, dims, metric, params,
-										  old_knn_ids, old_knn_dists, old_neighbors, old_lambdas,
-										  old_changed, knn_ids, NULL, neighbors, lambdas, changed,
+	status = tsdg_merge_graph_incremental(NULL, m->rows, m->n_old, m->n_new, m->dims, metric,
+										  params, m->old_knn_ids, m->old_knn_dists,
+										  m->old_neighbors, m->old_lambdas, m->old_changed,
+										  m->knn_ids, NULL, m->neighbors, m->lambdas, m->changed,
 										  TsdgMergePoll, NULL, &error);
-	TsdgCheckCore(index, status, &error);
+	TsdgCheckCore(m->index, status, &error);
 }
 
 /* the merged k-NN lists and search graph */
@@ -754,9 +795,7 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 											sizeof(uint8) * Max(n, 1) * params.degree);
 	}
 	if (n > 0)
-		TsdgMergeComputeGraph(m->index, &m->segment, m->rows, m->n_old, m->n_new, m->dims, metric, &params,
-							  m->old_knn_ids, m->old_knn_dists, m->old_neighbors, m->old_lambdas,
-							  m->old_changed, m->knn_ids, m->neighbors, m->lambdas, m->changed);
+		TsdgMergeComputeGraph(m, metric, &params);
 }
 
 /* entry points and d_nn1+ of the merged graph into m->new_meta */

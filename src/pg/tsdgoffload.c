@@ -781,8 +781,22 @@ TsdgMergeSegmentRelease(TsdgMergeSegment *mseg)
 }
 
 bool
-TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
-					 int64 n_old, int64 n_new, int dims, TsdgMetric metric,
+TsdgWorkerHoldsRows(Relation index, const TsdgMetaPageData *meta)
+{
+	TsdgIndexKey key;
+	bool		held = false;
+
+	TsdgIndexKeyOf(index, meta, &key);
+	SpinLockAcquire(&TsdgShared->mutex);
+	for (int i = 0; i < TsdgShared->cached_count && !held; i++)
+		held = memcmp(&TsdgShared->cached[i].key, &key, sizeof(key)) == 0;
+	SpinLockRelease(&TsdgShared->mutex);
+	return held;
+}
+
+TsdgWorkerMerge
+TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageData *rows_of,
+					 const float *rows, int64 n_old, int64 n_new, int dims, TsdgMetric metric,
 					 const TsdgBuildParams *params,
 					 const uint32 *old_knn_ids, const float *old_knn_dists,
 					 const uint32 *old_neighbors, const uint8 *old_lambdas,
@@ -804,8 +818,9 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
 	TimestampTz submitted;
 	TimestampTz answered_at;
 
+	Assert(rows_of == NULL || (mseg != NULL && mseg->seg != NULL));
 	if (n == 0)
-		return false;
+		return TSDG_WORKER_DECLINED;
 	if (!TsdgWorkerTakesRequest())
 	{
 		/* unlike CREATE INDEX, not an error: VACUUM's merge would lose VACUUM's work */
@@ -813,7 +828,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
 			ereport(LOG,
 					(errmsg("tsdg merge of index \"%s\" runs on the CPU: tsdg.device is \"gpu\" but no GPU worker is available",
 							RelationGetRelationName(index))));
-		return false;
+		return TSDG_WORKER_DECLINED;
 	}
 
 	if (mseg != NULL && mseg->seg != NULL)
@@ -837,12 +852,13 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
 		if (seg == NULL)
 		{
 			TsdgCountFallback();
-			return false;
+			return TSDG_WORKER_DECLINED;
 		}
 		base = dsm_segment_address(seg);
 		memcpy(base, &header, sizeof(header));
 	}
-	TsdgBulkCopyIn(base, header.rows, rows, sizeof(float) * dims * (Size) n);
+	if (rows_of == NULL)
+		TsdgBulkCopyIn(base, header.rows, rows, sizeof(float) * dims * (Size) n);
 	TsdgBulkCopyIn(base, header.knn_ids, old_knn_ids, sizeof(uint32) * k * (Size) n_old);
 	TsdgBulkCopyIn(base, header.dists, old_knn_dists, sizeof(float) * k * (Size) n_old);
 	TsdgBulkCopyIn(base, header.neighbors, old_neighbors, sizeof(uint32) * degree * (Size) n_old);
@@ -858,6 +874,11 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
 	slot->args.merge.dims = dims;
 	slot->args.merge.metric = metric;
 	slot->args.merge.params = *params;
+	if (rows_of != NULL)
+	{
+		slot->args.merge.rows_resident = true;
+		TsdgIndexKeyOf(index, rows_of, &slot->args.merge.rows_key);
+	}
 	slot->bulk_handle = dsm_segment_handle(seg);
 	slot->bulk_size = header.total_size;
 	submitted = GetCurrentTimestamp();
@@ -870,6 +891,8 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
 			sizeof(message));
 	TsdgIpcFinish(slot);
 
+	if (reply == TSDG_REPLY_NOT_RESIDENT && rows_of != NULL)
+		return TSDG_WORKER_NEEDS_ROWS;
 	/* CANCELLED too: this session's cancel throws out of the wait, so the worker was shut down */
 	if (reply != TSDG_REPLY_OK)
 	{
@@ -883,7 +906,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
 						reply == TSDG_REPLY_OUT_OF_MEMORY ? "the GPU is out of memory" :
 						"the GPU worker could not merge the graph"),
 				 errdetail("%s", message)));
-		return false;
+		return TSDG_WORKER_DECLINED;
 	}
 
 	TsdgBulkCopyOut(knn_ids, base, header.merged_knn_ids, sizeof(uint32) * k * (Size) n);
@@ -904,5 +927,5 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
 			 errdetail("Shared memory segment of %zu MB made and filled in %.3f s, read back and released in %.3f s.",
 					   (header.total_size >> 20) + 1, (double) (submitted - start) / 1000000.0,
 					   (double) (GetCurrentTimestamp() - answered_at) / 1000000.0)));
-	return true;
+	return TSDG_WORKER_MERGED;
 }

@@ -196,24 +196,40 @@ extern bool TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, uint32 *entry_points,
 								   int *entry_count, float *nn1_bound);
 
 /*
+ * Whether the worker holds the graph of meta resident (its rows included),
+ * so that a merge may leave the old rows to it (TsdgWorkerMergeGraph's
+ * rows_of). It may drop it before the merge reaches it.
+ */
+extern bool TsdgWorkerHoldsRows(Relation index, const TsdgMetaPageData *meta);
+
+typedef enum TsdgWorkerMerge
+{
+	TSDG_WORKER_MERGED,			/* the merged graph is in the caller's arrays */
+	TSDG_WORKER_NEEDS_ROWS,		/* the worker no longer holds the old rows: read them, ask again */
+	TSDG_WORKER_DECLINED		/* the caller computes it on the CPU */
+} TsdgWorkerMerge;
+
+/*
  * A merge's graph computed by the worker (tsdgmerge.c's TsdgMergeComputeGraph,
  * same arguments): the inputs travel in a shared memory segment, the merged
  * k-NN ids, search graph and changed flags come back into the caller's
  * arrays. When the arrays are those of mseg (not NULL), nothing is copied,
  * and the worker computes the merged graph's entry points after its answer
- * (TsdgWorkerMergeSummary).
- * Returns false when the caller computes it on the CPU instead (no
- * worker, busy, no shared memory, worker died or failed: a LOG or, for GPU
- * memory, a WARNING says so). A query cancel while waiting throws, and the
- * worker stops at its next poll.
+ * (TsdgWorkerMergeSummary). With rows_of (only with mseg), the first n_old
+ * rows are not read yet: the worker copies them into the segment from its
+ * resident copy of that metapage's graph. DECLINED when the caller computes
+ * it on the CPU instead (no worker, busy, no shared memory, worker died or
+ * failed: a LOG or, for GPU memory, a WARNING says so). A query cancel while
+ * waiting throws, and the worker stops at its next poll.
  */
-extern bool TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const float *rows,
-								 int64 n_old, int64 n_new, int dims, TsdgMetric metric,
-								 const TsdgBuildParams *params,
-								 const uint32 *old_knn_ids, const float *old_knn_dists,
-								 const uint32 *old_neighbors, const uint8 *old_lambdas,
-								 const uint8 *old_changed, uint32 *knn_ids,
-								 uint32 *neighbors, uint8 *lambdas, uint8 *changed);
+extern TsdgWorkerMerge TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg,
+											const TsdgMetaPageData *rows_of, const float *rows,
+											int64 n_old, int64 n_new, int dims, TsdgMetric metric,
+											const TsdgBuildParams *params,
+											const uint32 *old_knn_ids, const float *old_knn_dists,
+											const uint32 *old_neighbors, const uint8 *old_lambdas,
+											const uint8 *old_changed, uint32 *knn_ids,
+											uint32 *neighbors, uint8 *lambdas, uint8 *changed);
 
 /* tsdgindeximage.c: the whole graph of an index as arrays (CPU batch search, shipping) */
 typedef struct TsdgIndexImage

@@ -5,7 +5,8 @@
 # merged by the worker, one in the session (tsdg.device = cpu): recall@10
 # after the merges within 0.01 of each other, every row of the last load
 # found first through the index, and a row inserted just before a merge
-# found first after it. A merge cancelled while the worker computes it
+# found first after it; a merge of a graph the worker holds takes the old
+# rows from the worker's copy. A merge cancelled while the worker computes it
 # stops the worker's computation; a worker killed (SIGKILL) during a merge
 # leaves the merge to the session, which completes it on the CPU with a
 # correct index; the restarted worker merges an index with deleted nodes.
@@ -74,7 +75,10 @@ sql -c "CREATE TABLE items_cpu AS SELECT * FROM items" \
     -c "SET tsdg.device = cpu" -c "CREATE INDEX items_cpu_idx ON items_cpu USING tsdg (v vector_l2_ops)"
 
 # 1. Two loads, each merged by the worker into items and in the session into items_cpu.
+# The worker holds the fresh build for searches: the first merge leaves the
+# old rows to its copy instead of reading them.
 next=$((base_rows + 1))
+first_merge=$(wc -l < "$dir/server.log")
 for l in 1 2; do
   load items "$next" "$load_rows" $((l + 1))
   sql -c "INSERT INTO items_cpu SELECT * FROM items WHERE id >= $next"
@@ -83,6 +87,8 @@ for l in 1 2; do
   next=$((next + load_rows))
 done
 [ "$(sql -At -c "SELECT pending FROM tsdg_index_info('items_idx')")" = 0 ] || fail "rows still pending after the merges"
+log_lines "$first_merge" | grep -q "merging $load_rows rows into the graph of $base_rows rows .*the old rows from its copy of the graph" ||
+  fail "the first merge read the old rows although the worker held them"
 "$py" "$gen" 100 "$dims" 99 | sql -c "COPY queries (id, v) FROM STDIN"
 sql -c "SET max_parallel_workers_per_gather = 0" \
     -c "UPDATE queries q SET truth = ARRAY(SELECT r.id FROM items r ORDER BY (r.v <-> q.v) + 0 LIMIT 10)"
