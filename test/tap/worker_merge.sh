@@ -117,8 +117,9 @@ wait_for_log() {
   return 1
 }
 
-# 3. A merge cancelled while the worker computes it: the worker stops it, and
-# the next merge goes through the worker again. (Larger loads from here on,
+# 3. A merge cancelled while the worker computes it: the worker stops it (or,
+# when it answered first, the session stops writing), the pending rows stay,
+# and the next merge goes through the worker again. (Larger loads from here on,
 # so that the merges last long enough to be interrupted.)
 load_rows=$((3 * load_rows))
 load items "$next" "$load_rows" 4
@@ -130,15 +131,22 @@ wait_for_log "$from" "pg_tsdg GPU worker: merging" || fail "the worker never sta
 sql -At -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE 'SELECT tsdg_merge%' AND pid <> pg_backend_pid()" >/dev/null
 wait "$merge_session" && fail "the cancelled merge completed"
 grep -q "canceling statement due to user request" "$dir/cancelled.out" || fail "the merge failed otherwise: $(cat "$dir/cancelled.out")"
-wait_for_log "$from" "pg_tsdg GPU worker: merge for index [0-9/]* cancelled" ||
-  fail "the worker did not stop the cancelled merge"
+# a GPU may have answered before the cancel came: the session was then
+# cancelled while it wrote the pages, and the worker has nothing to stop
+if log_lines "$from" | grep -q "pg_tsdg GPU worker: merged index"; then
+  echo "cancel: the worker had answered, the session was cancelled after it"
+else
+  wait_for_log "$from" "pg_tsdg GPU worker: merge for index [0-9/]* cancelled" ||
+    fail "the worker did not stop the cancelled merge"
+fi
 wait_for_worker_or_skip "$backend" || fail "the worker is not ready after a cancelled merge"
 [ "$(sql -At -c "SELECT pending FROM tsdg_index_info('items_idx')")" = "$load_rows" ] ||
   fail "the cancelled merge changed the pending rows"
 merge items_idx worker
 finds_itself items $((next - load_rows)) "$next" "merged after a cancelled merge"
 
-# 4. The worker killed during a merge: the session merges on the CPU.
+# 4. The worker killed during a merge: the session merges on the CPU (or, when
+# the worker answered first, writes its answer).
 load items "$next" "$load_rows" 5
 next=$((next + load_rows))
 fallbacks=$(status fallbacks)
@@ -149,11 +157,15 @@ wait_for_log "$from" "pg_tsdg GPU worker: merging" || fail "the worker never sta
 kill -9 "$(status worker_pid)"
 wait "$merge_session" || fail "the merge failed when the worker was killed: $(cat "$dir/killed.out")"
 [ "$(cat "$dir/killed.out")" = "$load_rows" ] || fail "the merge after the kill returned $(cat "$dir/killed.out")"
-log_lines "$from" | grep -q 'tsdg merge of index "items_idx" falls back to the CPU' ||
-  fail "no LOG line of the merge's fallback"
-log_lines "$from" | grep -q 'tsdg index "items_idx" merged on the GPU worker' &&
-  fail "the worker answered the merge although it was killed first"
-[ "$(status fallbacks)" -gt "$fallbacks" ] || fail "the fallback was not counted"
+# a GPU may have answered before the kill came: the session then finishes
+# the merge without the worker (the entry points included)
+if log_lines "$from" | grep -q 'tsdg index "items_idx" merged on the GPU worker'; then
+  echo "kill: the worker had answered, the session finished the merge without it"
+else
+  log_lines "$from" | grep -q 'tsdg merge of index "items_idx" falls back to the CPU' ||
+    fail "no LOG line of the merge's fallback"
+  [ "$(status fallbacks)" -gt "$fallbacks" ] || fail "the fallback was not counted"
+fi
 [ "$(sql -At -c "SELECT pending FROM tsdg_index_info('items_idx')")" = 0 ] || fail "rows pending after the merge on the CPU"
 [ "$(sql -At -c "SELECT rows FROM tsdg_index_info('items_idx')")" = "$(sql -At -c "SELECT count(*) FROM items")" ] ||
   fail "the index does not hold every row after the merge on the CPU"
