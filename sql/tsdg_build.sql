@@ -65,13 +65,19 @@ INSERT INTO tfree VALUES (5, '[1,1,1]');
 SELECT dims, rows, pending FROM tsdg_index_info('tfree_idx');
 
 -- too many dimensions for a row record on one page, whatever the degree
-CREATE TABLE twide (v vector(2041));
+CREATE TABLE twide (v vector(2039));
 CREATE INDEX ON twide USING tsdg (v vector_l2_ops);
-CREATE TABLE twide2 (v vector(2040));
-INSERT INTO twide2 SELECT array_fill(i::real, ARRAY[2040])::vector FROM generate_series(1, 3) i;
+CREATE TABLE twide2 (v vector(2038));
+INSERT INTO twide2 SELECT array_fill(i::real, ARRAY[2038])::vector FROM generate_series(1, 3) i;
 CREATE INDEX twide2_idx ON twide2 USING tsdg (v vector_l2_ops) WITH (degree = 128);
 SELECT dims FROM tsdg_index_info('twide2_idx');
-SELECT count(*) FROM (SELECT v FROM twide2 ORDER BY v <-> array_fill(2::real, ARRAY[2040])::vector LIMIT 3) s;
+SELECT count(*) FROM (SELECT v FROM twide2 ORDER BY v <-> array_fill(2::real, ARRAY[2038])::vector LIMIT 3) s;
+-- a column without dimensions: the first row inserted is checked
+CREATE TABLE twide3 (v vector);
+CREATE INDEX twide3_idx ON twide3 USING tsdg (v vector_l2_ops);
+INSERT INTO twide3 SELECT array_fill(1::real, ARRAY[2039])::vector;
+INSERT INTO twide3 SELECT array_fill(1::real, ARRAY[2038])::vector;
+SELECT pending, dims FROM tsdg_index_info('twide3_idx');
 
 -- cosine skips zero vectors, which have no direction
 CREATE TABLE tzero (id int, v vector(2));
@@ -119,4 +125,4 @@ SELECT * FROM tsdg_index_info('tb');
 CREATE INDEX tb_btree ON tb (id);
 SELECT * FROM tsdg_index_info('tb_btree');
 
-DROP TABLE tb, tfree, twide, twide2, tzero, tmem, tempty, tunlogged;
+DROP TABLE tb, tfree, twide, twide2, twide3, tzero, tmem, tempty, tunlogged;

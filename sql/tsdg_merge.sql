@@ -113,9 +113,31 @@ INSERT INTO merge_empty VALUES (1, '[1,1,1]');
 SELECT tsdg_merge('merge_empty_idx');
 SELECT id FROM merge_empty ORDER BY v <-> '[1,1,1]' LIMIT 3;
 
+-- rows stay where they are: one-row merges of rows as wide as a page holds
+-- (one row record, one pending record a page) spread 300 rows over 12 row
+-- extents; every row is found by its own vector
+CREATE TABLE merge_wide (id int, v vector(2038));
+CREATE FUNCTION merge_wide_vec(i int) RETURNS vector LANGUAGE sql IMMUTABLE AS
+$$ SELECT array_agg(sin(i * 0.37 + j * 0.11)::real ORDER BY j)::vector FROM generate_series(1, 2038) j $$;
+INSERT INTO merge_wide SELECT i, merge_wide_vec(i) FROM generate_series(1, 3) i;
+CREATE INDEX merge_wide_idx ON merge_wide USING tsdg (v vector_l2_ops);
+DO $$
+BEGIN
+	FOR i IN 4..300 LOOP
+		INSERT INTO merge_wide VALUES (i, merge_wide_vec(i));
+		PERFORM tsdg_merge('merge_wide_idx');
+	END LOOP;
+END
+$$;
+SELECT rows, pending, merges FROM tsdg_index_info('merge_wide_idx');
+SET enable_seqscan = off;
+SELECT count(*) AS not_found_first FROM merge_wide w
+WHERE (SELECT x.id FROM merge_wide x ORDER BY x.v <-> w.v LIMIT 1) <> w.id;
+RESET enable_seqscan;
+
 -- errors
 SELECT tsdg_merge('merge_items_pkey');
 SELECT tsdg_merge('merge_items');
 
-DROP TABLE merge_items, merge_sizes, merge_cos, merge_empty;
-DROP FUNCTION merge_check, merge_vec;
+DROP TABLE merge_items, merge_sizes, merge_cos, merge_empty, merge_wide;
+DROP FUNCTION merge_check, merge_vec, merge_wide_vec;

@@ -26,8 +26,10 @@
  * The rows are kept apart from the lists because a merge changes most lists
  * but no old row: it rewrites the lists (a fifth of a 128-dimension node's
  * bytes with its k-NN ids) and appends rows, instead of copying every vector.
- * A row record must fit one page, so the largest dimension an index supports
- * is (BLCKSZ - 24 - 8) / 4: 2040 with 8 kB pages (TsdgMaxDimensions()).
+ * A row must fit one page as a row record and as a pending record (whose
+ * page has 8 bytes of special space), so the largest dimension an index
+ * supports is (BLCKSZ - 24 - 8 - 8) / 4: 2038 with 8 kB pages
+ * (TsdgMaxDimensions()).
  *
  * Merges (tsdgmerge.c, DESIGN.md "Insert and merge"). GGM needs every node's
  * k-NN list. The index keeps the ids of each node's build_k nearest

@@ -1252,9 +1252,11 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 					seconds[0], seconds[1], seconds[2],
 					m->segment.summary_pid != 0 ? " (waiting for the worker's)" : "", seconds[3]),
 			 errdetail("Old lists changed: " INT64_FORMAT " k-NN, " INT64_FORMAT " search; "
-					   "list pages of old nodes with a changed search list: " INT64_FORMAT " of " INT64_FORMAT ".",
+					   "list pages of old nodes with a changed search list: " INT64_FORMAT " of " INT64_FORMAT "; "
+					   "row extents: %d%s.",
 					   knn_changed, graph_changed, pages_changed,
-					   (int64) TsdgPagesFor(m->n_old, per_page))));
+					   (int64) TsdgPagesFor(m->n_old, per_page), m->new_meta.row_extent_count,
+					   m->new_meta.retired_extent_count > 0 ? ", every row written again" : "")));
 }
 
 /*

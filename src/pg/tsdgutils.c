@@ -37,10 +37,12 @@ TsdgListSize(int degree)
 	return TYPEALIGN(sizeof(uint32), (sizeof(uint32) + sizeof(uint8)) * degree);
 }
 
+/* a row record and a pending record (the smaller page: it has special space) fit one page */
 int
 TsdgMaxDimensions(void)
 {
-	return (int) ((TSDG_RECORD_PAGE_SPACE - sizeof(TsdgNodeHeader)) / sizeof(float));
+	return (int) ((Min(TSDG_RECORD_PAGE_SPACE - sizeof(TsdgNodeHeader),
+					   TSDG_PENDING_PAGE_SPACE - sizeof(TsdgPendingHeader))) / sizeof(float));
 }
 
 void
@@ -54,7 +56,7 @@ TsdgCheckDimensions(Relation index, int dims)
 				 errmsg("column cannot have more than %d dimensions for tsdg index \"%s\"",
 						max_dims, RelationGetRelationName(index)),
 				 errdetail("The vector has %d dimensions.", dims),
-				 errhint("A row record must fit in one %d-byte page.", BLCKSZ)));
+				 errhint("A row must fit in one %d-byte page.", BLCKSZ)));
 }
 
 /* the record shapes; the caller places the rows and lists */
