@@ -456,6 +456,22 @@ void check_gnnd_params(MatrixView data, const GnndParams& params) {
   }
 }
 
+std::vector<uint32_t> nearest_sampled_row(MatrixView base, const std::vector<uint32_t>& sample,
+                                          MatrixView queries, Metric metric, const RunControl& control) {
+  const auto count = static_cast<int64_t>(sample.size());
+  Matrix sampled(count, base.dim);
+  for (int64_t i = 0; i < count; ++i) {
+    std::copy(base.row(sample[i]), base.row(sample[i]) + base.dim, sampled.row(i));
+  }
+  std::vector<uint32_t> nearest(queries.rows);
+  std::vector<float> dist(queries.rows);
+  RunControl without_progress = control;  // the caller's progress counts its own steps
+  without_progress.progress_done = nullptr;
+  without_progress.progress_total = nullptr;
+  exact_knn(sampled.view(), queries, metric, 1, nearest.data(), dist.data(), without_progress);
+  return nearest;
+}
+
 std::vector<uint32_t> region_order(MatrixView data, uint64_t seed, const RunControl& control) {
   const int64_t n = data.rows;
   const int64_t regions = std::max<int64_t>(1, n / kRegionRows);
@@ -467,16 +483,7 @@ std::vector<uint32_t> region_order(MatrixView data, uint64_t seed, const RunCont
   std::vector<uint32_t> pivot_ids(regions);
   uint64_t state = seed ^ 0x726567696f6e73ULL;
   draw_distinct(state, static_cast<uint64_t>(n), static_cast<int>(regions), pivot_ids.data());
-  Matrix pivots(regions, data.dim);
-  for (int64_t r = 0; r < regions; ++r) {
-    std::copy(data.row(pivot_ids[r]), data.row(pivot_ids[r]) + data.dim, pivots.row(r));
-  }
-  std::vector<uint32_t> region(n);
-  std::vector<float> dist(n);
-  RunControl without_progress = control;  // the caller's progress counts its own steps
-  without_progress.progress_done = nullptr;
-  without_progress.progress_total = nullptr;
-  exact_knn(pivots.view(), data, Metric::L2, 1, region.data(), dist.data(), without_progress);
+  const std::vector<uint32_t> region = nearest_sampled_row(data, pivot_ids, data, Metric::L2, control);
   std::vector<int64_t> start(regions + 1, 0);
   for (uint32_t r : region) ++start[r + 1];
   for (int64_t r = 0; r < regions; ++r) start[r + 1] += start[r];

@@ -97,6 +97,11 @@ struct DescentOptions {
 // the result, since each list ends as the best k of everything offered to it.
 std::vector<uint32_t> region_order(MatrixView data, uint64_t seed, const RunControl& control);
 
+// For every query row, the index in sample of its nearest row of base among
+// the rows sample lists (exact, by metric), without reporting progress.
+std::vector<uint32_t> nearest_sampled_row(MatrixView base, const std::vector<uint32_t>& sample,
+                                          MatrixView queries, Metric metric, const RunControl& control);
+
 // Starts loading rows ids[0..count) of data into the caches, so that the
 // memory latency of rows read at random overlaps the work before them.
 // Invalid ids (the padding of short lists) are skipped.

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "bruteforce.h"
 #include "descent.h"
 #include "distance.h"
 #include "huge_pages.h"
@@ -68,12 +67,11 @@ HugePageArray<float> placed_rows(MatrixView data, const Placement& placement, co
   return values;
 }
 
-// The merged list of position s (row `row`) before refinement (Algorithm 3,
-// lines 1-9): the first k - k/2 neighbors of its own graph, kept as OLD, and
-// k/2 random rows of the other side, marked NEW; lists hold positions. The
-// rest of its own list is held back in held, as rows.
-void init_merged_list(MatrixView local_data, Metric metric, uint64_t seed, int64_t s, int64_t row,
-                      const Side& own, const Side& other, const Placement& placement,
+// The start of the merged list of position s (row `row`) from its own side's
+// graph (Algorithm 3, lines 1-4): its first k - k/2 neighbors, as OLD
+// positions; the next held_k are held back in held, as rows. Returns how many
+// entries it wrote.
+int start_own_entries(int64_t s, int64_t row, const Side& own, const Placement& placement,
                       DescentLists& lists, int held_k, uint32_t* held_ids, float* held_dists) {
   const int k = lists.k();
   const KnnGraph& graph = *own.graph;
@@ -95,6 +93,20 @@ void init_merged_list(MatrixView local_data, Metric metric, uint64_t seed, int64
     held_ids[j - keep] = valid ? static_cast<uint32_t>(own.begin + ids[j]) : kInvalidId;
     held_dists[j - keep] = valid ? dists[j] : std::numeric_limits<float>::infinity();
   }
+  return count;
+}
+
+// The merged list of position s (row `row`) before refinement (Algorithm 3,
+// lines 1-9): the first k - k/2 neighbors of its own graph, kept as OLD, and
+// k/2 random rows of the other side, marked NEW; lists hold positions. The
+// rest of its own list is held back in held, as rows.
+void init_merged_list(MatrixView local_data, Metric metric, uint64_t seed, int64_t s, int64_t row,
+                      const Side& own, const Side& other, const Placement& placement,
+                      DescentLists& lists, int held_k, uint32_t* held_ids, float* held_dists) {
+  const int k = lists.k();
+  DescentLists::Entry* entries = lists.list(s);
+  uint8_t* flags = lists.flags(s);
+  int count = start_own_entries(s, row, own, placement, lists, held_k, held_ids, held_dists);
 
   const int64_t other_rows = other.end - other.begin;
   const int random = static_cast<int>(std::min<int64_t>(k - count, other_rows));
@@ -162,20 +174,9 @@ void init_old_list(MatrixView local_data, DistanceFn distance, const KnnGraph& o
 // seed pivots.
 std::vector<uint32_t> nearest_old_pivots(MatrixView data, int64_t split, Metric metric, uint64_t seed,
                                          const RunControl& control) {
-  const int64_t batch = data.rows - split;
   const std::vector<uint32_t> pivot_rows = merge_seed_pivots(split, seed);
-  const auto pivots = static_cast<int64_t>(pivot_rows.size());
-  Matrix pivot_values(pivots, data.dim);
-  for (int64_t i = 0; i < pivots; ++i) {
-    std::copy(data.row(pivot_rows[i]), data.row(pivot_rows[i]) + data.dim, pivot_values.row(i));
-  }
-  std::vector<uint32_t> nearest(batch);
-  std::vector<float> dist(batch);
-  RunControl without_progress = control;  // the merge's progress counts its own steps
-  without_progress.progress_done = nullptr;
-  without_progress.progress_total = nullptr;
-  exact_knn(pivot_values.view(), data.slice(split, batch), metric, 1, nearest.data(), dist.data(),
-            without_progress);
+  std::vector<uint32_t> nearest =
+      nearest_sampled_row(data, pivot_rows, data.slice(split, data.rows - split), metric, control);
   for (uint32_t& p : nearest) p = pivot_rows[p];
   return nearest;
 }
@@ -191,25 +192,9 @@ void init_batch_list(MatrixView local_data, DistanceFn distance, uint64_t seed, 
                      const Placement& placement, DescentLists& lists, int held_k, uint32_t* held_ids,
                      float* held_dists, std::vector<DescentLists::Entry>& met) {
   const int k = lists.k();
-  const KnnGraph& graph = *batch_side.graph;
-  const int64_t local = row - batch_side.begin;
-  const uint32_t* ids = graph.list(local);
-  const float* dists = graph.list_dists(local);
   DescentLists::Entry* entries = lists.list(s);
   uint8_t* flags = lists.flags(s);
-
-  const int keep = std::min(graph.k, k - k / 2);
-  int count = 0;
-  for (int j = 0; j < keep; ++j) {
-    if (ids[j] == kInvalidId) continue;
-    entries[count] = {dists[j], placement.position_of[batch_side.begin + ids[j]]};
-    flags[count++] = 0;
-  }
-  for (int j = keep; j < keep + held_k; ++j) {
-    const bool valid = j < graph.k && ids[j] != kInvalidId;
-    held_ids[j - keep] = valid ? static_cast<uint32_t>(batch_side.begin + ids[j]) : kInvalidId;
-    held_dists[j - keep] = valid ? dists[j] : std::numeric_limits<float>::infinity();
-  }
+  int count = start_own_entries(s, row, batch_side, placement, lists, held_k, held_ids, held_dists);
 
   // The walk keeps every old row it measured (as positions).
   met.clear();
