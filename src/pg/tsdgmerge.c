@@ -614,13 +614,13 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 		for (uint32 id = first; id < end; id++)
 		{
 			char	   *rec = TsdgListRecord(&m->layout, page, id);
-			int64		self = g.new_id[id];
+			uint32		self = g.new_id[id];
 
 			if (self == TSDG_INVALID_ID)
 				continue;
-			memcpy(m->old_neighbors + self * meta->degree, TsdgListNeighbors(rec),
+			memcpy(m->old_neighbors + (int64) self * meta->degree, TsdgListNeighbors(rec),
 				   sizeof(uint32) * meta->degree);
-			memcpy(m->old_lambdas + self * meta->degree, TsdgListLambdas(rec, meta->degree),
+			memcpy(m->old_lambdas + (int64) self * meta->degree, TsdgListLambdas(rec, meta->degree),
 				   sizeof(uint8) * meta->degree);
 		}
 		UnlockReleaseBuffer(buf);
