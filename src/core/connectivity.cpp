@@ -1,12 +1,14 @@
 #include "connectivity.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <numeric>
 #include <vector>
 
 #include "distance.h"
 #include "search.h"
+#include "thread_pool.h"
 
 namespace tsdg {
 
@@ -47,28 +49,57 @@ class DisjointSets {
   std::vector<int64_t> parent_;
 };
 
-// Dense component ids (0..count-1, numbered by their smallest node).
-std::vector<int64_t> component_ids(const TsdgGraph& graph, int64_t* count) {
-  DisjointSets sets(graph.nodes);
-  for (int64_t u = 0; u < graph.nodes; ++u) {
-    const uint32_t* list = graph.list(u);
-    for (int j = 0; j < graph.degree && list[j] != kInvalidId; ++j) sets.unite(u, list[j]);
-  }
-  std::vector<int64_t> dense(graph.nodes, -1);
-  std::vector<int64_t> ids(graph.nodes);
+// Dense component ids (0..count-1, numbered by their smallest node). The
+// threads unite the lists' edges in one forest in which a root is only ever
+// linked, by compare-and-swap, under a smaller root: every set ends rooted at
+// its smallest node whatever the threads' order, so the ids do not depend on
+// the thread count.
+std::vector<int64_t> component_ids(const TsdgGraph& graph, int64_t* count, const RunControl& control) {
+  const int64_t n = graph.nodes;
+  std::vector<std::atomic<uint32_t>> parent(n);
+  parallel_for(control, n, 1 << 16, [&](int64_t begin, int64_t end, int) {
+    for (int64_t u = begin; u < end; ++u) parent[u].store(static_cast<uint32_t>(u), std::memory_order_relaxed);
+  });
+  const auto find = [&](uint32_t x) {
+    for (;;) {
+      uint32_t p = parent[x].load(std::memory_order_acquire);
+      if (p == x) return x;
+      const uint32_t grandparent = parent[p].load(std::memory_order_acquire);
+      if (grandparent != p) parent[x].compare_exchange_weak(p, grandparent, std::memory_order_acq_rel);
+      x = grandparent;
+    }
+  };
+  const auto unite = [&](uint32_t a, uint32_t b) {
+    for (;;) {
+      a = find(a);
+      b = find(b);
+      if (a == b) return;
+      if (a < b) std::swap(a, b);
+      uint32_t expected = a;
+      if (parent[a].compare_exchange_strong(expected, b, std::memory_order_acq_rel)) return;
+    }
+  };
+  parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
+    for (int64_t u = begin; u < end; ++u) {
+      const uint32_t* list = graph.list(u);
+      for (int j = 0; j < graph.degree && list[j] != kInvalidId; ++j) unite(static_cast<uint32_t>(u), list[j]);
+    }
+  });
+  std::vector<int64_t> ids(n);
   *count = 0;
-  for (int64_t u = 0; u < graph.nodes; ++u) {
-    const int64_t root = sets.find(u);
-    if (dense[root] < 0) dense[root] = (*count)++;
-    ids[u] = dense[root];
+  for (int64_t u = 0; u < n; ++u) {
+    const uint32_t root = find(static_cast<uint32_t>(u));
+    ids[u] = root == u ? (*count)++ : ids[root];
   }
   return ids;
 }
 
 // Each component's member nearest its mean, or its first member when the
-// means would not fit in memory.
+// means would not fit in memory. The sums are split by dimensions and the
+// search for the nearest member by rows among the threads, each sum added in
+// row order and ties going to the smaller node, as one thread would.
 std::vector<uint32_t> representatives(MatrixView data, const std::vector<int64_t>& component,
-                                      int64_t count, DistanceFn l2) {
+                                      int64_t count, DistanceFn l2, const RunControl& control) {
   std::vector<uint32_t> chosen(count, kInvalidId);
   for (int64_t u = static_cast<int64_t>(component.size()) - 1; u >= 0; --u) {
     chosen[component[u]] = static_cast<uint32_t>(u);
@@ -76,24 +107,46 @@ std::vector<uint32_t> representatives(MatrixView data, const std::vector<int64_t
   if (count * data.dim > kMaxMeanValues) return chosen;
   std::vector<double> sums(static_cast<size_t>(count) * data.dim, 0.0);
   std::vector<int64_t> sizes(count, 0);
-  for (int64_t u = 0; u < data.rows; ++u) {
-    double* sum = &sums[component[u] * data.dim];
-    for (int j = 0; j < data.dim; ++j) sum[j] += data.row(u)[j];
-    ++sizes[component[u]];
-  }
+  for (int64_t u = 0; u < data.rows; ++u) ++sizes[component[u]];
+  constexpr int kDimsPerTask = 16;  // a cache line of floats
+  parallel_for(control, (data.dim + kDimsPerTask - 1) / kDimsPerTask, 1, [&](int64_t begin, int64_t end, int) {
+    const int first = static_cast<int>(begin) * kDimsPerTask;
+    const int last = std::min(data.dim, static_cast<int>(end) * kDimsPerTask);
+    for (int64_t u = 0; u < data.rows; ++u) {
+      double* sum = &sums[component[u] * data.dim];
+      const float* row = data.row(u);
+      for (int j = first; j < last; ++j) sum[j] += row[j];
+    }
+  });
   std::vector<float> mean(static_cast<size_t>(count) * data.dim);
   for (int64_t c = 0; c < count; ++c) {
     for (int j = 0; j < data.dim; ++j) {
       mean[c * data.dim + j] = static_cast<float>(sums[c * data.dim + j] / sizes[c]);
     }
   }
-  std::vector<float> best(count, std::numeric_limits<float>::infinity());
-  for (int64_t u = 0; u < data.rows; ++u) {
-    const int64_t c = component[u];
-    const float d = l2(&mean[c * data.dim], data.row(u), data.dim);
-    if (d < best[c]) {
-      best[c] = d;
-      chosen[c] = static_cast<uint32_t>(u);
+  const int workers = worker_count(control);
+  std::vector<float> best(static_cast<size_t>(workers) * count, std::numeric_limits<float>::infinity());
+  std::vector<uint32_t> best_node(static_cast<size_t>(workers) * count, kInvalidId);
+  parallel_for(control, data.rows, 1 << 14, [&](int64_t begin, int64_t end, int worker) {
+    float* mine = &best[static_cast<size_t>(worker) * count];
+    uint32_t* mine_node = &best_node[static_cast<size_t>(worker) * count];
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t c = component[u];
+      const float d = l2(&mean[c * data.dim], data.row(u), data.dim);
+      if (d < mine[c] || (d == mine[c] && u < mine_node[c])) {
+        mine[c] = d;
+        mine_node[c] = static_cast<uint32_t>(u);
+      }
+    }
+  });
+  for (int64_t c = 0; c < count; ++c) {
+    float d = std::numeric_limits<float>::infinity();
+    for (int w = 0; w < workers; ++w) {
+      const size_t at = static_cast<size_t>(w) * count + c;
+      if (best_node[at] != kInvalidId && (best[at] < d || (best[at] == d && best_node[at] < chosen[c]))) {
+        d = best[at];
+        chosen[c] = best_node[at];
+      }
     }
   }
   return chosen;
@@ -144,9 +197,9 @@ int64_t connect_components(MatrixView data, TsdgGraph& graph, const RunControl& 
   for (int round = 0; round < kMaxRounds; ++round) {
     control.throw_if_cancelled();
     int64_t count = 0;
-    const std::vector<int64_t> component = component_ids(graph, &count);
+    const std::vector<int64_t> component = component_ids(graph, &count, control);
     if (count <= 1) break;
-    const std::vector<uint32_t> rep = representatives(data, component, count, l2);
+    const std::vector<uint32_t> rep = representatives(data, component, count, l2, control);
     const int64_t stride = std::max<int64_t>(1, count / kMaxCompared);
     const GraphView view = GraphView::of(graph);
     // The first round links each component to several nearest ones, so a
