@@ -289,9 +289,36 @@ extern BlockNumber TsdgPagesFor(int64 records, int per_page);
 extern int	TsdgKnnPerPage(int k);
 extern void TsdgFillRowPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
 							const ItemPointerData *tids, const float *rows);
-extern void TsdgFillListPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
-							 const uint32 *neighbors, const uint8 *lambdas);
-extern void TsdgFillKnnPage(Page page, const uint32 *knn_ids, int64 first, int64 end, int k);
+
+/* The arrays a graph's pages are written from (CREATE INDEX, merges). */
+typedef struct TsdgGraphArrays
+{
+	const TsdgLayout *layout;
+	int64		n;				/* nodes [0, n) */
+	const ItemPointerData *tids;	/* n */
+	const float *rows;			/* n * dims */
+	const uint32 *neighbors;	/* n * degree */
+	const uint8 *lambdas;		/* n * degree */
+	const uint32 *knn_ids;		/* n * knn_k; NULL: no k-NN pages */
+	int			knn_k;
+} TsdgGraphArrays;
+
+/* the rows [first, end) of arrays written into an extent whose first row is extent_first */
+typedef struct TsdgRowRun
+{
+	const TsdgGraphArrays *arrays;
+	uint32		extent_first;
+	uint32		first;
+	uint32		end;
+} TsdgRowRun;
+
+/* fills page page_no of a run of pages in its locked buffer (TsdgWritePages) */
+typedef void (*TsdgPageFiller) (void *arg, Page page, BlockNumber page_no);
+
+/* TsdgPageFillers: arg a TsdgRowRun; arg a TsdgGraphArrays (list pages, k-NN pages, then empty) */
+extern void TsdgFillRowRunPage(void *arg, Page page, BlockNumber page_no);
+extern void TsdgFillRegionPage(void *arg, Page page, BlockNumber page_no);
+extern BlockNumber TsdgRegionPages(const TsdgGraphArrays *arrays);
 extern int	TsdgPageRecordCount(Page page, Size record_size);
 
 /* rows read from pending pages, in list order; the arrays grow as needed */
@@ -321,7 +348,6 @@ extern void TsdgReadPendingRows(Relation index, const TsdgLayout *layout, BlockN
 								BlockNumber stop, TsdgPendingRows *pending);
 extern void TsdgInitRecordPage(Page page);
 extern BlockNumber TsdgAppendBlocks(Relation index, BlockNumber count);
-typedef void (*TsdgPageFiller) (void *arg, Page page, BlockNumber page_no);
 extern void TsdgWritePages(Relation index, BlockNumber start, BlockNumber first, BlockNumber end,
 						   TsdgPageFiller fill, void *arg);
 extern void TsdgInitPendingPage(Page page);

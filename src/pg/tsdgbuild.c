@@ -366,75 +366,43 @@ TsdgFillMeta(TsdgMetaPageData *meta, const TsdgBuildState *bs, const TsdgLayout 
 	meta->graph_version = bs->count > 0 ? 1 : 0;
 }
 
-/* what the page fillers of a build read */
-typedef struct TsdgBuildPages
-{
-	const TsdgBuildState *bs;
-	const TsdgLayout *layout;
-	const uint32 *neighbors;
-	const uint8 *lambdas;
-} TsdgBuildPages;
-
+/* a row page of a build, and the build's progress */
 static void
 TsdgFillBuildRowPage(void *arg, Page page, BlockNumber page_no)
 {
-	const TsdgBuildPages *bp = arg;
-	int64		first = (int64) page_no * bp->layout->rows_per_page;
+	const TsdgRowRun *run = arg;
+	int64		per_page = run->arrays->layout->rows_per_page;
 
-	TsdgInitRecordPage(page);
-	TsdgFillRowPage(page, bp->layout, (uint32) first,
-					(uint32) Min(first + bp->layout->rows_per_page, bp->bs->count),
-					bp->bs->tids, bp->bs->rows);
+	TsdgFillRowRunPage(arg, page, page_no);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE,
-								 Min(first + bp->layout->rows_per_page, bp->bs->count));
-}
-
-static void
-TsdgFillBuildListPage(void *arg, Page page, BlockNumber page_no)
-{
-	const TsdgBuildPages *bp = arg;
-	int64		first = (int64) page_no * bp->layout->lists_per_page;
-
-	TsdgFillListPage(page, bp->layout, (uint32) first,
-					 (uint32) Min(first + bp->layout->lists_per_page, bp->bs->count),
-					 bp->neighbors, bp->lambdas);
-}
-
-static void
-TsdgFillBuildKnnPage(void *arg, Page page, BlockNumber page_no)
-{
-	const TsdgBuildPages *bp = arg;
-	int			k = bp->bs->params.build_k;
-	int64		first = (int64) page_no * TsdgKnnPerPage(k);
-
-	TsdgFillKnnPage(page, bp->bs->knn_ids, first, Min(first + TsdgKnnPerPage(k), bp->bs->count), k);
+								 Min((page_no + 1) * per_page, run->arrays->n));
 }
 
 /*
- * The row pages, the list pages and, when the builder returned them, the
- * k-NN pages, in the blocks after the metapage (each logged as it is
- * written). Sets knn_start and knn_k in meta.
+ * The row pages, then the region of the list pages and, when the builder
+ * returned them, the k-NN pages, in the blocks after the metapage (each
+ * logged as it is written). Sets knn_start and knn_k in meta.
  */
 static void
 TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout *layout,
 					const uint32 *neighbors, const uint8 *lambdas, bool with_knn)
 {
-	TsdgBuildPages bp = {bs, layout, neighbors, lambdas};
+	TsdgGraphArrays arrays = {layout, bs->count, bs->tids, bs->rows, neighbors, lambdas,
+	with_knn ? bs->knn_ids : NULL, bs->params.build_k};
+	TsdgRowRun	rows = {&arrays, 0, 0, (uint32) bs->count};
 	BlockNumber row_pages = meta->row_extents[0].blocks;
-	BlockNumber list_pages = TsdgPagesFor(bs->count, layout->lists_per_page);
-	BlockNumber knn_pages = with_knn ? TsdgPagesFor(bs->count, TsdgKnnPerPage(bs->params.build_k)) : 0;
-	BlockNumber first = TsdgAppendBlocks(bs->index, row_pages + list_pages + knn_pages);
+	BlockNumber region_pages = TsdgRegionPages(&arrays);
+	BlockNumber first = TsdgAppendBlocks(bs->index, row_pages + region_pages);
 
 	Assert(first == meta->row_extents[0].start && meta->list_start == first + row_pages);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_WRITE);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, bs->count);
-	TsdgWritePages(bs->index, first, 0, row_pages, TsdgFillBuildRowPage, &bp);
-	TsdgWritePages(bs->index, meta->list_start, 0, list_pages, TsdgFillBuildListPage, &bp);
+	TsdgWritePages(bs->index, first, 0, row_pages, TsdgFillBuildRowPage, &rows);
+	TsdgWritePages(bs->index, meta->list_start, 0, region_pages, TsdgFillRegionPage, &arrays);
 	if (with_knn)
 	{
 		meta->knn_k = bs->params.build_k;
-		meta->knn_start = meta->list_start + list_pages;
-		TsdgWritePages(bs->index, meta->knn_start, 0, knn_pages, TsdgFillBuildKnnPage, &bp);
+		meta->knn_start = meta->list_start + TsdgPagesFor(bs->count, layout->lists_per_page);
 	}
 }
 

@@ -95,6 +95,7 @@ typedef struct TsdgMerge
 	uint8	   *lambdas;
 	TsdgMetaPageData new_meta;
 	TsdgLayout	new_layout;		/* of the merged graph, its rows placed */
+	TsdgGraphArrays arrays;		/* what its pages are written from */
 
 	/* unread row blocks: where new extents may go, then what stays spare or is freed */
 	TsdgRowExtent unused_rows[TSDG_MAX_ROW_EXTENTS + 1];
@@ -824,34 +825,6 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 	TsdgCheckCore(m->index, status, &error);
 }
 
-/* Fills one page of the new lists' region in its locked buffer. */
-static void
-TsdgFillRegionPage(void *arg, Page page, BlockNumber page_no)
-{
-	TsdgMerge  *m = arg;
-	const TsdgLayout *layout = &m->new_layout;
-	int64		n = m->n_old + m->n_new;
-	BlockNumber list_pages = TsdgPagesFor(n, layout->lists_per_page);
-	BlockNumber knn_pages = TsdgPagesFor(n, TsdgKnnPerPage(m->k));
-
-	if (page_no < list_pages)
-	{
-		int64		first = (int64) page_no * layout->lists_per_page;
-
-		TsdgFillListPage(page, layout, (uint32) first,
-						 (uint32) Min(first + layout->lists_per_page, n), m->neighbors, m->lambdas);
-	}
-	else if (page_no < list_pages + knn_pages)
-	{
-		int			per_page = TsdgKnnPerPage(m->k);
-		int64		first = (int64) (page_no - list_pages) * per_page;
-
-		TsdgFillKnnPage(page, m->knn_ids, first, Min(first + per_page, n), m->k);
-	}
-	else
-		TsdgInitRecordPage(page);	/* room to grow */
-}
-
 /*
  * Writes the list and k-NN pages of the new graph into the spare region when
  * it is large enough, else into new blocks at the end of the index, with
@@ -863,11 +836,10 @@ TsdgWriteRegion(TsdgMerge *m)
 	int64		n = m->n_old + m->n_new;
 	TsdgMetaPageData *nm = &m->new_meta;
 	BlockNumber list_pages = TsdgPagesFor(n, m->new_layout.lists_per_page);
-	BlockNumber used;
+	BlockNumber used = TsdgRegionPages(&m->arrays);
 	BlockNumber start;
 	bool		extend;
 
-	used = n == 0 ? 0 : list_pages + TsdgPagesFor(n, TsdgKnnPerPage(m->k));
 	nm->region_blocks = 0;
 	nm->list_start = TSDG_METAPAGE_BLKNO + 1;
 	nm->knn_start = InvalidBlockNumber;
@@ -902,34 +874,10 @@ TsdgWriteRegion(TsdgMerge *m)
 	 * extension did here. The spare region's pages past the graph keep what
 	 * they hold.
 	 */
-	TsdgWritePages(m->index, start, 0, used, TsdgFillRegionPage, m);
+	TsdgWritePages(m->index, start, 0, used, TsdgFillRegionPage, &m->arrays);
 	if (extend && nm->region_blocks > used)
 		TsdgWritePages(m->index, start, nm->region_blocks - 1, nm->region_blocks,
-					   TsdgFillRegionPage, m);
-}
-
-/* the rows [first, end) of the merge that fill pages of one extent */
-typedef struct TsdgRowRun
-{
-	TsdgMerge  *m;
-	uint32		extent_first;	/* the node id of the extent's first row */
-	uint32		first;
-	uint32		end;
-} TsdgRowRun;
-
-/* Fills a page of an extent with the run's rows that belong on it (none past the run). */
-static void
-TsdgFillRunPage(void *arg, Page page, BlockNumber page_no)
-{
-	const TsdgRowRun *run = arg;
-	int			per_page = run->m->new_layout.rows_per_page;
-	int64		first = Max((int64) run->extent_first + (int64) page_no * per_page, (int64) run->first);
-	int64		end = Min((int64) run->extent_first + (int64) (page_no + 1) * per_page, (int64) run->end);
-
-	TsdgInitRecordPage(page);
-	if (first < end)
-		TsdgFillRowPage(page, &run->m->new_layout, (uint32) first, (uint32) end,
-						run->m->tids, run->m->rows);
+					   TsdgFillRegionPage, &m->arrays);
 }
 
 /*
@@ -944,7 +892,7 @@ TsdgAppendToExtent(TsdgMerge *m, const TsdgRowExtent *extent, uint32 first, uint
 	const TsdgLayout *layout = &m->new_layout;
 	int			per_page = layout->rows_per_page;
 	uint32		offset = first - extent->first;
-	TsdgRowRun	run = {m, extent->first, first, end};
+	TsdgRowRun	run = {&m->arrays, extent->first, first, end};
 
 	if (first >= end)
 		return;
@@ -969,7 +917,7 @@ TsdgAppendToExtent(TsdgMerge *m, const TsdgRowExtent *extent, uint32 first, uint
 	}
 	if (first < end)
 		TsdgWritePages(m->index, extent->start, offset / per_page,
-					   TsdgPagesFor(end - extent->first, per_page), TsdgFillRunPage, &run);
+					   TsdgPagesFor(end - extent->first, per_page), TsdgFillRowRunPage, &run);
 }
 
 /*
@@ -986,7 +934,7 @@ TsdgNewExtent(TsdgMerge *m, uint32 first)
 	int			per_page = m->new_layout.rows_per_page;
 	BlockNumber with_rows = TsdgPagesFor(n - first, per_page);
 	TsdgRowExtent *extent = &nm->row_extents[nm->row_extent_count++];
-	TsdgRowRun	run = {m, first, first, (uint32) n};
+	TsdgRowRun	run = {&m->arrays, first, first, (uint32) n};
 	int			best = -1;
 
 	for (int i = 0; i < m->unused_row_count; i++)
@@ -999,15 +947,15 @@ TsdgNewExtent(TsdgMerge *m, uint32 first)
 		extent->start = m->unused_rows[best].start;
 		extent->blocks = m->unused_rows[best].blocks;
 		m->unused_rows[best] = m->unused_rows[--m->unused_row_count];
-		TsdgWritePages(m->index, extent->start, 0, with_rows, TsdgFillRunPage, &run);
+		TsdgWritePages(m->index, extent->start, 0, with_rows, TsdgFillRowRunPage, &run);
 		return;
 	}
 	extent->blocks = TsdgPagesFor(Max(n - first, n / 2), per_page);
 	extent->start = TsdgAppendBlocks(m->index, extent->blocks);
-	TsdgWritePages(m->index, extent->start, 0, with_rows, TsdgFillRunPage, &run);
+	TsdgWritePages(m->index, extent->start, 0, with_rows, TsdgFillRowRunPage, &run);
 	if (extent->blocks > with_rows)
 		TsdgWritePages(m->index, extent->start, extent->blocks - 1, extent->blocks,
-					   TsdgFillRunPage, &run);
+					   TsdgFillRowRunPage, &run);
 }
 
 /*
@@ -1310,6 +1258,8 @@ TsdgMergeIndex(Relation index, bool wait)
 		INSTR_TIME_SET_CURRENT(entry_start);
 		INSTR_TIME_ACCUM_DIFF(entry_time, entry_start, phase_start[2]);
 		TsdgInitLayout(&m.new_layout, m.dims, m.meta.degree);
+		m.arrays = (TsdgGraphArrays) {&m.new_layout, m.n_old + m.n_new, m.tids, m.rows, m.neighbors,
+		m.lambdas, m.knn_ids, m.k};
 		TsdgWriteRegion(&m);
 		TsdgWriteRows(&m);
 		TsdgPrepareFreedPages(&m, m.meta.spare_start != TSDG_NO_BLOCK && m.meta.spare_blocks > 0 &&

@@ -180,7 +180,7 @@ TsdgFillRowPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
 }
 
 /* Fills a fresh list page with the lists [first, end). */
-void
+static void
 TsdgFillListPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
 				 const uint32 *neighbors, const uint8 *lambdas)
 {
@@ -199,12 +199,64 @@ TsdgFillListPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
 }
 
 /* Fills a fresh k-NN page with the lists [first, end). */
-void
+static void
 TsdgFillKnnPage(Page page, const uint32 *knn_ids, int64 first, int64 end, int k)
 {
 	TsdgInitRecordPage(page);
 	memcpy(PageGetContents(page), knn_ids + first * k, sizeof(uint32) * k * (end - first));
 	((PageHeader) page)->pd_lower += sizeof(uint32) * k * (end - first);
+}
+
+/* Fills a page of an extent with the run's rows that belong on it (none past the run). */
+void
+TsdgFillRowRunPage(void *arg, Page page, BlockNumber page_no)
+{
+	const TsdgRowRun *run = arg;
+	const TsdgGraphArrays *a = run->arrays;
+	int			per_page = a->layout->rows_per_page;
+	int64		first = Max((int64) run->extent_first + (int64) page_no * per_page, (int64) run->first);
+	int64		end = Min((int64) run->extent_first + (int64) (page_no + 1) * per_page, (int64) run->end);
+
+	TsdgInitRecordPage(page);
+	if (first < end)
+		TsdgFillRowPage(page, a->layout, (uint32) first, (uint32) end, a->tids, a->rows);
+}
+
+/* the list pages and k-NN pages of a graph's region */
+BlockNumber
+TsdgRegionPages(const TsdgGraphArrays *arrays)
+{
+	BlockNumber pages = TsdgPagesFor(arrays->n, arrays->layout->lists_per_page);
+
+	if (arrays->knn_ids != NULL)
+		pages += TsdgPagesFor(arrays->n, TsdgKnnPerPage(arrays->knn_k));
+	return arrays->n == 0 ? 0 : pages;
+}
+
+/* Fills page page_no of a region: list pages, then k-NN pages, then empty pages (room to grow). */
+void
+TsdgFillRegionPage(void *arg, Page page, BlockNumber page_no)
+{
+	const TsdgGraphArrays *a = arg;
+	const TsdgLayout *layout = a->layout;
+	BlockNumber list_pages = TsdgPagesFor(a->n, layout->lists_per_page);
+
+	if (page_no < list_pages)
+	{
+		int64		first = (int64) page_no * layout->lists_per_page;
+
+		TsdgFillListPage(page, layout, (uint32) first,
+						 (uint32) Min(first + layout->lists_per_page, a->n), a->neighbors, a->lambdas);
+	}
+	else if (page_no < TsdgRegionPages(a))
+	{
+		int			per_page = TsdgKnnPerPage(a->knn_k);
+		int64		first = (int64) (page_no - list_pages) * per_page;
+
+		TsdgFillKnnPage(page, a->knn_ids, first, Min(first + per_page, a->n), a->knn_k);
+	}
+	else
+		TsdgInitRecordPage(page);
 }
 
 /* records of a page whose records are packed from the contents to pd_lower */
