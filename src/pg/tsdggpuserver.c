@@ -61,10 +61,17 @@ typedef struct ResidentIndex
 	TsdgMetric	metric;
 	ItemPointerData *tids;		/* n, for batch answers */
 	uint8	   *flags;			/* n node flags, NULL when none is deleted */
-	/* host copies: the rows for every backend, the graph for the CPU's */
+	/*
+	 * host copies: the rows for every backend; the search graph for the
+	 * CPU's, and for the next merge with the k-NN lists when the worker built
+	 * or merged the graph itself (knn_ids NULL for a shipped image)
+	 */
 	float	   *rows;
 	uint32	   *neighbors;
 	uint8	   *lambdas;
+	int			degree;
+	uint32	   *knn_ids;
+	int			knn_k;
 	int64		bytes;
 	TimestampTz loaded_at;
 	TimestampTz last_used;
@@ -115,7 +122,7 @@ KeysEqual(const TsdgIndexKey *a, const TsdgIndexKey *b)
 {
 	return a->database == b->database && a->relfilenode == b->relfilenode &&
 		a->graph_version == b->graph_version && a->deleted_count == b->deleted_count &&
-		a->node_count == b->node_count;
+		a->node_count == b->node_count && a->last_merge == b->last_merge;
 }
 
 /* ---- the resident indexes ---- */
@@ -135,6 +142,7 @@ PublishResidents(void)
 			continue;
 		info = &TsdgShared->cached[count++];
 		info->key = residents[i].key;
+		info->with_knn = residents[i].knn_ids != NULL;
 		info->bytes = residents[i].bytes;
 		info->loaded_at = residents[i].loaded_at;
 		info->last_used = residents[i].last_used;
@@ -165,6 +173,7 @@ ReleaseResidentArrays(ResidentIndex *r)
 	free(r->rows);
 	free(r->neighbors);
 	free(r->lambdas);
+	free(r->knn_ids);
 	memset(r, 0, sizeof(ResidentIndex));
 }
 
@@ -242,25 +251,46 @@ CopyOut(const void *src, Size bytes)
 	return dst;
 }
 
+/* a graph to make resident; the caller may free its arrays afterwards */
+typedef struct ResidentGraph
+{
+	const float *rows;
+	int64		n;
+	int			dims;
+	TsdgMetric	metric;
+	int			degree;
+	const uint32 *neighbors;
+	const uint8 *lambdas;
+	const uint32 *knn_ids;		/* n * knn_k, or NULL */
+	int			knn_k;
+	const ItemPointerData *tids;
+	const uint8 *flags;			/* NULL: none deleted */
+} ResidentGraph;
+
 /*
- * Makes a graph resident. rows/neighbors/lambdas may be freed by the caller
- * afterwards. On failure returns the status with error filled.
+ * Makes graph g resident under key. The other graphs of the index are
+ * dropped as stale, except keep (not NULL): the graph a merge read, which
+ * searches use until the session switches the metapage to this one. On
+ * failure returns the status with error filled.
  */
 static TsdgStatus
-AddResident(const TsdgIndexKey *key, const float *rows, int64 n, int dims, int degree,
-			TsdgMetric metric, const uint32 *neighbors, const uint8 *lambdas,
-			const ItemPointerData *tids, const uint8 *flags, TsdgError *error)
+AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey *keep,
+			TsdgError *error)
 {
 	ResidentIndex *r = NULL;
-	int64		estimate = ResidentBytesEstimate(n, dims, degree);
+	int64		n = g->n;
+	int64		estimate = ResidentBytesEstimate(n, g->dims, g->degree);
 	TimestampTz start = GetCurrentTimestamp();
 	bool		any_deleted = false;
+	bool		host_graph = device_backend == NULL || g->knn_ids != NULL;
+	const uint32 *neighbors = g->neighbors;
+	const uint8 *lambdas = g->lambdas;
 	ItemPointerData no_tid;
 
-	/* an older graph of the same index is stale once a newer one is asked for */
 	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
 		if (residents[i].used && residents[i].key.database == key->database &&
-			residents[i].key.relfilenode == key->relfilenode)
+			residents[i].key.relfilenode == key->relfilenode &&
+			(keep == NULL || !KeysEqual(&residents[i].key, keep)))
 			FreeResident(&residents[i], "a newer graph of the index replaces it");
 	EvictFor(estimate);
 	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES && r == NULL; i++)
@@ -269,37 +299,42 @@ AddResident(const TsdgIndexKey *key, const float *rows, int64 n, int dims, int d
 	Assert(r != NULL);
 
 	memset(r, 0, sizeof(ResidentIndex));
-	r->tids = CopyOut(tids, sizeof(ItemPointerData) * n);
-	for (int64 i = 0; flags != NULL && i < n && !any_deleted; i++)
-		any_deleted = (flags[i] & TSDG_NODE_DELETED) != 0;
+	r->tids = CopyOut(g->tids, sizeof(ItemPointerData) * n);
+	for (int64 i = 0; g->flags != NULL && i < n && !any_deleted; i++)
+		any_deleted = (g->flags[i] & TSDG_NODE_DELETED) != 0;
 	if (any_deleted)
-		r->flags = CopyOut(flags, n);
+		r->flags = CopyOut(g->flags, n);
 	/* the GPU index reads the host rows when it picks its entry points */
-	r->rows = CopyOut(rows, sizeof(float) * n * dims);
-	rows = r->rows;
-	if (device_backend == NULL)
+	r->rows = CopyOut(g->rows, sizeof(float) * n * g->dims);
+	if (host_graph)
 	{
-		r->neighbors = CopyOut(neighbors, sizeof(uint32) * n * degree);
-		r->lambdas = CopyOut(lambdas, n * degree);
+		r->neighbors = CopyOut(g->neighbors, sizeof(uint32) * n * g->degree);
+		r->lambdas = CopyOut(g->lambdas, n * g->degree);
 		neighbors = r->neighbors;
 		lambdas = r->lambdas;
 	}
+	if (g->knn_ids != NULL)
+	{
+		r->knn_ids = CopyOut(g->knn_ids, sizeof(uint32) * n * g->knn_k);
+		r->knn_k = g->knn_k;
+	}
 	if (r->tids == NULL || (any_deleted && r->flags == NULL) || r->rows == NULL ||
-		(device_backend == NULL && (r->neighbors == NULL || r->lambdas == NULL)))
+		(host_graph && (r->neighbors == NULL || r->lambdas == NULL)) ||
+		(g->knn_ids != NULL && r->knn_ids == NULL))
 	{
 		strlcpy(error->message, "out of host memory for the index copy", sizeof(error->message));
 		ReleaseResidentArrays(r);
 		return TSDG_ERR_OUT_OF_MEMORY;
 	}
 
-	r->index = tsdg_index_upload(device_backend, rows, n, dims, metric, neighbors, lambdas,
-								 degree, error);
+	r->index = tsdg_index_upload(device_backend, r->rows, n, g->dims, g->metric, neighbors,
+								 lambdas, g->degree, error);
 	if (r->index == NULL && LeastRecentlyUsed() != NULL)
 	{
 		/* the device may be full of other indexes: drop them and try again */
 		EvictAll("device out of memory for a new index");
-		r->index = tsdg_index_upload(device_backend, rows, n, dims, metric, neighbors, lambdas,
-									 degree, error);
+		r->index = tsdg_index_upload(device_backend, r->rows, n, g->dims, g->metric, neighbors,
+									 lambdas, g->degree, error);
 	}
 	if (r->index == NULL)
 	{
@@ -320,17 +355,40 @@ AddResident(const TsdgIndexKey *key, const float *rows, int64 n, int dims, int d
 	r->used = true;
 	r->key = *key;
 	r->n = n;
-	r->dims = dims;
-	r->metric = metric;
+	r->dims = g->dims;
+	r->metric = g->metric;
+	r->degree = g->degree;
 	r->bytes = (int64) tsdg_index_memory_bytes(r->index);
 	r->loaded_at = r->last_used = GetCurrentTimestamp();
 	PublishResidents();
 	ereport(LOG,
 			(errmsg("pg_tsdg GPU worker: loaded index %u/%u version " UINT64_FORMAT ": %lld rows of %d dimensions, %lld MB on %s in %.3f s",
-					key->database, key->relfilenode, key->graph_version, (long long) n, dims,
+					key->database, key->relfilenode, key->graph_version, (long long) n, g->dims,
 					(long long) (r->bytes >> 20), tsdg_backend_name(device_backend),
 					SecondsSince(start))));
 	return TSDG_OK;
+}
+
+/*
+ * Once a search asks for r, the metapage has moved to it: older graphs of
+ * its index that a merge kept for the searches meanwhile are dropped.
+ */
+static void
+DropOlderGraphs(const ResidentIndex *r)
+{
+	bool		dropped = false;
+
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		if (residents[i].used && &residents[i] != r &&
+			residents[i].key.database == r->key.database &&
+			residents[i].key.relfilenode == r->key.relfilenode &&
+			residents[i].key.graph_version < r->key.graph_version)
+		{
+			FreeResident(&residents[i], "the index moved on to a newer graph");
+			dropped = true;
+		}
+	if (dropped)
+		PublishResidents();
 }
 
 /* ---- load promises: one session ships a missing index, the others use the CPU ---- */
@@ -482,6 +540,7 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 		for (int m = 0; m < nq; m++)
 			memcpy(queries + (Size) m * args->dims, taken[members[m]].query,
 				   sizeof(float) * args->dims);
+		DropOlderGraphs(r);
 		r->last_used = GetCurrentTimestamp();
 		status = tsdg_index_search(r->index, queries, nq, k, Max(args->ef, k),
 								   args->lambda_limit, ids, dists, &error);
@@ -549,6 +608,7 @@ ServeSearchBatch(TakenRequest *t)
 					  0, NULL, NULL, NULL, 0, NULL);
 		return;
 	}
+	DropOlderGraphs(r);
 	if (!MapBulk(&t->copy, &map))
 	{
 		LetGoOfBatchArea(t);
@@ -586,6 +646,7 @@ ServeLoad(TakenRequest *t)
 	const TsdgLoadArgs *args = &t->copy.args.load;
 	BulkMapping map;
 	TsdgBulkHeader *header;
+	ResidentGraph graph = {0};
 	TsdgError	error;
 	TsdgStatus	status;
 
@@ -604,12 +665,16 @@ ServeLoad(TakenRequest *t)
 	}
 	header = (TsdgBulkHeader *) map.address;
 	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
-	status = AddResident(&args->key, TsdgBulkArray(map.address, header->rows), args->n,
-						 args->dims, args->degree, args->metric,
-						 TsdgBulkArray(map.address, header->neighbors),
-						 TsdgBulkArray(map.address, header->lambdas),
-						 TsdgBulkArray(map.address, header->tids),
-						 TsdgBulkArray(map.address, header->flags), &error);
+	graph.rows = TsdgBulkArray(map.address, header->rows);
+	graph.n = args->n;
+	graph.dims = args->dims;
+	graph.metric = args->metric;
+	graph.degree = args->degree;
+	graph.neighbors = TsdgBulkArray(map.address, header->neighbors);
+	graph.lambdas = TsdgBulkArray(map.address, header->lambdas);
+	graph.tids = TsdgBulkArray(map.address, header->tids);
+	graph.flags = TsdgBulkArray(map.address, header->flags);
+	status = AddResident(&args->key, &graph, NULL, &error);
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	UnmapBulk(&map);
 	if (status == TSDG_OK)
@@ -760,12 +825,12 @@ ServeBuild(TakenRequest *t)
 						   args->key.database, args->key.relfilenode);
 		if (args->key.relfilenode != InvalidOid && FindResident(&args->key) == NULL)
 		{
+			ResidentGraph graph = {rows, args->n, args->dims, args->metric, args->params.degree,
+				neighbors, lambdas, knn_ids, args->params.build_k,
+			TsdgBulkArray(map.address, header->tids), NULL};
 			TsdgError	load_error;
 
-			if (AddResident(&args->key, rows, args->n, args->dims, args->params.degree,
-							args->metric, neighbors, lambdas,
-							TsdgBulkArray(map.address, header->tids), NULL,
-							&load_error) != TSDG_OK)
+			if (AddResident(&args->key, &graph, NULL, &load_error) != TSDG_OK)
 				ereport(LOG,
 						(errmsg("pg_tsdg GPU worker: the new graph of index %u/%u stays on disk only: %s",
 								args->key.database, args->key.relfilenode, load_error.message)));
@@ -793,6 +858,7 @@ typedef struct MergeArrays
 	const uint32 *old_neighbors;
 	const uint8 *old_lambdas;
 	const uint8 *old_changed;	/* NULL: no list was repaired */
+	ItemPointerData *tids;		/* of all rows, for the merged graph's copy */
 	uint32	   *knn_ids;
 	uint32	   *neighbors;
 	uint8	   *lambdas;
@@ -846,6 +912,73 @@ ComputeMerge(const TsdgMergeArgs *args, const MergeArrays *a, MergePollState *po
 										error);
 }
 
+/*
+ * The old graph a session left to the worker's copy r: its rows and TIDs
+ * into the segment (the new rows follow them there), and with
+ * graph_resident its k-NN and search lists, read where they are. False when
+ * r is not that graph.
+ */
+static bool
+TakeOldGraph(const TsdgMergeArgs *args, ResidentIndex *r, MergeArrays *a)
+{
+	if (r == NULL || r->n != args->n_old || r->dims != args->dims ||
+		(args->graph_resident &&
+		 (r->knn_ids == NULL || r->knn_k != args->params.build_k ||
+		  r->degree != args->params.degree || r->neighbors == NULL)))
+		return false;
+	memcpy((float *) a->rows, r->rows, sizeof(float) * args->dims * args->n_old);
+	if (a->tids != NULL)
+		memcpy(a->tids, r->tids, sizeof(ItemPointerData) * args->n_old);
+	if (args->graph_resident)
+	{
+		a->old_knn_ids = r->knn_ids;
+		a->old_neighbors = r->neighbors;
+		a->old_lambdas = r->lambdas;
+	}
+	r->last_used = GetCurrentTimestamp();
+	return true;
+}
+
+/* the old lists read from r copied into the segment's arrays, before r may be evicted */
+static void
+CopyOldGraphIn(const TsdgMergeArgs *args, const TsdgBulkHeader *header, void *base,
+			   MergeArrays *a)
+{
+	Size		n_old = (Size) args->n_old;
+
+	memcpy(TsdgBulkArray(base, header->knn_ids), a->old_knn_ids,
+		   sizeof(uint32) * args->params.build_k * n_old);
+	memcpy(TsdgBulkArray(base, header->neighbors), a->old_neighbors,
+		   sizeof(uint32) * args->params.degree * n_old);
+	memcpy(TsdgBulkArray(base, header->lambdas), a->old_lambdas,
+		   sizeof(uint8) * args->params.degree * n_old);
+	a->old_knn_ids = TsdgBulkArray(base, header->knn_ids);
+	a->old_neighbors = TsdgBulkArray(base, header->neighbors);
+	a->old_lambdas = TsdgBulkArray(base, header->lambdas);
+}
+
+/*
+ * Keeps the merged graph resident under the key the session's metapage will
+ * have after its switch, next to the old graph its searches use until then:
+ * the first search after the switch finds it, and the next merge reads
+ * neither rows nor lists from the pages.
+ */
+static void
+KeepMergedGraph(const TsdgMergeArgs *args, const MergeArrays *a)
+{
+	ResidentGraph graph = {a->rows, args->n_old + args->n_new, args->dims, args->metric,
+		args->params.degree, a->neighbors, a->lambdas, a->knn_ids, args->params.build_k,
+	a->tids, NULL};
+	TsdgError	error;
+
+	if (args->new_key.relfilenode == InvalidOid || a->tids == NULL)
+		return;
+	if (AddResident(&args->new_key, &graph, &args->old_key, &error) != TSDG_OK)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: the merged graph of index %u/%u stays on disk only: %s",
+						args->database, args->relfilenode, error.message)));
+}
+
 static void
 ServeMerge(TakenRequest *t)
 {
@@ -872,31 +1005,26 @@ ServeMerge(TakenRequest *t)
 	a.old_neighbors = TsdgBulkArray(map.address, header->neighbors);
 	a.old_lambdas = TsdgBulkArray(map.address, header->lambdas);
 	a.old_changed = TsdgBulkArray(map.address, header->flags);
+	a.tids = TsdgBulkArray(map.address, header->tids);
 	a.knn_ids = TsdgBulkArray(map.address, header->merged_knn_ids);
 	a.neighbors = TsdgBulkArray(map.address, header->merged_neighbors);
 	a.lambdas = TsdgBulkArray(map.address, header->merged_lambdas);
 	a.changed = TsdgBulkArray(map.address, header->changed);
 
-	if (args->rows_resident)
+	if ((args->rows_resident || args->graph_resident) &&
+		!TakeOldGraph(args, FindResident(&args->old_key), &a))
 	{
-		/* the session left the old rows to this copy of the graph */
-		ResidentIndex *r = FindResident(&args->rows_key);
-
-		if (r == NULL || r->n != args->n_old || r->dims != args->dims)
-		{
-			UnmapBulk(&map);
-			TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_NOT_RESIDENT, 0, NULL, NULL,
-						  NULL, 0, "the GPU worker no longer holds the index's rows");
-			return;
-		}
-		memcpy((float *) a.rows, r->rows, sizeof(float) * args->dims * args->n_old);
-		r->last_used = GetCurrentTimestamp();
+		UnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_NOT_RESIDENT, 0, NULL, NULL,
+					  NULL, 0, "the GPU worker no longer holds the index's graph");
+		return;
 	}
 	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
 	ereport(LOG,
 			(errmsg("pg_tsdg GPU worker: merging %lld rows into the graph of %lld rows of index %u/%u on %s%s",
 					(long long) args->n_new, (long long) args->n_old, args->database,
 					args->relfilenode, tsdg_backend_name(device_backend),
+					args->graph_resident ? ", the old graph from its copy" :
 					args->rows_resident ? ", the old rows from its copy of the graph" : "")));
 	memset(&poll, 0, sizeof(poll));
 	poll.build.request = t;
@@ -905,6 +1033,8 @@ ServeMerge(TakenRequest *t)
 	status = ComputeMerge(args, &a, &poll, &error);
 	if (status == TSDG_ERR_OUT_OF_MEMORY && LeastRecentlyUsed() != NULL)
 	{
+		if (args->graph_resident)
+			CopyOldGraphIn(args, header, map.address, &a);
 		EvictAll("device out of memory for a merge");
 		memset(poll.seconds, 0, sizeof(poll.seconds));
 		poll.last_poll = start = GetCurrentTimestamp();
@@ -912,41 +1042,42 @@ ServeMerge(TakenRequest *t)
 	}
 	/* the rest, since the last poll, belongs to the last phase seen */
 	poll.seconds[poll.last_phase] += SecondsSince(poll.last_poll);
-	if (status == TSDG_OK)
-		ereport(LOG,
-				(errmsg("pg_tsdg GPU worker: merged index %u/%u (%lld + %lld rows) in %.3f s: "
-						"k-NN graph of the new rows %.3f s, old lists' distances and GGM %.3f s, "
-						"diversification %.3f s",
-						args->database, args->relfilenode, (long long) args->n_old,
-						(long long) args->n_new, SecondsSince(start),
-						poll.seconds[TSDG_PHASE_KNN_GRAPH], poll.seconds[TSDG_PHASE_MERGE],
-						poll.seconds[TSDG_PHASE_DIVERSIFY]),
-				 errdetail("%s Each phase as the progress polls saw it, 50 ms apart.",
-						   device_backend != NULL ?
-						   "On the device, the rows and lists kept there from the old lists' distances "
-						   "through diversification; the k-NN lists and the search graph copied back after GGM "
-						   "and after diversification." :
-						   "The incremental merge of the CPU backend.")));
-	else
+	if (status != TSDG_OK)
+	{
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: merge for index %u/%u %s: %s",
 						args->database, args->relfilenode,
 						status == TSDG_ERR_CANCELLED ? "cancelled" : "failed", error.message)));
-	if (status == TSDG_OK && header->summary != 0)
-	{
-		/* answer first: the session writes its pages while the summary is computed */
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
+		TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+		UnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), 0, NULL, NULL, NULL, 0,
+					  error.message);
+		return;
+	}
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: merged index %u/%u (%lld + %lld rows) in %.3f s: "
+					"k-NN graph of the new rows %.3f s, old lists' distances and GGM %.3f s, "
+					"diversification %.3f s",
+					args->database, args->relfilenode, (long long) args->n_old,
+					(long long) args->n_new, SecondsSince(start),
+					poll.seconds[TSDG_PHASE_KNN_GRAPH], poll.seconds[TSDG_PHASE_MERGE],
+					poll.seconds[TSDG_PHASE_DIVERSIFY]),
+			 errdetail("%s Each phase as the progress polls saw it, 50 ms apart.",
+					   device_backend != NULL ?
+					   "On the device, the rows and lists kept there from the old lists' distances "
+					   "through diversification; the k-NN lists and the search graph copied back after GGM "
+					   "and after diversification." :
+					   "The incremental merge of the CPU backend.")));
+
+	/* answer first: the session writes its pages while the summary is computed and the graph kept */
+	TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
+	if (header->summary != 0)
 		ComputeSummary(t, TsdgBulkArray(map.address, header->summary), a.rows,
 					   args->n_old + args->n_new, args->dims, args->metric, a.neighbors,
 					   args->params.degree, args->database, args->relfilenode);
-		TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
-		UnmapBulk(&map);
-		return;
-	}
+	KeepMergedGraph(args, &a);
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	UnmapBulk(&map);
-	TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), 0, NULL, NULL, NULL, 0,
-				  status == TSDG_OK ? NULL : error.message);
 }
 
 /* ---- the request loop ---- */

@@ -46,7 +46,9 @@ TsdgServerStateName(TsdgServerState state)
 
 /*
  * [{"database", "index" (its name in this database, else null), "relfilenode",
- *   "graph_version", "nodes", "deleted", "bytes", "last_used", "loaded_at"}, ...]
+ *   "graph_version", "nodes", "deleted", "knn_lists", "bytes", "last_used",
+ *   "loaded_at"}, ...]; knn_lists: the worker keeps the k-NN lists too (it
+ *   built or merged the graph), so a merge reads nothing of the old graph
  */
 static Datum
 TsdgCachedIndexesJson(const TsdgCachedIndexInfo *cached, int count)
@@ -71,10 +73,10 @@ TsdgCachedIndexesJson(const TsdgCachedIndexInfo *cached, int count)
 			appendStringInfoString(&buf, "null");
 		appendStringInfo(&buf,
 						 ", \"relfilenode\": %u, \"graph_version\": " UINT64_FORMAT
-						 ", \"nodes\": %u, \"deleted\": %u, \"bytes\": " INT64_FORMAT
-						 ", \"last_used\": ",
+						 ", \"nodes\": %u, \"deleted\": %u, \"knn_lists\": %s, \"bytes\": "
+						 INT64_FORMAT ", \"last_used\": ",
 						 c->key.relfilenode, c->key.graph_version, c->key.node_count,
-						 c->key.deleted_count, c->bytes);
+						 c->key.deleted_count, c->with_knn ? "true" : "false", c->bytes);
 		escape_json(&buf, timestamptz_to_str(c->last_used));
 		appendStringInfoString(&buf, ", \"loaded_at\": ");
 		escape_json(&buf, timestamptz_to_str(c->loaded_at));

@@ -90,6 +90,10 @@ typedef enum TsdgServerState
  * Which graph a GPU copy is of. relfilenode rather than the index OID: REINDEX
  * and TRUNCATE give the index new storage, whose graph_version starts over.
  * deleted_count: VACUUM marks nodes deleted, which must not be returned.
+ * last_merge: the metapage's stamp of the merge that made the graph (0 for a
+ * build); a merge that failed after the worker kept its graph made the same
+ * graph_version with another stamp, so its graph is never taken for the one
+ * the next merge writes.
  */
 typedef struct TsdgIndexKey
 {
@@ -98,6 +102,7 @@ typedef struct TsdgIndexKey
 	uint64		graph_version;
 	uint32		deleted_count;
 	uint32		node_count;
+	int64		last_merge;
 } TsdgIndexKey;
 
 typedef struct TsdgSearchArgs
@@ -129,9 +134,13 @@ typedef struct TsdgMergeArgs
 	int			dims;
 	TsdgMetric	metric;
 	TsdgBuildParams params;
-	/* the old rows are not in the segment: the worker copies them from its copy of rows_key */
+	TsdgIndexKey old_key;		/* the graph merged into, as the metapage has it */
+	/* the old rows are not in the segment: the worker copies them from its copy of old_key */
 	bool		rows_resident;
-	TsdgIndexKey rows_key;
+	/* nor are the old k-NN and search lists: the worker's copy has them too */
+	bool		graph_resident;
+	/* the merged graph, kept resident under this key (relfilenode 0: not kept) */
+	TsdgIndexKey new_key;
 } TsdgMergeArgs;
 
 typedef struct TsdgLoadArgs
@@ -152,10 +161,11 @@ typedef struct TsdgLoadArgs
  *   load:   rows, neighbors, lambdas, tids, flags (in)
  *   batch:  queries (in), tids, dists (out, nq * k)
  *   merge:  rows (n rows; the worker fills the first n_old from its resident
- *           copy when rows_resident), knn_ids (n_old * build_k), neighbors, lambdas
- *           (n_old * degree): the old graph, in; flags (n_old, the old
- *           lists repaired after deletes) and dists (the old lists'
- *           distances) in, each 0 when absent; merged_knn_ids, merged_neighbors,
+ *           copy when rows_resident), tids (n; the first n_old likewise),
+ *           knn_ids (n_old * build_k), neighbors, lambdas (n_old * degree):
+ *           the old graph, in (filled by the worker when graph_resident);
+ *           flags (n_old, the old lists repaired after deletes) and dists
+ *           (the old lists' distances) in, each 0 when absent; merged_knn_ids, merged_neighbors,
  *           merged_lambdas, changed (n: TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH)
  *           out, before the answer; summary (out, after the answer, of the
  *           merged graph; 0 when the session computes it)
@@ -250,6 +260,7 @@ typedef struct TsdgRequestSlot
 typedef struct TsdgCachedIndexInfo
 {
 	TsdgIndexKey key;
+	bool		with_knn;		/* its k-NN and search lists too: built or merged by the worker */
 	int64		bytes;
 	TimestampTz loaded_at;
 	TimestampTz last_used;

@@ -107,7 +107,9 @@ typedef struct TsdgMerge
 
 	/* where the arrays above live when the worker will compute the graph */
 	TsdgMergeSegment segment;
-	bool		rows_on_worker; /* the old rows are not read: the worker copies them in */
+	/* what of the old graph is not read here: the worker copies it in from its copy */
+	TsdgWorkerCopy left_to_worker;
+	TimestampTz merged_at;		/* the merged graph's last_merge */
 } TsdgMerge;
 
 void
@@ -536,6 +538,71 @@ TsdgReadOldRows(TsdgMerge *m, uint32 nodes, uint32 *new_id, int64 capacity)
 	}
 }
 
+/* the search lists of the live nodes of the old graph, old ids until TsdgRenumberSearchLists */
+static void
+TsdgReadOldLists(TsdgMerge *m, const TsdgOldGraph *g)
+{
+	const TsdgMetaPageData *meta = &m->meta;
+
+	for (uint32 first = 0; first < g->nodes; first += m->layout.lists_per_page)
+	{
+		uint32		end = Min(first + m->layout.lists_per_page, g->nodes);
+		Buffer		buf = ReadBuffer(m->index, TsdgListBlock(&m->layout, first));
+		Page		page;
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		for (uint32 id = first; id < end; id++)
+		{
+			char	   *rec = TsdgListRecord(&m->layout, page, id);
+			uint32		self = g->new_id[id];
+
+			if (self == TSDG_INVALID_ID)
+				continue;
+			memcpy(m->old_neighbors + (int64) self * meta->degree, TsdgListNeighbors(rec),
+				   sizeof(uint32) * meta->degree);
+			memcpy(m->old_lambdas + (int64) self * meta->degree, TsdgListLambdas(rec, meta->degree),
+				   sizeof(uint8) * meta->degree);
+		}
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* the stored k-NN lists of the old graph, old ids, into g->lists */
+static void
+TsdgReadOldKnn(TsdgMerge *m, const TsdgOldGraph *g)
+{
+	int			per_page = TsdgKnnPerPage(g->width);
+
+	for (int64 first = 0; first < g->nodes; first += per_page)
+	{
+		int64		end = Min(first + per_page, g->nodes);
+		Buffer		buf = ReadBuffer(m->index, m->meta.knn_start + first / per_page);
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		memcpy(g->lists + first * g->width, PageGetContents(BufferGetPage(buf)),
+			   sizeof(uint32) * g->width * (end - first));
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * Without deletes, the lists read from the pages keep their ids; only ids
+ * out of range (a damaged page) are dropped, from the k-NN lists as
+ * TsdgSourceList drops them, and from the search lists as
+ * TsdgRenumberSearchLists drops edges to deleted nodes.
+ */
+static void
+TsdgCheckOldLists(TsdgMerge *m, const TsdgOldGraph *g)
+{
+	for (int64 i = 0; i < g->nodes * g->width; i++)
+		if (g->lists[i] != TSDG_INVALID_ID && g->lists[i] >= g->nodes)
+			g->lists[i] = TSDG_INVALID_ID;
+	TsdgRenumberSearchLists(m, g);
+}
+
 static void
 TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 {
@@ -588,13 +655,15 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	}
 
 	/*
-	 * Without deletes, the worker may still hold this graph for searches:
-	 * the old rows are then left to it, unless a merge that has to write all
-	 * rows again (its extents full) would need them here.
+	 * Without deletes, the worker may still hold this graph: the old rows,
+	 * and when it built or merged it its lists too, are then left to it,
+	 * unless a merge that has to write all rows again (its extents full)
+	 * would need them here.
 	 */
-	m->rows_on_worker = m->segment.seg != NULL && meta->deleted_count == 0 && g.nodes > 0 &&
-		meta->row_extent_count < TSDG_MAX_ROW_EXTENTS && TsdgWorkerHoldsRows(m->index, meta);
-	if (m->rows_on_worker)
+	if (m->segment.seg != NULL && meta->deleted_count == 0 && g.nodes > 0 &&
+		meta->row_extent_count < TSDG_MAX_ROW_EXTENTS)
+		m->left_to_worker = TsdgWorkerCopyOf(m->index, meta);
+	if (m->left_to_worker != TSDG_COPY_NONE)
 	{
 		for (uint32 id = 0; id < g.nodes; id++)
 			g.new_id[id] = id;
@@ -602,44 +671,10 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	}
 	else
 		TsdgReadOldRows(m, g.nodes, g.new_id, capacity);
-
-	/* list pages: the search lists of the live nodes, old ids until TsdgRenumberSearchLists */
-	for (uint32 first = 0; first < g.nodes; first += m->layout.lists_per_page)
+	if (m->left_to_worker != TSDG_COPY_GRAPH)
 	{
-		uint32		end = Min(first + m->layout.lists_per_page, g.nodes);
-		Buffer		buf = ReadBuffer(m->index, TsdgListBlock(&m->layout, first));
-		Page		page;
-
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		page = BufferGetPage(buf);
-		for (uint32 id = first; id < end; id++)
-		{
-			char	   *rec = TsdgListRecord(&m->layout, page, id);
-			uint32		self = g.new_id[id];
-
-			if (self == TSDG_INVALID_ID)
-				continue;
-			memcpy(m->old_neighbors + (int64) self * meta->degree, TsdgListNeighbors(rec),
-				   sizeof(uint32) * meta->degree);
-			memcpy(m->old_lambdas + (int64) self * meta->degree, TsdgListLambdas(rec, meta->degree),
-				   sizeof(uint8) * meta->degree);
-		}
-		UnlockReleaseBuffer(buf);
-		CHECK_FOR_INTERRUPTS();
-	}
-
-	/* k-NN pages */
-	for (int64 first = 0; first < g.nodes; first += TsdgKnnPerPage(g.width))
-	{
-		int			per_page = TsdgKnnPerPage(g.width);
-		int64		end = Min(first + per_page, g.nodes);
-		Buffer		buf = ReadBuffer(m->index, meta->knn_start + first / per_page);
-
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		memcpy(g.lists + first * g.width, PageGetContents(BufferGetPage(buf)),
-			   sizeof(uint32) * g.width * (end - first));
-		UnlockReleaseBuffer(buf);
-		CHECK_FOR_INTERRUPTS();
+		TsdgReadOldLists(m, &g);
+		TsdgReadOldKnn(m, &g);
 	}
 
 	/* the consumed pending rows, after the live nodes */
@@ -669,22 +704,17 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	}
 	m->consumed_rows = m->n_new;
 
-	TsdgRenumberSearchLists(m, &g);
 	if (meta->deleted_count == 0)
 	{
-		/*
-		 * The ids stay, so the stored lists are the starting lists; only ids
-		 * out of range (a damaged page) are dropped, as TsdgSourceList drops
-		 * them.
-		 */
+		/* the ids stay, so the stored lists are the starting lists */
 		Assert(m->n_old == g.nodes);
-		for (int64 i = 0; i < g.nodes * g.width; i++)
-			if (g.lists[i] != TSDG_INVALID_ID && g.lists[i] >= g.nodes)
-				g.lists[i] = TSDG_INVALID_ID;
+		if (m->left_to_worker != TSDG_COPY_GRAPH)
+			TsdgCheckOldLists(m, &g);
 		m->old_knn_ids = g.lists;
 		m->old_knn_dists = NULL;
 		return;
 	}
+	TsdgRenumberSearchLists(m, &g);
 	if (m->segment.seg != NULL)
 	{
 		m->old_knn_ids = m->segment.old_knn_ids;
@@ -722,17 +752,43 @@ TsdgCheckCore(Relation index, TsdgStatus status, const TsdgError *error)
 }
 
 /*
+ * Reads what TsdgLoadRows left to the worker's copy of the old graph (the
+ * merge has no deletes, so the ids are the stored ones).
+ */
+static void
+TsdgReadLeftGraph(TsdgMerge *m)
+{
+	TsdgOldGraph g;
+
+	g.nodes = m->n_old;
+	g.width = m->k;
+	g.lists = m->old_knn_ids;
+	g.new_id = palloc_extended(sizeof(uint32) * Max(m->n_old, 1), MCXT_ALLOC_HUGE);
+	TsdgReadOldRows(m, (uint32) m->n_old, g.new_id, m->n_old);
+	if (m->left_to_worker == TSDG_COPY_GRAPH)
+	{
+		TsdgReadOldLists(m, &g);
+		TsdgReadOldKnn(m, &g);
+		TsdgCheckOldLists(m, &g);
+	}
+	pfree(g.new_id);
+	m->left_to_worker = TSDG_COPY_NONE;
+}
+
+/*
  * The seam of the merge computation: (old rows, their k-NN lists, their
  * search lists, new rows) in, (merged k-NN lists, new search graph, which
  * lists changed) out; see tsdg_merge_graph_incremental. m->rows holds
- * n_old + n_new rows, old first (the old ones not read yet when
- * m->rows_on_worker); old_knn_dists may be NULL. The GPU worker computes it
- * when it can take it (on the GPU: the same incremental merge with GNND, the
- * old lists' distances and GGM on the device), as it builds for CREATE
- * INDEX; else, or when the worker fails or dies meanwhile, this backend
- * computes it on the CPU, after reading the old rows it left to the worker.
- * Either way the pages are written by this backend afterwards, so a merge is
- * as crash-safe on the worker as on the CPU.
+ * n_old + n_new rows, old first (the old ones, and with TSDG_COPY_GRAPH the
+ * old lists, not read yet when m->left_to_worker); old_knn_dists may be
+ * NULL. The GPU worker computes it when it can take it (on the GPU: the same
+ * incremental merge with GNND, the old lists' distances and GGM on the
+ * device), as it builds for CREATE INDEX, and keeps the merged graph for the
+ * searches after the switch and for the next merge; else, or when the worker
+ * fails or dies meanwhile, this backend computes it on the CPU, after reading
+ * what it left to the worker. Either way the pages are written by this
+ * backend afterwards, so a merge is as crash-safe on the worker as on the
+ * CPU.
  */
 static void
 TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *params)
@@ -741,22 +797,19 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 	TsdgError	error;
 	TsdgStatus	status;
 
-	outcome = TsdgWorkerMergeGraph(m->index, &m->segment, m->rows_on_worker ? &m->meta : NULL,
-								   m->rows, m->n_old, m->n_new, m->dims, metric, params,
-								   m->old_knn_ids, m->old_knn_dists, m->old_neighbors,
-								   m->old_lambdas, m->old_changed, m->knn_ids, m->neighbors,
-								   m->lambdas, m->changed);
-	if (outcome != TSDG_WORKER_MERGED && m->rows_on_worker)
+	outcome = TsdgWorkerMergeGraph(m->index, &m->segment, &m->meta, m->left_to_worker,
+								   m->merged_at, m->tids, m->rows, m->n_old, m->n_new, m->dims,
+								   metric, params, m->old_knn_ids, m->old_knn_dists,
+								   m->old_neighbors, m->old_lambdas, m->old_changed, m->knn_ids,
+								   m->neighbors, m->lambdas, m->changed);
+	if (outcome != TSDG_WORKER_MERGED && m->left_to_worker != TSDG_COPY_NONE)
 	{
-		uint32	   *same_ids = palloc_extended(sizeof(uint32) * Max(m->n_old, 1), MCXT_ALLOC_HUGE);
-
-		/* the worker dropped its copy, or gave up: the old rows are read after all */
-		TsdgReadOldRows(m, (uint32) m->n_old, same_ids, m->n_old);
-		pfree(same_ids);
-		m->rows_on_worker = false;
-		if (outcome == TSDG_WORKER_NEEDS_ROWS)
-			outcome = TsdgWorkerMergeGraph(m->index, &m->segment, NULL, m->rows, m->n_old,
-										   m->n_new, m->dims, metric, params, m->old_knn_ids,
+		/* the worker dropped its copy, or gave up: what was left to it is read after all */
+		TsdgReadLeftGraph(m);
+		if (outcome == TSDG_WORKER_NEEDS_OLD_GRAPH)
+			outcome = TsdgWorkerMergeGraph(m->index, &m->segment, &m->meta, TSDG_COPY_NONE,
+										   m->merged_at, m->tids, m->rows, m->n_old, m->n_new,
+										   m->dims, metric, params, m->old_knn_ids,
 										   m->old_knn_dists, m->old_neighbors, m->old_lambdas,
 										   m->old_changed, m->knn_ids, m->neighbors, m->lambdas,
 										   m->changed);
@@ -1137,7 +1190,7 @@ TsdgSwitchGraph(TsdgMerge *m)
 	meta->spare_start = old_region > 0 ? m->meta.list_start : TSDG_NO_BLOCK;
 	meta->spare_blocks = old_region;
 	meta->retired_readable = true;
-	meta->last_merge = GetCurrentTimestamp();
+	meta->last_merge = m->merged_at;
 	meta->merge_count++;
 	lsn = GenericXLogFinish(state);
 	if (BufferIsValid(lastbuf))
@@ -1240,6 +1293,8 @@ TsdgMergeIndex(Relation index, bool wait)
 	TsdgLayoutFromMeta(&m.layout, &m.meta);
 	m.dims = m.meta.dims;
 	m.k = m.meta.build_k;
+	/* a stamp of this merge's graph, for the worker's copy (TsdgIndexKey) */
+	m.merged_at = GetCurrentTimestamp();
 
 	/* the worker's segment, when there is one, is mapped until the merge ends */
 	PG_TRY();

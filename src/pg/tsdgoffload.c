@@ -89,6 +89,7 @@ TsdgIndexKeyOf(Relation index, const TsdgMetaPageData *meta, TsdgIndexKey *key)
 	key->graph_version = meta->graph_version;
 	key->deleted_count = meta->deleted_count;
 	key->node_count = meta->node_count;
+	key->last_merge = meta->last_merge;
 }
 
 /*
@@ -702,6 +703,7 @@ TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
 	if (with_summary)
 		header->summary = TsdgBulkAdd(&offset, sizeof(TsdgBuildSummary));
 	header->rows = TsdgBulkAdd(&offset, sizeof(float) * dims * n);
+	header->tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * n);
 	header->knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) n_old);
 	if (with_dists)
 		header->dists = TsdgBulkAdd(&offset, sizeof(float) * params->build_k * (Size) n_old);
@@ -757,6 +759,7 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	mseg->old_capacity = old_capacity;
 	mseg->new_capacity = new_capacity;
 	mseg->rows = TsdgBulkArray(base, header.rows);
+	mseg->tids = TsdgBulkArray(base, header.tids);
 	mseg->old_knn_ids = TsdgBulkArray(base, header.knn_ids);
 	mseg->old_knn_dists = with_repairs ? TsdgBulkArray(base, header.dists) : NULL;
 	mseg->old_neighbors = TsdgBulkArray(base, header.neighbors);
@@ -780,22 +783,24 @@ TsdgMergeSegmentRelease(TsdgMergeSegment *mseg)
 	memset(mseg, 0, sizeof(TsdgMergeSegment));
 }
 
-bool
-TsdgWorkerHoldsRows(Relation index, const TsdgMetaPageData *meta)
+TsdgWorkerCopy
+TsdgWorkerCopyOf(Relation index, const TsdgMetaPageData *meta)
 {
 	TsdgIndexKey key;
-	bool		held = false;
+	TsdgWorkerCopy copy = TSDG_COPY_NONE;
 
 	TsdgIndexKeyOf(index, meta, &key);
 	SpinLockAcquire(&TsdgShared->mutex);
-	for (int i = 0; i < TsdgShared->cached_count && !held; i++)
-		held = memcmp(&TsdgShared->cached[i].key, &key, sizeof(key)) == 0;
+	for (int i = 0; i < TsdgShared->cached_count && copy == TSDG_COPY_NONE; i++)
+		if (memcmp(&TsdgShared->cached[i].key, &key, sizeof(key)) == 0)
+			copy = TsdgShared->cached[i].with_knn ? TSDG_COPY_GRAPH : TSDG_COPY_ROWS;
 	SpinLockRelease(&TsdgShared->mutex);
-	return held;
+	return copy;
 }
 
 TsdgWorkerMerge
-TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageData *rows_of,
+TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageData *old_meta,
+					 TsdgWorkerCopy left, TimestampTz merged_at, const ItemPointerData *tids,
 					 const float *rows, int64 n_old, int64 n_new, int dims, TsdgMetric metric,
 					 const TsdgBuildParams *params,
 					 const uint32 *old_knn_ids, const float *old_knn_dists,
@@ -818,7 +823,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	TimestampTz submitted;
 	TimestampTz answered_at;
 
-	Assert(rows_of == NULL || (mseg != NULL && mseg->seg != NULL));
+	Assert(left == TSDG_COPY_NONE || (mseg != NULL && mseg->seg != NULL));
 	if (n == 0)
 		return TSDG_WORKER_DECLINED;
 	if (!TsdgWorkerTakesRequest())
@@ -857,12 +862,25 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 		base = dsm_segment_address(seg);
 		memcpy(base, &header, sizeof(header));
 	}
-	if (rows_of == NULL)
+	if (left == TSDG_COPY_NONE)
+	{
 		TsdgBulkCopyIn(base, header.rows, rows, sizeof(float) * dims * (Size) n);
-	TsdgBulkCopyIn(base, header.knn_ids, old_knn_ids, sizeof(uint32) * k * (Size) n_old);
+		TsdgBulkCopyIn(base, header.tids, tids, sizeof(ItemPointerData) * (Size) n);
+	}
+	else
+	{
+		TsdgBulkCopyIn(base, header.rows + sizeof(float) * dims * (Size) n_old,
+					   rows + dims * n_old, sizeof(float) * dims * (Size) n_new);
+		TsdgBulkCopyIn(base, header.tids + sizeof(ItemPointerData) * (Size) n_old,
+					   tids + n_old, sizeof(ItemPointerData) * (Size) n_new);
+	}
+	if (left != TSDG_COPY_GRAPH)
+	{
+		TsdgBulkCopyIn(base, header.knn_ids, old_knn_ids, sizeof(uint32) * k * (Size) n_old);
+		TsdgBulkCopyIn(base, header.neighbors, old_neighbors, sizeof(uint32) * degree * (Size) n_old);
+		TsdgBulkCopyIn(base, header.lambdas, old_lambdas, sizeof(uint8) * degree * (Size) n_old);
+	}
 	TsdgBulkCopyIn(base, header.dists, old_knn_dists, sizeof(float) * k * (Size) n_old);
-	TsdgBulkCopyIn(base, header.neighbors, old_neighbors, sizeof(uint32) * degree * (Size) n_old);
-	TsdgBulkCopyIn(base, header.lambdas, old_lambdas, sizeof(uint8) * degree * (Size) n_old);
 	TsdgBulkCopyIn(base, header.flags, old_changed, sizeof(uint8) * (Size) n_old);
 
 	slot = TsdgIpcBeginRequest(TSDG_REQUEST_MERGE);
@@ -874,11 +892,14 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	slot->args.merge.dims = dims;
 	slot->args.merge.metric = metric;
 	slot->args.merge.params = *params;
-	if (rows_of != NULL)
-	{
-		slot->args.merge.rows_resident = true;
-		TsdgIndexKeyOf(index, rows_of, &slot->args.merge.rows_key);
-	}
+	TsdgIndexKeyOf(index, old_meta, &slot->args.merge.old_key);
+	slot->args.merge.rows_resident = left != TSDG_COPY_NONE;
+	slot->args.merge.graph_resident = left == TSDG_COPY_GRAPH;
+	slot->args.merge.new_key = slot->args.merge.old_key;
+	slot->args.merge.new_key.graph_version++;
+	slot->args.merge.new_key.deleted_count = 0;
+	slot->args.merge.new_key.node_count = (uint32) n;
+	slot->args.merge.new_key.last_merge = merged_at;
 	slot->bulk_handle = dsm_segment_handle(seg);
 	slot->bulk_size = header.total_size;
 	submitted = GetCurrentTimestamp();
@@ -891,8 +912,8 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 			sizeof(message));
 	TsdgIpcFinish(slot);
 
-	if (reply == TSDG_REPLY_NOT_RESIDENT && rows_of != NULL)
-		return TSDG_WORKER_NEEDS_ROWS;
+	if (reply == TSDG_REPLY_NOT_RESIDENT && left != TSDG_COPY_NONE)
+		return TSDG_WORKER_NEEDS_OLD_GRAPH;
 	/* CANCELLED too: this session's cancel throws out of the wait, so the worker was shut down */
 	if (reply != TSDG_REPLY_OK)
 	{

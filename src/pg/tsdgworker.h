@@ -10,6 +10,7 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
 #include "storage/itemptr.h"
 #include "utils/relcache.h"
 
@@ -164,6 +165,7 @@ typedef struct TsdgMergeSegment
 	int64		old_capacity;
 	int64		new_capacity;
 	float	   *rows;			/* (old_capacity + new_capacity) * dims */
+	ItemPointerData *tids;		/* old_capacity + new_capacity */
 	uint32	   *old_knn_ids;	/* old_capacity * build_k */
 	float	   *old_knn_dists;	/* old_capacity * build_k; NULL unless with_repairs */
 	uint32	   *old_neighbors;	/* old_capacity * degree */
@@ -195,17 +197,25 @@ extern void TsdgMergeSegmentRelease(TsdgMergeSegment *mseg);
 extern bool TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, uint32 *entry_points,
 								   int *entry_count, float *nn1_bound);
 
+/* what the worker's copy of an index's graph has */
+typedef enum TsdgWorkerCopy
+{
+	TSDG_COPY_NONE,				/* none is resident */
+	TSDG_COPY_ROWS,				/* the rows and search lists, shipped for searches */
+	TSDG_COPY_GRAPH				/* the k-NN lists too: the worker built or merged it */
+} TsdgWorkerCopy;
+
 /*
- * Whether the worker holds the graph of meta resident (its rows included),
- * so that a merge may leave the old rows to it (TsdgWorkerMergeGraph's
- * rows_of). It may drop it before the merge reaches it.
+ * What the worker holds of the graph of meta, so that a merge may leave the
+ * old rows, or the whole old graph, to it (TsdgWorkerMergeGraph's left). It
+ * may drop it before the merge reaches it.
  */
-extern bool TsdgWorkerHoldsRows(Relation index, const TsdgMetaPageData *meta);
+extern TsdgWorkerCopy TsdgWorkerCopyOf(Relation index, const TsdgMetaPageData *meta);
 
 typedef enum TsdgWorkerMerge
 {
 	TSDG_WORKER_MERGED,			/* the merged graph is in the caller's arrays */
-	TSDG_WORKER_NEEDS_ROWS,		/* the worker no longer holds the old rows: read them, ask again */
+	TSDG_WORKER_NEEDS_OLD_GRAPH,	/* the worker dropped what was left to it: read it, ask again */
 	TSDG_WORKER_DECLINED		/* the caller computes it on the CPU */
 } TsdgWorkerMerge;
 
@@ -215,15 +225,24 @@ typedef enum TsdgWorkerMerge
  * k-NN ids, search graph and changed flags come back into the caller's
  * arrays. When the arrays are those of mseg (not NULL), nothing is copied,
  * and the worker computes the merged graph's entry points after its answer
- * (TsdgWorkerMergeSummary). With rows_of (only with mseg), the first n_old
- * rows are not read yet: the worker copies them into the segment from its
- * resident copy of that metapage's graph. DECLINED when the caller computes
- * it on the CPU instead (no worker, busy, no shared memory, worker died or
- * failed: a LOG or, for GPU memory, a WARNING says so). A query cancel while
- * waiting throws, and the worker stops at its next poll.
+ * (TsdgWorkerMergeSummary).
+ *
+ * old_meta is the metapage the merge read; with left (only with mseg) above
+ * TSDG_COPY_NONE, the first n_old rows and TIDs, and with TSDG_COPY_GRAPH the
+ * old k-NN and search lists too, are not read yet: the worker takes them from
+ * its copy of that graph. The worker then keeps the merged graph resident
+ * under the key the metapage gets at the switch (graph_version + 1, no
+ * deleted node, n_old + n_new nodes, last_merge = merged_at).
+ *
+ * DECLINED when the caller computes it on the CPU instead (no worker, busy,
+ * no shared memory, worker died or failed: a LOG or, for GPU memory, a
+ * WARNING says so). A query cancel while waiting throws, and the worker
+ * stops at its next poll.
  */
 extern TsdgWorkerMerge TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg,
-											const TsdgMetaPageData *rows_of, const float *rows,
+											const TsdgMetaPageData *old_meta, TsdgWorkerCopy left,
+											TimestampTz merged_at, const ItemPointerData *tids,
+											const float *rows,
 											int64 n_old, int64 n_new, int dims, TsdgMetric metric,
 											const TsdgBuildParams *params,
 											const uint32 *old_knn_ids, const float *old_knn_dists,

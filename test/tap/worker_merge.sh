@@ -5,8 +5,10 @@
 # merged by the worker, one in the session (tsdg.device = cpu): recall@10
 # after the merges within 0.01 of each other, every row of the last load
 # found first through the index, and a row inserted just before a merge
-# found first after it; a merge of a graph the worker holds takes the old
-# rows from the worker's copy. A merge cancelled while the worker computes it
+# found first after it; a merge of a graph the worker built or merged takes
+# the old rows and lists from the worker's copy, and the worker keeps the
+# merged graph, so the first search after a merge ships no index. A merge
+# cancelled while the worker computes it
 # stops the worker's computation; a worker killed (SIGKILL) during a merge
 # leaves the merge to the session, which completes it on the CPU with a
 # correct index; the restarted worker merges an index with deleted nodes.
@@ -74,21 +76,37 @@ sql -c "CREATE TABLE items_cpu AS SELECT * FROM items" \
     -c "CREATE INDEX items_idx ON items USING tsdg (v vector_l2_ops)" \
     -c "SET tsdg.device = cpu" -c "CREATE INDEX items_cpu_idx ON items_cpu USING tsdg (v vector_l2_ops)"
 
+# first search through the worker of index $1 (ids near row $2): how many
+# index images the sessions shipped to the worker for it
+shipped_for_search() {
+  local loads
+  loads=$(status index_loads)
+  sql -At -c "SET enable_seqscan = off; SET tsdg.device = gpu;
+    SELECT count(*) FROM (SELECT t.id FROM items t ORDER BY t.v <-> (SELECT v FROM items WHERE id = $2) LIMIT 10) a" >/dev/null
+  echo $(( $(status index_loads) - loads ))
+}
+
 # 1. Two loads, each merged by the worker into items and in the session into items_cpu.
-# The worker holds the fresh build for searches: the first merge leaves the
-# old rows to its copy instead of reading them.
+# The worker keeps the graph it built and each graph it merged, its k-NN
+# lists included: each merge leaves the old rows and lists to its copy
+# instead of reading them, and the search after each merge finds the merged
+# graph on the worker.
 next=$((base_rows + 1))
-first_merge=$(wc -l < "$dir/server.log")
 for l in 1 2; do
   load items "$next" "$load_rows" $((l + 1))
   sql -c "INSERT INTO items_cpu SELECT * FROM items WHERE id >= $next"
+  from=$(wc -l < "$dir/server.log")
   merge items_idx worker
+  log_lines "$from" | grep -q "merging $load_rows rows into the graph of $((next - 1)) rows .*the old graph from its copy" ||
+    fail "merge $l read the old graph although the worker held it"
+  [ "$(shipped_for_search items_idx "$next")" = 0 ] ||
+    fail "the first search after merge $l shipped the index: the worker did not keep the merged graph"
   merge items_cpu_idx cpu
   next=$((next + load_rows))
 done
 [ "$(sql -At -c "SELECT pending FROM tsdg_index_info('items_idx')")" = 0 ] || fail "rows still pending after the merges"
-log_lines "$first_merge" | grep -q "merging $load_rows rows into the graph of $base_rows rows .*the old rows from its copy of the graph" ||
-  fail "the first merge read the old rows although the worker held them"
+[ "$(sql -At -c "SELECT count(*) FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c
+     WHERE c->>'index' = 'items_idx'")" = 1 ] || fail "the worker still holds an older graph of items_idx after searches of the newer one"
 "$py" "$gen" 100 "$dims" 99 | sql -c "COPY queries (id, v) FROM STDIN"
 sql -c "SET max_parallel_workers_per_gather = 0" \
     -c "UPDATE queries q SET truth = ARRAY(SELECT r.id FROM items r ORDER BY (r.v <-> q.v) + 0 LIMIT 10)"
