@@ -16,14 +16,14 @@ void merge_graph_incremental(const MergeInput& in, const MergeOutput& out, Metri
   control.set_phase(Phase::Merge);
   const IncrementalMerge ggm = ggm_merge_incremental(in.data, in.split, copy_old_knn(in), *in.batch_knn,
                                                      metric, params, control);
+  std::copy(ggm.graph.ids.begin(), ggm.graph.ids.end(), out.knn_ids);
+  if (out.knn_dists != nullptr) std::copy(ggm.graph.dists.begin(), ggm.graph.dists.end(), out.knn_dists);
   control.set_phase(Phase::Diversify);
   set_knn_change(ggm.changed.data(), in, out);
   const std::vector<uint8_t> knn_change(out.knn_change, out.knn_change + n);
   std::vector<uint8_t> search_changed;
   const TsdgGraph search = diversify_tsdg_incremental(in.data, metric, ggm.graph, knn_change, copy_old_search(in),
                                                       diversify, control, search_changed);
-  std::copy(ggm.graph.ids.begin(), ggm.graph.ids.end(), out.knn_ids);
-  if (out.knn_dists != nullptr) std::copy(ggm.graph.dists.begin(), ggm.graph.dists.end(), out.knn_dists);
   std::copy(search.neighbors.begin(), search.neighbors.end(), out.neighbors);
   std::copy(search.lambdas.begin(), search.lambdas.end(), out.lambdas);
   std::copy(search_changed.begin(), search_changed.end(), out.search_changed);

@@ -30,7 +30,8 @@ struct MergeInput {
   const uint8_t* old_rebuilt = nullptr;
 };
 
-// The caller's arrays for every row (data.rows of them).
+// The caller's arrays for every row (data.rows of them). Every merge writes
+// knn_ids (and knn_dists) before it sets Phase::Diversify (tsdg_capi.h).
 struct MergeOutput {
   uint32_t* knn_ids = nullptr;      // rows * k
   float* knn_dists = nullptr;       // rows * k, may be null

@@ -33,8 +33,10 @@ struct RunControl {
   void add_done(int64_t units) const {
     if (progress_done) progress_done->fetch_add(units, std::memory_order_relaxed);
   }
+  // Release: what the step before wrote (a merge's k-NN lists, merge.h) is
+  // seen by whoever reads the new phase.
   void set_phase(Phase step) const {
-    if (phase) phase->store(static_cast<int>(step), std::memory_order_relaxed);
+    if (phase) phase->store(static_cast<int>(step), std::memory_order_release);
   }
 };
 

@@ -164,7 +164,9 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
  * k-NN graph (knn_dists may be NULL) and the search graph of all rows, and
  * changed[n]: TSDG_CHANGED_KNN where a row's k-NN list differs from its old
  * one, TSDG_CHANGED_GRAPH where its search list or lambdas do; every new row
- * has both.
+ * has both. The k-NN graph is final in knn_ids (and knn_dists) once poll
+ * sees TSDG_PHASE_DIVERSIFY, so that the caller may write it out while the
+ * search graph is diversified.
  */
 #define TSDG_CHANGED_KNN	1
 #define TSDG_CHANGED_GRAPH	2

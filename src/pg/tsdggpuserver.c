@@ -876,6 +876,7 @@ typedef struct MergePollState
 	TimestampTz last_poll;
 	int			last_phase;
 	double		seconds[TSDG_PHASE_SEARCH + 1];
+	TsdgBuildSummary *summary;	/* NULL: the session waits for the answer only */
 } MergePollState;
 
 static bool
@@ -884,6 +885,15 @@ MergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 	MergePollState *state = (MergePollState *) arg;
 	TimestampTz now = GetCurrentTimestamp();
 
+	if (phase == TSDG_PHASE_DIVERSIFY && state->summary != NULL &&
+		pg_atomic_read_u32(&state->summary->knn_ready) == 0)
+	{
+		/* the merged k-NN lists are in the segment: the session writes them meanwhile */
+		pg_write_barrier();
+		pg_atomic_write_u32(&state->summary->knn_ready, 1);
+		if (state->build.request->copy.requester_latch != NULL)
+			SetLatch(state->build.request->copy.requester_latch);
+	}
 	if (phase >= TSDG_PHASE_KNN_GRAPH && phase <= TSDG_PHASE_SEARCH)
 	{
 		state->seconds[phase] += (double) (now - state->last_poll) / 1000000.0;
@@ -1030,8 +1040,10 @@ ServeMerge(TakenRequest *t)
 	poll.build.request = t;
 	poll.last_poll = start = GetCurrentTimestamp();
 	poll.last_phase = TSDG_PHASE_KNN_GRAPH;
+	poll.summary = TsdgBulkArray(map.address, header->summary);
 	status = ComputeMerge(args, &a, &poll, &error);
-	if (status == TSDG_ERR_OUT_OF_MEMORY && LeastRecentlyUsed() != NULL)
+	if (status == TSDG_ERR_OUT_OF_MEMORY && LeastRecentlyUsed() != NULL &&
+		(poll.summary == NULL || pg_atomic_read_u32(&poll.summary->knn_ready) == 0))
 	{
 		if (args->graph_resident)
 			CopyOldGraphIn(args, header, map.address, &a);

@@ -208,6 +208,11 @@ typedef enum TsdgSummaryState
 typedef struct TsdgBuildSummary
 {
 	pg_atomic_uint32 state;		/* TsdgSummaryState */
+	/*
+	 * merge: 1 once the merged k-NN lists are in the segment, before the
+	 * answer (the worker diversifies meanwhile; the session's latch is set)
+	 */
+	pg_atomic_uint32 knn_ready;
 	int32		entry_count;
 	float		nn1_bound;
 	uint32		entry_points[TSDG_SUMMARY_MAX_ENTRIES];

@@ -96,6 +96,8 @@ typedef struct TsdgMerge
 	TsdgMetaPageData new_meta;
 	TsdgLayout	new_layout;		/* of the merged graph, its rows placed */
 	TsdgGraphArrays arrays;		/* what its pages are written from */
+	bool		region_placed;	/* new_meta's region fields are set */
+	bool		knn_pages_written;	/* while the worker diversified */
 
 	/* unread row blocks: where new extents may go, then what stays spare or is freed */
 	TsdgRowExtent unused_rows[TSDG_MAX_ROW_EXTENTS + 1];
@@ -111,6 +113,8 @@ typedef struct TsdgMerge
 	TsdgWorkerCopy left_to_worker;
 	TimestampTz merged_at;		/* the merged graph's last_merge */
 } TsdgMerge;
+
+static void TsdgWriteKnnPages(void *arg);
 
 void
 TsdgMergeInit(void)
@@ -816,6 +820,8 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 	}
 	if (outcome == TSDG_WORKER_MERGED)
 		return;
+	/* the worker's k-NN lists, if written, are not those of this merge */
+	m->knn_pages_written = false;
 	status = tsdg_merge_graph_incremental(NULL, m->rows, m->n_old, m->n_new, m->dims, metric,
 										  params, m->old_knn_ids, m->old_knn_dists,
 										  m->old_neighbors, m->old_lambdas, m->old_changed,
@@ -838,6 +844,8 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 		m->changed = m->segment.changed;
 		m->neighbors = m->segment.neighbors;
 		m->lambdas = m->segment.lambdas;
+		m->segment.knn_ready = TsdgWriteKnnPages;
+		m->segment.knn_ready_arg = m;
 	}
 	else
 	{
@@ -848,6 +856,9 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 		m->lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
 											sizeof(uint8) * Max(n, 1) * params.degree);
 	}
+	TsdgInitLayout(&m->new_layout, m->dims, m->meta.degree);
+	m->arrays = (TsdgGraphArrays) {&m->new_layout, n, m->tids, m->rows, m->neighbors, m->lambdas,
+	m->knn_ids, m->k};
 	if (n > 0)
 		TsdgMergeComputeGraph(m, metric, &params);
 }
@@ -879,28 +890,32 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 }
 
 /*
- * Writes the list and k-NN pages of the new graph into the spare region when
- * it is large enough, else into new blocks at the end of the index, with
- * room to grow. Fills the region fields of m->new_meta and new_layout.
+ * Places the list and k-NN pages of the new graph: in the spare region when
+ * it is large enough, else in new blocks at the end of the index, with room
+ * to grow. Fills the region fields of m->new_meta and new_layout.
  */
 static void
-TsdgWriteRegion(TsdgMerge *m)
+TsdgPlaceRegion(TsdgMerge *m)
 {
-	int64		n = m->n_old + m->n_new;
 	TsdgMetaPageData *nm = &m->new_meta;
-	BlockNumber list_pages = TsdgPagesFor(n, m->new_layout.lists_per_page);
 	BlockNumber used = TsdgRegionPages(&m->arrays);
 	BlockNumber start;
-	bool		extend;
 
+	if (m->region_placed)
+		return;
+	m->region_placed = true;
 	nm->region_blocks = 0;
 	nm->list_start = TSDG_METAPAGE_BLKNO + 1;
 	nm->knn_start = InvalidBlockNumber;
 	if (used == 0)
 		return;
 
-	extend = !(m->meta.spare_start != TSDG_NO_BLOCK && m->meta.spare_blocks >= used);
-	if (extend)
+	if (m->meta.spare_start != TSDG_NO_BLOCK && m->meta.spare_blocks >= used)
+	{
+		nm->region_blocks = m->meta.spare_blocks;
+		start = m->meta.spare_start;
+	}
+	else
 	{
 		/*
 		 * The new blocks are only allocated under the extension lock, and
@@ -909,28 +924,54 @@ TsdgWriteRegion(TsdgMerge *m)
 		 */
 		nm->region_blocks = used + used / 2;
 		start = TsdgAppendBlocks(m->index, nm->region_blocks);
-	}
-	else
-	{
-		nm->region_blocks = m->meta.spare_blocks;
-		start = m->meta.spare_start;
+
+		/*
+		 * The room to grow stays as the extension left it (zero pages, which
+		 * every later use of the region overwrites), except its last page:
+		 * that one is logged, so that a replay extends the file past the
+		 * whole region as the extension did here.
+		 */
+		if (nm->region_blocks > used)
+			TsdgWritePages(m->index, start, nm->region_blocks - 1, nm->region_blocks,
+						   TsdgFillRegionPage, &m->arrays);
 	}
 	nm->list_start = start;
-	nm->knn_start = start + list_pages;
+	nm->knn_start = start + TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page);
 	m->new_layout.list_start = start;
+}
 
-	/*
-	 * Only the graph's pages are written. The room to grow of a new region
-	 * stays as the extension left it (zero pages, which every later use of
-	 * the region overwrites), except its last page: that one is logged too,
-	 * so that a replay extends the file past the whole region as the
-	 * extension did here. The spare region's pages past the graph keep what
-	 * they hold.
-	 */
-	TsdgWritePages(m->index, start, 0, used, TsdgFillRegionPage, &m->arrays);
-	if (extend && nm->region_blocks > used)
-		TsdgWritePages(m->index, start, nm->region_blocks - 1, nm->region_blocks,
-					   TsdgFillRegionPage, &m->arrays);
+/*
+ * TsdgMergeSegment's knn_ready: the worker's merged k-NN lists written to
+ * their pages while it diversifies.
+ */
+static void
+TsdgWriteKnnPages(void *arg)
+{
+	TsdgMerge  *m = (TsdgMerge *) arg;
+	BlockNumber list_pages = TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page);
+
+	TsdgPlaceRegion(m);
+	TsdgWritePages(m->index, m->new_meta.list_start, list_pages, TsdgRegionPages(&m->arrays),
+				   TsdgFillRegionPage, &m->arrays);
+	m->knn_pages_written = true;
+}
+
+/*
+ * Writes the list pages of the new graph, and its k-NN pages unless they
+ * were written while the worker diversified. The spare region's pages past
+ * the graph keep what they hold.
+ */
+static void
+TsdgWriteRegion(TsdgMerge *m)
+{
+	BlockNumber list_pages = TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page);
+
+	TsdgPlaceRegion(m);
+	if (m->new_meta.region_blocks == 0)
+		return;
+	TsdgWritePages(m->index, m->new_meta.list_start, 0,
+				   m->knn_pages_written ? list_pages : TsdgRegionPages(&m->arrays),
+				   TsdgFillRegionPage, &m->arrays);
 }
 
 /*
@@ -1254,10 +1295,11 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 					m->segment.summary_pid != 0 ? " (waiting for the worker's)" : "", seconds[3]),
 			 errdetail("Old lists changed: " INT64_FORMAT " k-NN, " INT64_FORMAT " search; "
 					   "list pages of old nodes with a changed search list: " INT64_FORMAT " of " INT64_FORMAT "; "
-					   "row extents: %d%s.",
+					   "row extents: %d%s%s.",
 					   knn_changed, graph_changed, pages_changed,
 					   (int64) TsdgPagesFor(m->n_old, per_page), m->new_meta.row_extent_count,
-					   m->new_meta.retired_extent_count > 0 ? ", every row written again" : "")));
+					   m->new_meta.retired_extent_count > 0 ? ", every row written again" : "",
+					   m->knn_pages_written ? "; k-NN pages written while the worker diversified" : "")));
 }
 
 /*
@@ -1312,9 +1354,6 @@ TsdgMergeIndex(Relation index, bool wait)
 			TsdgMergedEntryPoints(&m, metric);
 		INSTR_TIME_SET_CURRENT(entry_start);
 		INSTR_TIME_ACCUM_DIFF(entry_time, entry_start, phase_start[2]);
-		TsdgInitLayout(&m.new_layout, m.dims, m.meta.degree);
-		m.arrays = (TsdgGraphArrays) {&m.new_layout, m.n_old + m.n_new, m.tids, m.rows, m.neighbors,
-		m.lambdas, m.knn_ids, m.k};
 		TsdgWriteRegion(&m);
 		TsdgWriteRows(&m);
 		TsdgPrepareFreedPages(&m, m.meta.spare_start != TSDG_NO_BLOCK && m.meta.spare_blocks > 0 &&

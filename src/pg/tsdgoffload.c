@@ -772,6 +772,7 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	mseg->changed = TsdgBulkArray(base, header.changed);
 	mseg->summary = TsdgBulkArray(base, header.summary);
 	pg_atomic_init_u32(&mseg->summary->state, TSDG_SUMMARY_PENDING);
+	pg_atomic_init_u32(&mseg->summary->knn_ready, 0);
 	return true;
 }
 
@@ -796,6 +797,23 @@ TsdgWorkerCopyOf(Relation index, const TsdgMetaPageData *meta)
 			copy = TsdgShared->cached[i].with_knn ? TSDG_COPY_GRAPH : TSDG_COPY_ROWS;
 	SpinLockRelease(&TsdgShared->mutex);
 	return copy;
+}
+
+/* hands the merged k-NN lists to the caller once the worker has put them in the segment */
+static bool
+TsdgMergeWaitPoll(void *arg, TsdgRequestSlot *slot)
+{
+	TsdgMergeSegment *mseg = (TsdgMergeSegment *) arg;
+
+	if (mseg->knn_ready != NULL && pg_atomic_read_u32(&mseg->summary->knn_ready) != 0)
+	{
+		void		(*knn_ready) (void *) = mseg->knn_ready;
+
+		pg_read_barrier();
+		mseg->knn_ready = NULL;
+		knn_ready(mseg->knn_ready_arg);
+	}
+	return false;
 }
 
 TsdgWorkerMerge
@@ -905,7 +923,9 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	submitted = GetCurrentTimestamp();
 	request_id = TsdgIpcSubmit(slot);
 	/* a query cancel throws out of the wait, and the worker stops at its next poll */
-	answered = TsdgIpcWait(slot, request_id, -1, NULL, NULL);
+	answered = TsdgIpcWait(slot, request_id, -1,
+						   mseg != NULL && seg == mseg->seg && mseg->knn_ready != NULL ?
+						   TsdgMergeWaitPoll : NULL, mseg);
 	answered_at = GetCurrentTimestamp();
 	reply = answered ? slot->reply : TSDG_REPLY_FAILED;
 	strlcpy(message, answered ? slot->message : "It is restarted by its supervisor.",

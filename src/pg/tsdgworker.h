@@ -177,6 +177,14 @@ typedef struct TsdgMergeSegment
 	uint8	   *changed;		/* old_capacity + new_capacity */
 	struct TsdgBuildSummary *summary;	/* of the merged graph, after the answer */
 	pid_t		summary_pid;	/* the worker that computes it; 0: none does */
+
+	/*
+	 * Called (when set) while TsdgWorkerMergeGraph waits, once the worker's
+	 * merged k-NN lists are in knn_ids and it diversifies: the caller writes
+	 * them out meanwhile. It may throw; the worker is then told to stop.
+	 */
+	void		(*knn_ready) (void *arg);
+	void	   *knn_ready_arg;
 } TsdgMergeSegment;
 
 /*

@@ -37,7 +37,7 @@ merge() {
   local from device
   from=$(wc -l < "$dir/server.log")
   device=$( [ "$2" = worker ] && echo auto || echo cpu )
-  [ "$(sql -At -c "SET tsdg.device = $device" -c "SELECT tsdg_merge('$1')")" -gt 0 ] ||
+  [ "$(sql -At -c "SET tsdg.device = $device" -c "SET log_min_messages = debug1" -c "SELECT tsdg_merge('$1')")" -gt 0 ] ||
     fail "tsdg_merge('$1') merged no rows"
   if [ "$2" = worker ]; then
     log_lines "$from" | grep -q "tsdg index \"$1\" merged on the GPU worker" ||
@@ -92,6 +92,7 @@ shipped_for_search() {
 # instead of reading them, and the search after each merge finds the merged
 # graph on the worker.
 next=$((base_rows + 1))
+first_merge=$(wc -l < "$dir/server.log")
 for l in 1 2; do
   load items "$next" "$load_rows" $((l + 1))
   sql -c "INSERT INTO items_cpu SELECT * FROM items WHERE id >= $next"
@@ -105,6 +106,10 @@ for l in 1 2; do
   next=$((next + load_rows))
 done
 [ "$(sql -At -c "SELECT pending FROM tsdg_index_info('items_idx')")" = 0 ] || fail "rows still pending after the merges"
+# the session writes the merged k-NN lists while the worker diversifies
+# (when the worker's progress poll, every 50 ms, sees it do so)
+log_lines "$first_merge" | grep -q "k-NN pages written while the worker diversified" ||
+  fail "no merge wrote its k-NN pages while the worker diversified"
 [ "$(sql -At -c "SELECT count(*) FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c
      WHERE c->>'index' = 'items_idx'")" = 1 ] || fail "the worker still holds an older graph of items_idx after searches of the newer one"
 "$py" "$gen" 100 "$dims" 99 | sql -c "COPY queries (id, v) FROM STDIN"
