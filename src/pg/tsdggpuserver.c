@@ -51,6 +51,51 @@
 /* batches of SQL batch searches this large get a LOG line with their time */
 #define TSDG_LOGGED_BATCH		1000
 
+/* ---- bulk segments ---- */
+
+typedef struct BulkMapping
+{
+	dsm_handle	handle;
+	void	   *impl_private;
+	void	   *address;
+	Size		size;
+} BulkMapping;
+
+static bool
+MapBulk(const TsdgRequestSlot *request, BulkMapping *map)
+{
+	memset(map, 0, sizeof(BulkMapping));
+	if (request->in_batch_area)
+	{
+		/* mapped since the worker started: nothing to attach */
+		map->address = TsdgBatchAreaBase;
+		map->size = TsdgShared->batch_area.size;
+		return TsdgBatchAreaBase != NULL && map->size >= request->bulk_size &&
+			((TsdgBulkHeader *) map->address)->total_size == request->bulk_size;
+	}
+	map->handle = request->bulk_handle;
+	if (!dsm_impl_op(DSM_OP_ATTACH, map->handle, 0, &map->impl_private, &map->address,
+					 &map->size, LOG))
+		return false;
+	if (map->size < request->bulk_size ||
+		((TsdgBulkHeader *) map->address)->total_size != request->bulk_size)
+	{
+		(void) dsm_impl_op(DSM_OP_DETACH, map->handle, 0, &map->impl_private, &map->address,
+						   &map->size, LOG);
+		return false;
+	}
+	return true;
+}
+
+static void
+UnmapBulk(BulkMapping *map)
+{
+	if (map->address == NULL || map->address == TsdgBatchAreaBase)
+		return;
+	(void) dsm_impl_op(DSM_OP_DETACH, map->handle, 0, &map->impl_private, &map->address,
+					   &map->size, LOG);
+}
+
 typedef struct ResidentIndex
 {
 	bool		used;
@@ -72,6 +117,8 @@ typedef struct ResidentIndex
 	int			degree;
 	uint32	   *knn_ids;
 	int			knn_k;
+	/* the request's segment the arrays above lie in; address NULL: malloc'd copies */
+	BulkMapping segment;
 	int64		bytes;
 	TimestampTz loaded_at;
 	TimestampTz last_used;
@@ -168,12 +215,17 @@ FindResident(const TsdgIndexKey *key)
 static void
 ReleaseResidentArrays(ResidentIndex *r)
 {
-	free(r->tids);
-	free(r->flags);
-	free(r->rows);
-	free(r->neighbors);
-	free(r->lambdas);
-	free(r->knn_ids);
+	if (r->segment.address != NULL)
+		UnmapBulk(&r->segment);
+	else
+	{
+		free(r->tids);
+		free(r->flags);
+		free(r->rows);
+		free(r->neighbors);
+		free(r->lambdas);
+		free(r->knn_ids);
+	}
 	memset(r, 0, sizeof(ResidentIndex));
 }
 
@@ -270,12 +322,16 @@ typedef struct ResidentGraph
 /*
  * Makes graph g resident under key. The other graphs of the index are
  * dropped as stale, except keep (not NULL): the graph a merge read, which
- * searches use until the session switches the metapage to this one. On
- * failure returns the status with error filled.
+ * searches use until the session switches the metapage to this one. When g's
+ * arrays lie in the request's segment *map (a DSM segment, not the batch
+ * area), the resident takes that mapping over instead of copying them (the
+ * session's detach then leaves the memory to this process; on failure it is
+ * released), and *map is cleared; else they are copied. On failure returns
+ * the status with error filled.
  */
 static TsdgStatus
 AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey *keep,
-			TsdgError *error)
+			BulkMapping *map, TsdgError *error)
 {
 	ResidentIndex *r = NULL;
 	int64		n = g->n;
@@ -299,24 +355,39 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 	Assert(r != NULL);
 
 	memset(r, 0, sizeof(ResidentIndex));
-	r->tids = CopyOut(g->tids, sizeof(ItemPointerData) * n);
 	for (int64 i = 0; g->flags != NULL && i < n && !any_deleted; i++)
 		any_deleted = (g->flags[i] & TSDG_NODE_DELETED) != 0;
-	if (any_deleted)
-		r->flags = CopyOut(g->flags, n);
-	/* the GPU index reads the host rows when it picks its entry points */
-	r->rows = CopyOut(g->rows, sizeof(float) * n * g->dims);
+	r->knn_k = g->knn_k;
+	if (map != NULL && map->address != NULL && map->address != TsdgBatchAreaBase)
+	{
+		r->segment = *map;
+		map->address = NULL;
+		r->tids = (ItemPointerData *) g->tids;
+		r->flags = any_deleted ? (uint8 *) g->flags : NULL;
+		r->rows = (float *) g->rows;
+		r->neighbors = host_graph ? (uint32 *) g->neighbors : NULL;
+		r->lambdas = host_graph ? (uint8 *) g->lambdas : NULL;
+		r->knn_ids = (uint32 *) g->knn_ids;
+	}
+	else
+	{
+		r->tids = CopyOut(g->tids, sizeof(ItemPointerData) * n);
+		if (any_deleted)
+			r->flags = CopyOut(g->flags, n);
+		/* the GPU index reads the host rows when it picks its entry points */
+		r->rows = CopyOut(g->rows, sizeof(float) * n * g->dims);
+		if (host_graph)
+		{
+			r->neighbors = CopyOut(g->neighbors, sizeof(uint32) * n * g->degree);
+			r->lambdas = CopyOut(g->lambdas, n * g->degree);
+		}
+		if (g->knn_ids != NULL)
+			r->knn_ids = CopyOut(g->knn_ids, sizeof(uint32) * n * g->knn_k);
+	}
 	if (host_graph)
 	{
-		r->neighbors = CopyOut(g->neighbors, sizeof(uint32) * n * g->degree);
-		r->lambdas = CopyOut(g->lambdas, n * g->degree);
 		neighbors = r->neighbors;
 		lambdas = r->lambdas;
-	}
-	if (g->knn_ids != NULL)
-	{
-		r->knn_ids = CopyOut(g->knn_ids, sizeof(uint32) * n * g->knn_k);
-		r->knn_k = g->knn_k;
 	}
 	if (r->tids == NULL || (any_deleted && r->flags == NULL) || r->rows == NULL ||
 		(host_graph && (r->neighbors == NULL || r->lambdas == NULL)) ||
@@ -326,6 +397,7 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 		ReleaseResidentArrays(r);
 		return TSDG_ERR_OUT_OF_MEMORY;
 	}
+
 
 	r->index = tsdg_index_upload(device_backend, r->rows, n, g->dims, g->metric, neighbors,
 								 lambdas, g->degree, error);
@@ -423,51 +495,6 @@ ForgetPromise(const TsdgIndexKey *key)
 	for (int i = 0; i < TSDG_MAX_PROMISES; i++)
 		if (promises[i].promised_at != 0 && KeysEqual(&promises[i].key, key))
 			promises[i].promised_at = 0;
-}
-
-/* ---- bulk segments ---- */
-
-typedef struct BulkMapping
-{
-	dsm_handle	handle;
-	void	   *impl_private;
-	void	   *address;
-	Size		size;
-} BulkMapping;
-
-static bool
-MapBulk(const TsdgRequestSlot *request, BulkMapping *map)
-{
-	memset(map, 0, sizeof(BulkMapping));
-	if (request->in_batch_area)
-	{
-		/* mapped since the worker started: nothing to attach */
-		map->address = TsdgBatchAreaBase;
-		map->size = TsdgShared->batch_area.size;
-		return TsdgBatchAreaBase != NULL && map->size >= request->bulk_size &&
-			((TsdgBulkHeader *) map->address)->total_size == request->bulk_size;
-	}
-	map->handle = request->bulk_handle;
-	if (!dsm_impl_op(DSM_OP_ATTACH, map->handle, 0, &map->impl_private, &map->address,
-					 &map->size, LOG))
-		return false;
-	if (map->size < request->bulk_size ||
-		((TsdgBulkHeader *) map->address)->total_size != request->bulk_size)
-	{
-		(void) dsm_impl_op(DSM_OP_DETACH, map->handle, 0, &map->impl_private, &map->address,
-						   &map->size, LOG);
-		return false;
-	}
-	return true;
-}
-
-static void
-UnmapBulk(BulkMapping *map)
-{
-	if (map->address == TsdgBatchAreaBase)
-		return;
-	(void) dsm_impl_op(DSM_OP_DETACH, map->handle, 0, &map->impl_private, &map->address,
-					   &map->size, LOG);
 }
 
 static TsdgReply
@@ -674,7 +701,7 @@ ServeLoad(TakenRequest *t)
 	graph.lambdas = TsdgBulkArray(map.address, header->lambdas);
 	graph.tids = TsdgBulkArray(map.address, header->tids);
 	graph.flags = TsdgBulkArray(map.address, header->flags);
-	status = AddResident(&args->key, &graph, NULL, &error);
+	status = AddResident(&args->key, &graph, NULL, &map, &error);
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	UnmapBulk(&map);
 	if (status == TSDG_OK)
@@ -830,7 +857,7 @@ ServeBuild(TakenRequest *t)
 			TsdgBulkArray(map.address, header->tids), NULL};
 			TsdgError	load_error;
 
-			if (AddResident(&args->key, &graph, NULL, &load_error) != TSDG_OK)
+			if (AddResident(&args->key, &graph, NULL, &map, &load_error) != TSDG_OK)
 				ereport(LOG,
 						(errmsg("pg_tsdg GPU worker: the new graph of index %u/%u stays on disk only: %s",
 								args->key.database, args->key.relfilenode, load_error.message)));
@@ -971,10 +998,11 @@ CopyOldGraphIn(const TsdgMergeArgs *args, const TsdgBulkHeader *header, void *ba
  * Keeps the merged graph resident under the key the session's metapage will
  * have after its switch, next to the old graph its searches use until then:
  * the first search after the switch finds it, and the next merge reads
- * neither rows nor lists from the pages.
+ * neither rows nor lists from the pages. Its host arrays stay in the merge's
+ * segment (the old graph's arrays there too, until the next merge drops it).
  */
 static void
-KeepMergedGraph(const TsdgMergeArgs *args, const MergeArrays *a)
+KeepMergedGraph(const TsdgMergeArgs *args, const MergeArrays *a, BulkMapping *map)
 {
 	ResidentGraph graph = {a->rows, args->n_old + args->n_new, args->dims, args->metric,
 		args->params.degree, a->neighbors, a->lambdas, a->knn_ids, args->params.build_k,
@@ -983,7 +1011,7 @@ KeepMergedGraph(const TsdgMergeArgs *args, const MergeArrays *a)
 
 	if (args->new_key.relfilenode == InvalidOid || a->tids == NULL)
 		return;
-	if (AddResident(&args->new_key, &graph, &args->old_key, &error) != TSDG_OK)
+	if (AddResident(&args->new_key, &graph, &args->old_key, map, &error) != TSDG_OK)
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: the merged graph of index %u/%u stays on disk only: %s",
 						args->database, args->relfilenode, error.message)));
@@ -1087,7 +1115,7 @@ ServeMerge(TakenRequest *t)
 		ComputeSummary(t, TsdgBulkArray(map.address, header->summary), a.rows,
 					   args->n_old + args->n_new, args->dims, args->metric, a.neighbors,
 					   args->params.degree, args->database, args->relfilenode);
-	KeepMergedGraph(args, &a);
+	KeepMergedGraph(args, &a, &map);
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	UnmapBulk(&map);
 }

@@ -87,11 +87,34 @@ sql -c "CREATE INDEX ON rows_all (chunk)" -c "VACUUM ANALYZE rows_all"
 data_s=$(elapsed "$t0" "$(now)")
 echo "data generated and loaded in ${data_s}s"
 
-# recall@10 of the tsdg index of table $1 over the queries, at tsdg.ef_search $2
+# recall@10 of the tsdg index of table $1 over the queries, at tsdg.ef_search $2,
+# searched as the server's sessions search (through the worker when it runs),
+# or with $3 = cpu by the session itself, through the pages
 recall() {
-  sql -c "SET enable_seqscan = off" -c "SET tsdg.ef_search = $2" -c "SELECT round(avg(hits) / 10, 4) FROM (
+  sql -c "SET enable_seqscan = off" -c "SET tsdg.ef_search = $2" -c "SET tsdg.device = ${3:-auto}" \
+    -c "SELECT round(avg(hits) / 10, 4) FROM (
     SELECT (SELECT count(*) FROM (SELECT t.id FROM $1 t ORDER BY t.v <-> q.v LIMIT 10) a
             WHERE a.id = ANY (q.truth)) AS hits FROM queries q) s"
+}
+
+# whether a GPU worker (of any backend) takes requests
+worker=$(sql -c "SELECT state IN ('ready', 'busy') FROM tsdg_gpu_status()" 2>/dev/null || echo f)
+# with a worker: seconds until it holds the current graph of index $1 (it keeps
+# the graph it built or merged, after its answer), so that searches measured
+# are the worker's and not the CPU's while it loads; up to 60 s, else "-"
+wait_resident() {
+  local t0
+  t0=$(now)
+  [ "$worker" = t ] || { echo -; return; }
+  for _ in $(seq 1 600); do
+    if [ "$(sql -c "SELECT count(*) FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c,
+          tsdg_index_info('$1') i WHERE c->>'index' = '$1' AND (c->>'graph_version')::bigint = i.graph_version")" -gt 0 ]; then
+      elapsed "$t0" "$(now)"
+      return
+    fi
+    sleep 0.1
+  done
+  echo -
 }
 
 log "fresh CREATE INDEX on all $total rows"
@@ -99,8 +122,12 @@ sql -c "CREATE TABLE fresh $no_autovacuum AS SELECT id, v FROM rows_all" -c "VAC
 t0=$(now)
 fresh_cpu=$(echo "CREATE INDEX fresh_idx ON fresh USING tsdg (v vector_l2_ops);" | with_cpu)
 fresh_build=$(elapsed "$t0" "$(now)")
+fresh_resident_s=$(wait_resident fresh_idx)
 fresh_recall=$(recall fresh 64)
 fresh_recall_low=$(recall fresh 10)
+if [ "$worker" = t ]; then
+  fresh_recall_cpu="$(recall fresh 64 cpu) / $(recall fresh 10 cpu)"
+fi
 fresh_size=$(sql -c "SELECT pg_relation_size('fresh_idx')")
 sql -c "DROP TABLE fresh"
 echo "fresh build ${fresh_build}s (CPU ${fresh_cpu}s), recall@10 $fresh_recall (ef_search 64), $fresh_recall_low (ef_search 10)"
@@ -118,8 +145,8 @@ probe() {
     FROM (SELECT id, v FROM rows_all WHERE chunk = $1 ORDER BY random() LIMIT $probes) p) s"
 }
 
-table="| load | rows after | insert s | merge s | merge / fresh build | merge CPU s | merge / fresh build, CPU | probes (misses) while pending | probes (misses) during the merge |"
-table+=$'\n'"|---|---|---|---|---|---|---|---|---|"
+table="| load | rows after | insert s | merge s | merge / fresh build | merge CPU s | merge / fresh build, CPU | probes (misses) while pending | probes (misses) during the merge | worker holds the merged graph after s |"
+table+=$'\n'"|---|---|---|---|---|---|---|---|---|---|"
 max_ratio=0
 max_cpu_ratio=0
 misses_total=0
@@ -159,12 +186,16 @@ for l in $(seq 1 "$loads"); do
   misses_total=$((misses_total + pending_misses + during_misses))
   probes_total=$((probes_total + probes + during))
   rows_after=$(sql -c "SELECT rows FROM tsdg_index_info('inc_idx')")
-  table+=$'\n'"| $l | $rows_after | $insert_s | $merge_s | $ratio | $merge_cpu | $cpu_ratio | $probes ($pending_misses) | $during ($during_misses) |"
+  resident_s=$(wait_resident inc_idx)
+  table+=$'\n'"| $l | $rows_after | $insert_s | $merge_s | $ratio | $merge_cpu | $cpu_ratio | $probes ($pending_misses) | $during ($during_misses) | $resident_s |"
   echo "load $l: merge ${merge_s}s ($ratio of the fresh build; CPU ${merge_cpu}s, $cpu_ratio), misses $pending_misses pending, $during_misses of $during during the merge"
 done
 
 inc_recall=$(recall inc 64)
 inc_recall_low=$(recall inc 10)
+if [ "$worker" = t ]; then
+  inc_recall_cpu="$(recall inc 64 cpu) / $(recall inc 10 cpu)"
+fi
 info=$(sql -c "SELECT concat_ws(', ', 'rows ' || rows, 'pending ' || pending, 'graph_version ' || graph_version, 'merges ' || merges, 'size ' || pg_size_pretty(size)) FROM tsdg_index_info('inc_idx')")
 recall_gap=$(awk -v a="$fresh_recall" -v b="$inc_recall" 'BEGIN { printf "%.4f", a - b }')
 recall_gap_low=$(awk -v a="$fresh_recall_low" -v b="$inc_recall_low" 'BEGIN { printf "%.4f", a - b }')
@@ -196,6 +227,10 @@ fi
   echo "| build CPU s (backend, all threads) | $fresh_cpu | |"
   echo "| recall@10 at the end, ef_search 64 | $fresh_recall | $inc_recall (gap $recall_gap) |"
   echo "| recall@10 at the end, ef_search 10 | $fresh_recall_low | $inc_recall_low (gap $recall_gap_low) |"
+  if [ "$worker" = t ]; then
+    echo "| the same, searched by the session through the pages (tsdg.device = cpu), ef_search 64 / 10 | $fresh_recall_cpu | $inc_recall_cpu |"
+    echo "| the worker held the graph, after the statement returned | ${fresh_resident_s} s | (per merge below) |"
+  fi
   echo "| index size | $(numfmt --to=iec "$fresh_size") | ${info##*size } |"
   echo "| largest merge / fresh build | | $max_ratio |"
   echo "| largest merge / fresh build, CPU time | | $max_cpu_ratio |"

@@ -23,6 +23,9 @@ base_rows=${TSDG_MERGE_BASE_ROWS:-20000}
 load_rows=${TSDG_MERGE_LOAD_ROWS:-2000}
 start_worker_cluster "maintenance_work_mem = '512MB'"
 log_lines() { tail -n +"$1" "$dir/server.log"; }
+# whether the server log from line $1 on has a line matching $2 (reads it
+# whole: grep -q would leave tail a broken pipe, which pipefail counts)
+logged() { log_lines "$1" | grep -c -- "$2" >/dev/null; }
 py=$(numpy_python)
 gen="$(dirname "$0")/clustered_vectors.py"
 status() { sql -At -c "SELECT $1 FROM tsdg_gpu_status()"; }
@@ -40,11 +43,11 @@ merge() {
   [ "$(sql -At -c "SET tsdg.device = $device" -c "SET log_min_messages = debug1" -c "SELECT tsdg_merge('$1')")" -gt 0 ] ||
     fail "tsdg_merge('$1') merged no rows"
   if [ "$2" = worker ]; then
-    log_lines "$from" | grep -q "tsdg index \"$1\" merged on the GPU worker" ||
+    logged "$from" "tsdg index \"$1\" merged on the GPU worker" ||
       fail "$1 was not merged by the worker"
-    log_lines "$from" | grep -q "pg_tsdg GPU worker: merged index" ||
+    logged "$from" "pg_tsdg GPU worker: merged index" ||
       fail "the worker did not log the merge of $1"
-  elif log_lines "$from" | grep -q "merged on the GPU worker"; then
+  elif logged "$from" "merged on the GPU worker"; then
     fail "$1 was merged by the worker under tsdg.device = cpu"
   fi
 }
@@ -98,7 +101,7 @@ for l in 1 2; do
   sql -c "INSERT INTO items_cpu SELECT * FROM items WHERE id >= $next"
   from=$(wc -l < "$dir/server.log")
   merge items_idx worker
-  log_lines "$from" | grep -q "merging $load_rows rows into the graph of $((next - 1)) rows .*the old graph from its copy" ||
+  logged "$from" "merging $load_rows rows into the graph of $((next - 1)) rows .*the old graph from its copy" ||
     fail "merge $l read the old graph although the worker held it"
   [ "$(shipped_for_search items_idx "$next")" = 0 ] ||
     fail "the first search after merge $l shipped the index: the worker did not keep the merged graph"
@@ -108,7 +111,7 @@ done
 [ "$(sql -At -c "SELECT pending FROM tsdg_index_info('items_idx')")" = 0 ] || fail "rows still pending after the merges"
 # the session writes the merged k-NN lists while the worker diversifies
 # (when the worker's progress poll, every 50 ms, sees it do so)
-log_lines "$first_merge" | grep -q "k-NN pages written while the worker diversified" ||
+logged "$first_merge" "k-NN pages written while the worker diversified" ||
   fail "no merge wrote its k-NN pages while the worker diversified"
 [ "$(sql -At -c "SELECT count(*) FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c
      WHERE c->>'index' = 'items_idx'")" = 1 ] || fail "the worker still holds an older graph of items_idx after searches of the newer one"
@@ -134,7 +137,7 @@ next=$((next + 1))
 # waits until the server log (from line $1) shows $2; false after 60 s
 wait_for_log() {
   for _ in $(seq 1 6000); do
-    log_lines "$1" | grep -q "$2" && return 0
+    logged "$1" "$2" && return 0
     sleep 0.01
   done
   return 1
@@ -163,7 +166,7 @@ if [ "$backend" = cpu ]; then
 else
   wait_for_log "$from" "$stopped\|pg_tsdg GPU worker: merged index" ||
     fail "the worker neither stopped nor finished the cancelled merge"
-  log_lines "$from" | grep -q "$stopped" ||
+  logged "$from" "$stopped" ||
     echo "cancel: the worker finished the merge before it saw the cancel; the session dropped it"
 fi
 wait_for_worker_or_skip "$backend" || fail "the worker is not ready after a cancelled merge"
@@ -186,10 +189,10 @@ wait "$merge_session" || fail "the merge failed when the worker was killed: $(ca
 [ "$(cat "$dir/killed.out")" = "$load_rows" ] || fail "the merge after the kill returned $(cat "$dir/killed.out")"
 # a GPU may have answered before the kill came: the session then finishes
 # the merge without the worker (the entry points included)
-if [ "$backend" != cpu ] && log_lines "$from" | grep -q 'tsdg index "items_idx" merged on the GPU worker'; then
+if [ "$backend" != cpu ] && logged "$from" 'tsdg index "items_idx" merged on the GPU worker'; then
   echo "kill: the worker had answered, the session finished the merge without it"
 else
-  log_lines "$from" | grep -q 'tsdg merge of index "items_idx" falls back to the CPU' ||
+  logged "$from" 'tsdg merge of index "items_idx" falls back to the CPU' ||
     fail "no LOG line of the merge's fallback"
   [ "$(status fallbacks)" -gt "$fallbacks" ] || fail "the fallback was not counted"
 fi
@@ -210,7 +213,7 @@ load items "$next" 500 6
 # this merge is VACUUM's (past tsdg.merge_threshold), through the worker as well
 from=$(wc -l < "$dir/server.log")
 sql -c "SET tsdg.merge_threshold = 0" -c "SET tsdg.merge_scale_factor = 0" -c "VACUUM items"
-log_lines "$from" | grep -q 'tsdg index "items_idx" merged on the GPU worker' ||
+logged "$from" 'tsdg index "items_idx" merged on the GPU worker' ||
   fail "VACUUM's merge did not go through the worker"
 [ "$(sql -At -c "SELECT rows || '/' || deleted FROM tsdg_index_info('items_idx')")" = "$(sql -At -c "SELECT count(*) FROM items")/0" ] ||
   fail "after the merge with deleted nodes the index holds $(sql -At -c "SELECT rows || ' rows, ' || deleted || ' deleted' FROM tsdg_index_info('items_idx')") for $(sql -At -c "SELECT count(*) FROM items") rows"
