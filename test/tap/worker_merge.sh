@@ -109,10 +109,14 @@ for l in 1 2; do
   next=$((next + load_rows))
 done
 [ "$(sql -At -c "SELECT pending FROM tsdg_index_info('items_idx')")" = 0 ] || fail "rows still pending after the merges"
-# the session writes the merged k-NN lists while the worker diversifies
-# (when the worker's progress poll, every 50 ms, sees it do so)
-logged "$first_merge" "k-NN pages written while the worker diversified" ||
+# the session writes the merged k-NN lists while the worker diversifies, when
+# the worker's progress poll (every 50 ms) sees it do so: the CPU worker takes
+# longer than that here, a GPU may not
+if logged "$first_merge" "k-NN pages written while the worker diversified"; then
+  echo "the k-NN pages were written while the worker diversified"
+elif [ "$backend" = cpu ]; then
   fail "no merge wrote its k-NN pages while the worker diversified"
+fi
 [ "$(sql -At -c "SELECT count(*) FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c
      WHERE c->>'index' = 'items_idx'")" = 1 ] || fail "the worker still holds an older graph of items_idx after searches of the newer one"
 "$py" "$gen" 100 "$dims" 99 | sql -c "COPY queries (id, v) FROM STDIN"
