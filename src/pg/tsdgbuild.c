@@ -56,6 +56,11 @@ typedef struct TsdgBuildState
 	/* the k-NN graph's ids (count * build_k), kept in k-NN pages for merges */
 	uint32	   *knn_ids;
 
+	/* the row pages, once written (while the worker builds the graph) */
+	const TsdgMetaPageData *meta;
+	const TsdgLayout *layout;
+	bool		rows_written;
+
 	Size		memory_limit;	/* maintenance_work_mem in bytes */
 	double		estimated_rows; /* the planner's row count of the heap */
 
@@ -379,9 +384,28 @@ TsdgFillBuildRowPage(void *arg, Page page, BlockNumber page_no)
 }
 
 /*
- * The row pages, then the region of the list pages and, when the builder
- * returned them, the k-NN pages, in the blocks after the metapage (each
- * logged as it is written). Sets knn_start and knn_k in meta.
+ * The row pages, in the blocks after the metapage (logged as they are
+ * written). The worker's build calls it while it waits (the rows need no
+ * graph), the others before the region.
+ */
+static void
+TsdgWriteBuildRows(void *arg)
+{
+	TsdgBuildState *bs = (TsdgBuildState *) arg;
+	TsdgGraphArrays arrays = {bs->layout, bs->count, bs->tids, bs->rows, NULL, NULL, NULL, 0};
+	TsdgRowRun	rows = {&arrays, 0, 0, (uint32) bs->count};
+	BlockNumber row_pages = bs->meta->row_extents[0].blocks;
+	BlockNumber first = TsdgAppendBlocks(bs->index, row_pages);
+
+	Assert(first == bs->meta->row_extents[0].start);
+	TsdgWritePages(bs->index, first, 0, row_pages, TsdgFillRowRunPage, &rows);
+	bs->rows_written = true;
+}
+
+/*
+ * The row pages unless written, then the region of the list pages and, when
+ * the builder returned them, the k-NN pages (each logged as it is written).
+ * Sets knn_start and knn_k in meta.
  */
 static void
 TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout *layout,
@@ -392,12 +416,18 @@ TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout
 	TsdgRowRun	rows = {&arrays, 0, 0, (uint32) bs->count};
 	BlockNumber row_pages = meta->row_extents[0].blocks;
 	BlockNumber region_pages = TsdgRegionPages(&arrays);
-	BlockNumber first = TsdgAppendBlocks(bs->index, row_pages + region_pages);
+	BlockNumber first;
 
-	Assert(first == meta->row_extents[0].start && meta->list_start == first + row_pages);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_WRITE);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, bs->count);
-	TsdgWritePages(bs->index, first, 0, row_pages, TsdgFillBuildRowPage, &rows);
+	if (!bs->rows_written)
+	{
+		first = TsdgAppendBlocks(bs->index, row_pages);
+		Assert(first == meta->row_extents[0].start);
+		TsdgWritePages(bs->index, first, 0, row_pages, TsdgFillBuildRowPage, &rows);
+	}
+	first = TsdgAppendBlocks(bs->index, region_pages);
+	Assert(first == meta->list_start);
 	TsdgWritePages(bs->index, meta->list_start, 0, region_pages, TsdgFillRegionPage, &arrays);
 	if (with_knn)
 	{
@@ -488,6 +518,11 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 			neighbors = bs.segment.neighbors;
 			lambdas = bs.segment.lambdas;
 			bs.knn_ids = bs.segment.knn_ids;
+			/* the row pages are written while the worker builds the graph */
+			bs.meta = &meta;
+			bs.layout = &layout;
+			bs.segment.while_building = TsdgWriteBuildRows;
+			bs.segment.while_building_arg = &bs;
 		}
 		else
 		{
@@ -534,13 +569,15 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 
 	if (bs.count > 0)
 		ereport(LOG,
-				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s, entry points and statistics %.3f s, row, list and k-NN pages %.3f s, waiting for the worker's entry points %.3f s, metapage %.3f s, WAL %.3f s",
+				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s%s, entry points and statistics %.3f s, %s pages %.3f s, waiting for the worker's entry points %.3f s, metapage %.3f s, WAL %.3f s",
 						RelationGetRelationName(index), (long long) bs.count,
 						SECS(started_at, GetCurrentTimestamp()), SECS(started_at, scanned_at),
 						bs.segment_growths > 0 ?
 						psprintf(" (into shared memory, grown %d times)", bs.segment_growths) :
 						bs.use_segment ? " (into shared memory)" : "",
-						SECS(scanned_at, graph_at), SECS(graph_at, summary_at),
+						SECS(scanned_at, graph_at),
+						bs.rows_written ? " (the row pages written meanwhile)" : "",
+						SECS(graph_at, summary_at), bs.rows_written ? "list and k-NN" : "row, list and k-NN",
 						SECS(summary_at, pages_at), SECS(pages_at, summary_wait_at), SECS(summary_wait_at, meta_at),
 						SECS(meta_at, GetCurrentTimestamp()))));
 

@@ -564,14 +564,25 @@ typedef struct TsdgBuildWait
 	TsdgPollFn	poll;
 	void	   *poll_arg;
 	bool		cancelled;
+	TsdgBuildSegment *bseg;
 } TsdgBuildWait;
 
-/* forwards the worker's progress to the build's poll, which may cancel it */
+/*
+ * Runs the segment's while_building once, then forwards the worker's
+ * progress to the build's poll, which may cancel it.
+ */
 static bool
 TsdgBuildWaitPoll(void *arg, TsdgRequestSlot *slot)
 {
 	TsdgBuildWait *wait = (TsdgBuildWait *) arg;
 
+	if (wait->bseg->while_building != NULL)
+	{
+		void		(*while_building) (void *) = wait->bseg->while_building;
+
+		wait->bseg->while_building = NULL;
+		while_building(wait->bseg->while_building_arg);
+	}
 	if (wait->poll != NULL && slot->phase != 0 &&
 		wait->poll(wait->poll_arg, (TsdgBuildPhase) slot->phase, slot->done, slot->total))
 		wait->cancelled = true;
@@ -598,7 +609,7 @@ TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
 	TsdgRequestSlot *slot;
 	uint64		request_id;
 	bool		answered;
-	TsdgBuildWait wait = {poll, poll_arg, false};
+	TsdgBuildWait wait = {poll, poll_arg, false, bseg};
 	TsdgReply	reply;
 	TimestampTz start = GetCurrentTimestamp();
 

@@ -115,6 +115,14 @@ typedef struct TsdgBuildSegment
 	uint32	   *knn_ids;		/* capacity * build_k */
 	struct TsdgBuildSummary *summary;
 	pid_t		builder_pid;	/* the worker process that answered the build */
+
+	/*
+	 * Called (when set) once while TsdgWorkerBuildGraph waits for the worker:
+	 * the caller writes what needs no graph meanwhile (the row pages). It may
+	 * throw; the worker is then told to stop.
+	 */
+	void		(*while_building) (void *arg);
+	void	   *while_building_arg;
 } TsdgBuildSegment;
 
 /*
