@@ -97,6 +97,7 @@ typedef struct TsdgMerge
 	TsdgLayout	new_layout;		/* of the merged graph, its rows placed */
 	TsdgGraphArrays arrays;		/* what its pages are written from */
 	bool		region_placed;	/* new_meta's region fields are set */
+	bool		rows_written;	/* while the worker merged */
 	bool		knn_pages_written;	/* while the worker diversified */
 
 	/* unread row blocks: where new extents may go, then what stays spare or is freed */
@@ -114,6 +115,8 @@ typedef struct TsdgMerge
 	TimestampTz merged_at;		/* the merged graph's last_merge */
 } TsdgMerge;
 
+static void TsdgWriteRows(TsdgMerge *m);
+static void TsdgWriteNewRows(void *arg);
 static void TsdgWriteKnnPages(void *arg);
 
 void
@@ -844,8 +847,9 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 		m->changed = m->segment.changed;
 		m->neighbors = m->segment.neighbors;
 		m->lambdas = m->segment.lambdas;
+		m->segment.while_merging = TsdgWriteNewRows;
 		m->segment.knn_ready = TsdgWriteKnnPages;
-		m->segment.knn_ready_arg = m;
+		m->segment.hook_arg = m;
 	}
 	else
 	{
@@ -1122,6 +1126,20 @@ placed:
 }
 
 /*
+ * TsdgMergeSegment's while_merging: the rows need no graph, so they are
+ * written while the worker merges. A merge that left the old rows to the
+ * worker (not read yet) only appends the new ones, which are here.
+ */
+static void
+TsdgWriteNewRows(void *arg)
+{
+	TsdgMerge  *m = (TsdgMerge *) arg;
+
+	TsdgWriteRows(m);
+	m->rows_written = true;
+}
+
+/*
  * Pages no scan reads any more, given to the free list of pending pages: the
  * spare region when the new lists did not fit in it, and the unused row
  * blocks TsdgWriteRows left over (the cleanup before this merge proved that
@@ -1355,7 +1373,8 @@ TsdgMergeIndex(Relation index, bool wait)
 		INSTR_TIME_SET_CURRENT(entry_start);
 		INSTR_TIME_ACCUM_DIFF(entry_time, entry_start, phase_start[2]);
 		TsdgWriteRegion(&m);
-		TsdgWriteRows(&m);
+		if (!m.rows_written)
+			TsdgWriteRows(&m);
 		TsdgPrepareFreedPages(&m, m.meta.spare_start != TSDG_NO_BLOCK && m.meta.spare_blocks > 0 &&
 							  m.new_meta.list_start != m.meta.spare_start);
 		if (m.segment.summary_pid != 0)

@@ -810,19 +810,29 @@ TsdgWorkerCopyOf(Relation index, const TsdgMetaPageData *meta)
 	return copy;
 }
 
-/* hands the merged k-NN lists to the caller once the worker has put them in the segment */
+/*
+ * Runs the segment's while_merging once, and its knn_ready once the worker
+ * has put the merged k-NN lists in the segment.
+ */
 static bool
 TsdgMergeWaitPoll(void *arg, TsdgRequestSlot *slot)
 {
 	TsdgMergeSegment *mseg = (TsdgMergeSegment *) arg;
 
+	if (mseg->while_merging != NULL)
+	{
+		void		(*while_merging) (void *) = mseg->while_merging;
+
+		mseg->while_merging = NULL;
+		while_merging(mseg->hook_arg);
+	}
 	if (mseg->knn_ready != NULL && pg_atomic_read_u32(&mseg->summary->knn_ready) != 0)
 	{
 		void		(*knn_ready) (void *) = mseg->knn_ready;
 
 		pg_read_barrier();
 		mseg->knn_ready = NULL;
-		knn_ready(mseg->knn_ready_arg);
+		knn_ready(mseg->hook_arg);
 	}
 	return false;
 }
@@ -935,8 +945,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	request_id = TsdgIpcSubmit(slot);
 	/* a query cancel throws out of the wait, and the worker stops at its next poll */
 	answered = TsdgIpcWait(slot, request_id, -1,
-						   mseg != NULL && seg == mseg->seg && mseg->knn_ready != NULL ?
-						   TsdgMergeWaitPoll : NULL, mseg);
+						   mseg != NULL && seg == mseg->seg ? TsdgMergeWaitPoll : NULL, mseg);
 	answered_at = GetCurrentTimestamp();
 	reply = answered ? slot->reply : TSDG_REPLY_FAILED;
 	strlcpy(message, answered ? slot->message : "It is restarted by its supervisor.",

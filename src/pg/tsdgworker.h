@@ -187,12 +187,15 @@ typedef struct TsdgMergeSegment
 	pid_t		summary_pid;	/* the worker that computes it; 0: none does */
 
 	/*
-	 * Called (when set) while TsdgWorkerMergeGraph waits, once the worker's
-	 * merged k-NN lists are in knn_ids and it diversifies: the caller writes
-	 * them out meanwhile. It may throw; the worker is then told to stop.
+	 * Called (when set) while TsdgWorkerMergeGraph waits: while_merging once
+	 * at the start (the caller writes what needs no graph: the new rows),
+	 * knn_ready once the worker's merged k-NN lists are in knn_ids and it
+	 * diversifies (the caller writes them out meanwhile). They may throw; the
+	 * worker is then told to stop.
 	 */
+	void		(*while_merging) (void *arg);
 	void		(*knn_ready) (void *arg);
-	void	   *knn_ready_arg;
+	void	   *hook_arg;
 } TsdgMergeSegment;
 
 /*
