@@ -82,6 +82,7 @@ TsdgInit(void)
 							 PGC_USERSET, 0, NULL, NULL, NULL);
 
 	TsdgMergeInit();
+	TsdgParallelInit();
 	MarkGUCPrefixReserved("tsdg");
 }
 
