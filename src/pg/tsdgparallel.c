@@ -19,7 +19,6 @@
 #include "access/parallel.h"
 #include "access/xact.h"
 #include "miscadmin.h"
-#include "portability/instr_time.h"
 #include "port/atomics.h"
 #include "storage/dsm.h"
 #include "storage/lmgr.h"
@@ -138,42 +137,10 @@ TsdgParallelWriteMain(dsm_segment *seg, shm_toc *toc)
 }
 
 /*
- * Writes the run described by setup with workers parallel workers and this
- * backend; returns how many workers it got.
- */
-static int
-TsdgWriteWithWorkers(Relation index, int workers, const TsdgParallelWrite *setup, char *base)
-{
-	ParallelContext *pcxt;
-	TsdgParallelWrite *shared;
-	int			launched;
-
-	EnterParallelMode();
-	pcxt = CreateParallelContext("pg_tsdg", "TsdgParallelWriteMain", workers);
-	shm_toc_estimate_chunk(&pcxt->estimator, sizeof(TsdgParallelWrite));
-	shm_toc_estimate_keys(&pcxt->estimator, 1);
-	InitializeParallelDSM(pcxt);
-	shared = shm_toc_allocate(pcxt->toc, sizeof(TsdgParallelWrite));
-	memcpy(shared, setup, sizeof(TsdgParallelWrite));
-	pg_atomic_init_u32(&shared->next, pg_atomic_read_u32((pg_atomic_uint32 *) &setup->next));
-	shm_toc_insert(pcxt->toc, TSDG_PARALLEL_WRITE_KEY, shared);
-
-	LaunchParallelWorkers(pcxt);
-	/* this backend writes too, with or without the workers it got */
-	TsdgWriteClaimedPages(index, shared, base);
-	WaitForParallelWorkersToFinish(pcxt);
-	launched = pcxt->nworkers_launched;
-	DestroyParallelContext(pcxt);
-	ExitParallelMode();
-	return launched;
-}
-
-/*
  * Writes pages [first, end) of the run of blocks from start, as TsdgWritePages
  * with TsdgFillRowRunPage (run not NULL; arrays is run->arrays) or
  * TsdgFillRegionPage (arrays), in parallel when the arrays those pages read
  * lie in arrays_seg and workers are to be had, else in this backend alone.
- * DEBUG1 says how many workers wrote and how long it took.
  */
 void
 TsdgWritePagesInParallel(Relation index, BlockNumber start, BlockNumber first, BlockNumber end,
@@ -185,50 +152,66 @@ TsdgWritePagesInParallel(Relation index, BlockNumber start, BlockNumber first, B
 	int			workers = end > first ?
 		Min(max_parallel_maintenance_workers,
 			(int) ((end - first) / tsdg_min_parallel_write_size) - 1) : 0;
-	TsdgParallelWrite setup;
-	instr_time	started;
-	instr_time	elapsed;
-	int			launched = 0;
-
-	INSTR_TIME_SET_CURRENT(started);
-	memset(&setup, 0, sizeof(setup));
+	Size		tids,
+				rows,
+				neighbors,
+				lambdas,
+				knn_ids;
+	ParallelContext *pcxt;
+	TsdgParallelWrite *shared;
 
 	/* a row run's pages read the rows and TIDs, a region's the lists */
 	if (workers <= 0 || base == NULL || IsInParallelMode() ||
-		!TsdgOffsetIn(run != NULL ? arrays->tids : NULL, base, size, &setup.tids) ||
-		!TsdgOffsetIn(run != NULL ? arrays->rows : NULL, base, size, &setup.rows) ||
-		!TsdgOffsetIn(run == NULL ? arrays->neighbors : NULL, base, size, &setup.neighbors) ||
-		!TsdgOffsetIn(run == NULL ? arrays->lambdas : NULL, base, size, &setup.lambdas) ||
-		!TsdgOffsetIn(run == NULL ? arrays->knn_ids : NULL, base, size, &setup.knn_ids))
+		!TsdgOffsetIn(run != NULL ? arrays->tids : NULL, base, size, &tids) ||
+		!TsdgOffsetIn(run != NULL ? arrays->rows : NULL, base, size, &rows) ||
+		!TsdgOffsetIn(run == NULL ? arrays->neighbors : NULL, base, size, &neighbors) ||
+		!TsdgOffsetIn(run == NULL ? arrays->lambdas : NULL, base, size, &lambdas) ||
+		!TsdgOffsetIn(run == NULL ? arrays->knn_ids : NULL, base, size, &knn_ids))
 	{
 		if (run != NULL)
 			TsdgWritePages(index, start, first, end, TsdgFillRowRunPage, (void *) run);
 		else
 			TsdgWritePages(index, start, first, end, TsdgFillRegionPage, (void *) arrays);
+		return;
 	}
-	else
+
+	EnterParallelMode();
+	pcxt = CreateParallelContext("pg_tsdg", "TsdgParallelWriteMain", workers);
+	shm_toc_estimate_chunk(&pcxt->estimator, sizeof(TsdgParallelWrite));
+	shm_toc_estimate_keys(&pcxt->estimator, 1);
+	InitializeParallelDSM(pcxt);
+	shared = shm_toc_allocate(pcxt->toc, sizeof(TsdgParallelWrite));
+	memset(shared, 0, sizeof(TsdgParallelWrite));
+	shared->indexrelid = RelationGetRelid(index);
+	shared->arrays_handle = dsm_segment_handle(arrays_seg);
+	shared->tids = tids;
+	shared->rows = rows;
+	shared->neighbors = neighbors;
+	shared->lambdas = lambdas;
+	shared->knn_ids = knn_ids;
+	shared->n = arrays->n;
+	shared->knn_k = arrays->knn_k;
+	shared->layout = *arrays->layout;
+	shared->row_run = run != NULL;
+	if (run != NULL)
 	{
-		setup.indexrelid = RelationGetRelid(index);
-		setup.arrays_handle = dsm_segment_handle(arrays_seg);
-		setup.n = arrays->n;
-		setup.knn_k = arrays->knn_k;
-		setup.layout = *arrays->layout;
-		setup.row_run = run != NULL;
-		if (run != NULL)
-		{
-			setup.extent_first = run->extent_first;
-			setup.run_first = run->first;
-			setup.run_end = run->end;
-		}
-		setup.start = start;
-		setup.end = end;
-		pg_atomic_init_u32(&setup.next, first);
-		launched = TsdgWriteWithWorkers(index, workers, &setup, base);
+		shared->extent_first = run->extent_first;
+		shared->run_first = run->first;
+		shared->run_end = run->end;
 	}
-	INSTR_TIME_SET_CURRENT(elapsed);
-	INSTR_TIME_SUBTRACT(elapsed, started);
+	shared->start = start;
+	shared->end = end;
+	pg_atomic_init_u32(&shared->next, first);
+	shm_toc_insert(pcxt->toc, TSDG_PARALLEL_WRITE_KEY, shared);
+
+	LaunchParallelWorkers(pcxt);
+	/* this backend writes too, with or without the workers it got */
+	TsdgWriteClaimedPages(index, shared, base);
+	WaitForParallelWorkersToFinish(pcxt);
 	ereport(DEBUG1,
-			(errmsg("tsdg index \"%s\": %u %s pages written by this backend and %d parallel workers in %.3f s",
+			(errmsg("tsdg index \"%s\": %u %s pages written by this backend and %d parallel workers",
 					RelationGetRelationName(index), end - first, run != NULL ? "row" : "list and k-NN",
-					launched, INSTR_TIME_GET_DOUBLE(elapsed))));
+					pcxt->nworkers_launched)));
+	DestroyParallelContext(pcxt);
+	ExitParallelMode();
 }

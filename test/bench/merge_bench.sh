@@ -162,7 +162,7 @@ for l in $(seq 1 "$loads"); do
   # the merge's DEBUG1 line says where its time went
   # the merge's own end: the probe loop below notices it up to a probe and a second later
   { printf '%s\n' "SET client_min_messages = debug1;" "SELECT tsdg_merge('inc_idx');" |
-      with_cpu >"$work/merge.out" 2> >(grep -E 'tsdg merge of|DETAIL:  Old lists|pages written by' >>"$out/merge_phases.log")
+      with_cpu >"$work/merge.out" 2> >(grep -A1 'tsdg merge of' >>"$out/merge_phases.log")
     now >"$work/merge.end"; } &
   merge_pid=$!
   during=0
