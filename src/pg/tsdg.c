@@ -82,7 +82,6 @@ TsdgInit(void)
 							 PGC_USERSET, 0, NULL, NULL, NULL);
 
 	TsdgMergeInit();
-	TsdgParallelInit();
 	MarkGUCPrefixReserved("tsdg");
 }
 

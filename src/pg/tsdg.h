@@ -381,13 +381,6 @@ extern IndexBulkDeleteResult *tsdgbulkdelete(IndexVacuumInfo *info, IndexBulkDel
 											 IndexBulkDeleteCallback callback, void *callback_state);
 extern IndexBulkDeleteResult *tsdgvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats);
 
-/* tsdgparallel.c */
-extern int	tsdg_min_parallel_write_size;
-extern void TsdgParallelInit(void);
-extern void TsdgWritePagesInParallel(Relation index, BlockNumber start, BlockNumber first,
-									 BlockNumber end, const TsdgGraphArrays *arrays,
-									 const TsdgRowRun *run, struct dsm_segment *arrays_seg);
-
 /* tsdgmerge.c */
 extern int	tsdg_merge_threshold;
 extern double tsdg_merge_scale_factor;

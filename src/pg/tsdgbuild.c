@@ -398,7 +398,7 @@ TsdgWriteBuildRows(void *arg)
 	BlockNumber first = TsdgAppendBlocks(bs->index, row_pages);
 
 	Assert(first == bs->meta->row_extents[0].start);
-	TsdgWritePagesInParallel(bs->index, first, 0, row_pages, &arrays, &rows, bs->segment.seg);
+	TsdgWritePages(bs->index, first, 0, row_pages, TsdgFillRowRunPage, &rows);
 	bs->rows_written = true;
 }
 
@@ -428,8 +428,7 @@ TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout
 	}
 	first = TsdgAppendBlocks(bs->index, region_pages);
 	Assert(first == meta->list_start);
-	TsdgWritePagesInParallel(bs->index, meta->list_start, 0, region_pages, &arrays, NULL,
-							 bs->segment.seg);
+	TsdgWritePages(bs->index, meta->list_start, 0, region_pages, TsdgFillRegionPage, &arrays);
 	if (with_knn)
 	{
 		meta->knn_k = bs->params.build_k;

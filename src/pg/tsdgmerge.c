@@ -955,8 +955,8 @@ TsdgWriteKnnPages(void *arg)
 	BlockNumber list_pages = TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page);
 
 	TsdgPlaceRegion(m);
-	TsdgWritePagesInParallel(m->index, m->new_meta.list_start, list_pages,
-							 TsdgRegionPages(&m->arrays), &m->arrays, NULL, m->segment.seg);
+	TsdgWritePages(m->index, m->new_meta.list_start, list_pages, TsdgRegionPages(&m->arrays),
+				   TsdgFillRegionPage, &m->arrays);
 	m->knn_pages_written = true;
 }
 
@@ -973,9 +973,9 @@ TsdgWriteRegion(TsdgMerge *m)
 	TsdgPlaceRegion(m);
 	if (m->new_meta.region_blocks == 0)
 		return;
-	TsdgWritePagesInParallel(m->index, m->new_meta.list_start, 0,
-							 m->knn_pages_written ? list_pages : TsdgRegionPages(&m->arrays),
-							 &m->arrays, NULL, m->segment.seg);
+	TsdgWritePages(m->index, m->new_meta.list_start, 0,
+				   m->knn_pages_written ? list_pages : TsdgRegionPages(&m->arrays),
+				   TsdgFillRegionPage, &m->arrays);
 }
 
 /*
