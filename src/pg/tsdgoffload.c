@@ -559,6 +559,18 @@ TsdgBuildSegmentRelease(TsdgBuildSegment *bseg)
 	memset(bseg, 0, sizeof(TsdgBuildSegment));
 }
 
+/* calls *hook (when set) after clearing it, so that it runs once even if it throws */
+static void
+TsdgRunHookOnce(void (**hook) (void *), void *arg)
+{
+	void		(*fn) (void *) = *hook;
+
+	if (fn == NULL)
+		return;
+	*hook = NULL;
+	fn(arg);
+}
+
 typedef struct TsdgBuildWait
 {
 	TsdgPollFn	poll;
@@ -576,13 +588,7 @@ TsdgBuildWaitPoll(void *arg, TsdgRequestSlot *slot)
 {
 	TsdgBuildWait *wait = (TsdgBuildWait *) arg;
 
-	if (wait->bseg->while_building != NULL)
-	{
-		void		(*while_building) (void *) = wait->bseg->while_building;
-
-		wait->bseg->while_building = NULL;
-		while_building(wait->bseg->while_building_arg);
-	}
+	TsdgRunHookOnce(&wait->bseg->while_building, wait->bseg->while_building_arg);
 	if (wait->poll != NULL && slot->phase != 0 &&
 		wait->poll(wait->poll_arg, (TsdgBuildPhase) slot->phase, slot->done, slot->total))
 		wait->cancelled = true;
@@ -819,20 +825,11 @@ TsdgMergeWaitPoll(void *arg, TsdgRequestSlot *slot)
 {
 	TsdgMergeSegment *mseg = (TsdgMergeSegment *) arg;
 
-	if (mseg->while_merging != NULL)
-	{
-		void		(*while_merging) (void *) = mseg->while_merging;
-
-		mseg->while_merging = NULL;
-		while_merging(mseg->hook_arg);
-	}
+	TsdgRunHookOnce(&mseg->while_merging, mseg->hook_arg);
 	if (mseg->knn_ready != NULL && pg_atomic_read_u32(&mseg->summary->knn_ready) != 0)
 	{
-		void		(*knn_ready) (void *) = mseg->knn_ready;
-
 		pg_read_barrier();
-		mseg->knn_ready = NULL;
-		knn_ready(mseg->hook_arg);
+		TsdgRunHookOnce(&mseg->knn_ready, mseg->hook_arg);
 	}
 	return false;
 }
