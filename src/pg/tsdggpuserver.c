@@ -107,7 +107,7 @@ typedef struct ResidentIndex
 	ItemPointerData *tids;		/* n, for batch answers */
 	uint8	   *flags;			/* n node flags, NULL when none is deleted */
 	/*
-	 * host copies: the rows for every backend; the search graph for the
+	 * host arrays: the rows for every backend; the search graph for the
 	 * CPU's, and for the next merge with the k-NN lists when the worker built
 	 * or merged the graph itself (knn_ids NULL for a shipped image)
 	 */
