@@ -964,8 +964,7 @@ TakeOldGraph(const TsdgMergeArgs *args, ResidentIndex *r, MergeArrays *a)
 		  r->degree != args->params.degree || r->neighbors == NULL)))
 		return false;
 	memcpy((float *) a->rows, r->rows, sizeof(float) * args->dims * args->n_old);
-	if (a->tids != NULL)
-		memcpy(a->tids, r->tids, sizeof(ItemPointerData) * args->n_old);
+	memcpy(a->tids, r->tids, sizeof(ItemPointerData) * args->n_old);
 	if (args->graph_resident)
 	{
 		a->old_knn_ids = r->knn_ids;
@@ -999,7 +998,7 @@ CopyOldGraphIn(const TsdgMergeArgs *args, const TsdgBulkHeader *header, void *ba
  * have after its switch, next to the old graph its searches use until then:
  * the first search after the switch finds it, and the next merge reads
  * neither rows nor lists from the pages. Its host arrays stay in the merge's
- * segment (the old graph's arrays there too, until the next merge drops it).
+ * segment, with the merge's inputs, until a newer graph replaces it.
  */
 static void
 KeepMergedGraph(const TsdgMergeArgs *args, const MergeArrays *a, BulkMapping *map)
@@ -1009,8 +1008,6 @@ KeepMergedGraph(const TsdgMergeArgs *args, const MergeArrays *a, BulkMapping *ma
 	a->tids, NULL};
 	TsdgError	error;
 
-	if (args->new_key.relfilenode == InvalidOid || a->tids == NULL)
-		return;
 	if (AddResident(&args->new_key, &graph, &args->old_key, map, &error) != TSDG_OK)
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: the merged graph of index %u/%u stays on disk only: %s",

@@ -139,7 +139,7 @@ typedef struct TsdgMergeArgs
 	bool		rows_resident;
 	/* nor are the old k-NN and search lists: the worker's copy has them too */
 	bool		graph_resident;
-	/* the merged graph, kept resident under this key (relfilenode 0: not kept) */
+	/* the merged graph, kept resident under this key */
 	TsdgIndexKey new_key;
 } TsdgMergeArgs;
 
