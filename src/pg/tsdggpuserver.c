@@ -11,14 +11,19 @@
  *             group, so the backend picks its small- or large-batch kernel
  *             from the batch size;
  *   loads     an index image shipped by a session becomes a resident index,
- *             keyed by (database, relfilenode, graph_version, deleted count),
- *             evicted least recently used under tsdg.gpu_memory_limit;
+ *             keyed by (database, relfilenode, graph_version, deleted count,
+ *             last merge), evicted least recently used under
+ *             tsdg.gpu_memory_limit;
  *   builds    GNND and both diversification stages on the device, with the
- *             session's cancel flag polled; the fresh graph stays resident;
+ *             session's cancel flag polled; the fresh graph stays resident,
+ *             its k-NN lists too;
  *   merges    the pending rows of an index merged into its graph (GNND of
- *             the new rows, GGM, diversification on the device), the merged
- *             graph answered in the session's segment; the session writes
- *             the pages, and the next search ships the new graph.
+ *             the new rows, GGM, diversification on the device), the old
+ *             graph taken from the resident copy when the session left it
+ *             there; the merged graph is answered in the session's segment
+ *             (the k-NN lists announced first, so that the session writes
+ *             them while the search lists are diversified) and stays
+ *             resident under the key the metapage gets at the switch.
  *
  * Anything that fails is answered with a reply code, and the session falls
  * back to the CPU; the process only exits on shutdown or a fatal error, and
