@@ -308,7 +308,7 @@ CopyOut(const void *src, Size bytes)
 	return dst;
 }
 
-/* a graph to make resident; the caller may free its arrays afterwards */
+/* a graph to make resident (AddResident says who owns its arrays afterwards) */
 typedef struct ResidentGraph
 {
 	const float *rows;
@@ -402,7 +402,6 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 		ReleaseResidentArrays(r);
 		return TSDG_ERR_OUT_OF_MEMORY;
 	}
-
 
 	r->index = tsdg_index_upload(device_backend, r->rows, n, g->dims, g->metric, neighbors,
 								 lambdas, g->degree, error);

@@ -112,7 +112,6 @@ typedef struct TsdgMerge
 	TsdgMergeSegment segment;
 	/* what of the old graph is not read here: the worker copies it in from its copy */
 	TsdgWorkerCopy left_to_worker;
-	TimestampTz merged_at;		/* the merged graph's last_merge */
 } TsdgMerge;
 
 static void TsdgWriteRows(TsdgMerge *m);
@@ -783,6 +782,21 @@ TsdgReadLeftGraph(TsdgMerge *m)
 }
 
 /*
+ * What the metapage will say of the merged graph, set before it is computed:
+ * the worker keeps its copy under that key (TsdgIndexKey), and the switch
+ * writes the same values. The timestamp tells this merge's graph from one a
+ * failed merge of the same graph_version left on the worker.
+ */
+static void
+TsdgStampMergedGraph(TsdgMerge *m)
+{
+	m->new_meta.graph_version = m->meta.graph_version + 1;
+	m->new_meta.node_count = (uint32) (m->n_old + m->n_new);
+	m->new_meta.deleted_count = 0;
+	m->new_meta.last_merge = GetCurrentTimestamp();
+}
+
+/*
  * The seam of the merge computation: (old rows, their k-NN lists, their
  * search lists, new rows) in, (merged k-NN lists, new search graph, which
  * lists changed) out; see tsdg_merge_graph_incremental. m->rows holds
@@ -805,7 +819,7 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 	TsdgStatus	status;
 
 	outcome = TsdgWorkerMergeGraph(m->index, &m->segment, &m->meta, m->left_to_worker,
-								   m->merged_at, m->tids, m->rows, m->n_old, m->n_new, m->dims,
+								   &m->new_meta, m->tids, m->rows, m->n_old, m->n_new, m->dims,
 								   metric, params, m->old_knn_ids, m->old_knn_dists,
 								   m->old_neighbors, m->old_lambdas, m->old_changed, m->knn_ids,
 								   m->neighbors, m->lambdas, m->changed);
@@ -815,7 +829,7 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 		TsdgReadLeftGraph(m);
 		if (outcome == TSDG_WORKER_NEEDS_OLD_GRAPH)
 			outcome = TsdgWorkerMergeGraph(m->index, &m->segment, &m->meta, TSDG_COPY_NONE,
-										   m->merged_at, m->tids, m->rows, m->n_old, m->n_new,
+										   &m->new_meta, m->tids, m->rows, m->n_old, m->n_new,
 										   m->dims, metric, params, m->old_knn_ids,
 										   m->old_knn_dists, m->old_neighbors, m->old_lambdas,
 										   m->old_changed, m->knn_ids, m->neighbors, m->lambdas,
@@ -952,10 +966,10 @@ static void
 TsdgWriteKnnPages(void *arg)
 {
 	TsdgMerge  *m = (TsdgMerge *) arg;
-	BlockNumber list_pages = TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page);
 
 	TsdgPlaceRegion(m);
-	TsdgWritePages(m->index, m->new_meta.list_start, list_pages, TsdgRegionPages(&m->arrays),
+	TsdgWritePages(m->index, m->new_meta.list_start,
+				   m->new_meta.knn_start - m->new_meta.list_start, TsdgRegionPages(&m->arrays),
 				   TsdgFillRegionPage, &m->arrays);
 	m->knn_pages_written = true;
 }
@@ -968,13 +982,14 @@ TsdgWriteKnnPages(void *arg)
 static void
 TsdgWriteRegion(TsdgMerge *m)
 {
-	BlockNumber list_pages = TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page);
+	const TsdgMetaPageData *nm = &m->new_meta;
 
 	TsdgPlaceRegion(m);
-	if (m->new_meta.region_blocks == 0)
+	if (nm->region_blocks == 0)
 		return;
-	TsdgWritePages(m->index, m->new_meta.list_start, 0,
-				   m->knn_pages_written ? list_pages : TsdgRegionPages(&m->arrays),
+	TsdgWritePages(m->index, nm->list_start, 0,
+				   m->knn_pages_written ? nm->knn_start - nm->list_start :
+				   TsdgRegionPages(&m->arrays),
 				   TsdgFillRegionPage, &m->arrays);
 }
 
@@ -1211,8 +1226,11 @@ TsdgSwitchGraph(TsdgMerge *m)
 	state = GenericXLogStart(m->index);
 	meta = TsdgPageGetMeta(GenericXLogRegisterBuffer(state, metabuf, 0));
 
-	meta->node_count = (uint32) (m->n_old + m->n_new);
-	meta->deleted_count = 0;
+	Assert(meta->graph_version + 1 == nm->graph_version);
+	meta->graph_version = nm->graph_version;
+	meta->node_count = nm->node_count;
+	meta->deleted_count = nm->deleted_count;
+	meta->last_merge = nm->last_merge;
 	meta->row_size = (uint16) m->new_layout.row_size;
 	meta->rows_per_page = (uint16) m->new_layout.rows_per_page;
 	meta->list_size = (uint16) m->new_layout.list_size;
@@ -1229,7 +1247,6 @@ TsdgSwitchGraph(TsdgMerge *m)
 	meta->entry_count = nm->entry_count;
 	memcpy(meta->entry_points, nm->entry_points, sizeof(meta->entry_points));
 	meta->nn1_bound = nm->nn1_bound;
-	meta->graph_version++;
 
 	if (BlockNumberIsValid(m->remaining_head))
 	{
@@ -1249,7 +1266,6 @@ TsdgSwitchGraph(TsdgMerge *m)
 	meta->spare_start = old_region > 0 ? m->meta.list_start : TSDG_NO_BLOCK;
 	meta->spare_blocks = old_region;
 	meta->retired_readable = true;
-	meta->last_merge = m->merged_at;
 	meta->merge_count++;
 	lsn = GenericXLogFinish(state);
 	if (BufferIsValid(lastbuf))
@@ -1353,8 +1369,6 @@ TsdgMergeIndex(Relation index, bool wait)
 	TsdgLayoutFromMeta(&m.layout, &m.meta);
 	m.dims = m.meta.dims;
 	m.k = m.meta.build_k;
-	/* a stamp of this merge's graph, for the worker's copy (TsdgIndexKey) */
-	m.merged_at = GetCurrentTimestamp();
 
 	/* the worker's segment, when there is one, is mapped until the merge ends */
 	PG_TRY();
@@ -1363,6 +1377,7 @@ TsdgMergeIndex(Relation index, bool wait)
 
 		INSTR_TIME_SET_CURRENT(phase_start[0]);
 		TsdgLoadRows(&m, metric);
+		TsdgStampMergedGraph(&m);
 		INSTR_TIME_SET_CURRENT(phase_start[1]);
 		TsdgComputeMerged(&m, metric);
 		INSTR_TIME_SET_CURRENT(phase_start[2]);

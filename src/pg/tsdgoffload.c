@@ -836,7 +836,8 @@ TsdgMergeWaitPoll(void *arg, TsdgRequestSlot *slot)
 
 TsdgWorkerMerge
 TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageData *old_meta,
-					 TsdgWorkerCopy left, TimestampTz merged_at, const ItemPointerData *tids,
+					 TsdgWorkerCopy left, const TsdgMetaPageData *new_meta,
+					 const ItemPointerData *tids,
 					 const float *rows, int64 n_old, int64 n_new, int dims, TsdgMetric metric,
 					 const TsdgBuildParams *params,
 					 const uint32 *old_knn_ids, const float *old_knn_dists,
@@ -931,11 +932,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	TsdgIndexKeyOf(index, old_meta, &slot->args.merge.old_key);
 	slot->args.merge.rows_resident = left != TSDG_COPY_NONE;
 	slot->args.merge.graph_resident = left == TSDG_COPY_GRAPH;
-	slot->args.merge.new_key = slot->args.merge.old_key;
-	slot->args.merge.new_key.graph_version++;
-	slot->args.merge.new_key.deleted_count = 0;
-	slot->args.merge.new_key.node_count = (uint32) n;
-	slot->args.merge.new_key.last_merge = merged_at;
+	TsdgIndexKeyOf(index, new_meta, &slot->args.merge.new_key);
 	slot->bulk_handle = dsm_segment_handle(seg);
 	slot->bulk_size = header.total_size;
 	submitted = GetCurrentTimestamp();

@@ -10,7 +10,6 @@
 
 #include "postgres.h"
 
-#include "datatype/timestamp.h"
 #include "storage/itemptr.h"
 #include "utils/relcache.h"
 
@@ -250,8 +249,7 @@ typedef enum TsdgWorkerMerge
  * TSDG_COPY_NONE, the first n_old rows and TIDs, and with TSDG_COPY_GRAPH the
  * old k-NN and search lists too, are not read yet: the worker takes them from
  * its copy of that graph. The worker then keeps the merged graph resident
- * under the key the metapage gets at the switch (graph_version + 1, no
- * deleted node, n_old + n_new nodes, last_merge = merged_at).
+ * under the key of new_meta, what the metapage says after the switch.
  *
  * DECLINED when the caller computes it on the CPU instead (no worker, busy,
  * no shared memory, worker died or failed: a LOG or, for GPU memory, a
@@ -260,7 +258,8 @@ typedef enum TsdgWorkerMerge
  */
 extern TsdgWorkerMerge TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg,
 											const TsdgMetaPageData *old_meta, TsdgWorkerCopy left,
-											TimestampTz merged_at, const ItemPointerData *tids,
+											const TsdgMetaPageData *new_meta,
+											const ItemPointerData *tids,
 											const float *rows,
 											int64 n_old, int64 n_new, int dims, TsdgMetric metric,
 											const TsdgBuildParams *params,

@@ -79,13 +79,13 @@ sql -c "CREATE TABLE items_cpu AS SELECT * FROM items" \
     -c "CREATE INDEX items_idx ON items USING tsdg (v vector_l2_ops)" \
     -c "SET tsdg.device = cpu" -c "CREATE INDEX items_cpu_idx ON items_cpu USING tsdg (v vector_l2_ops)"
 
-# first search through the worker of index $1 (ids near row $2): how many
-# index images the sessions shipped to the worker for it
+# a search of items through the worker (near row $1): how many index images
+# the sessions shipped to the worker for it
 shipped_for_search() {
   local loads
   loads=$(status index_loads)
   sql -At -c "SET enable_seqscan = off; SET tsdg.device = gpu;
-    SELECT count(*) FROM (SELECT t.id FROM items t ORDER BY t.v <-> (SELECT v FROM items WHERE id = $2) LIMIT 10) a" >/dev/null
+    SELECT count(*) FROM (SELECT t.id FROM items t ORDER BY t.v <-> (SELECT v FROM items WHERE id = $1) LIMIT 10) a" >/dev/null
   echo $(( $(status index_loads) - loads ))
 }
 
@@ -103,7 +103,7 @@ for l in 1 2; do
   merge items_idx worker
   logged "$from" "merging $load_rows rows into the graph of $((next - 1)) rows .*the old graph from its copy" ||
     fail "merge $l read the old graph although the worker held it"
-  [ "$(shipped_for_search items_idx "$next")" = 0 ] ||
+  [ "$(shipped_for_search "$next")" = 0 ] ||
     fail "the first search after merge $l shipped the index: the worker did not keep the merged graph"
   merge items_cpu_idx cpu
   next=$((next + load_rows))
