@@ -22,6 +22,7 @@
 #include "diversify.h"
 #include "entry_points.h"
 #include "ggm.h"
+#include "host_memory.h"
 #include "search.h"
 #include "thread_pool.h"
 #include "tsdg_capi.h"
@@ -365,6 +366,8 @@ TsdgStatus tsdg_backend_pin_host_memory(TsdgBackend* backend, void* address, siz
     backend_of(backend).pin_host_memory(address, bytes);
   });
 }
+
+void tsdg_copy_parallel(void* dst, const void* src, size_t bytes) { tsdg::parallel_copy(dst, src, bytes); }
 
 // ---- build and merge ----
 

@@ -184,13 +184,21 @@ int64_t connect_components(MatrixView data, TsdgGraph& graph, const RunControl& 
   int64_t added = 0;
   // A node no list points to cannot be found at all: its nearest neighbor
   // links back to it.
-  std::vector<bool> pointed_to(graph.nodes, false);
-  for (size_t i = 0; i < graph.neighbors.size(); ++i) {
-    if (graph.neighbors[i] != kInvalidId) pointed_to[graph.neighbors[i]] = true;
-  }
+  std::vector<std::atomic<uint8_t>> pointed_to(graph.nodes);
+  parallel_for(control, graph.nodes, 1 << 16, [&](int64_t begin, int64_t end, int) {
+    for (int64_t v = begin; v < end; ++v) pointed_to[v].store(0, std::memory_order_relaxed);
+  });
+  parallel_for(control, graph.nodes, 4096, [&](int64_t begin, int64_t end, int) {
+    for (int64_t u = begin; u < end; ++u) {
+      const uint32_t* list = graph.list(u);
+      for (int j = 0; j < graph.degree && list[j] != kInvalidId; ++j) {
+        pointed_to[list[j]].store(1, std::memory_order_relaxed);
+      }
+    }
+  });
   for (int64_t v = 0; v < graph.nodes; ++v) {
     const uint32_t nearest = graph.list(v)[0];
-    if (pointed_to[v] || nearest == kInvalidId) continue;
+    if (pointed_to[v].load(std::memory_order_relaxed) != 0 || nearest == kInvalidId) continue;
     add_bridge(graph, nearest, static_cast<uint32_t>(v));
     ++added;
   }

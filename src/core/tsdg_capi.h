@@ -79,6 +79,13 @@ TsdgStatus	tsdg_backend_pin_host_memory(TsdgBackend *backend, void *address, siz
 										 TsdgError *error);
 
 /*
+ * memcpy of a large array on several threads, each mapping its part of dst
+ * ahead in one call: for the first copy into a fresh shared memory segment,
+ * where faulting in 4 kB pages one by one costs more than the copy itself.
+ */
+void		tsdg_copy_parallel(void *dst, const void *src, size_t bytes);
+
+/*
  * Called by the thread that started a long operation about every 50 ms while
  * the work runs on other threads. Returns true to request cancellation.
  * phase is a TsdgBuildPhase; done/total count work units of that phase.

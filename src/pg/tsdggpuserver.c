@@ -967,7 +967,7 @@ TakeOldGraph(const TsdgMergeArgs *args, ResidentIndex *r, MergeArrays *a)
 		 (r->knn_ids == NULL || r->knn_k != args->params.build_k ||
 		  r->degree != args->params.degree || r->neighbors == NULL)))
 		return false;
-	memcpy((float *) a->rows, r->rows, sizeof(float) * args->dims * args->n_old);
+	tsdg_copy_parallel((float *) a->rows, r->rows, sizeof(float) * args->dims * args->n_old);
 	memcpy(a->tids, r->tids, sizeof(ItemPointerData) * args->n_old);
 	if (args->graph_resident)
 	{

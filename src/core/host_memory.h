@@ -1,0 +1,38 @@
+// Large host arrays that a merge fills for the first time: shared memory
+// segments of several GiB whose pages the kernel maps on first touch, 4 KiB
+// at a time. Mapping them costs more than the copy into them (on an H100 box,
+// a 2M-row merge spent a third of a second faulting in the old rows and the
+// merged lists), so the pages are mapped ahead in one call per range, off the
+// thread that waits for the GPU, and large copies run on several threads.
+#pragma once
+
+#include <cstddef>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace tsdg {
+
+// Maps [address, address + bytes) writable now (MADV_POPULATE_WRITE, Linux
+// 5.14+). Leaves the contents as they are; on older kernels it does nothing
+// and the pages are mapped when first written, as before.
+void populate_for_writing(void* address, size_t bytes);
+
+// memcpy on up to `threads` threads (<= 0: hardware concurrency, at most 8),
+// each mapping and filling its own part of dst; one thread below 64 MiB.
+void parallel_copy(void* dst, const void* src, size_t bytes, int threads = 0);
+
+// Populates ranges on a thread of its own until finished or destroyed
+// (destruction waits for it): the ranges must stay mapped until then.
+class BackgroundPopulate {
+ public:
+  explicit BackgroundPopulate(std::vector<std::pair<void*, size_t>> ranges);
+  ~BackgroundPopulate();
+  BackgroundPopulate(const BackgroundPopulate&) = delete;
+  BackgroundPopulate& operator=(const BackgroundPopulate&) = delete;
+
+ private:
+  std::thread thread_;
+};
+
+}  // namespace tsdg
