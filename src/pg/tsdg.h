@@ -65,6 +65,22 @@
  * While a graph grows, the file holds its rows, its region (with room to
  * grow), the spare one and the regions freed to the free list; at a steady
  * size the regions take turns and the file stops growing.
+ *
+ * The k-NN pages may lag behind the graph. A merge on the GPU worker, which
+ * keeps the merged graph with its k-NN lists, writes only the list pages (85%
+ * of the k-NN lists change when 5% new rows come, so writing them costs a
+ * merge as many bytes again as the lists, all of it WAL): the k-NN pages keep
+ * the lists of the first node_count - knn_unstored nodes as an earlier merge
+ * or the build wrote them, in the region that then held the lists, which
+ * stays as knn_region until a merge writes them again. A merge that has to
+ * read them (the worker restarted or dropped the graph) merges the nodes past
+ * them as part of its batch: GGM of the larger batch into the stored k-NN
+ * graph, and TSDG again for the old lists that point past them. So the lag
+ * costs only such a merge, and tsdg.merge_knn_lag bounds it: a merge writes
+ * the k-NN pages again (into a region with the lists, the region they leave
+ * retired) when more than that fraction of the nodes would be past them, on
+ * the CPU, and when it drops deleted nodes.
+ *
  * Known gap: scans on a hot standby pin the standby's metapage, which the
  * primary's merges cannot see, so a standby scan that spans two merges may
  * read reused pages (nbtree's recycling by transaction horizon and recovery
@@ -89,9 +105,10 @@
 /*
  * Format 1: metapage, node pages, pending pages. Format 2 added the k-NN
  * pages and the merge fields. Format 3 keeps the rows apart from the lists
- * (see above).
+ * (see above). Format 4 lets the k-NN pages lag behind the graph (see
+ * above).
  */
-#define TSDG_FORMAT_VERSION		3
+#define TSDG_FORMAT_VERSION		4
 
 /* "no block" in the merge fields of the metapage, as nbtree's P_NONE */
 #define TSDG_NO_BLOCK			0
@@ -215,6 +232,14 @@ typedef struct TsdgMetaPageData
 	BlockNumber free_head;		/* free pages for pending rows, linked by next */
 	int64		last_merge;		/* TimestampTz of the last merge; 0 before one */
 	uint64		merge_count;
+
+	/* k-NN pages behind the graph (format 4) */
+	uint32		knn_unstored;	/* the last nodes, whose k-NN lists are not in the k-NN pages */
+	BlockNumber knn_region_start;	/* the region of the k-NN pages when the lists moved
+									 * on without them, or TSDG_NO_BLOCK */
+	uint32		knn_region_blocks;
+	TsdgRowExtent retired_knn_region;	/* a k-NN region the last merge left (first
+										 * unused); 0 blocks when none */
 } TsdgMetaPageData;
 
 typedef TsdgMetaPageData *TsdgMetaPage;
@@ -384,6 +409,7 @@ extern IndexBulkDeleteResult *tsdgvacuumcleanup(IndexVacuumInfo *info, IndexBulk
 /* tsdgmerge.c */
 extern int	tsdg_merge_threshold;
 extern double tsdg_merge_scale_factor;
+extern double tsdg_merge_knn_lag;
 extern void TsdgMergeInit(void);
 extern Buffer TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta,
 								   BlockNumber *free_head_after);

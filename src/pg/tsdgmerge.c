@@ -59,6 +59,7 @@
 
 int			tsdg_merge_threshold = 1000;
 double		tsdg_merge_scale_factor = 0.05;
+double		tsdg_merge_knn_lag = 0.5;
 
 /* One merge: what it consumed, the rows it merges, and the graph it made. */
 typedef struct TsdgMerge
@@ -76,6 +77,12 @@ typedef struct TsdgMerge
 	/* rows [0, n_old) are the live nodes, [n_old, n_old + n_new) the pending rows */
 	int64		n_old;
 	int64		n_new;
+	/*
+	 * the computation's old rows: the live nodes whose k-NN lists it has,
+	 * all but those past the k-NN pages when it read them (tsdg.h); the
+	 * rows after them are its batch
+	 */
+	int64		split;
 	int			dims;
 	int			k;
 	float	   *rows;
@@ -99,9 +106,14 @@ typedef struct TsdgMerge
 	bool		region_placed;	/* new_meta's region fields are set */
 	bool		rows_written;	/* while the worker merged */
 	bool		knn_pages_written;	/* while the worker diversified */
+	bool		knn_pages_kept; /* the worker keeps the merged k-NN lists, the pages
+								 * keep the stored ones */
 
-	/* unread row blocks: where new extents may go, then what stays spare or is freed */
-	TsdgRowExtent unused_rows[TSDG_MAX_ROW_EXTENTS + 1];
+	/*
+	 * unread row blocks (retired extents, a retired k-NN region, the spare
+	 * rows): where new extents may go, then what stays spare or is freed
+	 */
+	TsdgRowExtent unused_rows[TSDG_MAX_ROW_EXTENTS + 2];
 	int			unused_row_count;
 
 	/* pages given to the free list at the switch, linked first .. last */
@@ -132,9 +144,26 @@ TsdgMergeInit(void)
 							 NULL,
 							 &tsdg_merge_scale_factor, 0.05, 0.0, 100.0,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomRealVariable("tsdg.merge_knn_lag",
+							 "Fraction of a tsdg index's nodes whose k-NN lists a merge on the GPU worker may leave out of the index's pages.",
+							 "The worker keeps the merged k-NN lists, so such a merge writes only the search lists; "
+							 "a merge that has to read the k-NN lists from the pages (after the worker restarted) "
+							 "merges the nodes past them again. 0: every merge writes them.",
+							 &tsdg_merge_knn_lag, 0.5, 0.0, 1.0,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
 }
 
-/* the blocks of the current graph's lists' region: its list and k-NN pages at least */
+/* the nodes whose k-NN lists the k-NN pages hold */
+static uint32
+TsdgStoredKnnNodes(const TsdgMetaPageData *meta)
+{
+	return meta->node_count - Min(meta->knn_unstored, meta->node_count);
+}
+
+/*
+ * The blocks of the current graph's lists' region: its list pages, and its
+ * k-NN pages unless they stayed in a region of their own, at least
+ */
 static BlockNumber
 TsdgRegionBlocks(const TsdgMetaPageData *meta)
 {
@@ -143,8 +172,8 @@ TsdgRegionBlocks(const TsdgMetaPageData *meta)
 	if (meta->node_count == 0)
 		return meta->region_blocks;
 	blocks = TsdgPagesFor(meta->node_count, meta->lists_per_page);
-	if (meta->knn_k > 0)
-		blocks += TsdgPagesFor(meta->node_count, TsdgKnnPerPage(meta->knn_k));
+	if (meta->knn_k > 0 && meta->knn_region_start == TSDG_NO_BLOCK)
+		blocks += TsdgPagesFor(TsdgStoredKnnNodes(meta), TsdgKnnPerPage(meta->knn_k));
 	return Max(blocks, meta->region_blocks);
 }
 
@@ -294,8 +323,9 @@ TsdgDetachPending(TsdgMerge *m)
 typedef struct TsdgOldGraph
 {
 	int64		nodes;
+	int64		knn_nodes;		/* the first nodes, whose lists the k-NN pages hold */
 	int			width;			/* knn_k */
-	uint32	   *lists;			/* nodes * width, TSDG_INVALID_ID padded */
+	uint32	   *lists;			/* nodes * width, TSDG_INVALID_ID padded (all of it past knn_nodes) */
 	uint32	   *new_id;			/* old id -> new id, TSDG_INVALID_ID when deleted */
 } TsdgOldGraph;
 
@@ -307,7 +337,7 @@ TsdgSourceList(const TsdgOldGraph *g, uint32 node, uint32 *out)
 	const uint32 *list = g->lists + (int64) node * g->width;
 
 	for (int j = 0; j < g->width; j++)
-		if (list[j] != TSDG_INVALID_ID && list[j] < g->nodes)
+		if (list[j] != TSDG_INVALID_ID && list[j] < g->knn_nodes)
 			out[count++] = list[j];
 	return count;
 }
@@ -581,9 +611,11 @@ TsdgReadOldKnn(TsdgMerge *m, const TsdgOldGraph *g)
 {
 	int			per_page = TsdgKnnPerPage(g->width);
 
-	for (int64 first = 0; first < g->nodes; first += per_page)
+	for (int64 i = g->knn_nodes * g->width; i < g->nodes * g->width; i++)
+		g->lists[i] = TSDG_INVALID_ID;
+	for (int64 first = 0; first < g->knn_nodes; first += per_page)
 	{
-		int64		end = Min(first + per_page, g->nodes);
+		int64		end = Min(first + per_page, g->knn_nodes);
 		Buffer		buf = ReadBuffer(m->index, m->meta.knn_start + first / per_page);
 
 		LockBuffer(buf, BUFFER_LOCK_SHARE);
@@ -604,9 +636,49 @@ static void
 TsdgCheckOldLists(TsdgMerge *m, const TsdgOldGraph *g)
 {
 	for (int64 i = 0; i < g->nodes * g->width; i++)
-		if (g->lists[i] != TSDG_INVALID_ID && g->lists[i] >= g->nodes)
+		if (g->lists[i] != TSDG_INVALID_ID && g->lists[i] >= g->knn_nodes)
 			g->lists[i] = TSDG_INVALID_ID;
 	TsdgRenumberSearchLists(m, g);
+}
+
+/*
+ * Sets m->split once the stored lists are read: the live nodes with a
+ * stored k-NN list, numbered first. The nodes past them join the batch, so
+ * an old search list that points at one of them loses that edge and is
+ * built again (marked in m->old_changed), as after a delete.
+ */
+static void
+TsdgSplitAtStoredKnn(TsdgMerge *m, const TsdgOldGraph *g)
+{
+	int			degree = m->meta.degree;
+
+	m->split = 0;
+	for (int64 old = 0; old < g->knn_nodes; old++)
+		m->split += g->new_id[old] != TSDG_INVALID_ID;
+	if (m->split == m->n_old)
+		return;
+	for (int64 s = 0; s < m->split; s++)
+	{
+		uint32	   *ids = m->old_neighbors + s * degree;
+		uint8	   *lambdas = m->old_lambdas + s * degree;
+		int			kept = 0;
+
+		for (int j = 0; j < degree && ids[j] != TSDG_INVALID_ID; j++)
+		{
+			if (ids[j] >= m->split)
+			{
+				m->old_changed[s] = 1;
+				continue;
+			}
+			ids[kept] = ids[j];
+			lambdas[kept++] = lambdas[j];
+		}
+		for (int j = kept; j < degree && ids[j] != TSDG_INVALID_ID; j++)
+		{
+			ids[j] = TSDG_INVALID_ID;
+			lambdas[j] = 0;
+		}
+	}
 }
 
 static void
@@ -620,6 +692,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 
 	MemSet(&g, 0, sizeof(g));
 	g.nodes = meta->node_count;
+	g.knn_nodes = TsdgStoredKnnNodes(meta);
 	if (g.nodes > 0 && meta->knn_k != meta->build_k)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -669,6 +742,9 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	if (m->segment.seg != NULL && meta->deleted_count == 0 && g.nodes > 0 &&
 		meta->row_extent_count < TSDG_MAX_ROW_EXTENTS)
 		m->left_to_worker = TsdgWorkerCopyOf(m->index, meta);
+	/* its rows past the stored k-NN lists are this merge's batch: read here */
+	if (m->left_to_worker == TSDG_COPY_ROWS && g.knn_nodes < g.nodes)
+		m->left_to_worker = TSDG_COPY_NONE;
 	if (m->left_to_worker != TSDG_COPY_NONE)
 	{
 		for (uint32 id = 0; id < g.nodes; id++)
@@ -710,12 +786,16 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	}
 	m->consumed_rows = m->n_new;
 
+	m->split = m->n_old;
 	if (meta->deleted_count == 0)
 	{
 		/* the ids stay, so the stored lists are the starting lists */
 		Assert(m->n_old == g.nodes);
 		if (m->left_to_worker != TSDG_COPY_GRAPH)
+		{
 			TsdgCheckOldLists(m, &g);
+			TsdgSplitAtStoredKnn(m, &g);
+		}
 		m->old_knn_ids = g.lists;
 		m->old_knn_dists = NULL;
 		return;
@@ -734,6 +814,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 												  sizeof(float) * Max(m->n_old, 1) * m->k);
 	}
 	TsdgOldKnnLists(m, &g, metric);
+	TsdgSplitAtStoredKnn(m, &g);
 }
 
 static bool
@@ -767,6 +848,7 @@ TsdgReadLeftGraph(TsdgMerge *m)
 	TsdgOldGraph g;
 
 	g.nodes = m->n_old;
+	g.knn_nodes = TsdgStoredKnnNodes(&m->meta);
 	g.width = m->k;
 	g.lists = m->old_knn_ids;
 	g.new_id = palloc_extended(sizeof(uint32) * Max(m->n_old, 1), MCXT_ALLOC_HUGE);
@@ -776,6 +858,7 @@ TsdgReadLeftGraph(TsdgMerge *m)
 		TsdgReadOldLists(m, &g);
 		TsdgReadOldKnn(m, &g);
 		TsdgCheckOldLists(m, &g);
+		TsdgSplitAtStoredKnn(m, &g);
 	}
 	pfree(g.new_id);
 	m->left_to_worker = TSDG_COPY_NONE;
@@ -817,9 +900,10 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 	TsdgWorkerMerge outcome;
 	TsdgError	error;
 	TsdgStatus	status;
+	int64		n = m->n_old + m->n_new;
 
 	outcome = TsdgWorkerMergeGraph(m->index, &m->segment, &m->meta, m->left_to_worker,
-								   &m->new_meta, m->tids, m->rows, m->n_old, m->n_new, m->dims,
+								   &m->new_meta, m->tids, m->rows, m->split, n - m->split, m->dims,
 								   metric, params, m->old_knn_ids, m->old_knn_dists,
 								   m->old_neighbors, m->old_lambdas, m->old_changed, m->knn_ids,
 								   m->neighbors, m->lambdas, m->changed);
@@ -829,7 +913,7 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 		TsdgReadLeftGraph(m);
 		if (outcome == TSDG_WORKER_NEEDS_OLD_GRAPH)
 			outcome = TsdgWorkerMergeGraph(m->index, &m->segment, &m->meta, TSDG_COPY_NONE,
-										   &m->new_meta, m->tids, m->rows, m->n_old, m->n_new,
+										   &m->new_meta, m->tids, m->rows, m->split, n - m->split,
 										   m->dims, metric, params, m->old_knn_ids,
 										   m->old_knn_dists, m->old_neighbors, m->old_lambdas,
 										   m->old_changed, m->knn_ids, m->neighbors, m->lambdas,
@@ -839,12 +923,29 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 		return;
 	/* the worker's k-NN lists, if written, are not those of this merge */
 	m->knn_pages_written = false;
-	status = tsdg_merge_graph_incremental(NULL, m->rows, m->n_old, m->n_new, m->dims, metric,
+	m->knn_pages_kept = false;
+	status = tsdg_merge_graph_incremental(NULL, m->rows, m->split, n - m->split, m->dims, metric,
 										  params, m->old_knn_ids, m->old_knn_dists,
 										  m->old_neighbors, m->old_lambdas, m->old_changed,
 										  m->knn_ids, NULL, m->neighbors, m->lambdas, m->changed,
 										  TsdgMergePoll, NULL, &error);
 	TsdgCheckCore(m->index, status, &error);
+}
+
+/*
+ * Whether a merge on the worker may leave the k-NN pages as they are: it
+ * renumbers nothing, the pages hold some lists, and the nodes past them
+ * stay within tsdg.merge_knn_lag of the merged graph.
+ */
+static bool
+TsdgKnnPagesMayLag(const TsdgMerge *m)
+{
+	int64		n = m->n_old + m->n_new;
+	uint32		stored = TsdgStoredKnnNodes(&m->meta);
+
+	return m->n_old == (int64) m->meta.node_count && m->meta.deleted_count == 0 &&
+		m->meta.knn_k == m->k && stored > 0 &&
+		(double) (n - stored) <= tsdg_merge_knn_lag * (double) n;
 }
 
 /* the merged k-NN lists and search graph */
@@ -861,8 +962,9 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 		m->changed = m->segment.changed;
 		m->neighbors = m->segment.neighbors;
 		m->lambdas = m->segment.lambdas;
+		m->knn_pages_kept = TsdgKnnPagesMayLag(m);
 		m->segment.while_merging = TsdgWriteNewRows;
-		m->segment.knn_ready = TsdgWriteKnnPages;
+		m->segment.knn_ready = m->knn_pages_kept ? NULL : TsdgWriteKnnPages;
 		m->segment.hook_arg = m;
 	}
 	else
@@ -916,7 +1018,8 @@ static void
 TsdgPlaceRegion(TsdgMerge *m)
 {
 	TsdgMetaPageData *nm = &m->new_meta;
-	BlockNumber used = TsdgRegionPages(&m->arrays);
+	BlockNumber list_pages = TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page);
+	BlockNumber used = m->knn_pages_kept ? list_pages : TsdgRegionPages(&m->arrays);
 	BlockNumber start;
 
 	if (m->region_placed)
@@ -954,7 +1057,7 @@ TsdgPlaceRegion(TsdgMerge *m)
 						   TsdgFillRegionPage, &m->arrays);
 	}
 	nm->list_start = start;
-	nm->knn_start = start + TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page);
+	nm->knn_start = m->knn_pages_kept ? m->meta.knn_start : start + list_pages;
 	m->new_layout.list_start = start;
 }
 
@@ -969,15 +1072,15 @@ TsdgWriteKnnPages(void *arg)
 
 	TsdgPlaceRegion(m);
 	TsdgWritePages(m->index, m->new_meta.list_start,
-				   m->new_meta.knn_start - m->new_meta.list_start, TsdgRegionPages(&m->arrays),
-				   TsdgFillRegionPage, &m->arrays);
+				   TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page),
+				   TsdgRegionPages(&m->arrays), TsdgFillRegionPage, &m->arrays);
 	m->knn_pages_written = true;
 }
 
 /*
  * Writes the list pages of the new graph, and its k-NN pages unless they
- * were written while the worker diversified. The spare region's pages past
- * the graph keep what they hold.
+ * were written while the worker diversified or stay as they are. The spare
+ * region's pages past the graph keep what they hold.
  */
 static void
 TsdgWriteRegion(TsdgMerge *m)
@@ -988,7 +1091,8 @@ TsdgWriteRegion(TsdgMerge *m)
 	if (nm->region_blocks == 0)
 		return;
 	TsdgWritePages(m->index, nm->list_start, 0,
-				   m->knn_pages_written ? nm->knn_start - nm->list_start :
+				   m->knn_pages_written || m->knn_pages_kept ?
+				   TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page) :
 				   TsdgRegionPages(&m->arrays),
 				   TsdgFillRegionPage, &m->arrays);
 }
@@ -1097,6 +1201,8 @@ TsdgWriteRows(TsdgMerge *m)
 	for (int e = 0; e < m->meta.retired_extent_count; e++)
 		if (m->meta.retired_extents[e].blocks > 0)
 			m->unused_rows[m->unused_row_count++] = m->meta.retired_extents[e];
+	if (m->meta.retired_knn_region.blocks > 0)
+		m->unused_rows[m->unused_row_count++] = m->meta.retired_knn_region;
 	if (m->meta.spare_rows.blocks > 0)
 		m->unused_rows[m->unused_row_count++] = m->meta.spare_rows;
 	/* an extent without blocks (an index built empty) holds nothing to keep */
@@ -1164,7 +1270,7 @@ TsdgWriteNewRows(void *arg)
 static void
 TsdgPrepareFreedPages(TsdgMerge *m, bool free_spare)
 {
-	TsdgRowExtent ranges[TSDG_MAX_ROW_EXTENTS + 2];
+	TsdgRowExtent ranges[TSDG_MAX_ROW_EXTENTS + 3];
 	int			count = 0;
 
 	if (free_spare)
@@ -1202,9 +1308,10 @@ TsdgPrepareFreedPages(TsdgMerge *m, bool free_spare)
 
 /*
  * The switch: one GenericXLog record over the metapage moves every reader
- * to the new graph and the rows that stayed pending, retires the old region,
- * the consumed pages and the row extents a renumbering left, gives the freed
- * pages to the free list, and bumps graph_version.
+ * to the new graph and the rows that stayed pending, retires the old region
+ * (or keeps it for its k-NN pages), the consumed pages, the row extents a
+ * renumbering left and a k-NN region the new k-NN pages replace, gives the
+ * freed pages to the free list, and bumps graph_version.
  */
 static void
 TsdgSwitchGraph(TsdgMerge *m)
@@ -1244,6 +1351,29 @@ TsdgSwitchGraph(TsdgMerge *m)
 	meta->knn_start = nm->knn_start;
 	meta->region_blocks = nm->region_blocks;
 	meta->knn_k = m->k;
+	memset(&meta->retired_knn_region, 0, sizeof(meta->retired_knn_region));
+	if (m->knn_pages_kept)
+	{
+		meta->knn_unstored = nm->node_count - TsdgStoredKnnNodes(&m->meta);
+		if (m->meta.knn_region_start == TSDG_NO_BLOCK)
+		{
+			/* the old region keeps its k-NN pages; no spare region until the next merge */
+			meta->knn_region_start = m->meta.list_start;
+			meta->knn_region_blocks = old_region;
+			old_region = 0;
+		}
+	}
+	else
+	{
+		meta->knn_unstored = 0;
+		if (m->meta.knn_region_start != TSDG_NO_BLOCK)
+		{
+			meta->retired_knn_region.start = m->meta.knn_region_start;
+			meta->retired_knn_region.blocks = m->meta.knn_region_blocks;
+		}
+		meta->knn_region_start = TSDG_NO_BLOCK;
+		meta->knn_region_blocks = 0;
+	}
 	meta->entry_count = nm->entry_count;
 	memcpy(meta->entry_points, nm->entry_points, sizeof(meta->entry_points));
 	meta->nn1_bound = nm->nn1_bound;
@@ -1290,6 +1420,7 @@ static void
 TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time entry_time)
 {
 	double		seconds[4];
+	char		knn_pages[160];
 	int64		knn_changed = 0;
 	int64		graph_changed = 0;
 	int64		pages_changed = 0;
@@ -1319,6 +1450,17 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 		}
 		pages_changed += page_changed;
 	}
+	if (m->knn_pages_kept)
+		snprintf(knn_pages, sizeof(knn_pages),
+				 "; k-NN pages kept as they were (the lists of %u of %u nodes)",
+				 TsdgStoredKnnNodes(&m->meta), m->new_meta.node_count);
+	else
+		snprintf(knn_pages, sizeof(knn_pages), "%s",
+				 m->knn_pages_written ? "; k-NN pages written while the worker diversified" : "");
+	if (m->split < m->n_old)
+		snprintf(knn_pages + strlen(knn_pages), sizeof(knn_pages) - strlen(knn_pages),
+				 "; " INT64_FORMAT " nodes past the stored k-NN lists merged again",
+				 m->n_old - m->split);
 	ereport(DEBUG1,
 			(errmsg("tsdg merge of \"%s\": " INT64_FORMAT " old and " INT64_FORMAT " new rows, "
 					INT64_FORMAT " deleted nodes dropped; "
@@ -1333,7 +1475,7 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 					   knn_changed, graph_changed, pages_changed,
 					   (int64) TsdgPagesFor(m->n_old, per_page), m->new_meta.row_extent_count,
 					   m->new_meta.retired_extent_count > 0 ? ", every row written again" : "",
-					   m->knn_pages_written ? "; k-NN pages written while the worker diversified" : "")));
+					   knn_pages)));
 }
 
 /*

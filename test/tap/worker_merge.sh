@@ -22,7 +22,8 @@ dims=32
 base_rows=${TSDG_MERGE_BASE_ROWS:-20000}
 load_rows=${TSDG_MERGE_LOAD_ROWS:-2000}
 start_worker_cluster "maintenance_work_mem = '512MB'"
-log_lines() { tail -n +"$1" "$dir/server.log"; }
+# the server log after its first $1 lines
+log_lines() { tail -n +"$(($1 + 1))" "$dir/server.log"; }
 # whether the server log from line $1 on has a line matching $2 (reads it
 # whole: grep -q would leave tail a broken pipe, which pipefail counts)
 logged() { log_lines "$1" | grep -c -- "$2" >/dev/null; }
@@ -35,12 +36,14 @@ load() {
   "$py" "$gen" "$3" "$dims" "$4" | awk -F'\t' -v first="$2" '{ printf "%d\t%s\n", $1 - 1 + first, $2 }' |
     sql -c "COPY $1 FROM STDIN"
 }
-# merges index $1 through the worker ($2 = worker) or in the session ($2 = cpu)
+# merges index $1 through the worker ($2 = worker) or in the session ($2 = cpu),
+# with tsdg.merge_knn_lag $3 (default 0.5)
 merge() {
   local from device
   from=$(wc -l < "$dir/server.log")
   device=$( [ "$2" = worker ] && echo auto || echo cpu )
-  [ "$(sql -At -c "SET tsdg.device = $device" -c "SET log_min_messages = debug1" -c "SELECT tsdg_merge('$1')")" -gt 0 ] ||
+  [ "$(sql -At -c "SET tsdg.device = $device" -c "SET log_min_messages = debug1" \
+       -c "SET tsdg.merge_knn_lag = ${3:-0.5}" -c "SELECT tsdg_merge('$1')")" -gt 0 ] ||
     fail "tsdg_merge('$1') merged no rows"
   if [ "$2" = worker ]; then
     logged "$from" "tsdg index \"$1\" merged on the GPU worker" ||
@@ -93,16 +96,23 @@ shipped_for_search() {
 # The worker keeps the graph it built and each graph it merged, its k-NN
 # lists included: each merge leaves the old rows and lists to its copy
 # instead of reading them, and the search after each merge finds the merged
-# graph on the worker.
+# graph on the worker. The first merge leaves the k-NN pages as they were
+# (the worker has the lists), the second (tsdg.merge_knn_lag = 0) writes them.
 next=$((base_rows + 1))
 first_merge=$(wc -l < "$dir/server.log")
 for l in 1 2; do
   load items "$next" "$load_rows" $((l + 1))
   sql -c "INSERT INTO items_cpu SELECT * FROM items WHERE id >= $next"
   from=$(wc -l < "$dir/server.log")
-  merge items_idx worker
+  merge items_idx worker "$([ "$l" = 1 ] && echo 0.5 || echo 0)"
   logged "$from" "merging $load_rows rows into the graph of $((next - 1)) rows .*the old graph from its copy" ||
     fail "merge $l read the old graph although the worker held it"
+  if [ "$l" = 1 ]; then
+    logged "$from" "k-NN pages kept as they were (the lists of $base_rows of $((next + load_rows - 1)) nodes)" ||
+      fail "merge 1 did not leave the k-NN pages to the worker's lists"
+  elif logged "$from" "k-NN pages kept"; then
+    fail "merge 2 kept the k-NN pages under tsdg.merge_knn_lag = 0"
+  fi
   [ "$(shipped_for_search "$next")" = 0 ] ||
     fail "the first search after merge $l shipped the index: the worker did not keep the merged graph"
   merge items_cpu_idx cpu
@@ -185,7 +195,7 @@ load items "$next" "$load_rows" 5
 next=$((next + load_rows))
 fallbacks=$(status fallbacks)
 from=$(wc -l < "$dir/server.log")
-sql -At -c "SELECT tsdg_merge('items_idx')" >"$dir/killed.out" 2>&1 &
+sql -At -c "SET log_min_messages = debug1" -c "SELECT tsdg_merge('items_idx')" >"$dir/killed.out" 2>&1 &
 merge_session=$!
 wait_for_log "$from" "pg_tsdg GPU worker: merging" || fail "the worker never started the merge to kill"
 kill -9 "$(status worker_pid)"
@@ -199,6 +209,10 @@ else
   logged "$from" 'tsdg merge of index "items_idx" falls back to the CPU' ||
     fail "no LOG line of the merge's fallback"
   [ "$(status fallbacks)" -gt "$fallbacks" ] || fail "the fallback was not counted"
+  # the merges since the second kept the k-NN pages: the session read them and
+  # merged the nodes past them again
+  logged "$from" "nodes past the stored k-NN lists merged again" ||
+    fail "the merge on the CPU did not merge the nodes past the stored k-NN lists"
 fi
 [ "$(sql -At -c "SELECT pending FROM tsdg_index_info('items_idx')")" = 0 ] || fail "rows pending after the merge on the CPU"
 [ "$(sql -At -c "SELECT rows FROM tsdg_index_info('items_idx')")" = "$(sql -At -c "SELECT count(*) FROM items")" ] ||
@@ -209,18 +223,43 @@ echo "fallback: $(log_lines "$from" | grep -o 'falls back to the CPU.*' | head -
 
 # 5. The restarted worker merges again, for VACUUM, with deleted nodes: the
 # session sends the repaired k-NN lists with their distances and which lists
-# it repaired, and the worker's graph leaves the deleted nodes out.
+# it repaired, and the worker's graph leaves the deleted nodes out. The merge
+# before it kept the k-NN pages, so the merge with deletes also merges the
+# nodes past them again, and writes them; the merge after it reuses the region
+# they leave.
 wait_for_worker_or_skip "$backend" || fail "the worker did not come back"
+load items "$next" 300 7
+merge items_idx worker
+next=$((next + 300))
 sql -c "DELETE FROM items WHERE id % 10 = 3" -c "SET tsdg.merge_threshold = -1" -c "VACUUM items"
 [ "$(sql -At -c "SELECT deleted > 0 FROM tsdg_index_info('items_idx')")" = t ] || fail "VACUUM marked no node deleted"
 load items "$next" 500 6
 # this merge is VACUUM's (past tsdg.merge_threshold), through the worker as well
 from=$(wc -l < "$dir/server.log")
-sql -c "SET tsdg.merge_threshold = 0" -c "SET tsdg.merge_scale_factor = 0" -c "VACUUM items"
+sql -c "SET tsdg.merge_threshold = 0" -c "SET tsdg.merge_scale_factor = 0" -c "SET log_min_messages = debug1" -c "VACUUM items"
 logged "$from" 'tsdg index "items_idx" merged on the GPU worker' ||
   fail "VACUUM's merge did not go through the worker"
+logged "$from" "nodes past the stored k-NN lists merged again" ||
+  fail "the merge with deleted nodes did not merge the nodes past the stored k-NN lists"
+logged "$from" "k-NN pages kept" && fail "the merge with deleted nodes kept the k-NN pages"
 [ "$(sql -At -c "SELECT rows || '/' || deleted FROM tsdg_index_info('items_idx')")" = "$(sql -At -c "SELECT count(*) FROM items")/0" ] ||
   fail "after the merge with deleted nodes the index holds $(sql -At -c "SELECT rows || ' rows, ' || deleted || ' deleted' FROM tsdg_index_info('items_idx')") for $(sql -At -c "SELECT count(*) FROM items") rows"
 finds_itself items "$next" $((next + 500)) "merged by the restarted worker after deletes"
 finds_itself items 1 2000 "old rows after the merge that dropped deleted nodes"
+next=$((next + 500))
+load items "$next" 400 8
+merge items_idx worker
+finds_itself items "$next" $((next + 400)) "merged after the merge that wrote the k-NN pages again"
+finds_itself items 1 2000 "old rows after the merge that reused the retired k-NN region"
+
+# 6. After merges from k-NN pages that lagged, the graph is as good as a fresh build's.
+sql -c "CREATE TABLE items_fresh AS SELECT * FROM items" \
+    -c "SET tsdg.device = cpu" -c "CREATE INDEX items_fresh_idx ON items_fresh USING tsdg (v vector_l2_ops)" \
+    -c "SET max_parallel_workers_per_gather = 0" \
+    -c "UPDATE queries q SET truth = ARRAY(SELECT r.id FROM items r ORDER BY (r.v <-> q.v) + 0 LIMIT 10)"
+merged_recall=$(recall items)
+fresh_recall=$(recall items_fresh)
+echo "recall@10 at the end: $merged_recall (merged), $fresh_recall (fresh build)"
+awk -v a="$merged_recall" -v b="$fresh_recall" 'BEGIN { exit !(a >= b - 0.01) }' ||
+  fail "recall after the merges ($merged_recall) is more than 0.01 under a fresh build's ($fresh_recall)"
 echo "worker_merge: all checks passed"
