@@ -277,14 +277,15 @@ void validate(MatrixView data, const KnnGraph& knn, const DiversifyParams& param
 }
 
 // Both stages on device_rows (data's rows on the device; data itself is read
-// on the host by the component linking).
-TsdgGraph diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
-                          const KnnLists& knn, const DiversifyParams& params, const RunControl& control) {
+// on the host by the component linking), into graph (data.rows lists of
+// params.degree, every slot written).
+void diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
+                     const KnnLists& knn, const DiversifyParams& params, const RunControl& control,
+                     GraphSpan graph) {
   const int64_t n = data.rows;
   const int k = knn.k;
   const int degree = params.degree;
-  TsdgGraph graph(n, degree);
-  if (n == 0) return graph;
+  if (n == 0) return;
   cudaStream_t stream = ctx.stream.get();
   const int64_t batch = std::min<int64_t>(n, kBatchNodes);
   const size_t pruned_bytes = static_cast<size_t>(n) * k * (4 + 4 + 8) + static_cast<size_t>(n) * 24;
@@ -373,8 +374,8 @@ TsdgGraph diversify_lists(DeviceContext& ctx, MatrixView data, const float* devi
           out_ids.data(), out_lambdas.data());
       check_launch("occlusion_rank_kernel");
     });
-    copy_to_host(graph.neighbors.data() + first * degree, out_ids.data(), static_cast<size_t>(count) * degree, stream);
-    copy_to_host(graph.lambdas.data() + first * degree, out_lambdas.data(), static_cast<size_t>(count) * degree, stream);
+    copy_to_host(graph.list(first), out_ids.data(), static_cast<size_t>(count) * degree, stream);
+    copy_to_host(graph.list_lambdas(first), out_lambdas.data(), static_cast<size_t>(count) * degree, stream);
     ctx.stream.synchronize();
     control.add_done(count);
   }
@@ -382,7 +383,6 @@ TsdgGraph diversify_lists(DeviceContext& ctx, MatrixView data, const float* devi
   // The same bridges between components as the CPU path (on the host).
   const int64_t bridges = connect_components(data, graph, control);
   trace.mark("connect components (host)", bridges);
-  return graph;
 }
 
 }  // namespace
@@ -392,16 +392,30 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
   validate(data, knn, params);
   require_device_memory(static_cast<size_t>(data.rows) * data.dim * sizeof(float), "the rows to diversify");
   DeviceMatrix rows = DeviceMatrix::upload(data, ctx.stream.get());
-  return diversify_lists(ctx, data, rows.values.data(), metric,
-                         KnnLists{knn.ids.data(), knn.dists.data(), knn.k, false}, params, control);
+  TsdgGraph graph(data.rows, params.degree);
+  diversify_lists(ctx, data, rows.values.data(), metric, KnnLists{knn.ids.data(), knn.dists.data(), knn.k, false},
+                  params, control, GraphSpan::of(graph));
+  return graph;
 }
 
 TsdgGraph diversify_resident(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
                              const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
                              const DiversifyParams& params, const RunControl& control) {
+  TsdgGraph graph(data.rows, params.degree);
+  diversify_resident_into(ctx, data, device_rows, metric, device_knn_ids, device_knn_dists, k, params, control,
+                          GraphSpan::of(graph));
+  return graph;
+}
+
+void diversify_resident_into(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
+                             const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
+                             const DiversifyParams& params, const RunControl& control, GraphSpan graph) {
   check_params(k, params);
-  return diversify_lists(ctx, data, device_rows, metric, KnnLists{device_knn_ids, device_knn_dists, k, true},
-                         params, control);
+  if (graph.nodes != data.rows || graph.degree != params.degree) {
+    throw Error(Status::InvalidArgument, "diversify: the output lists do not match the rows and degree");
+  }
+  diversify_lists(ctx, data, device_rows, metric, KnnLists{device_knn_ids, device_knn_dists, k, true}, params,
+                  control, graph);
 }
 
 }  // namespace tsdg::cuda

@@ -127,10 +127,8 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   set_knn_change(lists_changed_by_batch(out.knn_ids, n, k, split, control).data(), in, out);
 
   control.set_phase(Phase::Diversify);
-  const TsdgGraph search = diversify_resident(ctx, in.data, rows.values.data(), metric, ws.ids.data(),
-                                              ws.dists.data(), k, diversify, control);
-  std::copy(search.neighbors.begin(), search.neighbors.end(), out.neighbors);
-  std::copy(search.lambdas.begin(), search.lambdas.end(), out.lambdas);
+  diversify_resident_into(ctx, in.data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), k, diversify,
+                          control, GraphSpan{out.neighbors, out.lambdas, n, diversify.degree});
   set_search_changed(in, out, control);
   trace.mark("diversify + search lists to the host");
 }

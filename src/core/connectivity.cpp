@@ -54,7 +54,7 @@ class DisjointSets {
 // linked, by compare-and-swap, under a smaller root: every set ends rooted at
 // its smallest node whatever the threads' order, so the ids do not depend on
 // the thread count.
-std::vector<int64_t> component_ids(const TsdgGraph& graph, int64_t* count, const RunControl& control) {
+std::vector<int64_t> component_ids(GraphSpan graph, int64_t* count, const RunControl& control) {
   const int64_t n = graph.nodes;
   std::vector<std::atomic<uint32_t>> parent(n);
   parallel_for(control, n, 1 << 16, [&](int64_t begin, int64_t end, int) {
@@ -153,10 +153,10 @@ std::vector<uint32_t> representatives(MatrixView data, const std::vector<int64_t
 }
 
 // Inserts from -> to with λ = 0 at the end of the λ = 0 prefix.
-void add_bridge(TsdgGraph& graph, uint32_t from, uint32_t to) {
+void add_bridge(GraphSpan graph, uint32_t from, uint32_t to) {
   const int degree = graph.degree;
-  uint32_t* ids = graph.neighbors.data() + static_cast<int64_t>(from) * degree;
-  uint8_t* lambdas = graph.lambdas.data() + static_cast<int64_t>(from) * degree;
+  uint32_t* ids = graph.list(from);
+  uint8_t* lambdas = graph.list_lambdas(from);
   int count = 0;
   while (count < degree && ids[count] != kInvalidId) ++count;
   const auto present = std::find(ids, ids + count, to) - ids;
@@ -177,7 +177,7 @@ void add_bridge(TsdgGraph& graph, uint32_t from, uint32_t to) {
 
 }  // namespace
 
-int64_t connect_components(MatrixView data, TsdgGraph& graph, const RunControl& control) {
+int64_t connect_components(MatrixView data, GraphSpan graph, const RunControl& control) {
   if (graph.nodes <= 1 || graph.degree <= 0) return 0;
   // Bridges follow the geometry of the rows, so L2 for every metric.
   const DistanceFn l2 = distance_kernels().l2_squared;

@@ -18,6 +18,9 @@ namespace tsdg {
 // search at any λ limit crosses them) and take the last place of the λ = 0
 // prefix; a full list gives up its last, most occluded edge. Returns the
 // number of edges added.
-int64_t connect_components(MatrixView data, TsdgGraph& graph, const RunControl& control);
+int64_t connect_components(MatrixView data, GraphSpan graph, const RunControl& control);
+inline int64_t connect_components(MatrixView data, TsdgGraph& graph, const RunControl& control) {
+  return connect_components(data, GraphSpan::of(graph), control);
+}
 
 }  // namespace tsdg

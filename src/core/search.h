@@ -35,6 +35,9 @@ struct GraphView {
   static GraphView of(const TsdgGraph& graph) {
     return GraphView{graph.neighbors.data(), graph.lambdas.data(), graph.nodes, graph.degree};
   }
+  static GraphView of(GraphSpan graph) {
+    return GraphView{graph.neighbors, graph.lambdas, graph.nodes, graph.degree};
+  }
 };
 
 // GGNN's stop rule: stop once the nearest unexpanded candidate is farther than

@@ -76,6 +76,21 @@ struct TsdgGraph {
   const uint8_t* list_lambdas(int64_t i) const { return lambdas.data() + i * degree; }
 };
 
+// A TSDG graph's lists in arrays owned elsewhere, written in place: a
+// merge's output, which the GPU fills without a copy in between.
+struct GraphSpan {
+  uint32_t* neighbors = nullptr;  // nodes * degree
+  uint8_t* lambdas = nullptr;     // nodes * degree
+  int64_t nodes = 0;
+  int degree = 0;
+
+  uint32_t* list(int64_t i) const { return neighbors + i * degree; }
+  uint8_t* list_lambdas(int64_t i) const { return lambdas + i * degree; }
+  static GraphSpan of(TsdgGraph& graph) {
+    return GraphSpan{graph.neighbors.data(), graph.lambdas.data(), graph.nodes, graph.degree};
+  }
+};
+
 // Failure reported by core and backends; the C API turns it into a status.
 enum class Status : int {
   Ok = 0,
