@@ -894,6 +894,10 @@ typedef struct MergeArrays
 	uint32	   *neighbors;
 	uint8	   *lambdas;
 	uint8	   *changed;
+	/* the old lists copied out of a resident graph evicted for the merge */
+	uint32	   *owned_knn_ids;
+	uint32	   *owned_neighbors;
+	uint8	   *owned_lambdas;
 } MergeArrays;
 
 /*
@@ -979,22 +983,49 @@ TakeOldGraph(const TsdgMergeArgs *args, ResidentIndex *r, MergeArrays *a)
 	return true;
 }
 
-/* the old lists read from r copied into the segment's arrays, before r may be evicted */
-static void
+/*
+ * The old lists read from r copied into the segment's arrays before r may be
+ * evicted, or, when the session left them out of the segment, into memory of
+ * this process (a->owned, freed by FreeOwnedLists). False when that memory
+ * is not to be had.
+ */
+static bool
 CopyOldGraphIn(const TsdgMergeArgs *args, const TsdgBulkHeader *header, void *base,
 			   MergeArrays *a)
 {
 	Size		n_old = (Size) args->n_old;
+	Size		knn_bytes = sizeof(uint32) * args->params.build_k * n_old;
+	Size		list_bytes = sizeof(uint32) * args->params.degree * n_old;
+	Size		lambda_bytes = sizeof(uint8) * args->params.degree * n_old;
 
-	memcpy(TsdgBulkArray(base, header->knn_ids), a->old_knn_ids,
-		   sizeof(uint32) * args->params.build_k * n_old);
-	memcpy(TsdgBulkArray(base, header->neighbors), a->old_neighbors,
-		   sizeof(uint32) * args->params.degree * n_old);
-	memcpy(TsdgBulkArray(base, header->lambdas), a->old_lambdas,
-		   sizeof(uint8) * args->params.degree * n_old);
+	if (header->knn_ids == 0)
+	{
+		a->owned_knn_ids = CopyOut(a->old_knn_ids, knn_bytes);
+		a->owned_neighbors = CopyOut(a->old_neighbors, list_bytes);
+		a->owned_lambdas = CopyOut(a->old_lambdas, lambda_bytes);
+		a->old_knn_ids = a->owned_knn_ids;
+		a->old_neighbors = a->owned_neighbors;
+		a->old_lambdas = a->owned_lambdas;
+		return a->owned_knn_ids != NULL && a->owned_neighbors != NULL && a->owned_lambdas != NULL;
+	}
+	memcpy(TsdgBulkArray(base, header->knn_ids), a->old_knn_ids, knn_bytes);
+	memcpy(TsdgBulkArray(base, header->neighbors), a->old_neighbors, list_bytes);
+	memcpy(TsdgBulkArray(base, header->lambdas), a->old_lambdas, lambda_bytes);
 	a->old_knn_ids = TsdgBulkArray(base, header->knn_ids);
 	a->old_neighbors = TsdgBulkArray(base, header->neighbors);
 	a->old_lambdas = TsdgBulkArray(base, header->lambdas);
+	return true;
+}
+
+static void
+FreeOwnedLists(MergeArrays *a)
+{
+	free(a->owned_knn_ids);
+	free(a->owned_neighbors);
+	free(a->owned_lambdas);
+	a->owned_knn_ids = NULL;
+	a->owned_neighbors = NULL;
+	a->owned_lambdas = NULL;
 }
 
 /*
@@ -1038,6 +1069,7 @@ ServeMerge(TakenRequest *t)
 		return;
 	}
 	header = (TsdgBulkHeader *) map.address;
+	memset(&a, 0, sizeof(a));
 	a.rows = TsdgBulkArray(map.address, header->rows);
 	a.old_knn_ids = TsdgBulkArray(map.address, header->knn_ids);
 	a.old_knn_dists = TsdgBulkArray(map.address, header->dists);
@@ -1074,13 +1106,15 @@ ServeMerge(TakenRequest *t)
 	if (status == TSDG_ERR_OUT_OF_MEMORY && LeastRecentlyUsed() != NULL &&
 		(poll.summary == NULL || pg_atomic_read_u32(&poll.summary->knn_ready) == 0))
 	{
-		if (args->graph_resident)
-			CopyOldGraphIn(args, header, map.address, &a);
-		EvictAll("device out of memory for a merge");
-		memset(poll.seconds, 0, sizeof(poll.seconds));
-		poll.last_poll = start = GetCurrentTimestamp();
-		status = ComputeMerge(args, &a, &poll, &error);
+		if (!args->graph_resident || CopyOldGraphIn(args, header, map.address, &a))
+		{
+			EvictAll("device out of memory for a merge");
+			memset(poll.seconds, 0, sizeof(poll.seconds));
+			poll.last_poll = start = GetCurrentTimestamp();
+			status = ComputeMerge(args, &a, &poll, &error);
+		}
 	}
+	FreeOwnedLists(&a);
 	/* the rest, since the last poll, belongs to the last phase seen */
 	poll.seconds[poll.last_phase] += SecondsSince(poll.last_poll);
 	if (status != TSDG_OK)

@@ -689,6 +689,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	int64		capacity;
 	TsdgPendingRows pending;
 	TsdgBuildParams params;
+	TsdgWorkerCopy copy = TSDG_COPY_NONE;
 
 	MemSet(&g, 0, sizeof(g));
 	g.nodes = meta->node_count;
@@ -708,10 +709,27 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 									 sizeof(ItemPointerData) * Max(capacity, 1));
 	m->n_old = 0;
 	TsdgMergeParams(meta, &params);
+
+	/*
+	 * Without deletes, the worker may still hold this graph: the old rows,
+	 * and when it built or merged it its lists too, are then left to it,
+	 * unless a merge that has to write all rows again (its extents full)
+	 * would need them here, or the rows past the stored k-NN lists are part
+	 * of the batch.
+	 */
+	if (meta->deleted_count == 0 && g.nodes > 0 && meta->row_extent_count < TSDG_MAX_ROW_EXTENTS &&
+		TsdgWorkerUsable())
+		copy = TsdgWorkerCopyOf(m->index, meta);
+	if (copy == TSDG_COPY_ROWS && g.knn_nodes < g.nodes)
+		copy = TSDG_COPY_NONE;
 	if (TsdgMergeSegmentCreate(&m->segment, g.nodes, m->consumed_rows, m->dims, &params,
-							   meta->deleted_count > 0))
+							   meta->deleted_count > 0, copy != TSDG_COPY_GRAPH))
 	{
-		/* read straight into the worker's segment (its stored k-NN ids too, without deletes) */
+		/*
+		 * read straight into the worker's segment (its stored k-NN ids too,
+		 * without deletes); the old lists the worker holds are not read
+		 */
+		m->left_to_worker = copy;
 		m->rows = m->segment.rows;
 		m->old_neighbors = m->segment.old_neighbors;
 		m->old_lambdas = m->segment.old_lambdas;
@@ -733,18 +751,6 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 										 sizeof(float) * m->dims * Max(capacity, 1));
 	}
 
-	/*
-	 * Without deletes, the worker may still hold this graph: the old rows,
-	 * and when it built or merged it its lists too, are then left to it,
-	 * unless a merge that has to write all rows again (its extents full)
-	 * would need them here.
-	 */
-	if (m->segment.seg != NULL && meta->deleted_count == 0 && g.nodes > 0 &&
-		meta->row_extent_count < TSDG_MAX_ROW_EXTENTS)
-		m->left_to_worker = TsdgWorkerCopyOf(m->index, meta);
-	/* its rows past the stored k-NN lists are this merge's batch: read here */
-	if (m->left_to_worker == TSDG_COPY_ROWS && g.knn_nodes < g.nodes)
-		m->left_to_worker = TSDG_COPY_NONE;
 	if (m->left_to_worker != TSDG_COPY_NONE)
 	{
 		for (uint32 id = 0; id < g.nodes; id++)
@@ -840,12 +846,23 @@ TsdgCheckCore(Relation index, TsdgStatus status, const TsdgError *error)
 
 /*
  * Reads what TsdgLoadRows left to the worker's copy of the old graph (the
- * merge has no deletes, so the ids are the stored ones).
+ * merge has no deletes, so the ids are the stored ones), the lists into
+ * local memory when the segment was made without them.
  */
 static void
 TsdgReadLeftGraph(TsdgMerge *m)
 {
 	TsdgOldGraph g;
+
+	if (m->old_knn_ids == NULL)
+	{
+		Size		lists = (Size) Max(m->n_old, 1) * m->meta.degree;
+
+		m->old_knn_ids = MemoryContextAllocHuge(CurrentMemoryContext,
+												sizeof(uint32) * Max(m->n_old, 1) * m->k);
+		m->old_neighbors = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * lists);
+		m->old_lambdas = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint8) * lists);
+	}
 
 	g.nodes = m->n_old;
 	g.knn_nodes = TsdgStoredKnnNodes(&m->meta);

@@ -710,8 +710,8 @@ TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, uint32 *entry_points, int *entry_
 /* the layout of a merge segment (see TsdgBulkHeader) */
 static void
 TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
-				const TsdgBuildParams *params, bool with_dists, bool with_changed,
-				bool with_summary)
+				const TsdgBuildParams *params, bool with_old_lists, bool with_dists,
+				bool with_changed, bool with_summary)
 {
 	Size		offset = sizeof(TsdgBulkHeader);
 	Size		n = (Size) (n_old + n_new);
@@ -721,11 +721,15 @@ TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
 		header->summary = TsdgBulkAdd(&offset, sizeof(TsdgBuildSummary));
 	header->rows = TsdgBulkAdd(&offset, sizeof(float) * dims * n);
 	header->tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * n);
-	header->knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) n_old);
+	if (with_old_lists)
+		header->knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) n_old);
 	if (with_dists)
 		header->dists = TsdgBulkAdd(&offset, sizeof(float) * params->build_k * (Size) n_old);
-	header->neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * (Size) n_old);
-	header->lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * (Size) n_old);
+	if (with_old_lists)
+	{
+		header->neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * (Size) n_old);
+		header->lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * (Size) n_old);
+	}
 	if (with_changed)
 		header->flags = TsdgBulkAdd(&offset, sizeof(uint8) * (Size) n_old);
 	header->merged_knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * n);
@@ -756,7 +760,7 @@ TsdgBulkCopyOut(void *dst, void *base, Size offset, Size bytes)
 
 bool
 TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_capacity, int dims,
-					   const TsdgBuildParams *params, bool with_repairs)
+					   const TsdgBuildParams *params, bool with_repairs, bool with_old_lists)
 {
 	TsdgBulkHeader header;
 	dsm_segment *seg;
@@ -766,7 +770,8 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	/* a busy worker is counted as a fallback once, by TsdgWorkerMergeGraph */
 	if (old_capacity + new_capacity == 0 || !TsdgWorkerUsable())
 		return false;
-	TsdgMergeLayout(&header, old_capacity, new_capacity, dims, params, with_repairs, true, true);
+	TsdgMergeLayout(&header, old_capacity, new_capacity, dims, params, with_old_lists, with_repairs,
+					true, true);
 	seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
 	if (seg == NULL)
 		return false;
@@ -861,6 +866,10 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	TimestampTz answered_at;
 
 	Assert(left == TSDG_COPY_NONE || (mseg != NULL && mseg->seg != NULL));
+	/* a segment made without the old lists (the worker had them) cannot carry them now */
+	if (mseg != NULL && mseg->seg != NULL && left != TSDG_COPY_GRAPH && n_old > 0 &&
+		mseg->old_knn_ids == NULL)
+		mseg = NULL;
 	if (n == 0)
 		return TSDG_WORKER_DECLINED;
 	if (!TsdgWorkerTakesRequest())
@@ -888,7 +897,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	}
 	else
 	{
-		TsdgMergeLayout(&header, n_old, n_new, dims, params, old_knn_dists != NULL,
+		TsdgMergeLayout(&header, n_old, n_new, dims, params, true, old_knn_dists != NULL,
 						old_changed != NULL, false);
 		seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
 		if (seg == NULL)

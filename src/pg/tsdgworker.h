@@ -173,10 +173,10 @@ typedef struct TsdgMergeSegment
 	int64		new_capacity;
 	float	   *rows;			/* (old_capacity + new_capacity) * dims */
 	ItemPointerData *tids;		/* old_capacity + new_capacity */
-	uint32	   *old_knn_ids;	/* old_capacity * build_k */
+	uint32	   *old_knn_ids;	/* old_capacity * build_k; NULL without old lists */
 	float	   *old_knn_dists;	/* old_capacity * build_k; NULL unless with_repairs */
-	uint32	   *old_neighbors;	/* old_capacity * degree */
-	uint8	   *old_lambdas;	/* old_capacity * degree */
+	uint32	   *old_neighbors;	/* old_capacity * degree; NULL without old lists */
+	uint8	   *old_lambdas;	/* old_capacity * degree; NULL without old lists */
 	uint8	   *old_changed;	/* old_capacity, zeroed */
 	uint32	   *knn_ids;		/* (old_capacity + new_capacity) * build_k, the answer */
 	uint32	   *neighbors;		/* (old_capacity + new_capacity) * degree */
@@ -201,10 +201,14 @@ typedef struct TsdgMergeSegment
  * A segment for a merge when the worker takes requests now, or false (the
  * merge then reads into local memory, and TsdgWorkerMergeGraph copies it).
  * with_repairs: the merge drops deleted nodes, so the old k-NN lists come
- * with distances.
+ * with distances. Without with_old_lists the old k-NN and search lists are
+ * left out (the worker holds them: TSDG_COPY_GRAPH), which saves the
+ * segment, and the resident graph that keeps it, 9 bytes per degree and 4
+ * per build_k of every old row.
  */
 extern bool TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_capacity,
-								   int dims, const TsdgBuildParams *params, bool with_repairs);
+								   int dims, const TsdgBuildParams *params, bool with_repairs,
+								   bool with_old_lists);
 extern void TsdgMergeSegmentRelease(TsdgMergeSegment *mseg);
 
 /*
