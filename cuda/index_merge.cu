@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend.h"
 #include "ggm.h"
 #include "gnnd_workspace.h"
 #include "gpu_algorithms.h"
@@ -88,7 +89,10 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
                                          {out.knn_change, static_cast<size_t>(n)},
                                          {out.search_changed, static_cast<size_t>(n)}});
 
-  DeviceMatrix rows = DeviceMatrix::upload(in.data, stream);
+  const float* resident_rows = in.old_rows_index != nullptr ? in.old_rows_index->device_rows() : nullptr;
+  DeviceMatrix rows = resident_rows != nullptr && on_current_device(resident_rows)
+                          ? DeviceMatrix::upload_after(in.data, resident_rows, split, stream)
+                          : DeviceMatrix::upload(in.data, stream);
   // Every row's list with global ids: the old ones as given, the batch's
   // moved past split.
   DeviceBuffer<uint32_t> original_ids(old_entries + batch_entries);
