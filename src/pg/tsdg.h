@@ -116,6 +116,7 @@
 #define TSDG_METAPAGE_BLKNO		0
 #define TSDG_MAX_ENTRY_POINTS	256
 #define TSDG_MAX_ROW_EXTENTS	16
+#define TSDG_MAX_FREE_EXTENTS	8
 
 /* opclass support function: returns the TsdgMetric of the opclass */
 #define TSDG_METRIC_PROC		1
@@ -240,6 +241,12 @@ typedef struct TsdgMetaPageData
 	uint32		knn_region_blocks;
 	TsdgRowExtent retired_knn_region;	/* a k-NN region the last merge left (first
 										 * unused); 0 blocks when none */
+	/*
+	 * Runs of free blocks, not initialized (first unused; 0 blocks: an empty
+	 * slot): new pending pages are taken from their start once the free list
+	 * is empty. A merge frees whole regions here without writing a page.
+	 */
+	TsdgRowExtent free_extents[TSDG_MAX_FREE_EXTENTS];
 } TsdgMetaPageData;
 
 typedef TsdgMetaPageData *TsdgMetaPage;
@@ -411,8 +418,16 @@ extern int	tsdg_merge_threshold;
 extern double tsdg_merge_scale_factor;
 extern double tsdg_merge_knn_lag;
 extern void TsdgMergeInit(void);
+/* where TsdgNewPendingBuffer took its page from, for TsdgTookPendingPage */
+typedef struct TsdgPendingPageSource
+{
+	BlockNumber free_head_after;	/* the free list without the page */
+	int			free_extent;	/* the free extent it was the first block of, or -1 */
+} TsdgPendingPageSource;
+
 extern Buffer TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta,
-								   BlockNumber *free_head_after);
+								   TsdgPendingPageSource *source);
+extern void TsdgTookPendingPage(TsdgMetaPageData *meta, const TsdgPendingPageSource *source);
 extern void TsdgVacuumMerge(IndexVacuumInfo *info);
 
 #endif							/* TSDG_H */

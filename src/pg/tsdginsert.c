@@ -24,7 +24,7 @@ TsdgAppendPending(Relation index, ItemPointer heap_tid, const float *vec, int di
 	GenericXLogState *state;
 	Page		target;
 	char	   *rec;
-	BlockNumber free_head_after = InvalidBlockNumber;
+	TsdgPendingPageSource source;
 
 	metabuf = ReadBuffer(index, TSDG_METAPAGE_BLKNO);
 	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
@@ -48,10 +48,10 @@ TsdgAppendPending(Relation index, ItemPointer heap_tid, const float *vec, int di
 		LockBuffer(tailbuf, BUFFER_LOCK_EXCLUSIVE);
 		if (TsdgPageRecordCount(BufferGetPage(tailbuf), layout.pending_size) >=
 			layout.pending_per_page)
-			newbuf = TsdgNewPendingBuffer(index, meta, &free_head_after);
+			newbuf = TsdgNewPendingBuffer(index, meta, &source);
 	}
 	else
-		newbuf = TsdgNewPendingBuffer(index, meta, &free_head_after);
+		newbuf = TsdgNewPendingBuffer(index, meta, &source);
 
 	/* nothing can fail from here to GenericXLogFinish */
 	state = GenericXLogStart(index);
@@ -68,7 +68,7 @@ TsdgAppendPending(Relation index, ItemPointer heap_tid, const float *vec, int di
 		else
 			meta->pending_head = newblk;
 		meta->pending_tail = newblk;
-		meta->free_head = free_head_after;
+		TsdgTookPendingPage(meta, &source);
 		target = newpage;
 	}
 

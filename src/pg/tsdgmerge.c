@@ -119,6 +119,9 @@ typedef struct TsdgMerge
 	/* pages given to the free list at the switch, linked first .. last */
 	BlockNumber freed_first;
 	BlockNumber freed_last;
+	/* block runs added to the metapage's free extents at the switch, unwritten */
+	TsdgRowExtent freed_extents[TSDG_MAX_FREE_EXTENTS];
+	int			freed_extent_count;
 
 	/* where the arrays above live when the worker will compute the graph */
 	TsdgMergeSegment segment;
@@ -179,26 +182,46 @@ TsdgRegionBlocks(const TsdgMetaPageData *meta)
 
 /*
  * A page for pending rows, exclusively locked: the head of the free list
- * when there is one, else a new page. *free_head_after is what the caller
- * stores in the metapage's free_head in the record that uses the page. The
- * caller holds the metapage locked exclusively.
+ * when there is one, else the first block of a free extent (zeroed), else a
+ * new page. The caller holds the metapage locked exclusively, initializes
+ * the page with a full image, and applies *source to the metapage
+ * (TsdgTookPendingPage) in the record that does.
  */
 Buffer
-TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta, BlockNumber *free_head_after)
+TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta, TsdgPendingPageSource *source)
 {
 	Buffer		buf;
 
-	if (meta->free_head == TSDG_NO_BLOCK)
+	source->free_head_after = meta->free_head;
+	source->free_extent = -1;
+	if (meta->free_head != TSDG_NO_BLOCK)
 	{
-		*free_head_after = TSDG_NO_BLOCK;
-		return TsdgNewBuffer(index, MAIN_FORKNUM);
+		buf = ReadBuffer(index, meta->free_head);
+		LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+		source->free_head_after = TsdgPageGetOpaque(BufferGetPage(buf))->next;
+		if (source->free_head_after == InvalidBlockNumber)
+			source->free_head_after = TSDG_NO_BLOCK;
+		return buf;
 	}
-	buf = ReadBuffer(index, meta->free_head);
-	LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
-	*free_head_after = TsdgPageGetOpaque(BufferGetPage(buf))->next;
-	if (*free_head_after == InvalidBlockNumber)
-		*free_head_after = TSDG_NO_BLOCK;
-	return buf;
+	for (int e = 0; e < TSDG_MAX_FREE_EXTENTS; e++)
+		if (meta->free_extents[e].blocks > 0)
+		{
+			source->free_extent = e;
+			return ReadBufferExtended(index, MAIN_FORKNUM, meta->free_extents[e].start,
+									  RBM_ZERO_AND_LOCK, NULL);
+		}
+	return TsdgNewBuffer(index, MAIN_FORKNUM);
+}
+
+void
+TsdgTookPendingPage(TsdgMetaPageData *meta, const TsdgPendingPageSource *source)
+{
+	meta->free_head = source->free_head_after;
+	if (source->free_extent >= 0)
+	{
+		meta->free_extents[source->free_extent].start++;
+		meta->free_extents[source->free_extent].blocks--;
+	}
 }
 
 /*
@@ -282,7 +305,7 @@ TsdgDetachPending(TsdgMerge *m)
 	TsdgMetaPage meta;
 	Buffer		tailbuf;
 	Buffer		newbuf;
-	BlockNumber free_head_after;
+	TsdgPendingPageSource source;
 	GenericXLogState *state;
 	Page		newpage;
 
@@ -301,7 +324,7 @@ TsdgDetachPending(TsdgMerge *m)
 
 	tailbuf = ReadBuffer(m->index, meta->pending_tail);
 	LockBuffer(tailbuf, BUFFER_LOCK_EXCLUSIVE);
-	newbuf = TsdgNewPendingBuffer(m->index, meta, &free_head_after);
+	newbuf = TsdgNewPendingBuffer(m->index, meta, &source);
 
 	state = GenericXLogStart(m->index);
 	meta = TsdgPageGetMeta(GenericXLogRegisterBuffer(state, metabuf, 0));
@@ -310,7 +333,7 @@ TsdgDetachPending(TsdgMerge *m)
 	m->remaining_head = BufferGetBlockNumber(newbuf);
 	TsdgPageGetOpaque(GenericXLogRegisterBuffer(state, tailbuf, 0))->next = m->remaining_head;
 	meta->pending_tail = m->remaining_head;
-	meta->free_head = free_head_after;
+	TsdgTookPendingPage(meta, &source);
 	memcpy(&m->meta, meta, sizeof(TsdgMetaPageData));
 	GenericXLogFinish(state);
 
@@ -1277,18 +1300,43 @@ TsdgWriteNewRows(void *arg)
 	m->rows_written = true;
 }
 
+static int
+TsdgCompareExtentsBySize(const void *a, const void *b)
+{
+	const TsdgRowExtent *x = a;
+	const TsdgRowExtent *y = b;
+
+	return (x->blocks < y->blocks) - (x->blocks > y->blocks);
+}
+
+/* the empty free-extent slots of the metapage now; inserts only empty more */
+static int
+TsdgEmptyFreeExtentSlots(Relation index)
+{
+	TsdgMetaPageData meta;
+	int			empty = 0;
+
+	TsdgReadMeta(index, &meta);
+	for (int e = 0; e < TSDG_MAX_FREE_EXTENTS; e++)
+		empty += meta.free_extents[e].blocks == 0;
+	return empty;
+}
+
 /*
- * Pages no scan reads any more, given to the free list of pending pages: the
- * spare region when the new lists did not fit in it, and the unused row
- * blocks TsdgWriteRows left over (the cleanup before this merge proved that
- * no scan of their graph remains). Their pages are initialized as free pages
- * linked in order here; the switch links the last one to the free list.
+ * Blocks no scan reads any more, freed for pending pages: the spare region
+ * when the new lists did not fit in it, and the unused row blocks
+ * TsdgWriteRows left over (the cleanup before this merge proved that no
+ * scan of their graph remains). The largest runs become free extents at the
+ * switch, as many as the metapage has empty slots for, without a page
+ * written; the pages of the others are initialized as free pages linked in
+ * order here, and the switch links the last one to the free list.
  */
 static void
 TsdgPrepareFreedPages(TsdgMerge *m, bool free_spare)
 {
 	TsdgRowExtent ranges[TSDG_MAX_ROW_EXTENTS + 3];
 	int			count = 0;
+	int			extents;
 
 	if (free_spare)
 	{
@@ -1297,6 +1345,13 @@ TsdgPrepareFreedPages(TsdgMerge *m, bool free_spare)
 	}
 	for (int i = 0; i < m->unused_row_count; i++)
 		ranges[count++] = m->unused_rows[i];
+
+	qsort(ranges, count, sizeof(TsdgRowExtent), TsdgCompareExtentsBySize);
+	extents = count > 0 ? Min(count, TsdgEmptyFreeExtentSlots(m->index)) : 0;
+	memcpy(m->freed_extents, ranges, sizeof(TsdgRowExtent) * extents);
+	m->freed_extent_count = extents;
+	count -= extents;
+	memmove(ranges, ranges + extents, sizeof(TsdgRowExtent) * count);
 
 	m->freed_first = count > 0 ? ranges[0].start : InvalidBlockNumber;
 	m->freed_last = count > 0 ? ranges[count - 1].start + ranges[count - 1].blocks - 1 :
@@ -1407,6 +1462,16 @@ TsdgSwitchGraph(TsdgMerge *m)
 		TsdgPageGetOpaque(GenericXLogRegisterBuffer(state, lastbuf, 0))->next =
 			meta->free_head == TSDG_NO_BLOCK ? InvalidBlockNumber : meta->free_head;
 		meta->free_head = m->freed_first;
+	}
+	/* slots only empty meanwhile (inserts use them up): all of them fit */
+	for (int i = 0, e = 0; i < m->freed_extent_count; i++, e++)
+	{
+		while (e < TSDG_MAX_FREE_EXTENTS && meta->free_extents[e].blocks > 0)
+			e++;
+		if (e == TSDG_MAX_FREE_EXTENTS)
+			elog(ERROR, "tsdg index \"%s\" has no free extent slot left for a merge",
+				 RelationGetRelationName(m->index));
+		meta->free_extents[e] = m->freed_extents[i];
 	}
 
 	/* the old region becomes the spare one, once no scan reads it */
