@@ -101,13 +101,14 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   copy_to_device(original_ids.data(), in.old_knn_ids, old_entries, stream);
   copy_to_device(original_ids.data() + old_entries, batch_ids.data(), batch_entries, stream);
   copy_to_device(original_dists.data() + old_entries, in.batch_knn->dists.data(), batch_entries, stream);
+  trace.mark(resident_rows != nullptr ? "upload (old rows on the device)" : "upload");
   if (in.old_knn_dists == nullptr) {
     list_distances_resident(rows.values.data(), dim, metric, original_ids.data(), split, k,
                             original_dists.data(), stream);
   } else {
     copy_to_device(original_dists.data(), in.old_knn_dists, old_entries, stream);
   }
-  trace.mark("upload + old lists' distances");
+  trace.mark("old lists' distances");
 
   DeviceBuffer<uint32_t> batch_starts(batch);
   const std::vector<uint32_t> starts = nearest_seed_pivots(ctx, in.data, split, metric, params.seed, control);
