@@ -61,6 +61,21 @@ recall() {
       SELECT (SELECT count(*) FROM (SELECT t.id FROM $1 t ORDER BY t.v <-> q.v LIMIT 10) a
               WHERE a.id = ANY (q.truth)) AS hits FROM queries q) s"
 }
+# recall@10 of the indexes on tables $1 ($2: what it is) and $3 ($4) within
+# 0.01 of each other ($5: when); leaves the first in first_recall
+recall_close() {
+  local second
+  first_recall=$(recall "$1")
+  second=$(recall "$3")
+  echo "recall@10 $5: $first_recall ($2), $second ($4)"
+  awk -v a="$first_recall" -v b="$second" 'BEGIN { d = a - b; exit !(d <= 0.01 && d >= -0.01) }' ||
+    fail "recall@10 $5: $first_recall ($2) is not within 0.01 of $second ($4)"
+}
+# the exact top 10 of every query over items
+set_truth() {
+  sql -c "SET max_parallel_workers_per_gather = 0" \
+      -c "UPDATE queries q SET truth = ARRAY(SELECT r.id FROM items r ORDER BY (r.v <-> q.v) + 0 LIMIT 10)"
+}
 # every row with an id in [$2, $3) of table $1 finds itself first through the
 # index; a graph search at the default ef misses a few rows' own vectors, in
 # fresh builds too (docs/benchmarks.md), so the search here is wide enough that
@@ -130,14 +145,9 @@ fi
 [ "$(sql -At -c "SELECT count(*) FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c
      WHERE c->>'index' = 'items_idx'")" = 1 ] || fail "the worker still holds an older graph of items_idx after searches of the newer one"
 "$py" "$gen" 100 "$dims" 99 | sql -c "COPY queries (id, v) FROM STDIN"
-sql -c "SET max_parallel_workers_per_gather = 0" \
-    -c "UPDATE queries q SET truth = ARRAY(SELECT r.id FROM items r ORDER BY (r.v <-> q.v) + 0 LIMIT 10)"
-worker_recall=$(recall items)
-cpu_recall=$(recall items_cpu)
-echo "recall@10 after 2 merges: $worker_recall (worker), $cpu_recall (session)"
-awk -v a="$worker_recall" -v b="$cpu_recall" 'BEGIN { d = a - b; exit !(d <= 0.01 && d >= -0.01) }' ||
-  fail "recall after the worker's merges ($worker_recall) is not within 0.01 of the session's ($cpu_recall)"
-awk -v a="$worker_recall" 'BEGIN { exit !(a >= 0.9) }' || fail "recall@10 $worker_recall after the merges"
+set_truth
+recall_close items "merged by the worker" items_cpu "merged in the session" "after 2 merges"
+awk -v a="$first_recall" 'BEGIN { exit !(a >= 0.9) }' || fail "recall@10 $first_recall after the merges"
 finds_itself items $((next - load_rows)) "$next" "the last load, merged by the worker"
 
 # 2. A row inserted just before a merge is found first right after it.
@@ -254,12 +264,7 @@ finds_itself items 1 2000 "old rows after the merge that reused the retired k-NN
 
 # 6. After merges from k-NN pages that lagged, the graph is as good as a fresh build's.
 sql -c "CREATE TABLE items_fresh AS SELECT * FROM items" \
-    -c "SET tsdg.device = cpu" -c "CREATE INDEX items_fresh_idx ON items_fresh USING tsdg (v vector_l2_ops)" \
-    -c "SET max_parallel_workers_per_gather = 0" \
-    -c "UPDATE queries q SET truth = ARRAY(SELECT r.id FROM items r ORDER BY (r.v <-> q.v) + 0 LIMIT 10)"
-merged_recall=$(recall items)
-fresh_recall=$(recall items_fresh)
-echo "recall@10 at the end: $merged_recall (merged), $fresh_recall (fresh build)"
-awk -v a="$merged_recall" -v b="$fresh_recall" 'BEGIN { exit !(a >= b - 0.01) }' ||
-  fail "recall after the merges ($merged_recall) is more than 0.01 under a fresh build's ($fresh_recall)"
+    -c "SET tsdg.device = cpu" -c "CREATE INDEX items_fresh_idx ON items_fresh USING tsdg (v vector_l2_ops)"
+set_truth
+recall_close items "merged" items_fresh "fresh build" "at the end"
 echo "worker_merge: all checks passed"
