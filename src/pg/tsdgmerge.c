@@ -1049,6 +1049,13 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 	TsdgCheckCore(m->index, status, &error);
 }
 
+/* the list pages of the new graph */
+static BlockNumber
+TsdgNewListPages(const TsdgMerge *m)
+{
+	return TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page);
+}
+
 /*
  * Places the list and k-NN pages of the new graph: in the spare region when
  * it is large enough, else in new blocks at the end of the index, with room
@@ -1058,7 +1065,7 @@ static void
 TsdgPlaceRegion(TsdgMerge *m)
 {
 	TsdgMetaPageData *nm = &m->new_meta;
-	BlockNumber list_pages = TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page);
+	BlockNumber list_pages = TsdgNewListPages(m);
 	BlockNumber used = m->knn_pages_kept ? list_pages : TsdgRegionPages(&m->arrays);
 	BlockNumber start;
 
@@ -1111,8 +1118,7 @@ TsdgWriteKnnPages(void *arg)
 	TsdgMerge  *m = (TsdgMerge *) arg;
 
 	TsdgPlaceRegion(m);
-	TsdgWritePages(m->index, m->new_meta.list_start,
-				   TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page),
+	TsdgWritePages(m->index, m->new_meta.list_start, TsdgNewListPages(m),
 				   TsdgRegionPages(&m->arrays), TsdgFillRegionPage, &m->arrays);
 	m->knn_pages_written = true;
 }
@@ -1132,8 +1138,7 @@ TsdgWriteRegion(TsdgMerge *m)
 		return;
 	TsdgWritePages(m->index, nm->list_start, 0,
 				   m->knn_pages_written || m->knn_pages_kept ?
-				   TsdgPagesFor(m->arrays.n, m->new_layout.lists_per_page) :
-				   TsdgRegionPages(&m->arrays),
+				   TsdgNewListPages(m) : TsdgRegionPages(&m->arrays),
 				   TsdgFillRegionPage, &m->arrays);
 }
 
