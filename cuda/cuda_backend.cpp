@@ -90,6 +90,11 @@ class CudaBackend final : public Backend {
     TSDG_CUDA_CHECK(cudaHostRegister(address, bytes, cudaHostRegisterPortable));
   }
 
+  void unpin_host_memory(void* address) override {
+    activate();
+    TSDG_CUDA_CHECK(cudaHostUnregister(address));
+  }
+
   std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
                                                  Metric metric) override {
     activate();

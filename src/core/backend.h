@@ -101,6 +101,8 @@ class Backend {
     (void)address;
     (void)bytes;
   }
+  // Undoes pin_host_memory(address, ...) before the memory is released.
+  virtual void unpin_host_memory(void* address) { (void)address; }
 
   // The data and graph must outlive the returned index.
   virtual std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,

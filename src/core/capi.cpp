@@ -367,6 +367,13 @@ TsdgStatus tsdg_backend_pin_host_memory(TsdgBackend* backend, void* address, siz
   });
 }
 
+TsdgStatus tsdg_backend_unpin_host_memory(TsdgBackend* backend, void* address, TsdgError* error) {
+  return guarded(error, [&] {
+    require(address != nullptr, "the memory to unpin must not be NULL");
+    backend_of(backend).unpin_host_memory(address);
+  });
+}
+
 void tsdg_copy_parallel(void* dst, const void* src, size_t bytes) { tsdg::parallel_copy(dst, src, bytes); }
 
 // ---- build and merge ----

@@ -72,11 +72,14 @@ void		tsdg_backend_free(TsdgBackend *backend);
 const char *tsdg_backend_name(const TsdgBackend *backend);
 
 /*
- * Page-locks host memory that the backend reads batches of queries from for
- * its whole life (the GPU copies from it without staging); nothing on the CPU.
+ * Page-locks host memory that the backend reads again and again (the batch
+ * area, a resident graph's k-NN lists that the next merge uploads), so that
+ * the GPU copies from it without staging; nothing on the CPU.
  */
 TsdgStatus	tsdg_backend_pin_host_memory(TsdgBackend *backend, void *address, size_t bytes,
 										 TsdgError *error);
+/* Undoes tsdg_backend_pin_host_memory(address, ...) before the memory goes. */
+TsdgStatus	tsdg_backend_unpin_host_memory(TsdgBackend *backend, void *address, TsdgError *error);
 
 /*
  * memcpy of a large array on several threads, each mapping its part of dst

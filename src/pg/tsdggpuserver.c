@@ -124,6 +124,8 @@ typedef struct ResidentIndex
 	int			knn_k;
 	/* the request's segment the arrays above lie in; address NULL: malloc'd copies */
 	BulkMapping segment;
+	/* the page-locked pages of knn_ids (the next merge uploads them), or NULL */
+	void	   *pinned_lists;
 	int64		bytes;
 	TimestampTz loaded_at;
 	TimestampTz last_used;
@@ -220,6 +222,13 @@ FindResident(const TsdgIndexKey *key)
 static void
 ReleaseResidentArrays(ResidentIndex *r)
 {
+	TsdgError	error;
+
+	if (r->pinned_lists != NULL &&
+		tsdg_backend_unpin_host_memory(device_backend, r->pinned_lists, &error) != TSDG_OK)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker could not unlock the pages of a dropped index: %s",
+						error.message)));
 	if (r->segment.address != NULL)
 		UnmapBulk(&r->segment);
 	else
@@ -306,6 +315,30 @@ CopyOut(const void *src, Size bytes)
 	if (dst != NULL && bytes > 0)
 		memcpy(dst, src, bytes);
 	return dst;
+}
+
+/*
+ * Page-locks the pages of r's k-NN lists, which the next merge of the graph
+ * uploads whole (0.5 GB at 2M rows): from pageable memory the GPU copies them
+ * through a staging buffer. Failing only costs that speed.
+ */
+static void
+PinResidentLists(ResidentIndex *r, Size bytes)
+{
+	uintptr_t	page = (uintptr_t) sysconf(_SC_PAGESIZE);
+	uintptr_t	start = (uintptr_t) r->knn_ids & ~(page - 1);
+	uintptr_t	end = ((uintptr_t) r->knn_ids + bytes + page - 1) & ~(page - 1);
+	TsdgError	error;
+
+	if (bytes == 0)
+		return;
+	if (tsdg_backend_pin_host_memory(device_backend, (void *) start, end - start, &error) == TSDG_OK)
+		r->pinned_lists = (void *) start;
+	else
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker could not page-lock a graph's k-NN lists: %s",
+						error.message),
+				 errdetail("The next merge of the graph uploads them through a staging buffer.")));
 }
 
 /* a graph to make resident (AddResident says who owns its arrays afterwards) */
@@ -428,6 +461,8 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 		return strstr(error->message, "memory") != NULL ? TSDG_ERR_OUT_OF_MEMORY : TSDG_ERR_DEVICE;
 	}
 
+	if (device_backend != NULL && r->knn_ids != NULL)
+		PinResidentLists(r, n * g->knn_k * sizeof(uint32));
 	r->used = true;
 	r->key = *key;
 	r->n = n;
