@@ -78,15 +78,14 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   cudaStream_t stream = ctx.stream.get();
   PhaseTrace trace("merge", stream);
   control.set_phase(Phase::Merge);
-  // The output arrays are mapped while the device works, not by the copies back.
+  // The caller's large output arrays (a fresh shared memory segment on the
+  // worker) are mapped while the device works, not by the copies back.
   const size_t entries = static_cast<size_t>(n) * k;
   const size_t slots = static_cast<size_t>(n) * diversify.degree;
   const BackgroundPopulate output_pages({{out.knn_ids, entries * sizeof(uint32_t)},
                                          {out.knn_dists, out.knn_dists != nullptr ? entries * sizeof(float) : 0},
                                          {out.neighbors, slots * sizeof(uint32_t)},
-                                         {out.lambdas, slots * sizeof(uint8_t)},
-                                         {out.knn_change, static_cast<size_t>(n)},
-                                         {out.search_changed, static_cast<size_t>(n)}});
+                                         {out.lambdas, slots * sizeof(uint8_t)}});
 
   DeviceMatrix rows = DeviceMatrix::upload(in.data, stream);
   // Every row's list with global ids: the old ones as given, the batch's

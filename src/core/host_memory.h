@@ -1,11 +1,11 @@
 // Large host arrays that a merge fills for the first time: shared memory
 // segments of several GiB whose pages the kernel maps on first touch, 4 KiB
-// at a time, which costs more than the copy into them (1 GB into a fresh
-// segment: 0.47 s on the 2-core box, 0.07 s once mapped). So the pages are
+// at a time, which costs more than the copy into them. So the pages are
 // mapped ahead in one call per range, off the thread that waits for the GPU,
 // and large copies run on several threads. On an H100 box the 2M-row merge's
-// time from its request to its start, mostly that copy, fell from 0.58 s to
-// 0.19 s (docs/benchmarks.md, "Incremental merge, fifth pass").
+// time from its request to its start, which holds the copy of the old rows,
+// fell from 0.58 s to 0.19 s (docs/benchmarks.md, "Incremental merge, fifth
+// pass").
 #pragma once
 
 #include <cstddef>

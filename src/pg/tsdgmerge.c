@@ -974,8 +974,9 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 
 /*
  * Whether a merge on the worker may leave the k-NN pages as they are: it
- * renumbers nothing, the pages hold some lists, and the nodes past them
- * stay within tsdg.merge_knn_lag of the merged graph.
+ * renumbers nothing (no deleted nodes), the pages hold some lists (their
+ * width was checked when they were read), and the nodes past them stay
+ * within tsdg.merge_knn_lag of the merged graph.
  */
 static bool
 TsdgKnnPagesMayLag(const TsdgMerge *m)
@@ -983,8 +984,7 @@ TsdgKnnPagesMayLag(const TsdgMerge *m)
 	int64		n = m->n_old + m->n_new;
 	uint32		stored = TsdgStoredKnnNodes(&m->meta);
 
-	return m->n_old == (int64) m->meta.node_count && m->meta.deleted_count == 0 &&
-		m->meta.knn_k == m->k && stored > 0 &&
+	return m->meta.deleted_count == 0 && stored > 0 &&
 		(double) (n - stored) <= tsdg_merge_knn_lag * (double) n;
 }
 
