@@ -49,6 +49,16 @@ DeviceContext::DeviceContext(int device_ordinal) : device(device_ordinal) {
   TSDG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
 }
 
+bool on_current_device(const void* address) {
+  cudaPointerAttributes attributes{};
+  int device = -1;
+  if (cudaPointerGetAttributes(&attributes, address) != cudaSuccess || cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // a plain host pointer is no error to keep
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice && attributes.device == device;
+}
+
 size_t usable_device_memory() {
   size_t free_bytes = 0;
   size_t total_bytes = 0;
@@ -79,6 +89,20 @@ DeviceMatrix DeviceMatrix::upload(MatrixView view, cudaStream_t stream) {
   matrix.dim = view.dim;
   matrix.values.allocate(static_cast<size_t>(view.rows) * view.dim);
   copy_to_device(matrix.values.data(), view.data, matrix.values.size(), stream);
+  return matrix;
+}
+
+DeviceMatrix DeviceMatrix::upload_after(MatrixView view, const float* device_rows, int64_t resident,
+                                        cudaStream_t stream) {
+  DeviceMatrix matrix;
+  matrix.rows = view.rows;
+  matrix.dim = view.dim;
+  matrix.values.allocate(static_cast<size_t>(view.rows) * view.dim);
+  const size_t resident_values = static_cast<size_t>(resident) * view.dim;
+  TSDG_CUDA_CHECK(cudaMemcpyAsync(matrix.values.data(), device_rows, resident_values * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, stream));
+  copy_to_device(matrix.values.data() + resident_values, view.data + resident_values,
+                 matrix.values.size() - resident_values, stream);
   return matrix;
 }
 

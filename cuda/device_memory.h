@@ -140,6 +140,8 @@ struct DeviceContext {
 // Bytes free on the current device, less a reserve for the runtime and cuBLAS;
 // at most TSDG_GPU_MEMORY_LIMIT_MB when the environment sets it (tests).
 size_t usable_device_memory();
+// Whether address is device memory of the current device.
+bool on_current_device(const void* address);
 // Throws Error(OutOfMemory) naming what when bytes exceed usable_device_memory().
 void require_device_memory(size_t bytes, const char* what);
 
@@ -162,6 +164,10 @@ struct DeviceMatrix {
   int dim = 0;
 
   static DeviceMatrix upload(MatrixView view, cudaStream_t stream);
+  // view's rows with its first `resident` rows copied from device_rows (on
+  // this device) and only the others uploaded.
+  static DeviceMatrix upload_after(MatrixView view, const float* device_rows, int64_t resident,
+                                   cudaStream_t stream);
   const float* row(int64_t i) const { return values.data() + i * static_cast<int64_t>(dim); }
 };
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend.h"
 #include "ggm.h"
 #include "gnnd_workspace.h"
 #include "gpu_algorithms.h"
@@ -87,7 +88,10 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
                                          {out.neighbors, slots * sizeof(uint32_t)},
                                          {out.lambdas, slots * sizeof(uint8_t)}});
 
-  DeviceMatrix rows = DeviceMatrix::upload(in.data, stream);
+  const float* resident_rows = in.old_rows_index != nullptr ? in.old_rows_index->device_rows() : nullptr;
+  const bool old_rows_on_device = resident_rows != nullptr && on_current_device(resident_rows);
+  DeviceMatrix rows = old_rows_on_device ? DeviceMatrix::upload_after(in.data, resident_rows, split, stream)
+                                         : DeviceMatrix::upload(in.data, stream);
   // Every row's list with global ids: the old ones as given, the batch's
   // moved past split.
   DeviceBuffer<uint32_t> original_ids(old_entries + batch_entries);
@@ -96,7 +100,7 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   copy_to_device(original_ids.data(), in.old_knn_ids, old_entries, stream);
   copy_to_device(original_ids.data() + old_entries, batch_ids.data(), batch_entries, stream);
   copy_to_device(original_dists.data() + old_entries, in.batch_knn->dists.data(), batch_entries, stream);
-  trace.mark("upload");
+  trace.mark(old_rows_on_device ? "upload (old rows on the device)" : "upload");
   if (in.old_knn_dists == nullptr) {
     list_distances_resident(rows.values.data(), dim, metric, original_ids.data(), split, k,
                             original_dists.data(), stream);

@@ -22,6 +22,7 @@ class CudaSearchIndex final : public SearchIndex {
               const RunControl& control) override;
   size_t memory_bytes() const override;
   int64_t node_count() const override { return nodes_; }
+  const float* device_rows() const override { return data_.data(); }
   // The payload goes to the device too, where the results are mapped to it.
   void set_payload(const void* values, int value_size, const uint8_t* flags, uint8_t skip_bits,
                    const void* missing) override;

@@ -24,6 +24,8 @@ class SearchIndex {
   virtual size_t memory_bytes() const = 0;
   // The nodes of the graph searched.
   virtual int64_t node_count() const = 0;
+  // The indexed rows (node_count() * dim) where they are on a GPU, else null.
+  virtual const float* device_rows() const { return nullptr; }
 
   // Per-node values that searches can answer with instead of node ids (for
   // PostgreSQL each row's heap TID): value_size bytes per node (at most

@@ -466,7 +466,8 @@ TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_o
   });
 }
 
-TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows, int64_t n_old,
+TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
+                                        const TsdgResidentIndex* old_rows_index, int64_t n_old,
                                         int64_t n_new, int dim, TsdgMetric metric,
                                         const TsdgBuildParams* params, const uint32_t* old_knn_ids,
                                         const float* old_knn_dists, const uint32_t* old_neighbors,
@@ -511,6 +512,10 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  in.old_lambdas = old_lambdas;
                  in.batch_knn = &batch_graph;
                  in.old_rebuilt = old_changed;
+                 if (old_rows_index != nullptr && old_rows_index->index != nullptr &&
+                     old_rows_index->dim == dim && old_rows_index->index->node_count() >= n_old) {
+                   in.old_rows_index = old_rows_index->index.get();
+                 }
                  std::vector<uint8_t> knn_change(n), search_changed(n);
                  tsdg::MergeOutput out;
                  out.knn_ids = knn_ids;

@@ -15,6 +15,8 @@
 
 namespace tsdg {
 
+class SearchIndex;
+
 struct MergeInput {
   MatrixView data;    // the indexed rows, then the batch
   int64_t split = 0;  // the indexed rows
@@ -28,6 +30,10 @@ struct MergeInput {
   // Per indexed row, may be null: nonzero where its k-NN list was repaired
   // after deletes, so that its search list is built again.
   const uint8_t* old_rebuilt = nullptr;
+  // May be null: the indexed rows already on the backend's device (a
+  // resident index of them), which a GPU merge copies there instead of
+  // uploading them again.
+  const SearchIndex* old_rows_index = nullptr;
 };
 
 // The caller's arrays for every row (data.rows of them). Every merge writes

@@ -62,6 +62,8 @@ const char *tsdg_distance_kernel_name(void);
 
 /* NULL backend means the CPU backend. */
 typedef struct TsdgBackend TsdgBackend;
+/* a graph made searchable by a backend (below) */
+typedef struct TsdgResidentIndex TsdgResidentIndex;
 
 /*
  * Load the GPU backend from a shared object (dlopen) and create it on a device.
@@ -176,12 +178,15 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
  * one, TSDG_CHANGED_GRAPH where its search list or lambdas do; every new row
  * has both. The k-NN graph is final in knn_ids (and knn_dists) once poll
  * sees TSDG_PHASE_DIVERSIFY, so that the caller may write it out while the
- * search graph is diversified.
+ * search graph is diversified. old_rows_index may be NULL, or a resident
+ * index of the same backend whose first n_old rows are rows' first n_old:
+ * the GPU then copies them on the device instead of uploading them.
  */
 #define TSDG_CHANGED_KNN	1
 #define TSDG_CHANGED_GRAPH	2
 
 TsdgStatus	tsdg_merge_graph_incremental(TsdgBackend *backend, const float *rows,
+										 const TsdgResidentIndex *old_rows_index,
 										 int64_t n_old, int64_t n_new, int dim,
 										 TsdgMetric metric, const TsdgBuildParams *params,
 										 const uint32_t *old_knn_ids, const float *old_knn_dists,
@@ -198,7 +203,6 @@ TsdgStatus	tsdg_merge_graph_incremental(TsdgBackend *backend, const float *rows,
  * A batch of queries is answered at once (the GPU picks its small- or
  * large-batch kernel from the batch size).
  */
-typedef struct TsdgResidentIndex TsdgResidentIndex;
 
 TsdgResidentIndex *tsdg_index_upload(TsdgBackend *backend, const float *rows, int64_t n,
 									 int dim, TsdgMetric metric, const uint32_t *neighbors,

@@ -929,6 +929,8 @@ typedef struct MergeArrays
 	uint32	   *neighbors;
 	uint8	   *lambdas;
 	uint8	   *changed;
+	/* the old graph's resident index, whose rows the merge reads on the device; or NULL */
+	const TsdgResidentIndex *old_index;
 	/* the old lists copied out of a resident graph evicted for the merge */
 	uint32	   *owned_knn_ids;
 	uint32	   *owned_neighbors;
@@ -977,14 +979,16 @@ MergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
  * The merge the session would run itself (tsdg_merge_graph_incremental),
  * with the device's backend when there is one: GNND of the new rows, then
  * the old lists' distances, the incremental GGM and both TSDG stages with the
- * rows and lists kept on the device (Backend::merge_graph); with the CPU
- * backend, the incremental merge on the worker's threads.
+ * rows and lists kept on the device (Backend::merge_graph), the old rows
+ * copied there from the old graph's resident index when the worker holds
+ * it; with the CPU backend, the incremental merge on the worker's threads.
  */
 static TsdgStatus
 ComputeMerge(const TsdgMergeArgs *args, const MergeArrays *a, MergePollState *poll,
 			 TsdgError *error)
 {
-	return tsdg_merge_graph_incremental(device_backend, a->rows, args->n_old, args->n_new,
+	return tsdg_merge_graph_incremental(device_backend, a->rows, a->old_index, args->n_old,
+										args->n_new,
 										args->dims, args->metric, &args->params,
 										a->old_knn_ids, a->old_knn_dists, a->old_neighbors,
 										a->old_lambdas, a->old_changed, a->knn_ids, NULL,
@@ -1008,6 +1012,7 @@ TakeOldGraph(const TsdgMergeArgs *args, ResidentIndex *r, MergeArrays *a)
 		return false;
 	tsdg_copy_parallel((float *) a->rows, r->rows, sizeof(float) * args->dims * args->n_old);
 	memcpy(a->tids, r->tids, sizeof(ItemPointerData) * args->n_old);
+	a->old_index = r->index;
 	if (args->graph_resident)
 	{
 		a->old_knn_ids = r->knn_ids;
@@ -1144,6 +1149,7 @@ ServeMerge(TakenRequest *t)
 		if (!args->graph_resident || CopyOldGraphIn(args, header, map.address, &a))
 		{
 			EvictAll("device out of memory for a merge");
+			a.old_index = NULL;
 			memset(poll.seconds, 0, sizeof(poll.seconds));
 			poll.last_poll = start = GetCurrentTimestamp();
 			status = ComputeMerge(args, &a, &poll, &error);

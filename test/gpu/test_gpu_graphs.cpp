@@ -112,6 +112,8 @@ TEST(GpuGgm, MergeRecallWithinOnePercentOfCpu) {
 // index_merge.cu), against the CPU's merge of the same graphs: k-NN lists as
 // good, the old lists that took no batch row exactly as they were, the
 // search graph as good for searches, and the changed flags true to the lists.
+// The same merge with the indexed rows taken from a resident GPU index of
+// them (copied on the device, the batch uploaded) is as good.
 TEST(GpuMerge, MatchesTheCpuMerge) {
   TSDG_REQUIRE_GPU();
   const int64_t split = 40000;
@@ -155,8 +157,15 @@ TEST(GpuMerge, MatchesTheCpuMerge) {
   };
   Merged on_gpu(rows, params.k, diversify.degree);
   Merged on_cpu(rows, params.k, diversify.degree);
+  Merged from_resident(rows, params.k, diversify.degree);
   gpu_backend.merge_graph(in, on_gpu.out, Metric::L2, params, diversify, RunControl{});
   merge_graph_incremental(in, on_cpu.out, Metric::L2, params, diversify, cpu_control());
+  const auto resident = gpu_backend.make_search_index(data.slice(0, split), old_search, Metric::L2);
+  ASSERT_NE(resident->device_rows(), nullptr);
+  MergeInput in_resident = in;
+  in_resident.old_rows_index = resident.get();
+  gpu_backend.merge_graph(in_resident, from_resident.out, Metric::L2, params, diversify, RunControl{});
+  expect_valid_lists(from_resident.knn);
 
   expect_valid_lists(on_gpu.knn);
   int64_t changed = 0;
@@ -200,12 +209,16 @@ TEST(GpuMerge, MatchesTheCpuMerge) {
   };
   const double gpu_search = search_recall(on_gpu.search);
   const double cpu_search = search_recall(on_cpu.search);
-  std::printf("merge on the GPU: k-NN recall@10 %.4f (cpu %.4f), search recall@10 at ef 32 %.4f (cpu %.4f); "
-              "%lld of %lld old k-NN lists changed\n",
-              gpu_knn, cpu_knn, gpu_search, cpu_search, static_cast<long long>(changed),
-              static_cast<long long>(split));
+  const double resident_knn = graph_recall(from_resident.knn, exact, 10);
+  const double resident_search = search_recall(from_resident.search);
+  std::printf("merge on the GPU: k-NN recall@10 %.4f (cpu %.4f, rows from a resident index %.4f), "
+              "search recall@10 at ef 32 %.4f (cpu %.4f, resident %.4f); %lld of %lld old k-NN lists changed\n",
+              gpu_knn, cpu_knn, resident_knn, gpu_search, cpu_search, resident_search,
+              static_cast<long long>(changed), static_cast<long long>(split));
   EXPECT_GE(gpu_knn, cpu_knn - 0.01);
   EXPECT_GE(gpu_search, cpu_search - 0.01);
+  EXPECT_GE(resident_knn, cpu_knn - 0.01);
+  EXPECT_GE(resident_search, cpu_search - 0.01);
   EXPECT_LT(changed, split);
 }
 

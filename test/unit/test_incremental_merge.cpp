@@ -314,7 +314,7 @@ TEST(IncrementalMergeCapi, SuccessiveMergesSearchLikeAFreshBuild) {
     const int64_t n = n_old + batch;
     std::vector<uint32_t> merged_knn(n * params.build_k), merged_neighbors(n * params.degree);
     std::vector<uint8_t> merged_lambdas(merged_neighbors.size()), changed(n);
-    ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), n_old, batch, data.dim, TSDG_METRIC_L2,
+    ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, n_old, batch, data.dim, TSDG_METRIC_L2,
                                            &params, knn.data(), nullptr, neighbors.data(), lambdas.data(),
                                            nullptr, merged_knn.data(), nullptr, merged_neighbors.data(),
                                            merged_lambdas.data(), changed.data(), nullptr, nullptr, &error),
@@ -390,7 +390,7 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
 
   std::vector<uint32_t> knn(n * params.build_k), neighbors(n * params.degree);
   std::vector<uint8_t> lambdas(neighbors.size()), changed(n);
-  ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), n_old, n - n_old, data.dim,
+  ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, n_old, n - n_old, data.dim,
                                          TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
                                          old_neighbors.data(), old_lambdas.data(), nullptr, knn.data(), nullptr,
                                          neighbors.data(), lambdas.data(), changed.data(), nullptr,
@@ -423,7 +423,7 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
   ASSERT_LT(untouched, n_old);
   std::vector<uint8_t> old_changed(n_old, 0);
   old_changed[untouched] = 1;
-  ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), n_old, n - n_old, data.dim,
+  ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, n_old, n - n_old, data.dim,
                                          TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
                                          old_neighbors.data(), old_lambdas.data(), old_changed.data(),
                                          knn.data(), nullptr, neighbors.data(), lambdas.data(),
@@ -434,7 +434,7 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
 
   // A stored list pointing past the old rows is refused, not followed.
   old_knn[3] = static_cast<uint32_t>(n_old);
-  EXPECT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), n_old, n - n_old, data.dim,
+  EXPECT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, n_old, n - n_old, data.dim,
                                          TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
                                          old_neighbors.data(), old_lambdas.data(), nullptr, knn.data(), nullptr,
                                          neighbors.data(), lambdas.data(), changed.data(), nullptr,
