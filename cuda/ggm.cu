@@ -50,6 +50,56 @@ __global__ void start_merge_lists_kernel(KnnListsView lists, int64_t nodes, int6
   }
 }
 
+// Puts the first `count` entries of a list sorted by (distance, id), with
+// distinct ids, into node's empty list, as inserting them one by one would
+// (warp_insert_candidate: entry v in segment v % segments, each segment its
+// best entries in order) without the locks and the shuffles of each insert:
+// 64 inserts a list made up most of a 2M-row merge's start. Stops at the
+// first invalid id. Entries are OLD. A segment is sorted again after the
+// placement, because distances computed again (an index keeps ids only) may
+// order near ties differently from the list's order.
+__device__ void warp_place_sorted_list(const KnnListsView& lists, uint32_t node, const uint32_t* ids,
+                                       const float* dists, int count) {
+  const int lane = lane_id();
+  const int64_t base = static_cast<int64_t>(node) * lists.k;
+  int valid = count;
+  for (int first = 0; first < count; first += kWarpSize) {
+    const int j = first + lane;
+    const unsigned invalid = __ballot_sync(kFullMask, j < count && ids[j] == kInvalidId);
+    if (invalid != 0) {
+      valid = first + __ffs(invalid) - 1;
+      break;
+    }
+  }
+  for (int segment = 0; segment < lists.segments; ++segment) {
+    const int start = segment * kSegmentSize;
+    const int length = min(kSegmentSize, lists.k - start);
+    int placed = 0;
+    for (int first = 0; first < valid && placed < length; first += kWarpSize) {
+      const int j = first + lane;
+      const uint32_t id = j < valid ? ids[j] : kInvalidId;
+      const bool here = id != kInvalidId && static_cast<int>(id % static_cast<uint32_t>(lists.segments)) == segment;
+      const unsigned ballot = __ballot_sync(kFullMask, here);
+      const int position = placed + __popc(ballot & ((1u << lane) - 1u));
+      if (here && position < length) {
+        lists.ids[base + start + position] = id;
+        lists.dists[base + start + position] = dists[j];
+      }
+      placed += __popc(ballot);
+    }
+    __syncwarp();
+    uint32_t id = lane < length ? lists.ids[base + start + lane] : kInvalidId;
+    float d = lane < length ? lists.dists[base + start + lane] : INFINITY;
+    if (id == kInvalidId) d = INFINITY;
+    warp_bitonic_sort(d, id);
+    if (lane < length) {
+      lists.ids[base + start + lane] = id;
+      lists.dists[base + start + lane] = d;
+    }
+    __syncwarp();
+  }
+}
+
 // The incremental merge's start: a warp per list. An indexed row (below
 // split) keeps its whole list as OLD; a batch row keeps the first k - k/2
 // entries of its own list as OLD and is offered, as NEW, the indexed rows a
@@ -66,11 +116,8 @@ __global__ void start_incremental_lists_kernel(KnnListsView lists, int64_t nodes
   const int k = lists.k;
   const bool indexed = node < split;
   const int kept = indexed ? k : k - k / 2;
-  for (int j = 0; j < kept; ++j) {
-    const uint32_t id = original_ids[node * k + j];
-    if (id == kInvalidId) break;
-    warp_insert_candidate(lists, static_cast<uint32_t>(node), id, original_dists[node * k + j], false);
-  }
+  warp_place_sorted_list(lists, static_cast<uint32_t>(node), original_ids + node * k, original_dists + node * k,
+                         kept);
   if (indexed) return;
   const float* row = data + node * dim;
   if (batch_starts == nullptr) {
