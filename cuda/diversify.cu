@@ -278,10 +278,12 @@ void validate(MatrixView data, const KnnGraph& knn, const DiversifyParams& param
 
 // Both stages on device_rows (data's rows on the device; data itself is read
 // on the host by the component linking), into graph (data.rows lists of
-// params.degree, every slot written).
+// params.degree, every slot written). With relinked (a merge's, merge.h) the
+// lists are published by Phase::Link before the linking, which marks there
+// the lists it changes.
 void diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
                      const KnnLists& knn, const DiversifyParams& params, const RunControl& control,
-                     GraphSpan graph) {
+                     GraphSpan graph, uint8_t* relinked) {
   const int64_t n = data.rows;
   const int k = knn.k;
   const int degree = params.degree;
@@ -381,7 +383,8 @@ void diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_ro
   }
   trace.mark("stage 2 + download");
   // The same bridges between components as the CPU path (on the host).
-  const int64_t bridges = connect_components(data, graph, control);
+  if (relinked != nullptr) control.set_phase(Phase::Link);
+  const int64_t bridges = connect_components(data, graph, control, relinked);
   trace.mark("connect components (host)", bridges);
 }
 
@@ -394,7 +397,7 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
   DeviceMatrix rows = DeviceMatrix::upload(data, ctx.stream.get());
   TsdgGraph graph(data.rows, params.degree);
   diversify_lists(ctx, data, rows.values.data(), metric, KnnLists{knn.ids.data(), knn.dists.data(), knn.k, false},
-                  params, control, GraphSpan::of(graph));
+                  params, control, GraphSpan::of(graph), nullptr);
   return graph;
 }
 
@@ -403,19 +406,20 @@ TsdgGraph diversify_resident(DeviceContext& ctx, MatrixView data, const float* d
                              const DiversifyParams& params, const RunControl& control) {
   TsdgGraph graph(data.rows, params.degree);
   diversify_resident_into(ctx, data, device_rows, metric, device_knn_ids, device_knn_dists, k, params, control,
-                          GraphSpan::of(graph));
+                          GraphSpan::of(graph), nullptr);
   return graph;
 }
 
 void diversify_resident_into(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
                              const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
-                             const DiversifyParams& params, const RunControl& control, GraphSpan graph) {
+                             const DiversifyParams& params, const RunControl& control, GraphSpan graph,
+                             uint8_t* relinked) {
   check_params(k, params);
   if (graph.nodes != data.rows || graph.degree != params.degree) {
     throw Error(Status::InvalidArgument, "diversify: the output lists do not match the rows and degree");
   }
   diversify_lists(ctx, data, device_rows, metric, KnnLists{device_knn_ids, device_knn_dists, k, true}, params,
-                  control, graph);
+                  control, graph, relinked);
 }
 
 }  // namespace tsdg::cuda

@@ -63,10 +63,13 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
 TsdgGraph diversify_resident(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
                              const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
                              const DiversifyParams& params, const RunControl& control);
-// The same into lists the caller owns (a merge's output).
+// The same into lists the caller owns (a merge's output); with relinked
+// (graph.nodes flags, may be null), Phase::Link is set once every list is in
+// graph, and the component linking marks the lists it changes after that.
 void diversify_resident_into(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
                              const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
-                             const DiversifyParams& params, const RunControl& control, GraphSpan graph);
+                             const DiversifyParams& params, const RunControl& control, GraphSpan graph,
+                             uint8_t* relinked);
 
 // index_merge.cu: a merge's computation (merge.h) with the rows and the
 // lists on the device from the old lists' distances through GGM and both

@@ -92,6 +92,7 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   const bool old_rows_on_device = resident_rows != nullptr && on_current_device(resident_rows);
   DeviceMatrix rows = old_rows_on_device ? DeviceMatrix::upload_after(in.data, resident_rows, split, stream)
                                          : DeviceMatrix::upload(in.data, stream);
+  trace.mark(old_rows_on_device ? "rows (old ones on the device)" : "rows");
   // Every row's list with global ids: the old ones as given, the batch's
   // moved past split.
   DeviceBuffer<uint32_t> original_ids(old_entries + batch_entries);
@@ -100,7 +101,7 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   copy_to_device(original_ids.data(), in.old_knn_ids, old_entries, stream);
   copy_to_device(original_ids.data() + old_entries, batch_ids.data(), batch_entries, stream);
   copy_to_device(original_dists.data() + old_entries, in.batch_knn->dists.data(), batch_entries, stream);
-  trace.mark(old_rows_on_device ? "upload (old rows on the device)" : "upload");
+  trace.mark("k-NN lists");
   if (in.old_knn_dists == nullptr) {
     list_distances_resident(rows.values.data(), dim, metric, original_ids.data(), split, k,
                             original_dists.data(), stream);
@@ -132,7 +133,7 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
 
   control.set_phase(Phase::Diversify);
   diversify_resident_into(ctx, in.data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), k, diversify,
-                          control, GraphSpan{out.neighbors, out.lambdas, n, diversify.degree});
+                          control, GraphSpan{out.neighbors, out.lambdas, n, diversify.degree}, out.relinked);
   set_search_changed(in, out, control);
   trace.mark("diversify + search lists to the host");
 }

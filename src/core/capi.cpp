@@ -48,7 +48,8 @@ struct TsdgSearch {
 
 static_assert(static_cast<int>(tsdg::Phase::KnnGraph) == TSDG_PHASE_KNN_GRAPH &&
                   static_cast<int>(tsdg::Phase::Diversify) == TSDG_PHASE_DIVERSIFY &&
-                  static_cast<int>(tsdg::Phase::Merge) == TSDG_PHASE_MERGE,
+                  static_cast<int>(tsdg::Phase::Merge) == TSDG_PHASE_MERGE &&
+                  static_cast<int>(tsdg::Phase::Link) == TSDG_PHASE_LINK,
               "tsdg::Phase follows TsdgBuildPhase");
 
 namespace {
@@ -222,9 +223,28 @@ void copy_knn_out(const tsdg::KnnGraph& knn, int k, uint32_t* ids, float* dists)
   if (dists != nullptr) std::copy(knn.dists.begin(), knn.dists.end(), dists);
 }
 
+// What the poll loop of run_polled waits on: the work's end, or a phase
+// change (RunControl::phase_changed).
+struct PollWakeup {
+  std::mutex mutex;
+  std::condition_variable signal;
+  bool finished = false;
+  bool phase_changed = false;
+
+  static void on_phase_changed(void* arg) {
+    auto* wakeup = static_cast<PollWakeup*>(arg);
+    {
+      std::lock_guard<std::mutex> lock(wakeup->mutex);
+      wakeup->phase_changed = true;
+    }
+    wakeup->signal.notify_all();
+  }
+};
+
 // Runs work(control, phase) on a worker thread with a thread pool, while the
-// calling thread reports progress to poll every 50 ms and sets the cancel flag
-// when poll asks for it. Rethrows what work threw.
+// calling thread reports progress to poll every 50 ms, and at once when the
+// work enters a phase, and sets the cancel flag when poll asks for it.
+// Rethrows what work threw.
 template <class Work>
 void run_polled(int threads, TsdgPollFn poll, void* poll_arg, Work work) {
   tsdg::ThreadPool pool(threads);
@@ -232,16 +252,16 @@ void run_polled(int threads, TsdgPollFn poll, void* poll_arg, Work work) {
   std::atomic<int64_t> done{0};
   std::atomic<int64_t> total{0};
   std::atomic<int> phase{TSDG_PHASE_KNN_GRAPH};
+  PollWakeup wakeup;
   tsdg::RunControl control;
   control.pool = &pool;
   control.cancel = &cancel;
   control.progress_done = &done;
   control.progress_total = &total;
   control.phase = &phase;
+  control.phase_changed = PollWakeup::on_phase_changed;
+  control.phase_changed_arg = &wakeup;
 
-  std::mutex mutex;
-  std::condition_variable finished_signal;
-  bool finished = false;
   std::exception_ptr failure;
   std::thread worker([&] {
     try {
@@ -249,14 +269,16 @@ void run_polled(int threads, TsdgPollFn poll, void* poll_arg, Work work) {
     } catch (...) {
       failure = std::current_exception();
     }
-    std::lock_guard<std::mutex> lock(mutex);
-    finished = true;
-    finished_signal.notify_all();
+    std::lock_guard<std::mutex> lock(wakeup.mutex);
+    wakeup.finished = true;
+    wakeup.signal.notify_all();
   });
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mutex);
-      if (finished_signal.wait_for(lock, kPollInterval, [&] { return finished; })) break;
+      std::unique_lock<std::mutex> lock(wakeup.mutex);
+      wakeup.signal.wait_for(lock, kPollInterval, [&] { return wakeup.finished || wakeup.phase_changed; });
+      if (wakeup.finished) break;
+      wakeup.phase_changed = false;
     }
     if (poll != nullptr &&
         poll(poll_arg, static_cast<TsdgBuildPhase>(phase.load()), done.load(), total.load())) {
@@ -516,7 +538,7 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                      old_rows_index->dim == dim && old_rows_index->index->node_count() >= n_old) {
                    in.old_rows_index = old_rows_index->index.get();
                  }
-                 std::vector<uint8_t> knn_change(n), search_changed(n);
+                 std::vector<uint8_t> knn_change(n), search_changed(n), relinked(n);
                  tsdg::MergeOutput out;
                  out.knn_ids = knn_ids;
                  out.knn_dists = knn_dists;
@@ -524,10 +546,12 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  out.lambdas = lambdas;
                  out.knn_change = knn_change.data();
                  out.search_changed = search_changed.data();
+                 out.relinked = relinked.data();
                  b.merge_graph(in, out, m, tsdg::incremental_merge_params(gnnd), diversify, control);
                  for (int64_t u = 0; u < n; ++u) {
                    changed[u] = static_cast<uint8_t>((knn_change[u] ? TSDG_CHANGED_KNN : 0) |
-                                                     (search_changed[u] ? TSDG_CHANGED_GRAPH : 0));
+                                                     (search_changed[u] ? TSDG_CHANGED_GRAPH : 0) |
+                                                     (relinked[u] ? TSDG_CHANGED_LINK : 0));
                  }
                });
   });

@@ -177,7 +177,7 @@ void add_bridge(GraphSpan graph, uint32_t from, uint32_t to) {
 
 }  // namespace
 
-int64_t connect_components(MatrixView data, GraphSpan graph, const RunControl& control) {
+int64_t connect_components(MatrixView data, GraphSpan graph, const RunControl& control, uint8_t* relinked) {
   if (graph.nodes <= 1 || graph.degree <= 0) return 0;
   // Bridges follow the geometry of the rows, so L2 for every metric.
   const DistanceFn l2 = distance_kernels().l2_squared;
@@ -200,6 +200,7 @@ int64_t connect_components(MatrixView data, GraphSpan graph, const RunControl& c
     const uint32_t nearest = graph.list(v)[0];
     if (pointed_to[v].load(std::memory_order_relaxed) != 0 || nearest == kInvalidId) continue;
     add_bridge(graph, nearest, static_cast<uint32_t>(v));
+    if (relinked != nullptr) relinked[nearest] = 1;
     ++added;
   }
   for (int round = 0; round < kMaxRounds; ++round) {
@@ -232,6 +233,7 @@ int64_t connect_components(MatrixView data, GraphSpan graph, const RunControl& c
         if (here == there) continue;
         add_bridge(graph, here, there);
         add_bridge(graph, there, here);
+        if (relinked != nullptr) relinked[here] = relinked[there] = 1;
         added += 2;
       }
     }

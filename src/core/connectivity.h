@@ -17,8 +17,10 @@ namespace tsdg {
 // members found by a greedy descent towards each other. Bridges get λ = 0 (a
 // search at any λ limit crosses them) and take the last place of the λ = 0
 // prefix; a full list gives up its last, most occluded edge. Returns the
-// number of edges added.
-int64_t connect_components(MatrixView data, GraphSpan graph, const RunControl& control);
+// number of edges added; relinked (graph.nodes, may be null) gets 1 for
+// every list that changed.
+int64_t connect_components(MatrixView data, GraphSpan graph, const RunControl& control,
+                           uint8_t* relinked = nullptr);
 inline int64_t connect_components(MatrixView data, TsdgGraph& graph, const RunControl& control) {
   return connect_components(data, GraphSpan::of(graph), control);
 }

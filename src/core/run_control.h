@@ -12,8 +12,9 @@ namespace tsdg {
 class ThreadPool;
 
 // The step a multi-step call is in (RunControl::set_phase); the values are
-// the C API's TsdgBuildPhase.
-enum class Phase : int { KnnGraph = 1, Diversify = 2, Merge = 3 };
+// the C API's TsdgBuildPhase. Link: a merge's search lists are all in its
+// output, and the component linking may still change a few (merge.h).
+enum class Phase : int { KnnGraph = 1, Diversify = 2, Merge = 3, Link = 5 };
 
 struct RunControl {
   ThreadPool* pool = nullptr;                   // nullptr: run on the calling thread
@@ -21,6 +22,10 @@ struct RunControl {
   std::atomic<int64_t>* progress_done = nullptr;   // optional: work units finished
   std::atomic<int64_t>* progress_total = nullptr;  // optional: work units planned
   std::atomic<int>* phase = nullptr;               // optional: the step running (Phase)
+  // optional: called on every phase change, so that whoever polls the phase
+  // (the C API's poll loop) sees a step begin at once, not at its next poll
+  void (*phase_changed)(void* arg) = nullptr;
+  void* phase_changed_arg = nullptr;
 
   bool cancelled() const { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
   void throw_if_cancelled() const {
@@ -37,6 +42,7 @@ struct RunControl {
   // seen by whoever reads the new phase.
   void set_phase(Phase step) const {
     if (phase) phase->store(static_cast<int>(step), std::memory_order_release);
+    if (phase_changed) phase_changed(phase_changed_arg);
   }
 };
 

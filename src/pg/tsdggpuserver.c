@@ -939,15 +939,16 @@ typedef struct MergeArrays
 
 /*
  * BuildPoll, and where the time goes: the time since the previous poll is
- * counted to the phase this poll sees, so each phase is known within the
- * 50 ms between polls.
+ * counted to the phase that poll saw; the core polls when a phase begins as
+ * well as every 50 ms, so each phase's time is exact but for the steps that
+ * do not mark their phase (the GNND of the new rows).
  */
 typedef struct MergePollState
 {
 	BuildPollState build;
 	TimestampTz last_poll;
 	int			last_phase;
-	double		seconds[TSDG_PHASE_SEARCH + 1];
+	double		seconds[TSDG_PHASE_LINK + 1];
 	TsdgBuildSummary *summary;	/* NULL: the session waits for the answer only */
 } MergePollState;
 
@@ -957,18 +958,31 @@ MergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 	MergePollState *state = (MergePollState *) arg;
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (phase == TSDG_PHASE_DIVERSIFY && state->summary != NULL &&
-		pg_atomic_read_u32(&state->summary->knn_ready) == 0)
+	if ((phase == TSDG_PHASE_DIVERSIFY || phase == TSDG_PHASE_LINK) && state->summary != NULL)
 	{
-		/* the merged k-NN lists are in the segment: the session writes them meanwhile */
+		/*
+		 * The merged k-NN lists, then the search lists, are in the segment:
+		 * the session writes them meanwhile.
+		 */
+		bool		news = false;
+
 		pg_write_barrier();
-		pg_atomic_write_u32(&state->summary->knn_ready, 1);
-		if (state->build.request->copy.requester_latch != NULL)
+		if (pg_atomic_read_u32(&state->summary->knn_ready) == 0)
+		{
+			pg_atomic_write_u32(&state->summary->knn_ready, 1);
+			news = true;
+		}
+		if (phase == TSDG_PHASE_LINK && pg_atomic_read_u32(&state->summary->lists_ready) == 0)
+		{
+			pg_atomic_write_u32(&state->summary->lists_ready, 1);
+			news = true;
+		}
+		if (news && state->build.request->copy.requester_latch != NULL)
 			SetLatch(state->build.request->copy.requester_latch);
 	}
-	if (phase >= TSDG_PHASE_KNN_GRAPH && phase <= TSDG_PHASE_SEARCH)
+	if (phase >= TSDG_PHASE_KNN_GRAPH && phase <= TSDG_PHASE_LINK)
 	{
-		state->seconds[phase] += (double) (now - state->last_poll) / 1000000.0;
+		state->seconds[state->last_phase] += (double) (now - state->last_poll) / 1000000.0;
 		state->last_phase = phase;
 	}
 	state->last_poll = now;
@@ -1173,12 +1187,12 @@ ServeMerge(TakenRequest *t)
 	ereport(LOG,
 			(errmsg("pg_tsdg GPU worker: merged index %u/%u (%lld + %lld rows) in %.3f s: "
 					"k-NN graph of the new rows %.3f s, old lists' distances and GGM %.3f s, "
-					"diversification %.3f s",
+					"diversification %.3f s, component linking %.3f s",
 					args->database, args->relfilenode, (long long) args->n_old,
 					(long long) args->n_new, SecondsSince(start),
 					poll.seconds[TSDG_PHASE_KNN_GRAPH], poll.seconds[TSDG_PHASE_MERGE],
-					poll.seconds[TSDG_PHASE_DIVERSIFY]),
-			 errdetail("%s Each phase as the progress polls saw it, 50 ms apart.",
+					poll.seconds[TSDG_PHASE_DIVERSIFY], poll.seconds[TSDG_PHASE_LINK]),
+			 errdetail("%s Each phase as the progress polls saw it, at its start and 50 ms apart.",
 					   device_backend != NULL ?
 					   "On the device, the rows and lists kept there from the old lists' distances "
 					   "through diversification; the k-NN lists and the search graph copied back after GGM "

@@ -189,11 +189,14 @@ typedef struct TsdgMergeSegment
 	 * Called (when set) while TsdgWorkerMergeGraph waits: while_merging once
 	 * at the start (the caller writes what needs no graph: the new rows),
 	 * knn_ready once the worker's merged k-NN lists are in knn_ids and it
-	 * diversifies (the caller writes them out meanwhile). They may throw; the
-	 * worker is then told to stop.
+	 * diversifies (the caller writes them out meanwhile), lists_ready once
+	 * the search lists are in neighbors and lambdas and it links the graph's
+	 * components (the lists that changes get TSDG_CHANGED_LINK in changed).
+	 * They may throw; the worker is then told to stop.
 	 */
 	void		(*while_merging) (void *arg);
 	void		(*knn_ready) (void *arg);
+	void		(*lists_ready) (void *arg);
 	void	   *hook_arg;
 } TsdgMergeSegment;
 

@@ -1,6 +1,7 @@
 // GPU GNND, GGM and merges: recall of the graph within 0.01 of the CPU core's on the
 // same data, with the same parameters.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <vector>
@@ -220,6 +221,82 @@ TEST(GpuMerge, MatchesTheCpuMerge) {
   EXPECT_GE(resident_knn, cpu_knn - 0.01);
   EXPECT_GE(resident_search, cpu_search - 0.01);
   EXPECT_LT(changed, split);
+}
+
+// A merge on the device sets Phase::Link once every search list is in its
+// output, before it links the graph's components, and marks in relinked each
+// list the linking changes after that (tsdg_capi.h: the session writes the
+// list pages meanwhile and those again afterwards). On well separated
+// clusters, which the linking must bridge, the lists as they were at
+// Phase::Link are the final ones but for those marked.
+TEST(GpuMerge, PublishesItsSearchListsBeforeTheLinking) {
+  TSDG_REQUIRE_GPU();
+  const int64_t split = 20000;
+  const int64_t rows = 21000;
+  SyntheticSpec spec = clustered_spec(rows, 32, 24, 13);
+  spec.spread = 0.05f;
+  spec.noise = 0.01f;
+  const Matrix all = make_clustered(spec);
+  const MatrixView data = all.view();
+  GnndParams params;
+  params.k = 32;
+  params.min_update_rate = kMergeMinUpdateRate;
+  DiversifyParams diversify;
+  diversify.degree = 16;
+  const KnnGraph old_knn = gnnd_build(data.slice(0, split), Metric::L2, params, cpu_control());
+  const TsdgGraph old_search = diversify_tsdg(data.slice(0, split), Metric::L2, old_knn, diversify, cpu_control());
+  const KnnGraph batch_knn = gnnd_build(data.slice(split, rows - split), Metric::L2, params, cpu_control());
+  MergeInput in;
+  in.data = data;
+  in.split = split;
+  in.k = params.k;
+  in.degree = diversify.degree;
+  in.old_knn_ids = old_knn.ids.data();
+  in.old_neighbors = old_search.neighbors.data();
+  in.old_lambdas = old_search.lambdas.data();
+  in.batch_knn = &batch_knn;
+  KnnGraph knn(rows, params.k);
+  TsdgGraph search(rows, diversify.degree);
+  std::vector<uint8_t> knn_change(rows), search_changed(rows), relinked(rows, 0);
+  MergeOutput out;
+  out.knn_ids = knn.ids.data();
+  out.neighbors = search.neighbors.data();
+  out.lambdas = search.lambdas.data();
+  out.knn_change = knn_change.data();
+  out.search_changed = search_changed.data();
+  out.relinked = relinked.data();
+  struct AtLink {
+    const TsdgGraph* search;
+    std::atomic<int> phase{0};
+    TsdgGraph lists;
+    int taken = 0;
+  } at_link;
+  at_link.search = &search;
+  RunControl control;
+  control.phase = &at_link.phase;
+  control.phase_changed_arg = &at_link;
+  control.phase_changed = [](void* arg) {
+    auto* a = static_cast<AtLink*>(arg);
+    if (a->phase.load() != static_cast<int>(Phase::Link)) return;
+    a->lists = *a->search;
+    ++a->taken;
+  };
+  gpu_backend.merge_graph(in, out, Metric::L2, params, diversify, control);
+  ASSERT_EQ(at_link.taken, 1);
+  int64_t marked = 0;
+  for (int64_t u = 0; u < rows; ++u) {
+    marked += relinked[u];
+    if (relinked[u] != 0) continue;
+    ASSERT_TRUE(std::equal(search.list(u), search.list(u) + diversify.degree, at_link.lists.list(u)))
+        << "list " << u << " changed after Phase::Link without its mark";
+    ASSERT_TRUE(std::equal(search.list_lambdas(u), search.list_lambdas(u) + diversify.degree,
+                           at_link.lists.list_lambdas(u)))
+        << "lambdas of " << u << " changed after Phase::Link without its mark";
+  }
+  std::printf("merge on the GPU: %lld of %lld lists changed by the component linking\n",
+              static_cast<long long>(marked), static_cast<long long>(rows));
+  EXPECT_GT(marked, 0);
+  EXPECT_LT(marked, rows / 10);
 }
 
 // With a GPU memory budget below what one pass needs, GNND builds shards and

@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "connectivity.h"
 #include "distance.h"
 #include "diversify.h"
 #include "thread_pool.h"
@@ -116,6 +117,40 @@ TEST(Diversify, SeparateClustersAreBridged) {
     }
   }
   EXPECT_EQ(std::count(reached.begin(), reached.end(), true), data.rows);
+}
+
+// The component linking marks in relinked exactly the lists it changes
+// (a merge writes those pages again, tsdg_capi.h): three blobs, each a chain
+// whose lists stay inside it, joined by the bridges it adds.
+TEST(Diversify, ComponentLinkingMarksTheListsItChanges) {
+  const int per_blob = 100;
+  const int degree = 4;
+  Matrix data(3 * per_blob, 2);
+  TsdgGraph chains(data.rows, degree);
+  for (int64_t i = 0; i < data.rows; ++i) {
+    data.row(i)[0] = static_cast<float>(i % per_blob) + 1000.0f * static_cast<float>(i / per_blob);
+    data.row(i)[1] = 0.0f;
+    int count = 0;
+    for (const int64_t j : {i - 1, i + 1}) {
+      if (j >= 0 && j < data.rows && j / per_blob == i / per_blob) {
+        chains.neighbors[i * degree + count] = static_cast<uint32_t>(j);
+        chains.lambdas[i * degree + count++] = 1;
+      }
+    }
+  }
+  TsdgGraph linked = chains;
+  std::vector<uint8_t> relinked(data.rows, 0);
+  const int64_t bridges = connect_components(data.view(), GraphSpan::of(linked), RunControl{}, relinked.data());
+  EXPECT_GE(bridges, 4);
+  int64_t marked = 0;
+  for (int64_t u = 0; u < data.rows; ++u) {
+    const bool differs = !std::equal(chains.list(u), chains.list(u) + degree, linked.list(u)) ||
+                         !std::equal(chains.list_lambdas(u), chains.list_lambdas(u) + degree, linked.list_lambdas(u));
+    ASSERT_EQ(relinked[u] != 0, differs) << "list " << u;
+    marked += relinked[u];
+  }
+  EXPECT_GE(marked, 2);
+  EXPECT_LE(marked, bridges);
 }
 
 TEST(Diversify, SameResultOnAThreadPool) {
