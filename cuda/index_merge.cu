@@ -39,14 +39,16 @@ void check_merge_input(const MergeInput& in, int k, int degree) {
 }
 
 // For every batch row, the nearest of the merge's seed pivots (ggm.h), as
-// indexed rows: the brute force of the batch against the pivots.
-std::vector<uint32_t> nearest_seed_pivots(DeviceContext& ctx, MatrixView data, int64_t split, Metric metric,
-                                          uint64_t seed, const RunControl& control) {
+// indexed rows: the brute force of the batch against the pivots, read from
+// old_rows (the indexed rows, wherever they are ready).
+std::vector<uint32_t> nearest_seed_pivots(DeviceContext& ctx, MatrixView data, const float* old_rows,
+                                          int64_t split, Metric metric, uint64_t seed, const RunControl& control) {
   const int64_t batch = data.rows - split;
   const std::vector<uint32_t> pivot_rows = merge_seed_pivots(split, seed);
   Matrix pivots(static_cast<int64_t>(pivot_rows.size()), data.dim);
   for (size_t i = 0; i < pivot_rows.size(); ++i) {
-    std::copy(data.row(pivot_rows[i]), data.row(pivot_rows[i]) + data.dim, pivots.row(static_cast<int64_t>(i)));
+    const float* row = old_rows + static_cast<size_t>(pivot_rows[i]) * data.dim;
+    std::copy(row, row + data.dim, pivots.row(static_cast<int64_t>(i)));
   }
   std::vector<uint32_t> nearest(batch);
   std::vector<float> dists(batch);
@@ -90,6 +92,7 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
 
   const float* resident_rows = in.old_rows_index != nullptr ? in.old_rows_index->device_rows() : nullptr;
   const bool old_rows_on_device = resident_rows != nullptr && on_current_device(resident_rows);
+  if (!old_rows_on_device) wait_for_old_rows(in);
   DeviceMatrix rows = old_rows_on_device ? DeviceMatrix::upload_after(in.data, resident_rows, split, stream)
                                          : DeviceMatrix::upload(in.data, stream);
   trace.mark(old_rows_on_device ? "rows (old ones on the device)" : "rows");
@@ -111,7 +114,9 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   trace.mark("old lists' distances");
 
   DeviceBuffer<uint32_t> batch_starts(batch);
-  const std::vector<uint32_t> starts = nearest_seed_pivots(ctx, in.data, split, metric, params.seed, control);
+  const std::vector<uint32_t> starts =
+      nearest_seed_pivots(ctx, in.data, in.old_rows_source != nullptr ? in.old_rows_source : in.data.data, split,
+                          metric, params.seed, control);
   copy_to_device(batch_starts.data(), starts.data(), starts.size(), stream);
   trace.mark("batch rows' start rows");
 
@@ -132,6 +137,7 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   set_knn_change(lists_changed_by_batch(out.knn_ids, n, k, split, control).data(), in, out);
 
   control.set_phase(Phase::Diversify);
+  wait_for_old_rows(in);  // the component linking reads them on the host
   diversify_resident_into(ctx, in.data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), k, diversify,
                           control, GraphSpan{out.neighbors, out.lambdas, n, diversify.degree}, out.relinked);
   set_search_changed(in, out, control);

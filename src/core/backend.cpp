@@ -24,6 +24,7 @@ TsdgGraph Backend::build_tsdg_graph(MatrixView data, Metric metric, const GnndPa
 void Backend::merge_graph(const MergeInput& in, const MergeOutput& out, Metric metric,
                           const GnndParams& params, const DiversifyParams& diversify,
                           const RunControl& control) {
+  wait_for_old_rows(in);
   merge_graph_incremental(in, out, metric, params, diversify, control);
 }
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <new>
@@ -396,8 +397,6 @@ TsdgStatus tsdg_backend_unpin_host_memory(TsdgBackend* backend, void* address, T
   });
 }
 
-void tsdg_copy_parallel(void* dst, const void* src, size_t bytes) { tsdg::parallel_copy(dst, src, bytes); }
-
 // ---- build and merge ----
 
 void tsdg_build_params_default(TsdgBuildParams* params) {
@@ -489,7 +488,8 @@ TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_o
 }
 
 TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
-                                        const TsdgResidentIndex* old_rows_index, int64_t n_old,
+                                        const TsdgResidentIndex* old_rows_index,
+                                        const float* old_rows_source, int64_t n_old,
                                         int64_t n_new, int dim, TsdgMetric metric,
                                         const TsdgBuildParams* params, const uint32_t* old_knn_ids,
                                         const float* old_knn_dists, const uint32_t* old_neighbors,
@@ -517,6 +517,15 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
     const int degree = params->degree;
     run_polled(params->threads, poll, poll_arg,
                [&](const tsdg::RunControl& control, std::atomic<int>& phase) {
+                 // rows is the caller's to write when it hands a source (tsdg_capi.h);
+                 // whatever happens below, the copy is complete when this returns
+                 std::shared_future<void> old_rows_copied;
+                 if (old_rows_source != nullptr && n_old > 0) {
+                   old_rows_copied = std::async(std::launch::async, [=] {
+                                       tsdg::parallel_copy(const_cast<float*>(rows), old_rows_source,
+                                                           sizeof(float) * static_cast<size_t>(n_old) * dim);
+                                     }).share();
+                 }
                  check_old_ids(old_knn_ids, n_old, k, control);
                  phase.store(TSDG_PHASE_KNN_GRAPH);
                  const tsdg::MatrixView batch = data.slice(n_old, n_new);
@@ -534,6 +543,10 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  in.old_lambdas = old_lambdas;
                  in.batch_knn = &batch_graph;
                  in.old_rebuilt = old_changed;
+                 if (old_rows_copied.valid()) {
+                   in.old_rows_source = old_rows_source;
+                   in.old_rows_copied = old_rows_copied;
+                 }
                  if (old_rows_index != nullptr && old_rows_index->index != nullptr &&
                      old_rows_index->dim == dim && old_rows_index->index->node_count() >= n_old) {
                    in.old_rows_index = old_rows_index->index.get();
@@ -548,6 +561,7 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  out.search_changed = search_changed.data();
                  out.relinked = relinked.data();
                  b.merge_graph(in, out, m, tsdg::incremental_merge_params(gnnd), diversify, control);
+                 if (old_rows_copied.valid()) old_rows_copied.get();
                  for (int64_t u = 0; u < n; ++u) {
                    changed[u] = static_cast<uint8_t>((knn_change[u] ? TSDG_CHANGED_KNN : 0) |
                                                      (search_changed[u] ? TSDG_CHANGED_GRAPH : 0) |

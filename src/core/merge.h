@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <vector>
 
 #include "params.h"
@@ -34,7 +35,17 @@ struct MergeInput {
   // resident index of them), which a GPU merge copies there instead of
   // uploading them again.
   const SearchIndex* old_rows_index = nullptr;
+  // May be invalid: the copy of the indexed rows into data that runs beside
+  // the merge (the C API's old_rows_source). Until it is ready, the rows are
+  // read from old_rows_source, or not at all.
+  const float* old_rows_source = nullptr;
+  std::shared_future<void> old_rows_copied;
 };
+
+// in.data's indexed rows, when they are being copied: waits for the copy.
+inline void wait_for_old_rows(const MergeInput& in) {
+  if (in.old_rows_copied.valid()) in.old_rows_copied.wait();
+}
 
 // The caller's arrays for every row (data.rows of them). Every merge writes
 // knn_ids (and knn_dists) before it sets Phase::Diversify (tsdg_capi.h).

@@ -84,13 +84,6 @@ TsdgStatus	tsdg_backend_pin_host_memory(TsdgBackend *backend, void *address, siz
 TsdgStatus	tsdg_backend_unpin_host_memory(TsdgBackend *backend, void *address, TsdgError *error);
 
 /*
- * memcpy of a large array on several threads, each mapping its part of dst
- * ahead in one call: for the first copy into a fresh shared memory segment,
- * where faulting in 4 kB pages one by one costs more than the copy itself.
- */
-void		tsdg_copy_parallel(void *dst, const void *src, size_t bytes);
-
-/*
  * Called by the thread that started a long operation about every 50 ms while
  * the work runs on other threads. Returns true to request cancellation.
  * phase is a TsdgBuildPhase; done/total count work units of that phase.
@@ -186,6 +179,10 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
  * meanwhile writes those again. old_rows_index may be NULL, or a resident
  * index of the same backend whose first n_old rows are rows' first n_old:
  * the GPU then copies them on the device instead of uploading them.
+ * old_rows_source may be NULL, or n_old rows that rows' first n_old are to
+ * be a copy of (a caller's copy of the old graph): the merge then writes
+ * them into rows itself, beside the new rows' GNND and the device's work,
+ * and rows holds them when it returns, whatever it returns.
  */
 #define TSDG_CHANGED_KNN	1
 #define TSDG_CHANGED_GRAPH	2
@@ -193,6 +190,7 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
 
 TsdgStatus	tsdg_merge_graph_incremental(TsdgBackend *backend, const float *rows,
 										 const TsdgResidentIndex *old_rows_index,
+										 const float *old_rows_source,
 										 int64_t n_old, int64_t n_new, int dim,
 										 TsdgMetric metric, const TsdgBuildParams *params,
 										 const uint32_t *old_knn_ids, const float *old_knn_dists,

@@ -931,6 +931,8 @@ typedef struct MergeArrays
 	uint8	   *changed;
 	/* the old graph's resident index, whose rows the merge reads on the device; or NULL */
 	const TsdgResidentIndex *old_index;
+	/* the old graph's rows, which the merge copies into rows itself; or NULL */
+	const float *old_rows_source;
 	/* the old lists copied out of a resident graph evicted for the merge */
 	uint32	   *owned_knn_ids;
 	uint32	   *owned_neighbors;
@@ -1001,7 +1003,8 @@ static TsdgStatus
 ComputeMerge(const TsdgMergeArgs *args, const MergeArrays *a, MergePollState *poll,
 			 TsdgError *error)
 {
-	return tsdg_merge_graph_incremental(device_backend, a->rows, a->old_index, args->n_old,
+	return tsdg_merge_graph_incremental(device_backend, a->rows, a->old_index, a->old_rows_source,
+										args->n_old,
 										args->n_new,
 										args->dims, args->metric, &args->params,
 										a->old_knn_ids, a->old_knn_dists, a->old_neighbors,
@@ -1011,10 +1014,10 @@ ComputeMerge(const TsdgMergeArgs *args, const MergeArrays *a, MergePollState *po
 }
 
 /*
- * The old graph a session left to the worker's copy r: its rows and TIDs
- * into the segment (the new rows follow them there), and with
- * graph_resident its k-NN and search lists, read where they are. False when
- * r is not that graph.
+ * The old graph a session left to the worker's copy r: its TIDs into the
+ * segment, its rows to be copied there by the merge (the new rows follow
+ * them there), and with graph_resident its k-NN and search lists, read
+ * where they are. False when r is not that graph.
  */
 static bool
 TakeOldGraph(const TsdgMergeArgs *args, ResidentIndex *r, MergeArrays *a)
@@ -1024,9 +1027,9 @@ TakeOldGraph(const TsdgMergeArgs *args, ResidentIndex *r, MergeArrays *a)
 		 (r->knn_ids == NULL || r->knn_k != args->params.build_k ||
 		  r->degree != args->params.degree || r->neighbors == NULL)))
 		return false;
-	tsdg_copy_parallel((float *) a->rows, r->rows, sizeof(float) * args->dims * args->n_old);
 	memcpy(a->tids, r->tids, sizeof(ItemPointerData) * args->n_old);
 	a->old_index = r->index;
+	a->old_rows_source = r->rows;
 	if (args->graph_resident)
 	{
 		a->old_knn_ids = r->knn_ids;
@@ -1163,7 +1166,9 @@ ServeMerge(TakenRequest *t)
 		if (!args->graph_resident || CopyOldGraphIn(args, header, map.address, &a))
 		{
 			EvictAll("device out of memory for a merge");
+			/* the first attempt copied the old rows, whatever it returned */
 			a.old_index = NULL;
+			a.old_rows_source = NULL;
 			memset(poll.seconds, 0, sizeof(poll.seconds));
 			poll.last_poll = start = GetCurrentTimestamp();
 			status = ComputeMerge(args, &a, &poll, &error);

@@ -978,7 +978,7 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 		m->region_placed = false;
 	}
 	m->knn_pages_kept = false;
-	status = tsdg_merge_graph_incremental(NULL, m->rows, NULL, m->split, n - m->split, m->dims, metric,
+	status = tsdg_merge_graph_incremental(NULL, m->rows, NULL, NULL, m->split, n - m->split, m->dims, metric,
 										  params, m->old_knn_ids, m->old_knn_dists,
 										  m->old_neighbors, m->old_lambdas, m->old_changed,
 										  m->knn_ids, NULL, m->neighbors, m->lambdas, m->changed,

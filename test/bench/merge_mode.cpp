@@ -105,7 +105,7 @@ IndexGraph merge(MatrixView rows, int64_t n_old, const IndexGraph& old, const Ts
   graph.knn_ids.resize(static_cast<size_t>(n) * params.build_k);
   std::vector<uint8_t> changed(n);
   TsdgError error;
-  check(tsdg_merge_graph_incremental(nullptr, rows.data, nullptr, n_old, n - n_old, rows.dim, TSDG_METRIC_L2,
+  check(tsdg_merge_graph_incremental(nullptr, rows.data, nullptr, nullptr, n_old, n - n_old, rows.dim, TSDG_METRIC_L2,
                                      &params, old.knn_ids.data(), nullptr, old.neighbors.data(),
                                      old.lambdas.data(), nullptr, graph.knn_ids.data(), nullptr,
                                      graph.neighbors.data(), graph.lambdas.data(), changed.data(),

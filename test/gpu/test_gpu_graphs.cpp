@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <future>
 #include <vector>
 
 #include "bruteforce.h"
@@ -114,7 +115,8 @@ TEST(GpuGgm, MergeRecallWithinOnePercentOfCpu) {
 // good, the old lists that took no batch row exactly as they were, the
 // search graph as good for searches, and the changed flags true to the lists.
 // The same merge with the indexed rows taken from a resident GPU index of
-// them (copied on the device, the batch uploaded) is as good.
+// them (copied on the device, the batch uploaded) while they are copied into
+// the merge's rows on the host is as good.
 TEST(GpuMerge, MatchesTheCpuMerge) {
   TSDG_REQUIRE_GPU();
   const int64_t split = 40000;
@@ -163,9 +165,20 @@ TEST(GpuMerge, MatchesTheCpuMerge) {
   merge_graph_incremental(in, on_cpu.out, Metric::L2, params, diversify, cpu_control());
   const auto resident = gpu_backend.make_search_index(data.slice(0, split), old_search, Metric::L2);
   ASSERT_NE(resident->device_rows(), nullptr);
+  // and its indexed rows still being copied into the merge's rows (as the
+  // worker hands them, tsdg_capi.h's old_rows_source)
+  std::vector<float> copied_rows(data.data, data.data + rows * data.dim);
+  std::fill(copied_rows.begin(), copied_rows.begin() + split * data.dim, 0.0f);
   MergeInput in_resident = in;
+  in_resident.data = MatrixView{copied_rows.data(), rows, data.dim};
   in_resident.old_rows_index = resident.get();
+  in_resident.old_rows_source = data.data;
+  in_resident.old_rows_copied = std::async(std::launch::async, [&] {
+                                  std::copy(data.data, data.data + split * data.dim, copied_rows.begin());
+                                }).share();
   gpu_backend.merge_graph(in_resident, from_resident.out, Metric::L2, params, diversify, RunControl{});
+  in_resident.old_rows_copied.wait();
+  ASSERT_TRUE(std::equal(copied_rows.begin(), copied_rows.end(), data.data));
   expect_valid_lists(from_resident.knn);
 
   expect_valid_lists(on_gpu.knn);

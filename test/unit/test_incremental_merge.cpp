@@ -314,7 +314,7 @@ TEST(IncrementalMergeCapi, SuccessiveMergesSearchLikeAFreshBuild) {
     const int64_t n = n_old + batch;
     std::vector<uint32_t> merged_knn(n * params.build_k), merged_neighbors(n * params.degree);
     std::vector<uint8_t> merged_lambdas(merged_neighbors.size()), changed(n);
-    ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, n_old, batch, data.dim, TSDG_METRIC_L2,
+    ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, nullptr, n_old, batch, data.dim, TSDG_METRIC_L2,
                                            &params, knn.data(), nullptr, neighbors.data(), lambdas.data(),
                                            nullptr, merged_knn.data(), nullptr, merged_neighbors.data(),
                                            merged_lambdas.data(), changed.data(), nullptr, nullptr, &error),
@@ -390,7 +390,7 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
 
   std::vector<uint32_t> knn(n * params.build_k), neighbors(n * params.degree);
   std::vector<uint8_t> lambdas(neighbors.size()), changed(n);
-  ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, n_old, n - n_old, data.dim,
+  ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, nullptr, n_old, n - n_old, data.dim,
                                          TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
                                          old_neighbors.data(), old_lambdas.data(), nullptr, knn.data(), nullptr,
                                          neighbors.data(), lambdas.data(), changed.data(), nullptr,
@@ -423,7 +423,7 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
   ASSERT_LT(untouched, n_old);
   std::vector<uint8_t> old_changed(n_old, 0);
   old_changed[untouched] = 1;
-  ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, n_old, n - n_old, data.dim,
+  ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, nullptr, n_old, n - n_old, data.dim,
                                          TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
                                          old_neighbors.data(), old_lambdas.data(), old_changed.data(),
                                          knn.data(), nullptr, neighbors.data(), lambdas.data(),
@@ -432,14 +432,36 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
       << error.message;
   EXPECT_NE(changed[untouched] & TSDG_CHANGED_KNN, 0);
 
-  // A stored list pointing past the old rows is refused, not followed.
+  // The old rows handed as a source (a worker's copy of the old graph): the
+  // merge copies them into rows itself and computes what it computes from
+  // rows that hold them already.
+  std::vector<float> rows(data.values.size(), 0.0f);
+  std::copy(data.values.begin() + n_old * data.dim, data.values.end(), rows.begin() + n_old * data.dim);
+  std::vector<uint32_t> source_knn(knn.size()), source_neighbors(neighbors.size());
+  std::vector<uint8_t> source_lambdas(lambdas.size()), source_changed(n);
+  ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, rows.data(), nullptr, data.values.data(), n_old, n - n_old,
+                                         data.dim, TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
+                                         old_neighbors.data(), old_lambdas.data(), old_changed.data(),
+                                         source_knn.data(), nullptr, source_neighbors.data(), source_lambdas.data(),
+                                         source_changed.data(), nullptr, nullptr, &error),
+            TSDG_OK)
+      << error.message;
+  EXPECT_EQ(rows, data.values);
+  EXPECT_EQ(source_knn, knn);
+  EXPECT_EQ(source_neighbors, neighbors);
+  EXPECT_EQ(source_lambdas, lambdas);
+
+  // A stored list pointing past the old rows is refused, not followed; the
+  // old rows handed as a source are in rows all the same.
   old_knn[3] = static_cast<uint32_t>(n_old);
-  EXPECT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, n_old, n - n_old, data.dim,
-                                         TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
+  std::fill(rows.begin(), rows.begin() + n_old * data.dim, 0.0f);
+  EXPECT_EQ(tsdg_merge_graph_incremental(nullptr, rows.data(), nullptr, data.values.data(), n_old, n - n_old,
+                                         data.dim, TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
                                          old_neighbors.data(), old_lambdas.data(), nullptr, knn.data(), nullptr,
                                          neighbors.data(), lambdas.data(), changed.data(), nullptr,
                                          nullptr, &error),
             TSDG_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(rows, data.values);
 }
 
 }  // namespace
