@@ -1003,10 +1003,17 @@ static TsdgStatus
 ComputeMerge(const TsdgMergeArgs *args, const MergeArrays *a, MergePollState *poll,
 			 TsdgError *error)
 {
+	TsdgBuildParams params = args->params;
+	long		cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+	/*
+	 * The host's part of a GPU merge (the component linking above all) leaves
+	 * a core to the session, which writes the list pages meanwhile.
+	 */
+	if (device_backend != NULL && params.threads == 0 && cores > 2)
+		params.threads = (int) cores - 1;
 	return tsdg_merge_graph_incremental(device_backend, a->rows, a->old_index, a->old_rows_source,
-										args->n_old,
-										args->n_new,
-										args->dims, args->metric, &args->params,
+										args->n_old, args->n_new, args->dims, args->metric, &params,
 										a->old_knn_ids, a->old_knn_dists, a->old_neighbors,
 										a->old_lambdas, a->old_changed, a->knn_ids, NULL,
 										a->neighbors, a->lambdas, a->changed, MergePoll, poll,
