@@ -278,9 +278,9 @@ void validate(MatrixView data, const KnnGraph& knn, const DiversifyParams& param
 
 // Both stages on device_rows (data's rows on the device; data itself is read
 // on the host by the component linking), into graph (data.rows lists of
-// params.degree, every slot written). With relinked (a merge's, merge.h) the
-// lists are published by Phase::Link before the linking, which marks there
-// the lists it changes.
+// params.degree, every slot written). With relinked (a merge's, merge.h),
+// stage 2 runs in Phase::Link, its progress counting the lists written out
+// (in row order), and the linking marks in relinked the lists it changes.
 void diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
                      const KnnLists& knn, const DiversifyParams& params, const RunControl& control,
                      GraphSpan graph, uint8_t* relinked) {
@@ -365,6 +365,11 @@ void diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_ro
 
   DeviceBuffer<uint32_t> out_ids(static_cast<size_t>(batch) * degree);
   DeviceBuffer<uint8_t> out_lambdas(static_cast<size_t>(batch) * degree);
+  if (relinked != nullptr) {
+    // a merge's lists go out batch by batch, each counted as it is there
+    control.set_total(n);
+    control.set_phase(Phase::Link);
+  }
   for (int64_t first = 0; first < n; first += batch) {
     control.throw_if_cancelled();
     const int64_t count = std::min(batch, n - first);
@@ -380,10 +385,10 @@ void diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_ro
     copy_to_host(graph.list_lambdas(first), out_lambdas.data(), static_cast<size_t>(count) * degree, stream);
     ctx.stream.synchronize();
     control.add_done(count);
+    if (relinked != nullptr) control.wake_poll();
   }
   trace.mark("stage 2 + download");
   // The same bridges between components as the CPU path (on the host).
-  if (relinked != nullptr) control.set_phase(Phase::Link);
   const int64_t bridges = connect_components(data, graph, control, relinked);
   trace.mark("connect components (host)", bridges);
 }

@@ -64,8 +64,9 @@ TsdgGraph diversify_resident(DeviceContext& ctx, MatrixView data, const float* d
                              const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
                              const DiversifyParams& params, const RunControl& control);
 // The same into lists the caller owns (a merge's output); with relinked
-// (graph.nodes flags, may be null), Phase::Link is set once every list is in
-// graph, and the component linking marks the lists it changes after that.
+// (graph.nodes flags, may be null), the lists go out in Phase::Link, its
+// progress counting those in graph (in row order), and the component linking
+// marks the lists it changes after that.
 void diversify_resident_into(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
                              const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
                              const DiversifyParams& params, const RunControl& control, GraphSpan graph,

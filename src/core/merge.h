@@ -57,8 +57,8 @@ struct MergeOutput {
   uint8_t* knn_change = nullptr;    // rows: kKnnList* (diversify.h); batch rows: rebuilt
   uint8_t* search_changed = nullptr;  // rows: 1 where the list or its lambdas differ (batch rows: 1)
   // rows, may be null: 1 where the component linking changed the list after
-  // Phase::Link, which a merge sets once every search list is in neighbors
-  // and lambdas (the GPU's; the CPU's sets neither)
+  // it was written out in Phase::Link, whose progress counts the search lists
+  // in neighbors and lambdas, in row order (the GPU's; the CPU's sets neither)
   uint8_t* relinked = nullptr;
 };
 

@@ -12,8 +12,9 @@ namespace tsdg {
 class ThreadPool;
 
 // The step a multi-step call is in (RunControl::set_phase); the values are
-// the C API's TsdgBuildPhase. Link: a merge's search lists are all in its
-// output, and the component linking may still change a few (merge.h).
+// the C API's TsdgBuildPhase. Link: a merge writes its search lists out, in
+// row order, as its progress counts them, then links the graph's components,
+// which may still change a few (merge.h).
 enum class Phase : int { KnnGraph = 1, Diversify = 2, Merge = 3, Link = 5 };
 
 struct RunControl {
@@ -22,10 +23,10 @@ struct RunControl {
   std::atomic<int64_t>* progress_done = nullptr;   // optional: work units finished
   std::atomic<int64_t>* progress_total = nullptr;  // optional: work units planned
   std::atomic<int>* phase = nullptr;               // optional: the step running (Phase)
-  // optional: called on every phase change, so that whoever polls the phase
-  // (the C API's poll loop) sees a step begin at once, not at its next poll
-  void (*phase_changed)(void* arg) = nullptr;
-  void* phase_changed_arg = nullptr;
+  // optional: asks whoever polls the phase and progress (the C API's poll
+  // loop) to poll at once, not at its next poll; called on every phase change
+  void (*poll_now)(void* arg) = nullptr;
+  void* poll_now_arg = nullptr;
 
   bool cancelled() const { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
   void throw_if_cancelled() const {
@@ -35,14 +36,19 @@ struct RunControl {
     if (progress_total) progress_total->store(total, std::memory_order_relaxed);
     if (progress_done) progress_done->store(0, std::memory_order_relaxed);
   }
+  // Release: what the units counted wrote (a merge's search lists, merge.h)
+  // is seen by whoever reads the count.
   void add_done(int64_t units) const {
-    if (progress_done) progress_done->fetch_add(units, std::memory_order_relaxed);
+    if (progress_done) progress_done->fetch_add(units, std::memory_order_release);
   }
   // Release: what the step before wrote (a merge's k-NN lists, merge.h) is
-  // seen by whoever reads the new phase.
+  // seen by whoever reads the new phase; set_total before it is seen too.
   void set_phase(Phase step) const {
     if (phase) phase->store(static_cast<int>(step), std::memory_order_release);
-    if (phase_changed) phase_changed(phase_changed_arg);
+    wake_poll();
+  }
+  void wake_poll() const {
+    if (poll_now) poll_now(poll_now_arg);
   }
 };
 

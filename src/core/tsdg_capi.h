@@ -94,7 +94,7 @@ typedef enum TsdgBuildPhase
 	TSDG_PHASE_DIVERSIFY = 2,
 	TSDG_PHASE_MERGE = 3,
 	TSDG_PHASE_SEARCH = 4,
-	TSDG_PHASE_LINK = 5			/* a merge links the components of its search graph */
+	TSDG_PHASE_LINK = 5			/* a merge writes its search lists out, links components */
 } TsdgBuildPhase;
 
 typedef bool (*TsdgPollFn) (void *arg, TsdgBuildPhase phase, int64_t done, int64_t total);
@@ -173,10 +173,11 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
  * has both. The k-NN graph is final in knn_ids (and knn_dists) once poll
  * sees TSDG_PHASE_DIVERSIFY, so that the caller may write it out while the
  * search graph is diversified. A merge that then reports TSDG_PHASE_LINK
- * (the GPU's) has every search list in neighbors and lambdas, while it links
- * the graph's components: the few lists that linking changes afterwards have
- * TSDG_CHANGED_LINK in changed, so that a caller who wrote the lists out
- * meanwhile writes those again. old_rows_index may be NULL, or a resident
+ * (the GPU's) writes its search lists out, then links the graph's
+ * components: poll's done counts the rows whose lists are in neighbors and
+ * lambdas, in row order, and the few lists that the linking changes
+ * afterwards have TSDG_CHANGED_LINK in changed, so that a caller who wrote
+ * the lists out meanwhile writes those again. old_rows_index may be NULL, or a resident
  * index of the same backend whose first n_old rows are rows' first n_old:
  * the GPU then copies them on the device instead of uploading them.
  * old_rows_source may be NULL, or n_old rows that rows' first n_old are to

@@ -963,8 +963,8 @@ MergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 	if ((phase == TSDG_PHASE_DIVERSIFY || phase == TSDG_PHASE_LINK) && state->summary != NULL)
 	{
 		/*
-		 * The merged k-NN lists, then the search lists, are in the segment:
-		 * the session writes them meanwhile.
+		 * The merged k-NN lists, then the search lists (done of them, in row
+		 * order), are in the segment: the session writes them meanwhile.
 		 */
 		bool		news = false;
 
@@ -974,9 +974,9 @@ MergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 			pg_atomic_write_u32(&state->summary->knn_ready, 1);
 			news = true;
 		}
-		if (phase == TSDG_PHASE_LINK && pg_atomic_read_u32(&state->summary->lists_ready) == 0)
+		if (phase == TSDG_PHASE_LINK && done > (int64_t) pg_atomic_read_u64(&state->summary->lists_ready))
 		{
-			pg_atomic_write_u32(&state->summary->lists_ready, 1);
+			pg_atomic_write_u64(&state->summary->lists_ready, (uint64) done);
 			news = true;
 		}
 		if (news && state->build.request->copy.requester_latch != NULL)
@@ -1199,7 +1199,7 @@ ServeMerge(TakenRequest *t)
 	ereport(LOG,
 			(errmsg("pg_tsdg GPU worker: merged index %u/%u (%lld + %lld rows) in %.3f s: "
 					"k-NN graph of the new rows %.3f s, old lists' distances and GGM %.3f s, "
-					"diversification %.3f s, component linking %.3f s",
+					"diversification %.3f s, search lists out and component linking %.3f s",
 					args->database, args->relfilenode, (long long) args->n_old,
 					(long long) args->n_new, SecondsSince(start),
 					poll.seconds[TSDG_PHASE_KNN_GRAPH], poll.seconds[TSDG_PHASE_MERGE],

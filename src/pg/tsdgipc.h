@@ -214,11 +214,12 @@ typedef struct TsdgBuildSummary
 	 */
 	pg_atomic_uint32 knn_ready;
 	/*
-	 * merge: 1 once every search list is in the segment, before the answer
-	 * (the worker links the graph's components meanwhile and marks the lists
-	 * it changes TSDG_CHANGED_LINK; the session's latch is set)
+	 * merge: the rows whose search lists are in the segment, in row order,
+	 * before the answer (the worker then links the graph's components and
+	 * marks the lists it changes TSDG_CHANGED_LINK; the session's latch is
+	 * set at each step)
 	 */
-	pg_atomic_uint32 lists_ready;
+	pg_atomic_uint64 lists_ready;
 	int32		entry_count;
 	float		nn1_bound;
 	uint32		entry_points[TSDG_SUMMARY_MAX_ENTRIES];

@@ -106,9 +106,9 @@ typedef struct TsdgMerge
 	bool		region_placed;	/* new_meta's region fields are set */
 	bool		rows_written;	/* while the worker merged */
 	bool		knn_pages_written;	/* while the worker diversified */
-	bool		list_pages_written; /* while the worker linked components */
-	BlockNumber list_pages_relinked;	/* written again after that */
-	double		list_pages_early_seconds;	/* the writing while it linked */
+	BlockNumber list_pages_early;	/* written while the worker wrote its lists out */
+	BlockNumber list_pages_relinked;	/* of those, written again after its linking */
+	double		list_pages_early_seconds;
 	bool		knn_pages_kept; /* the worker keeps the merged k-NN lists, the pages
 								 * keep the stored ones */
 
@@ -135,7 +135,7 @@ typedef struct TsdgMerge
 static void TsdgWriteRows(TsdgMerge *m);
 static void TsdgWriteNewRows(void *arg);
 static void TsdgWriteKnnPages(void *arg);
-static void TsdgWriteListPagesEarly(void *arg);
+static void TsdgWriteListPagesEarly(void *arg, int64 rows);
 
 void
 TsdgMergeInit(void)
@@ -967,7 +967,7 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 		return;
 	/* the worker's lists, if written, are not those of this merge */
 	m->knn_pages_written = false;
-	m->list_pages_written = false;
+	m->list_pages_early = 0;
 	if (m->knn_pages_kept && m->region_placed)
 	{
 		/*
@@ -1139,35 +1139,43 @@ TsdgWriteKnnPages(void *arg)
 }
 
 /*
- * TsdgMergeSegment's lists_ready: the worker's search lists written to their
- * pages while it links the graph's components (list pages are a third of
- * a merge's time into 2M rows, WAL-bound). The few lists the linking changes
- * are written again after the answer (TsdgWriteRelinkedListPages).
+ * TsdgMergeSegment's lists_ready: the list pages whose lists the worker has
+ * written out (the first rows of them), written while it writes the others
+ * and links the graph's components (list pages are a third of a merge's time
+ * into 2M rows, WAL-bound). The few lists the linking changes are written
+ * again after the answer (TsdgWriteRelinkedListPages).
  */
 static void
-TsdgWriteListPagesEarly(void *arg)
+TsdgWriteListPagesEarly(void *arg, int64 rows)
 {
 	TsdgMerge  *m = (TsdgMerge *) arg;
+	BlockNumber pages = TsdgNewListPages(m);
+	BlockNumber ready = rows >= m->arrays.n ? pages : (BlockNumber) (rows / m->new_layout.lists_per_page);
 	instr_time	start;
 	instr_time	end;
 
+	if (ready <= m->list_pages_early)
+		return;
 	INSTR_TIME_SET_CURRENT(start);
 	TsdgPlaceRegion(m);
-	TsdgWritePages(m->index, m->new_meta.list_start, 0, TsdgNewListPages(m), TsdgFillRegionPage,
+	TsdgWritePages(m->index, m->new_meta.list_start, m->list_pages_early, ready, TsdgFillRegionPage,
 				   &m->arrays);
-	m->list_pages_written = true;
+	m->list_pages_early = ready;
 	INSTR_TIME_SET_CURRENT(end);
 	INSTR_TIME_SUBTRACT(end, start);
-	m->list_pages_early_seconds = INSTR_TIME_GET_DOUBLE(end);
+	m->list_pages_early_seconds += INSTR_TIME_GET_DOUBLE(end);
 }
 
-/* the list pages that hold a list the worker's linking changed, written again */
+/*
+ * The list pages written early that hold a list the worker's linking
+ * changed, written again.
+ */
 static void
 TsdgWriteRelinkedListPages(TsdgMerge *m)
 {
 	int64		n = m->n_old + m->n_new;
 	int			per_page = m->new_layout.lists_per_page;
-	BlockNumber pages = TsdgNewListPages(m);
+	BlockNumber pages = m->list_pages_early;
 	BlockNumber run_start = InvalidBlockNumber;
 
 	for (BlockNumber page_no = 0; page_no <= pages; page_no++)
@@ -1190,10 +1198,11 @@ TsdgWriteRelinkedListPages(TsdgMerge *m)
 }
 
 /*
- * Writes the list pages of the new graph, or those the linking changed once
- * the others were written while the worker linked, and its k-NN pages unless
- * they were written while the worker diversified or stay as they are. The
- * spare region's pages past the graph keep what they hold.
+ * Writes the list pages of the new graph that were not written while the
+ * worker wrote its lists out, and those of them the linking changed again,
+ * and its k-NN pages unless they were written while the worker diversified
+ * or stay as they are. The spare region's pages past the graph keep what
+ * they hold.
  */
 static void
 TsdgWriteRegion(TsdgMerge *m)
@@ -1204,10 +1213,9 @@ TsdgWriteRegion(TsdgMerge *m)
 	TsdgPlaceRegion(m);
 	if (nm->region_blocks == 0)
 		return;
-	if (m->list_pages_written)
-		TsdgWriteRelinkedListPages(m);
-	else
-		TsdgWritePages(m->index, nm->list_start, 0, list_pages, TsdgFillRegionPage, &m->arrays);
+	TsdgWriteRelinkedListPages(m);
+	TsdgWritePages(m->index, nm->list_start, m->list_pages_early, list_pages, TsdgFillRegionPage,
+				   &m->arrays);
 	if (!m->knn_pages_written && !m->knn_pages_kept)
 		TsdgWritePages(m->index, nm->list_start, list_pages, TsdgRegionPages(&m->arrays),
 					   TsdgFillRegionPage, &m->arrays);
@@ -1615,10 +1623,11 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 	else
 		snprintf(knn_pages, sizeof(knn_pages), "%s",
 				 m->knn_pages_written ? "; k-NN pages written while the worker diversified" : "");
-	if (m->list_pages_written)
+	if (m->list_pages_early > 0)
 		snprintf(knn_pages + strlen(knn_pages), sizeof(knn_pages) - strlen(knn_pages),
-				 "; list pages written in %.2f s while the worker linked components, %u of them again after",
-				 m->list_pages_early_seconds, m->list_pages_relinked);
+				 "; %u of %u list pages written in %.2f s while the worker wrote its lists out and linked components, %u of them again after",
+				 m->list_pages_early, TsdgNewListPages(m), m->list_pages_early_seconds,
+				 m->list_pages_relinked);
 	if (m->split < m->n_old)
 		snprintf(knn_pages + strlen(knn_pages), sizeof(knn_pages) - strlen(knn_pages),
 				 "; " INT64_FORMAT " nodes past the stored k-NN lists merged again",

@@ -795,7 +795,7 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	mseg->summary = TsdgBulkArray(base, header.summary);
 	pg_atomic_init_u32(&mseg->summary->state, TSDG_SUMMARY_PENDING);
 	pg_atomic_init_u32(&mseg->summary->knn_ready, 0);
-	pg_atomic_init_u32(&mseg->summary->lists_ready, 0);
+	pg_atomic_init_u64(&mseg->summary->lists_ready, 0);
 	return true;
 }
 
@@ -824,8 +824,8 @@ TsdgWorkerCopyOf(Relation index, const TsdgMetaPageData *meta)
 
 /*
  * Runs the segment's while_merging once, its knn_ready once the worker has
- * put the merged k-NN lists in the segment, and its lists_ready once the
- * search lists are there too.
+ * put the merged k-NN lists in the segment, and its lists_ready each time
+ * more search lists are there.
  */
 static bool
 TsdgMergeWaitPoll(void *arg, TsdgRequestSlot *slot)
@@ -838,10 +838,16 @@ TsdgMergeWaitPoll(void *arg, TsdgRequestSlot *slot)
 		pg_read_barrier();
 		TsdgRunHookOnce(&mseg->knn_ready, mseg->hook_arg);
 	}
-	if (mseg->lists_ready != NULL && pg_atomic_read_u32(&mseg->summary->lists_ready) != 0)
+	if (mseg->lists_ready != NULL)
 	{
-		pg_read_barrier();
-		TsdgRunHookOnce(&mseg->lists_ready, mseg->hook_arg);
+		int64		ready = (int64) pg_atomic_read_u64(&mseg->summary->lists_ready);
+
+		if (ready > mseg->lists_seen)
+		{
+			pg_read_barrier();
+			mseg->lists_seen = ready;
+			mseg->lists_ready(mseg->hook_arg, ready);
+		}
 	}
 	return false;
 }

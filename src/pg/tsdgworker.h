@@ -189,14 +189,16 @@ typedef struct TsdgMergeSegment
 	 * Called (when set) while TsdgWorkerMergeGraph waits: while_merging once
 	 * at the start (the caller writes what needs no graph: the new rows),
 	 * knn_ready once the worker's merged k-NN lists are in knn_ids and it
-	 * diversifies (the caller writes them out meanwhile), lists_ready once
-	 * the search lists are in neighbors and lambdas and it links the graph's
-	 * components (the lists that changes get TSDG_CHANGED_LINK in changed).
-	 * They may throw; the worker is then told to stop.
+	 * diversifies (the caller writes them out meanwhile), lists_ready each
+	 * time the search lists of more rows, in row order, are in neighbors and
+	 * lambdas (the worker links the graph's components after the last; the
+	 * lists that changes get TSDG_CHANGED_LINK in changed). They may throw;
+	 * the worker is then told to stop.
 	 */
 	void		(*while_merging) (void *arg);
 	void		(*knn_ready) (void *arg);
-	void		(*lists_ready) (void *arg);
+	void		(*lists_ready) (void *arg, int64 rows);
+	int64		lists_seen;		/* what lists_ready was last called with */
 	void	   *hook_arg;
 } TsdgMergeSegment;
 

@@ -236,12 +236,13 @@ TEST(GpuMerge, MatchesTheCpuMerge) {
   EXPECT_LT(changed, split);
 }
 
-// A merge on the device sets Phase::Link once every search list is in its
-// output, before it links the graph's components, and marks in relinked each
-// list the linking changes after that (tsdg_capi.h: the session writes the
-// list pages meanwhile and those again afterwards). On well separated
-// clusters, which the linking must bridge, the lists as they were at
-// Phase::Link are the final ones but for those marked.
+// A merge on the device writes its search lists out in Phase::Link, its
+// progress counting the rows whose lists are in its output (in row order),
+// then links the graph's components and marks in relinked each list that
+// changes after that (tsdg_capi.h: the session writes the list pages as they
+// come and those again afterwards). On well separated clusters, which the
+// linking must bridge, every list as it was when counted is the final one
+// but for those marked.
 TEST(GpuMerge, PublishesItsSearchListsBeforeTheLinking) {
   TSDG_REQUIRE_GPU();
   const int64_t split = 20000;
@@ -278,33 +279,43 @@ TEST(GpuMerge, PublishesItsSearchListsBeforeTheLinking) {
   out.knn_change = knn_change.data();
   out.search_changed = search_changed.data();
   out.relinked = relinked.data();
-  struct AtLink {
+  struct Published {
     const TsdgGraph* search;
     std::atomic<int> phase{0};
-    TsdgGraph lists;
-    int taken = 0;
-  } at_link;
-  at_link.search = &search;
+    std::atomic<int64_t> done{0};
+    std::atomic<int64_t> total{0};
+    TsdgGraph lists;    // each list as it was when counted
+    int64_t rows = 0;  // the lists counted so far
+  } published;
+  published.search = &search;
+  published.lists = TsdgGraph(rows, diversify.degree);
   RunControl control;
-  control.phase = &at_link.phase;
-  control.phase_changed_arg = &at_link;
-  control.phase_changed = [](void* arg) {
-    auto* a = static_cast<AtLink*>(arg);
-    if (a->phase.load() != static_cast<int>(Phase::Link)) return;
-    a->lists = *a->search;
-    ++a->taken;
+  control.phase = &published.phase;
+  control.progress_done = &published.done;
+  control.progress_total = &published.total;
+  control.poll_now_arg = &published;
+  control.poll_now = [](void* arg) {
+    auto* p = static_cast<Published*>(arg);
+    if (p->phase.load() != static_cast<int>(Phase::Link)) return;
+    const int64_t done = p->done.load();
+    const int degree = p->search->degree;
+    for (int64_t u = p->rows; u < done; ++u) {
+      std::copy(p->search->list(u), p->search->list(u) + degree, p->lists.neighbors.begin() + u * degree);
+      std::copy(p->search->list_lambdas(u), p->search->list_lambdas(u) + degree, p->lists.lambdas.begin() + u * degree);
+    }
+    p->rows = std::max(p->rows, done);
   };
   gpu_backend.merge_graph(in, out, Metric::L2, params, diversify, control);
-  ASSERT_EQ(at_link.taken, 1);
+  ASSERT_EQ(published.rows, rows) << "not every list was counted before the merge returned";
   int64_t marked = 0;
   for (int64_t u = 0; u < rows; ++u) {
     marked += relinked[u];
     if (relinked[u] != 0) continue;
-    ASSERT_TRUE(std::equal(search.list(u), search.list(u) + diversify.degree, at_link.lists.list(u)))
-        << "list " << u << " changed after Phase::Link without its mark";
+    ASSERT_TRUE(std::equal(search.list(u), search.list(u) + diversify.degree, published.lists.list(u)))
+        << "list " << u << " changed after it was counted, without its mark";
     ASSERT_TRUE(std::equal(search.list_lambdas(u), search.list_lambdas(u) + diversify.degree,
-                           at_link.lists.list_lambdas(u)))
-        << "lambdas of " << u << " changed after Phase::Link without its mark";
+                           published.lists.list_lambdas(u)))
+        << "lambdas of " << u << " changed after they were counted, without their mark";
   }
   std::printf("merge on the GPU: %lld of %lld lists changed by the component linking\n",
               static_cast<long long>(marked), static_cast<long long>(rows));

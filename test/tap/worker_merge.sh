@@ -147,15 +147,15 @@ if logged "$first_merge" "k-NN pages written while the worker diversified"; then
 elif [ "$backend" = cpu ]; then
   fail "no merge wrote its k-NN pages while the worker diversified"
 fi
-# a GPU merge has its search lists in the segment before it links the graph's
-# components: the session writes the list pages meanwhile, and those holding
-# a list the linking changed again after the answer (the CPU worker merges as
-# the session does, without that step); every 25th row, all clusters, found
-# through the pages below
+# a GPU merge puts its search lists in the segment batch by batch before it
+# links the graph's components: the session writes the list pages meanwhile,
+# and those holding a list the linking changed again after the answer (the
+# CPU worker merges as the session does, without that step); every 25th row,
+# all clusters, found through the pages below
 if [ "$backend" = cuda ]; then
-  log_lines "$first_merge" | grep -o "list pages written in [^;]* again after" | head -2
-  logged "$first_merge" "list pages written in .* while the worker linked components" ||
-    fail "no merge wrote its list pages while the worker linked components"
+  log_lines "$first_merge" | grep -o "[0-9]* of [0-9]* list pages written in [^;]* again after" | head -2
+  logged "$first_merge" "list pages written in .* while the worker wrote its lists out" ||
+    fail "no merge wrote list pages while the worker wrote its lists out"
 fi
 [ "$(sql -At -c "SELECT count(*) FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c
      WHERE c->>'index' = 'items_idx'")" = 1 ] || fail "the worker still holds an older graph of items_idx after searches of the newer one"
