@@ -69,10 +69,11 @@ constexpr int64_t kExactBatchGraphRows = 16384;
 // Query batches at least this large are spread over a thread pool.
 constexpr int64_t kParallelSearchBatch = 32;
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
-// A merge's copy of the old rows runs beside the new rows' GNND and uploads,
-// which it slowed (on 8 threads: the GNND's upload of 100k rows took 40-98
-// ms instead of 9-15 ms on an H100 box); it has until the component linking.
-constexpr int kBackgroundCopyThreads = 4;
+// A merge's copy of the old rows runs beside the new rows' GNND and the
+// uploads, which it slows (the GNND's upload of 100k rows took 40-98 ms with
+// 8 copy threads, 58-66 ms with 4, 9-15 ms without a copy beside it, on an
+// H100 box); it has until the component linking, about a second later.
+constexpr int kBackgroundCopyThreads = 2;
 
 void set_message(TsdgError* error, const char* message) {
   if (error == nullptr) return;
