@@ -70,10 +70,11 @@ constexpr int64_t kExactBatchGraphRows = 16384;
 constexpr int64_t kParallelSearchBatch = 32;
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // A merge's copy of the old rows runs beside the new rows' GNND and the
-// uploads, which it slows (the GNND's upload of 100k rows took 40-98 ms with
-// 8 copy threads, 58-66 ms with 4, 9-15 ms without a copy beside it, on an
-// H100 box); it has until the component linking, about a second later.
-constexpr int kBackgroundCopyThreads = 2;
+// uploads, which it slows whatever its threads (on an H100 box the GNND's
+// upload of 100k rows took 39-98 ms beside the copy on 8, 4 or 2 threads,
+// 9-12 ms with no copy beside it); it has until the component linking,
+// about a second later.
+constexpr int kBackgroundCopyThreads = 4;
 
 void set_message(TsdgError* error, const char* message) {
   if (error == nullptr) return;
