@@ -1586,7 +1586,7 @@ static void
 TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time entry_time)
 {
 	double		seconds[4];
-	char		knn_pages[320];
+	char		notes[320];
 	int64		knn_changed = 0;
 	int64		graph_changed = 0;
 	int64		pages_changed = 0;
@@ -1617,19 +1617,19 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 		pages_changed += page_changed;
 	}
 	if (m->knn_pages_kept)
-		snprintf(knn_pages, sizeof(knn_pages),
+		snprintf(notes, sizeof(notes),
 				 "; k-NN pages kept as they were (the lists of %u of %u nodes)",
 				 TsdgStoredKnnNodes(&m->meta), m->new_meta.node_count);
 	else
-		snprintf(knn_pages, sizeof(knn_pages), "%s",
+		snprintf(notes, sizeof(notes), "%s",
 				 m->knn_pages_written ? "; k-NN pages written while the worker diversified" : "");
 	if (m->list_pages_early > 0)
-		snprintf(knn_pages + strlen(knn_pages), sizeof(knn_pages) - strlen(knn_pages),
+		snprintf(notes + strlen(notes), sizeof(notes) - strlen(notes),
 				 "; %u of %u list pages written in %.2f s while the worker wrote its lists out and linked components, %u of them again after",
 				 m->list_pages_early, TsdgNewListPages(m), m->list_pages_early_seconds,
 				 m->list_pages_relinked);
 	if (m->split < m->n_old)
-		snprintf(knn_pages + strlen(knn_pages), sizeof(knn_pages) - strlen(knn_pages),
+		snprintf(notes + strlen(notes), sizeof(notes) - strlen(notes),
 				 "; " INT64_FORMAT " nodes past the stored k-NN lists merged again",
 				 m->n_old - m->split);
 	ereport(DEBUG1,
@@ -1646,7 +1646,7 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 					   knn_changed, graph_changed, pages_changed,
 					   (int64) TsdgPagesFor(m->n_old, per_page), m->new_meta.row_extent_count,
 					   m->new_meta.retired_extent_count > 0 ? ", every row written again" : "",
-					   knn_pages)));
+					   notes)));
 }
 
 /*

@@ -110,6 +110,37 @@ TEST(GpuGgm, MergeRecallWithinOnePercentOfCpu) {
   EXPECT_GE(gpu_recall, direct_recall - 0.01);
 }
 
+// A merge of data's rows past split into the graphs of those before it, as
+// the CPU builds them (k 32, degree 16), the old k-NN lists without their
+// distances, as an index keeps them.
+struct MergeCase {
+  GnndParams params;
+  DiversifyParams diversify;
+  KnnGraph old_knn;
+  TsdgGraph old_search;
+  KnnGraph batch_knn;
+  MergeInput in;
+
+  MergeCase(MatrixView data, int64_t split) {
+    params.k = 32;
+    params.min_update_rate = kMergeMinUpdateRate;
+    diversify.degree = 16;
+    old_knn = gnnd_build(data.slice(0, split), Metric::L2, params, cpu_control());
+    old_search = diversify_tsdg(data.slice(0, split), Metric::L2, old_knn, diversify, cpu_control());
+    batch_knn = gnnd_build(data.slice(split, data.rows - split), Metric::L2, params, cpu_control());
+    in.data = data;
+    in.split = split;
+    in.k = params.k;
+    in.degree = diversify.degree;
+    in.old_knn_ids = old_knn.ids.data();
+    in.old_neighbors = old_search.neighbors.data();
+    in.old_lambdas = old_search.lambdas.data();
+    in.batch_knn = &batch_knn;
+  }
+  MergeCase(const MergeCase&) = delete;
+  MergeCase& operator=(const MergeCase&) = delete;
+};
+
 // A merge of a batch (5%) into an indexed set on the device (merge.h,
 // index_merge.cu), against the CPU's merge of the same graphs: k-NN lists as
 // good, the old lists that took no batch row exactly as they were, the
@@ -125,23 +156,12 @@ TEST(GpuMerge, MatchesTheCpuMerge) {
   const Matrix all = make_clustered(clustered_spec(rows + queries, 48, 40, 9));
   const MatrixView data = all.view().slice(0, rows);
   const MatrixView query_rows = all.view().slice(rows, queries);
-  GnndParams params;
-  params.k = 32;
-  params.min_update_rate = kMergeMinUpdateRate;
-  DiversifyParams diversify;
-  diversify.degree = 16;
-  const KnnGraph old_knn = gnnd_build(data.slice(0, split), Metric::L2, params, cpu_control());
-  const TsdgGraph old_search = diversify_tsdg(data.slice(0, split), Metric::L2, old_knn, diversify, cpu_control());
-  const KnnGraph batch_knn = gnnd_build(data.slice(split, rows - split), Metric::L2, params, cpu_control());
-  MergeInput in;
-  in.data = data;
-  in.split = split;
-  in.k = params.k;
-  in.degree = diversify.degree;
-  in.old_knn_ids = old_knn.ids.data();  // no distances, as an index keeps them
-  in.old_neighbors = old_search.neighbors.data();
-  in.old_lambdas = old_search.lambdas.data();
-  in.batch_knn = &batch_knn;
+  const MergeCase merge_case(data, split);
+  const GnndParams& params = merge_case.params;
+  const DiversifyParams& diversify = merge_case.diversify;
+  const KnnGraph& old_knn = merge_case.old_knn;
+  const TsdgGraph& old_search = merge_case.old_search;
+  const MergeInput& in = merge_case.in;
   // The merged graphs, in arrays as a caller hands them over.
   struct Merged {
     KnnGraph knn;
@@ -252,23 +272,10 @@ TEST(GpuMerge, PublishesItsSearchListsBeforeTheLinking) {
   spec.noise = 0.01f;
   const Matrix all = make_clustered(spec);
   const MatrixView data = all.view();
-  GnndParams params;
-  params.k = 32;
-  params.min_update_rate = kMergeMinUpdateRate;
-  DiversifyParams diversify;
-  diversify.degree = 16;
-  const KnnGraph old_knn = gnnd_build(data.slice(0, split), Metric::L2, params, cpu_control());
-  const TsdgGraph old_search = diversify_tsdg(data.slice(0, split), Metric::L2, old_knn, diversify, cpu_control());
-  const KnnGraph batch_knn = gnnd_build(data.slice(split, rows - split), Metric::L2, params, cpu_control());
-  MergeInput in;
-  in.data = data;
-  in.split = split;
-  in.k = params.k;
-  in.degree = diversify.degree;
-  in.old_knn_ids = old_knn.ids.data();
-  in.old_neighbors = old_search.neighbors.data();
-  in.old_lambdas = old_search.lambdas.data();
-  in.batch_knn = &batch_knn;
+  const MergeCase merge_case(data, split);
+  const GnndParams& params = merge_case.params;
+  const DiversifyParams& diversify = merge_case.diversify;
+  const MergeInput& in = merge_case.in;
   KnnGraph knn(rows, params.k);
   TsdgGraph search(rows, diversify.degree);
   std::vector<uint8_t> knn_change(rows), search_changed(rows), relinked(rows, 0);
