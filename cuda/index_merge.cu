@@ -81,14 +81,6 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   cudaStream_t stream = ctx.stream.get();
   PhaseTrace trace("merge", stream);
   control.set_phase(Phase::Merge);
-  // The caller's large output arrays (a fresh shared memory segment on the
-  // worker) are mapped while the device works, not by the copies back.
-  const size_t entries = static_cast<size_t>(n) * k;
-  const size_t slots = static_cast<size_t>(n) * diversify.degree;
-  const BackgroundPopulate output_pages({{out.knn_ids, entries * sizeof(uint32_t)},
-                                         {out.knn_dists, out.knn_dists != nullptr ? entries * sizeof(float) : 0},
-                                         {out.neighbors, slots * sizeof(uint32_t)},
-                                         {out.lambdas, slots * sizeof(uint8_t)}});
 
   const float* resident_rows = in.old_rows_index != nullptr ? in.old_rows_index->device_rows() : nullptr;
   const bool old_rows_on_device = resident_rows != nullptr && on_current_device(resident_rows);
@@ -121,6 +113,15 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   trace.mark("batch rows' start rows");
 
   GnndWorkspace ws(n, k, checked_sample_count(params));
+  // The caller's large output arrays (a fresh shared memory segment on the
+  // worker) are mapped while GGM runs, not by the copies back; and only from
+  // here, as the mapping holds up the device allocations above.
+  const size_t entries = static_cast<size_t>(n) * k;
+  const size_t slots = static_cast<size_t>(n) * diversify.degree;
+  const BackgroundPopulate output_pages({{out.knn_ids, entries * sizeof(uint32_t)},
+                                         {out.knn_dists, out.knn_dists != nullptr ? entries * sizeof(float) : 0},
+                                         {out.neighbors, slots * sizeof(uint32_t)},
+                                         {out.lambdas, slots * sizeof(uint8_t)}});
   ggm_merge_incremental_resident(ctx, ws, rows.values.data(), dim, split, original_ids.data(),
                                  original_dists.data(), batch_starts.data(), metric, params, control);
   batch_starts.release();

@@ -70,10 +70,11 @@ constexpr int64_t kExactBatchGraphRows = 16384;
 constexpr int64_t kParallelSearchBatch = 32;
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // A merge's copy of the old rows runs beside the new rows' GNND and the
-// uploads, which it slows whatever its threads (on an H100 box the GNND's
-// upload of 100k rows took 39-98 ms beside the copy on 8, 4 or 2 threads,
-// 9-12 ms with no copy beside it); it has until the component linking,
-// about a second later.
+// uploads, which it slowed whatever its threads while it mapped its pages
+// ahead (on an H100 box the GNND's upload of 100k rows took 39-98 ms beside
+// the copy on 8, 4 or 2 threads, 9-12 ms with no copy beside it): the
+// mapping holds the mmap lock that device allocations wait for. So it maps
+// them as it writes; it has until the component linking, a second later.
 constexpr int kBackgroundCopyThreads = 4;
 
 void set_message(TsdgError* error, const char* message) {
@@ -531,7 +532,7 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                    old_rows_copied = std::async(std::launch::async, [=] {
                                        tsdg::parallel_copy(const_cast<float*>(rows), old_rows_source,
                                                            sizeof(float) * static_cast<size_t>(n_old) * dim,
-                                                           kBackgroundCopyThreads);
+                                                           kBackgroundCopyThreads, false);
                                      }).share();
                  }
                  check_old_ids(old_knn_ids, n_old, k, control);

@@ -41,7 +41,7 @@ void populate_for_writing(void* address, size_t bytes) {
   }
 }
 
-void parallel_copy(void* dst, const void* src, size_t bytes, int threads) {
+void parallel_copy(void* dst, const void* src, size_t bytes, int threads, bool map_ahead) {
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
   threads = std::clamp(threads, 1, kMaxCopyThreads);
   if (bytes < kParallelCopyMin || threads == 1) {
@@ -52,7 +52,7 @@ void parallel_copy(void* dst, const void* src, size_t bytes, int threads) {
   const auto copy_part = [&](int t) {
     const size_t first = std::min(bytes, part * t);
     const size_t count = std::min(bytes - first, part);
-    populate_for_writing(static_cast<char*>(dst) + first, count);
+    if (map_ahead) populate_for_writing(static_cast<char*>(dst) + first, count);
     std::memcpy(static_cast<char*>(dst) + first, static_cast<const char*>(src) + first, count);
   };
   std::vector<std::thread> helpers;

@@ -23,8 +23,10 @@ namespace tsdg {
 void populate_for_writing(void* address, size_t bytes);
 
 // memcpy on up to `threads` threads (<= 0: hardware concurrency, at most 8),
-// each mapping and filling its own part of dst; one thread below 64 MiB.
-void parallel_copy(void* dst, const void* src, size_t bytes, int threads = 0);
+// each filling its own part of dst, mapped ahead unless map_ahead is false
+// (a copy nobody waits for, beside device allocations that the map-ahead
+// would hold up); one thread below 64 MiB.
+void parallel_copy(void* dst, const void* src, size_t bytes, int threads = 0, bool map_ahead = true);
 
 // Populates ranges on a thread of its own until finished or destroyed
 // (destruction waits for it): the ranges must stay mapped until then.
