@@ -29,7 +29,9 @@ merge (instead of the steps above; synthetic L2 data)
   --merge-batches B      build on the first --merge-initial N rows, merge the
                          rest in B equal batches (the index's C API calls),
                          report CPU and wall time of each merge against a fresh
-                         build of all rows, recall at --ef, self-lookups
+                         build of all rows, recall at --ef, self-lookups;
+                         on --backend cuda through the CUDA backend's shared
+                         object (--cuda-library PATH, default pg_tsdg_cuda.so)
 search
   --ef LIST              comma-separated ef sweep
   --lambda-limits LIST   comma-separated λ limits (default 255)
@@ -120,6 +122,7 @@ BenchOptions parse_options(int argc, char** argv) {
        [&](auto& f, auto& v) { o.hnsw_ef_construction = parse_number<int>(f, v); }},
       {"--hnsw-ef", [&](auto& f, auto& v) { o.hnsw_ef_list = parse_list<int>(f, v); }},
       {"--backend", [&](auto&, auto& v) { o.backend = v; }},
+      {"--cuda-library", [&](auto&, auto& v) { o.cuda_library = v; }},
       {"--threads", [&](auto& f, auto& v) { o.threads = parse_number<int>(f, v); }},
       {"--json", [&](auto&, auto& v) { o.json_path = v; }},
       {"--merge-batches", [&](auto& f, auto& v) { o.merge_batches = parse_number<int>(f, v); }},

@@ -49,6 +49,8 @@ struct BenchOptions {
   std::vector<int> hnsw_ef_list{10, 16, 24, 32, 48, 64, 96, 128, 192, 256};
 
   std::string backend = "cpu";
+  // the CUDA backend's shared object, for --merge-batches on --backend cuda
+  std::string cuda_library = "pg_tsdg_cuda.so";
   std::string json_path;
 };
 

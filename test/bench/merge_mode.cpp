@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,14 +39,15 @@ struct Clocks {
 };
 
 // CPU seconds per build phase, taken at the C API's progress polls (every
-// 50 ms), so each phase is known to about a poll interval. A merge's k-NN
-// phase holds the batch's graph; its merge phase GGM with the old lists'
-// distances (the index stores ids only); its diversify phase TSDG's update.
+// 50 ms and at each phase's start). A merge's k-NN phase holds the batch's
+// graph; its merge phase GGM with the old lists' distances (the index stores
+// ids only); its diversify phase TSDG's update (and, on a GPU, its link
+// phase the search lists out and the component linking).
 struct PhaseClock {
   Clocks start = Clocks::now();
   Clocks last = start;
   int phase = TSDG_PHASE_KNN_GRAPH;
-  double cpu[5] = {0, 0, 0, 0, 0};
+  double cpu[TSDG_PHASE_LINK + 1] = {};
 
   static bool poll(void* arg, TsdgBuildPhase phase, int64_t, int64_t) {
     auto* self = static_cast<PhaseClock*>(arg);
@@ -60,6 +62,17 @@ struct PhaseClock {
 
 void check(TsdgStatus status, const TsdgError& error, const char* what) {
   if (status != TSDG_OK) throw Error(Status::Internal, std::string(what) + ": " + error.message);
+}
+
+// The backend the index's C API calls run on, as the GPU worker loads it
+// (--backend cuda: --cuda-library), or NULL for the CPU.
+TsdgBackend* load_backend(const BenchOptions& o) {
+  if (o.backend == "cpu") return nullptr;
+  if (o.backend != "cuda") throw Error(Status::InvalidArgument, "--backend must be cpu or cuda");
+  TsdgError error;
+  TsdgBackend* backend = tsdg_backend_load(o.cuda_library.c_str(), 0, &error);
+  if (backend == nullptr) throw Error(Status::DeviceError, std::string("cuda: ") + error.message);
+  return backend;
 }
 
 struct IndexGraph {
@@ -79,14 +92,15 @@ void entry_points_of(MatrixView rows, const IndexGraph& graph, int degree) {
         error, "nn1 bound");
 }
 
-// CREATE INDEX's computation on rows: the graph, its k-NN lists, the entry points.
-IndexGraph build(MatrixView rows, const TsdgBuildParams& params) {
+// CREATE INDEX's computation on rows (on backend, NULL: the CPU): the graph,
+// its k-NN lists, the entry points.
+IndexGraph build(TsdgBackend* backend, MatrixView rows, const TsdgBuildParams& params) {
   IndexGraph graph;
   graph.neighbors.resize(static_cast<size_t>(rows.rows) * params.degree);
   graph.lambdas.resize(graph.neighbors.size());
   graph.knn_ids.resize(static_cast<size_t>(rows.rows) * params.build_k);
   TsdgError error;
-  check(tsdg_build_graph(nullptr, rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, &params,
+  check(tsdg_build_graph(backend, rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, &params,
                          graph.neighbors.data(), graph.lambdas.data(), graph.knn_ids.data(), nullptr,
                          nullptr, nullptr, &error),
         error, "build");
@@ -96,8 +110,8 @@ IndexGraph build(MatrixView rows, const TsdgBuildParams& params) {
 
 // tsdg_merge's computation: the old lists as the index stores them (k-NN ids
 // without distances), the merge, the entry points.
-IndexGraph merge(MatrixView rows, int64_t n_old, const IndexGraph& old, const TsdgBuildParams& params,
-                 PhaseClock& phases, int64_t& changed_lists) {
+IndexGraph merge(TsdgBackend* backend, MatrixView rows, int64_t n_old, const IndexGraph& old,
+                 const TsdgBuildParams& params, PhaseClock& phases, int64_t& changed_lists) {
   const int64_t n = rows.rows;
   IndexGraph graph;
   graph.neighbors.resize(static_cast<size_t>(n) * params.degree);
@@ -105,7 +119,7 @@ IndexGraph merge(MatrixView rows, int64_t n_old, const IndexGraph& old, const Ts
   graph.knn_ids.resize(static_cast<size_t>(n) * params.build_k);
   std::vector<uint8_t> changed(n);
   TsdgError error;
-  check(tsdg_merge_graph_incremental(nullptr, rows.data, nullptr, nullptr, n_old, n - n_old, rows.dim, TSDG_METRIC_L2,
+  check(tsdg_merge_graph_incremental(backend, rows.data, nullptr, nullptr, n_old, n - n_old, rows.dim, TSDG_METRIC_L2,
                                      &params, old.knn_ids.data(), nullptr, old.neighbors.data(),
                                      old.lambdas.data(), nullptr, graph.knn_ids.data(), nullptr,
                                      graph.neighbors.data(), graph.lambdas.data(), changed.data(),
@@ -162,6 +176,7 @@ int run_merge_benchmark(const BenchOptions& o) {
     throw Error(Status::InvalidArgument, "--merge-initial must be in (0, --rows)");
   }
   Report report(o.json_path);
+  const std::unique_ptr<TsdgBackend, void (*)(TsdgBackend*)> backend(load_backend(o), tsdg_backend_free);
   ThreadPool pool(o.threads);
   RunControl control;
   control.pool = &pool;
@@ -185,22 +200,24 @@ int run_merge_benchmark(const BenchOptions& o) {
   params.seed = o.gnnd.seed;
   params.threads = o.threads;
   report.emit(Record("merge_data")
+                  .add("backend", o.backend)
                   .add("rows", n)
                   .add("dim", data.dim)
                   .add("clusters", o.synthetic.clusters)
                   .add("intrinsic_dim", o.synthetic.intrinsic_dim)
+                  .add("spread", o.synthetic.spread)
                   .add("initial", initial)
                   .add("batches", o.merge_batches)
                   .add("build_k", params.build_k)
                   .add("degree", params.degree));
 
   Clocks start = Clocks::now();
-  const IndexGraph fresh = build(data.view(), params);
+  const IndexGraph fresh = build(backend.get(), data.view(), params);
   const Clocks fresh_time = Clocks::now().since(start);
   report.emit(Record("fresh_build").add("wall_s", fresh_time.wall).add("cpu_s", fresh_time.cpu));
 
   start = Clocks::now();
-  IndexGraph graph = build(data.view().slice(0, initial), params);
+  IndexGraph graph = build(backend.get(), data.view().slice(0, initial), params);
   const Clocks base_time = Clocks::now().since(start);
   report.emit(Record("base_build").add("rows", initial).add("wall_s", base_time.wall).add("cpu_s", base_time.cpu));
 
@@ -211,7 +228,7 @@ int run_merge_benchmark(const BenchOptions& o) {
     PhaseClock phases;
     int64_t changed_lists = 0;
     start = Clocks::now();
-    graph = merge(data.view().slice(0, next), rows, graph, params, phases, changed_lists);
+    graph = merge(backend.get(), data.view().slice(0, next), rows, graph, params, phases, changed_lists);
     const Clocks merge_time = Clocks::now().since(start);
     worst_cpu_ratio = std::max(worst_cpu_ratio, merge_time.cpu / fresh_time.cpu);
     report.emit(Record("merge")
@@ -222,7 +239,7 @@ int run_merge_benchmark(const BenchOptions& o) {
                     .add("cpu_ratio", merge_time.cpu / fresh_time.cpu, 3)
                     .add("knn_cpu_s", phases.cpu[TSDG_PHASE_KNN_GRAPH])
                     .add("ggm_cpu_s", phases.cpu[TSDG_PHASE_MERGE])
-                    .add("tsdg_cpu_s", phases.cpu[TSDG_PHASE_DIVERSIFY])
+                    .add("tsdg_cpu_s", phases.cpu[TSDG_PHASE_DIVERSIFY] + phases.cpu[TSDG_PHASE_LINK])
                     .add("entry_cpu_s", phases.cpu[0])
                     .add("old_lists_changed", changed_lists));
     rows = next;
