@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "device_memory.h"
+#include "exact_set.h"
 #include "gpu_algorithms.h"
 #include "search_index.h"
 
@@ -99,6 +100,11 @@ class CudaBackend final : public Backend {
                                                  Metric metric) override {
     activate();
     return std::make_unique<CudaSearchIndex>(device_, data, graph, metric);
+  }
+
+  std::unique_ptr<ExactSet> make_exact_set(int dim, Metric metric) override {
+    activate();
+    return std::make_unique<CudaExactSet>(device_, dim, metric);
   }
 
  private:

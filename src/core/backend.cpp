@@ -3,12 +3,60 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "descent.h"
 #include "distance.h"
 #include "thread_pool.h"
 
 namespace tsdg {
+
+namespace {
+
+// Backend::make_exact_set's set: a host copy of the rows, searched by the
+// backend's exact_knn.
+class HostExactSet final : public ExactSet {
+ public:
+  HostExactSet(Backend& backend, int dim, Metric metric) : backend_(backend), dim_(dim), metric_(metric) {}
+
+  void append(MatrixView rows, const RunControl& /*control*/) override {
+    check_append(rows, dim_, size());
+    rows_.insert(rows_.end(), rows.data, rows.data + rows.rows * dim_);
+  }
+  void clear() override { rows_.clear(); }
+  int64_t size() const override { return static_cast<int64_t>(rows_.size()) / dim_; }
+  size_t memory_bytes() const override { return rows_.capacity() * sizeof(float); }
+  void search(MatrixView queries, int k, uint32_t* ids, float* dists,
+              const RunControl& control) override {
+    backend_.exact_knn(MatrixView{rows_.data(), size(), dim_}, queries, metric_, k, ids, dists, control);
+  }
+
+ private:
+  Backend& backend_;
+  int dim_;
+  Metric metric_;
+  std::vector<float> rows_;
+};
+
+}  // namespace
+
+void ExactSet::check_append(MatrixView rows, int dim, int64_t size) {
+  if (rows.dim != dim) {
+    throw Error(Status::InvalidArgument, "rows of dimension " + std::to_string(rows.dim) +
+                                             " appended to an exact set of dimension " +
+                                             std::to_string(dim));
+  }
+  if (rows.rows < 0) throw Error(Status::InvalidArgument, "row count must not be negative");
+  if (rows.rows > 0 && rows.data == nullptr) throw Error(Status::InvalidArgument, "rows must not be null");
+  if (rows.rows >= static_cast<int64_t>(kInvalidId) - size) {
+    throw Error(Status::InvalidArgument, "too many rows in the exact set for 32-bit ids");
+  }
+}
+
+std::unique_ptr<ExactSet> Backend::make_exact_set(int dim, Metric metric) {
+  if (dim < 1) throw Error(Status::InvalidArgument, "dimension must be positive");
+  return std::make_unique<HostExactSet>(*this, dim, metric);
+}
 
 TsdgGraph Backend::build_tsdg_graph(MatrixView data, Metric metric, const GnndParams& gnnd,
                                     const DiversifyParams& diversify_params, uint32_t* knn_ids,

@@ -52,6 +52,32 @@ class SearchIndex {
   uint8_t payload_skip_bits_ = 0;
 };
 
+// Rows a backend keeps and searches exactly (brute force), appendable: the
+// pending rows of an index between merges, searched for whole batches of
+// queries. The CPU keeps a host copy; the GPU keeps the rows and their
+// squared norms in device memory. Owned by the caller; the backend must
+// outlive it.
+class ExactSet {
+ public:
+  virtual ~ExactSet() = default;
+  // Copies rows (of the set's dimension) after those held; a row's id is its
+  // position in append order.
+  virtual void append(MatrixView rows, const RunControl& control) = 0;
+  // Drops every row and keeps the memory for the next appends.
+  virtual void clear() = 0;
+  virtual int64_t size() const = 0;
+  virtual size_t memory_bytes() const = 0;
+  // For each query row the k nearest rows held, as Backend::exact_knn
+  // answers (ascending, padded with kInvalidId / +inf).
+  virtual void search(MatrixView queries, int k, uint32_t* ids, float* dists,
+                      const RunControl& control) = 0;
+
+ protected:
+  // Throws Error(InvalidArgument) unless rows have dim values each and the
+  // set's size after them leaves its ids below kInvalidId.
+  static void check_append(MatrixView rows, int dim, int64_t size);
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -109,6 +135,10 @@ class Backend {
   // The data and graph must outlive the returned index.
   virtual std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
                                                          Metric metric) = 0;
+
+  // An empty exact set of rows of dim values. By default a host copy
+  // searched by exact_knn; the GPU keeps the rows on the device.
+  virtual std::unique_ptr<ExactSet> make_exact_set(int dim, Metric metric);
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

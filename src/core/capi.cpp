@@ -40,6 +40,13 @@ struct TsdgResidentIndex {
   int dim = 0;
 };
 
+struct TsdgExactSet {
+  std::unique_ptr<tsdg::ExactSet> set;
+  std::unique_ptr<tsdg::ThreadPool> pool;  // CPU: created at the first large search
+  bool on_cpu = false;
+  int dim = 0;
+};
+
 struct TsdgSearch {
   TsdgSearch(int lambda_limit, float slack) : search(lambda_limit, slack) {}
   tsdg::GraphSearch search;
@@ -68,6 +75,10 @@ constexpr int64_t kExactGraphRows = 4096;
 constexpr int64_t kExactBatchGraphRows = 16384;
 // Query batches at least this large are spread over a thread pool.
 constexpr int64_t kParallelSearchBatch = 32;
+// Brute-force scans of more than this many multiply-adds (base rows *
+// queries * dim) run on a thread pool; smaller ones (the pending rows of one
+// query) stay on the calling thread.
+constexpr double kParallelScanWork = 1e8;
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // A merge's copy of the old rows runs beside the new rows' GNND and the
 // uploads, which it slowed whatever its threads while it mapped its pages
@@ -589,9 +600,8 @@ TsdgStatus tsdg_exact_knn(TsdgBackend* backend, const float* base, int64_t nb,
     require(k > 0, "k must be positive");
     require(nq == 0 || (ids != nullptr && dists != nullptr), "ids and dists must not be NULL");
     const tsdg::Metric m = to_metric(metric);
-    // Small scans (the pending rows of one query) stay on the calling thread.
     std::unique_ptr<tsdg::ThreadPool> pool;
-    if (static_cast<double>(nb) * nq * dim > 1e8) pool = std::make_unique<tsdg::ThreadPool>(0);
+    if (static_cast<double>(nb) * nq * dim > kParallelScanWork) pool = std::make_unique<tsdg::ThreadPool>(0);
     tsdg::RunControl control;
     control.pool = pool.get();
     backend_of(backend).exact_knn(tsdg::MatrixView{base, nb, dim},
@@ -705,6 +715,60 @@ size_t tsdg_index_memory_bytes(const TsdgResidentIndex* index) {
 }
 
 void tsdg_index_free(TsdgResidentIndex* index) { delete index; }
+
+// ---- exact sets ----
+
+TsdgExactSet* tsdg_exact_set_create(TsdgBackend* backend, int dim, TsdgMetric metric, TsdgError* error) {
+  try {
+    require(dim > 0, "dimension must be positive");
+    auto set = std::make_unique<TsdgExactSet>();
+    set->set = backend_of(backend).make_exact_set(dim, to_metric(metric));
+    set->on_cpu = backend == nullptr;
+    set->dim = dim;
+    set_message(error, "");
+    return set.release();
+  } catch (...) {
+    status_of_current_exception(error);
+    return nullptr;
+  }
+}
+
+TsdgStatus tsdg_exact_set_append(TsdgExactSet* set, const float* rows, int64_t n, TsdgError* error) {
+  return guarded(error, [&] {
+    require(set != nullptr, "exact set must not be NULL");
+    validate_rows(rows, n, set->dim);
+    set->set->append(tsdg::MatrixView{rows, n, set->dim}, tsdg::RunControl{});
+  });
+}
+
+void tsdg_exact_set_clear(TsdgExactSet* set) {
+  if (set != nullptr) set->set->clear();
+}
+
+int64_t tsdg_exact_set_size(const TsdgExactSet* set) { return set == nullptr ? 0 : set->set->size(); }
+
+size_t tsdg_exact_set_memory_bytes(const TsdgExactSet* set) {
+  return set == nullptr ? 0 : set->set->memory_bytes();
+}
+
+TsdgStatus tsdg_exact_set_search(TsdgExactSet* set, const float* queries, int64_t nq, int k,
+                                 uint32_t* ids, float* dists, TsdgError* error) {
+  return guarded(error, [&] {
+    require(set != nullptr, "exact set must not be NULL");
+    validate_rows(queries, nq, set->dim);
+    require(k > 0 && k <= TSDG_EXACT_SET_MAX_K, "k must be 1 to 2048");
+    require(nq == 0 || (ids != nullptr && dists != nullptr), "ids and dists must not be NULL");
+    // The CPU scans large batches on a pool of its own, made at the first one.
+    tsdg::RunControl control;
+    if (set->on_cpu && static_cast<double>(set->set->size()) * nq * set->dim > kParallelScanWork) {
+      if (!set->pool) set->pool = std::make_unique<tsdg::ThreadPool>(0);
+      control.pool = set->pool.get();
+    }
+    set->set->search(tsdg::MatrixView{queries, nq, set->dim}, k, ids, dists, control);
+  });
+}
+
+void tsdg_exact_set_free(TsdgExactSet* set) { delete set; }
 
 // ---- incremental search ----
 

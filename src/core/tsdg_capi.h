@@ -238,6 +238,39 @@ TsdgStatus	tsdg_index_search_payload(TsdgResidentIndex *index, const float *quer
 size_t		tsdg_index_memory_bytes(const TsdgResidentIndex *index);
 void		tsdg_index_free(TsdgResidentIndex *index);
 
+/* ---- exact sets: rows a backend keeps and searches exactly ----
+ *
+ * For the rows inserted into an index since its last merge: appended as they
+ * come, searched by brute force for whole batches of queries, emptied when a
+ * merge takes them. The GPU backend keeps the rows (and for L2 their squared
+ * norms) in device memory, the CPU backend a host copy. The backend must
+ * outlive the set; one call at a time on a set.
+ */
+typedef struct TsdgExactSet TsdgExactSet;
+
+/* the largest k of tsdg_exact_set_search (the GPU's top-k selection limit) */
+#define TSDG_EXACT_SET_MAX_K 2048
+
+/* An empty set of rows of dim values; for cosine the caller normalizes rows and queries. */
+TsdgExactSet *tsdg_exact_set_create(TsdgBackend *backend, int dim, TsdgMetric metric,
+									TsdgError *error);
+/* appends n rows (copied); ids of the set are their positions, in append order */
+TsdgStatus	tsdg_exact_set_append(TsdgExactSet *set, const float *rows, int64_t n,
+								  TsdgError *error);
+/* drops every row; keeps the memory for the next appends */
+void		tsdg_exact_set_clear(TsdgExactSet *set);
+int64_t		tsdg_exact_set_size(const TsdgExactSet *set);
+size_t		tsdg_exact_set_memory_bytes(const TsdgExactSet *set);
+/*
+ * The k (1..TSDG_EXACT_SET_MAX_K) nearest rows of the set for each of nq
+ * queries: ids/dists nq * k, ascending, padded with TSDG_INVALID_ID / +inf
+ * (all of a row on an empty set); the same comparison distances as
+ * tsdg_exact_knn and tsdg_index_search.
+ */
+TsdgStatus	tsdg_exact_set_search(TsdgExactSet *set, const float *queries, int64_t nq, int k,
+								  uint32_t *ids, float *dists, TsdgError *error);
+void		tsdg_exact_set_free(TsdgExactSet *set);
+
 /* ---- incremental graph search, driven by the caller ----
  *
  * The caller owns the storage (pages), the search owns the algorithm: a
