@@ -247,6 +247,16 @@ typedef struct TsdgMetaPageData
 	 * is empty. A merge frees whole regions here without writing a page.
 	 */
 	TsdgRowExtent free_extents[TSDG_MAX_FREE_EXTENTS];
+
+	/*
+	 * Which copy of the pending rows the GPU worker may search for this index
+	 * (tsdgoffload.c): it holds them by their place in the pending list, and
+	 * VACUUM moves them within their pages. Odd while a VACUUM removes pending
+	 * rows (no copy may be made or used), one more once it is done; back to
+	 * the even value it had when the VACUUM removed none. 0 in an index made
+	 * before the field: the bytes past the metadata were zero.
+	 */
+	uint64		pending_epoch;
 } TsdgMetaPageData;
 
 typedef TsdgMetaPageData *TsdgMetaPage;
@@ -384,6 +394,7 @@ extern void TsdgWritePages(Relation index, BlockNumber start, BlockNumber first,
 						   TsdgPageFiller fill, void *arg);
 extern void TsdgInitPendingPage(Page page);
 extern void TsdgInitMetaPage(Page page, const TsdgMetaPageData *meta);
+extern void TsdgCoverMeta(Page page);
 extern void TsdgReadMeta(Relation index, TsdgMetaPageData *meta);
 extern Buffer TsdgNewBuffer(Relation index, ForkNumber fork);
 extern TsdgMetric TsdgIndexMetric(Relation index);

@@ -7,7 +7,9 @@
  * Many searches in one call: on the GPU worker as one large batch when it
  * runs, else on the CPU backend's batch search over the index read into
  * memory. The pending rows are searched exactly and merged, as an index scan
- * does, so a row is found whether or not it was merged into the graph yet.
+ * does, so a row is found whether or not it was merged into the graph yet:
+ * by the worker, on its copy of them, when it holds them all
+ * (tsdg.worker_pending_rows), else here.
  * query is the ordinal of the query in the array (from 1); tid is the heap
  * row, to join with the table on ctid. The first form returns a row per
  * neighbor, the second a row per query with its neighbors nearest first
@@ -212,6 +214,7 @@ TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *functio
 	TsdgBatchArea area;
 	Oid			heap_oid;
 	int			ef;
+	bool		pending_searched = false;
 
 	call->k = PG_GETARG_INT32(2);
 	if (call->k < 1 || call->k > TSDG_BATCH_MAX_K)
@@ -293,13 +296,14 @@ TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *functio
 	}
 	else if (call->worker_area &&
 			 TsdgWorkerSearchBatch(call->index, &call->meta, call->queries.searchable, call->k, ef,
-								   tsdg_lambda_search))
+								   tsdg_lambda_search, &pending_searched))
 		call->on_worker = true;
 	else
 		TsdgCpuSearchBatch(call->index, &call->meta, &call->queries, call->k, ef,
 						   call->tids, call->dists);
 	call->graph_at = GetCurrentTimestamp();
-	TsdgMergePending(call->index, &call->meta, &call->queries, call->k, call->tids, call->dists);
+	if (!pending_searched)
+		TsdgMergePending(call->index, &call->meta, &call->queries, call->k, call->tids, call->dists);
 	call->pending_at = GetCurrentTimestamp();
 }
 

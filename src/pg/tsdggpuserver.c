@@ -17,6 +17,9 @@
  *   builds    GNND and both diversification stages on the device, with the
  *             session's cancel flag polled; the fresh graph stays resident,
  *             its k-NN lists too;
+ *   pending   the pending rows of a resident index, sent by the sessions as
+ *             they find the worker's copy behind their metapage, kept on the
+ *             device and searched exactly with every search that asks;
  *   merges    the pending rows of an index merged into its graph (GNND of
  *             the new rows, GGM, diversification on the device), the old
  *             graph taken from the resident copy when the session left it
@@ -42,6 +45,7 @@
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/proc.h"
+#include "utils/float.h"
 #include "utils/ps_status.h"
 #include "utils/timestamp.h"
 
@@ -126,6 +130,14 @@ typedef struct ResidentIndex
 	BulkMapping segment;
 	/* the page-locked pages of knn_ids (the next merge uploads them), or NULL */
 	void	   *pinned_lists;
+	/*
+	 * the index's pending rows at pending_epoch, in list order (NULL until a
+	 * session sends some), with their heap TIDs (malloc'd)
+	 */
+	TsdgExactSet *pending;
+	ItemPointerData *pending_tids;
+	int64		pending_capacity;
+	uint64		pending_epoch;
 	int64		bytes;
 	TimestampTz loaded_at;
 	TimestampTz last_used;
@@ -171,14 +183,6 @@ SecondsSince(TimestampTz start)
 	return (double) (GetCurrentTimestamp() - start) / 1000000.0;
 }
 
-static bool
-KeysEqual(const TsdgIndexKey *a, const TsdgIndexKey *b)
-{
-	return a->database == b->database && a->relfilenode == b->relfilenode &&
-		a->graph_version == b->graph_version && a->deleted_count == b->deleted_count &&
-		a->node_count == b->node_count && a->last_merge == b->last_merge;
-}
-
 /* ---- the resident indexes ---- */
 
 static void
@@ -197,10 +201,14 @@ PublishResidents(void)
 		info = &TsdgShared->cached[count++];
 		info->key = residents[i].key;
 		info->with_knn = residents[i].knn_ids != NULL;
-		info->bytes = residents[i].bytes;
+		info->pending_rows = residents[i].pending != NULL ?
+			tsdg_exact_set_size(residents[i].pending) : 0;
+		info->pending_epoch = residents[i].pending_epoch;
+		info->bytes = residents[i].bytes + (residents[i].pending != NULL ?
+											(int64) tsdg_exact_set_memory_bytes(residents[i].pending) : 0);
 		info->loaded_at = residents[i].loaded_at;
 		info->last_used = residents[i].last_used;
-		used += residents[i].bytes;
+		used += info->bytes;
 	}
 	TsdgShared->cached_count = count;
 	TsdgShared->memory_used = used;
@@ -213,7 +221,7 @@ static ResidentIndex *
 FindResident(const TsdgIndexKey *key)
 {
 	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
-		if (residents[i].used && KeysEqual(&residents[i].key, key))
+		if (residents[i].used && TsdgIndexKeysEqual(&residents[i].key, key))
 			return &residents[i];
 	return NULL;
 }
@@ -240,6 +248,9 @@ ReleaseResidentArrays(ResidentIndex *r)
 		free(r->lambdas);
 		free(r->knn_ids);
 	}
+	if (r->pending != NULL)
+		tsdg_exact_set_free(r->pending);
+	free(r->pending_tids);
 	memset(r, 0, sizeof(ResidentIndex));
 }
 
@@ -384,7 +395,7 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
 		if (residents[i].used && residents[i].key.database == key->database &&
 			residents[i].key.relfilenode == key->relfilenode &&
-			(keep == NULL || !KeysEqual(&residents[i].key, keep)))
+			(keep == NULL || !TsdgIndexKeysEqual(&residents[i].key, keep)))
 			FreeResident(&residents[i], "a newer graph of the index replaces it");
 	EvictFor(estimate);
 	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES && r == NULL; i++)
@@ -516,7 +527,7 @@ PromiseLoad(const TsdgIndexKey *key)
 
 		if (p->promised_at != 0 && now - p->promised_at > TSDG_LOAD_PROMISE_US)
 			p->promised_at = 0;
-		if (p->promised_at != 0 && KeysEqual(&p->key, key))
+		if (p->promised_at != 0 && TsdgIndexKeysEqual(&p->key, key))
 			return false;
 		if (p->promised_at == 0 && free_promise == NULL)
 			free_promise = p;
@@ -532,7 +543,7 @@ static void
 ForgetPromise(const TsdgIndexKey *key)
 {
 	for (int i = 0; i < TSDG_MAX_PROMISES; i++)
-		if (promises[i].promised_at != 0 && KeysEqual(&promises[i].key, key))
+		if (promises[i].promised_at != 0 && TsdgIndexKeysEqual(&promises[i].key, key))
 			promises[i].promised_at = 0;
 }
 
@@ -554,9 +565,62 @@ ReplyOf(TsdgStatus status)
 
 /* ---- searches ---- */
 
+/* true when the worker's copy of r's pending rows is the one args's metapage has, or more */
+static bool
+PendingCopyCovers(const ResidentIndex *r, const TsdgSearchArgs *args)
+{
+	return args->pending_rows > 0 && args->k <= TSDG_EXACT_SET_MAX_K && r->pending != NULL &&
+		args->pending_epoch == r->pending_epoch &&
+		tsdg_exact_set_size(r->pending) >= args->pending_rows;
+}
+
+/*
+ * The k nearest of one query's graph results (graph_count of them, with
+ * their TIDs; ids may be NULL) and of its k nearest pending rows (positions
+ * into r's copy, TSDG_INVALID_ID padded), into out_*; out_ids may be NULL.
+ * Returns how many results were written.
+ */
+static int
+MergePendingResults(const ResidentIndex *r, int k, int graph_count, const float *graph_dists,
+					const uint32 *graph_ids, const ItemPointerData *graph_tids,
+					const uint32 *pending_pos, const float *pending_dists,
+					float *out_dists, uint32 *out_ids, ItemPointerData *out_tids)
+{
+	int			g = 0,
+				p = 0,
+				out = 0;
+
+	while (out < k)
+	{
+		bool		pending_left = p < k && pending_pos[p] != TSDG_INVALID_ID;
+
+		if (pending_left && (g >= graph_count || pending_dists[p] < graph_dists[g]))
+		{
+			out_dists[out] = pending_dists[p];
+			if (out_ids != NULL)
+				out_ids[out] = TSDG_PENDING_ROW_ID;
+			out_tids[out] = r->pending_tids[pending_pos[p]];
+			p++;
+		}
+		else if (g < graph_count)
+		{
+			out_dists[out] = graph_dists[g];
+			if (out_ids != NULL)
+				out_ids[out] = graph_ids[g];
+			out_tids[out] = graph_tids[g];
+			g++;
+		}
+		else
+			break;
+		out++;
+	}
+	return out;
+}
+
 /*
  * Answers every search in taken[] that shares the first one's index and
- * settings with one search call.
+ * settings with one search call, and one search of the pending rows for
+ * those whose metapage has no pending row the worker lacks.
  */
 static void
 ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
@@ -572,7 +636,7 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 		const TsdgSearchArgs *other = &taken[i].copy.args.search;
 
 		if (taken[i].done || taken[i].copy.kind != TSDG_REQUEST_SEARCH ||
-			!KeysEqual(&other->key, &args->key) || other->k != args->k ||
+			!TsdgIndexKeysEqual(&other->key, &args->key) || other->k != args->k ||
 			other->ef != args->ef || other->lambda_limit != args->lambda_limit ||
 			other->dims != args->dims)
 			continue;
@@ -600,6 +664,11 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 		uint32	   *ids = palloc(sizeof(uint32) * k * nq);
 		float	   *dists = palloc(sizeof(float) * k * nq);
 		ItemPointerData *tids = palloc(sizeof(ItemPointerData) * k);
+		uint32	   *pending_pos = NULL;
+		float	   *pending_dists = NULL;
+		uint32	   *out_ids = palloc(sizeof(uint32) * k);
+		float	   *out_dists = palloc(sizeof(float) * k);
+		ItemPointerData *out_tids = palloc(sizeof(ItemPointerData) * k);
 		TsdgError	error;
 		TsdgStatus	status;
 
@@ -610,10 +679,21 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 		r->last_used = GetCurrentTimestamp();
 		status = tsdg_index_search(r->index, queries, nq, k, Max(args->ef, k),
 								   args->lambda_limit, ids, dists, &error);
+		for (int m = 0; m < nq && status == TSDG_OK; m++)
+			if (PendingCopyCovers(r, &taken[members[m]].copy.args.search))
+			{
+				pending_pos = palloc(sizeof(uint32) * k * nq);
+				pending_dists = palloc(sizeof(float) * k * nq);
+				status = tsdg_exact_set_search(r->pending, queries, nq, k, pending_pos,
+											   pending_dists, &error);
+				break;
+			}
 		for (int m = 0; m < nq; m++)
 		{
 			TakenRequest *t = &taken[members[m]];
 			const uint32 *qids = ids + (Size) m * k;
+			bool		with_pending = status == TSDG_OK && pending_pos != NULL &&
+				PendingCopyCovers(r, &t->copy.args.search);
 			int			count = 0;
 
 			if (status == TSDG_OK)
@@ -624,9 +704,19 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 						ItemPointerSetInvalid(&tids[count]);
 					count++;
 				}
-			TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), count,
-						  dists + (Size) m * k, qids, tids, k,
-						  status == TSDG_OK ? NULL : error.message);
+			if (with_pending)
+			{
+				count = MergePendingResults(r, k, count, dists + (Size) m * k, qids, tids,
+											pending_pos + (Size) m * k,
+											pending_dists + (Size) m * k,
+											out_dists, out_ids, out_tids);
+				TsdgIpcAnswerSearch(t->slot, t->copy.request_id, TSDG_REPLY_OK, count,
+									out_dists, out_ids, out_tids, k, true, NULL);
+			}
+			else
+				TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), count,
+							  dists + (Size) m * k, qids, tids, k,
+							  status == TSDG_OK ? NULL : error.message);
 		}
 		pg_atomic_fetch_add_u64(&TsdgShared->batches, 1);
 		pg_atomic_fetch_add_u64(&TsdgShared->batched_queries, nq);
@@ -634,8 +724,59 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 		pfree(ids);
 		pfree(dists);
 		pfree(tids);
+		pfree(out_ids);
+		pfree(out_dists);
+		pfree(out_tids);
+		if (pending_pos != NULL)
+		{
+			pfree(pending_pos);
+			pfree(pending_dists);
+		}
 	}
 	pfree(members);
+}
+
+/*
+ * The pending rows' k nearest merged into a batch's answers (tids, dists:
+ * nq * k in the segment, the graph's nearest first, invalid TIDs after the
+ * last).
+ */
+static TsdgStatus
+MergePendingIntoBatch(const ResidentIndex *r, const float *queries, int nq, int k,
+					  ItemPointerData *tids, float *dists, TsdgError *error)
+{
+	uint32	   *pending_pos = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * k * (Size) nq);
+	float	   *pending_dists = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * k * (Size) nq);
+	float	   *out_dists = palloc(sizeof(float) * k);
+	ItemPointerData *out_tids = palloc(sizeof(ItemPointerData) * k);
+	TsdgStatus	status;
+
+	status = tsdg_exact_set_search(r->pending, queries, nq, k, pending_pos, pending_dists, error);
+	for (int q = 0; q < nq && status == TSDG_OK; q++)
+	{
+		ItemPointerData *qtids = tids + (Size) q * k;
+		float	   *qdists = dists + (Size) q * k;
+		int			graph_count = 0;
+		int			count;
+
+		while (graph_count < k && ItemPointerIsValid(&qtids[graph_count]))
+			graph_count++;
+		count = MergePendingResults(r, k, graph_count, qdists, NULL, qtids,
+									pending_pos + (Size) q * k, pending_dists + (Size) q * k,
+									out_dists, NULL, out_tids);
+		memcpy(qtids, out_tids, sizeof(ItemPointerData) * count);
+		memcpy(qdists, out_dists, sizeof(float) * count);
+		for (int i = count; i < k; i++)
+		{
+			ItemPointerSetInvalid(&qtids[i]);
+			qdists[i] = get_float4_infinity();
+		}
+	}
+	pfree(pending_pos);
+	pfree(pending_dists);
+	pfree(out_dists);
+	pfree(out_tids);
+	return status;
 }
 
 /* before the answer: the session may give the batch area to another once it has it */
@@ -664,6 +805,7 @@ ServeSearchBatch(TakenRequest *t)
 	TimestampTz start;
 	int			k = args->k;
 	int			wide_k;
+	bool		pending_searched;
 
 	t->done = true;
 	if (r == NULL || r->dims != args->dims)
@@ -689,6 +831,11 @@ ServeSearchBatch(TakenRequest *t)
 									   args->nq, wide_k, k, Max(args->ef, wide_k), args->lambda_limit,
 									   TsdgBulkArray(map.address, header->tids),
 									   TsdgBulkArray(map.address, header->dists), &error);
+	pending_searched = status == TSDG_OK && PendingCopyCovers(r, args);
+	if (pending_searched)
+		status = MergePendingIntoBatch(r, TsdgBulkArray(map.address, header->queries), args->nq, k,
+									   TsdgBulkArray(map.address, header->tids),
+									   TsdgBulkArray(map.address, header->dists), &error);
 	if (status == TSDG_OK)
 	{
 		pg_atomic_fetch_add_u64(&TsdgShared->batches, 1);
@@ -700,8 +847,101 @@ ServeSearchBatch(TakenRequest *t)
 	}
 	UnmapBulk(&map);
 	LetGoOfBatchArea(t);
-	TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), status == TSDG_OK ? args->nq : 0,
-				  NULL, NULL, NULL, 0, status == TSDG_OK ? NULL : error.message);
+	TsdgIpcAnswerSearch(t->slot, t->copy.request_id, ReplyOf(status),
+						status == TSDG_OK ? args->nq : 0, NULL, NULL, NULL, 0,
+						pending_searched && status == TSDG_OK,
+						status == TSDG_OK ? NULL : error.message);
+}
+
+/* ---- pending rows ---- */
+
+/*
+ * Adds the rows a session sent to the resident index's copy of its pending
+ * rows: the part past what the copy has (sessions that found it behind at
+ * once send the same rows), the whole copy replaced at a newer epoch. Rows
+ * sent at an older epoch (read before a VACUUM moved them) are dropped.
+ */
+static void
+ServePendingRows(TakenRequest *t)
+{
+	const TsdgPendingArgs *args = &t->copy.args.pending;
+	ResidentIndex *r = FindResident(&args->key);
+	BulkMapping map;
+	TsdgError	error;
+	TsdgStatus	status = TSDG_OK;
+	int64		have;
+
+	t->done = true;
+	if (r == NULL || r->dims != args->dims)
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_NOT_RESIDENT, 0, NULL, NULL, NULL,
+					  0, NULL);
+		return;
+	}
+	if (r->pending != NULL && args->pending_epoch < r->pending_epoch)
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
+		return;
+	}
+	if (!MapBulk(&t->copy, &map))
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+					  "the GPU worker could not map the pending rows' shared memory segment");
+		return;
+	}
+	if (r->pending == NULL)
+	{
+		r->pending = tsdg_exact_set_create(device_backend, r->dims, r->metric, &error);
+		if (r->pending == NULL)
+			status = TSDG_ERR_DEVICE;
+	}
+	if (status == TSDG_OK && args->pending_epoch != r->pending_epoch)
+	{
+		tsdg_exact_set_clear(r->pending);
+		r->pending_epoch = args->pending_epoch;
+	}
+	have = status == TSDG_OK ? tsdg_exact_set_size(r->pending) : 0;
+	if (status == TSDG_OK && args->first > have)
+	{
+		status = TSDG_ERR_INVALID_ARGUMENT;
+		snprintf(error.message, sizeof(error.message),
+				 "pending rows from %lld sent to a copy of %lld", (long long) args->first,
+				 (long long) have);
+	}
+	else if (status == TSDG_OK && args->first + args->n > have)
+	{
+		int64		skip = have - args->first;
+		int64		added = args->n - skip;
+		const TsdgBulkHeader *header = (const TsdgBulkHeader *) map.address;
+		const float *rows = TsdgBulkArray(map.address, header->rows);
+		const ItemPointerData *tids = TsdgBulkArray(map.address, header->tids);
+
+		if (have + added > r->pending_capacity)
+		{
+			int64		capacity = Max(have + added, r->pending_capacity * 2);
+			ItemPointerData *grown = realloc(r->pending_tids, sizeof(ItemPointerData) * capacity);
+
+			if (grown == NULL)
+			{
+				status = TSDG_ERR_OUT_OF_MEMORY;
+				strlcpy(error.message, "out of host memory for the pending rows' TIDs",
+						sizeof(error.message));
+			}
+			else
+			{
+				r->pending_tids = grown;
+				r->pending_capacity = capacity;
+			}
+		}
+		if (status == TSDG_OK)
+			status = tsdg_exact_set_append(r->pending, rows + skip * args->dims, added, &error);
+		if (status == TSDG_OK)
+			memcpy(r->pending_tids + have, tids + skip, sizeof(ItemPointerData) * added);
+	}
+	UnmapBulk(&map);
+	PublishResidents();
+	TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), 0, NULL, NULL, NULL, 0,
+				  status == TSDG_OK ? NULL : error.message);
 }
 
 /* ---- loads and builds ---- */
@@ -1323,7 +1563,11 @@ ServeBatch(TakenRequest *taken)
 	}
 	ring_start = (ring_start + 1) % nslots;
 
-	/* searches first, so that a build in the same batch does not delay them */
+	/* pending rows first: their sessions search next */
+	for (int i = 0; i < ntaken; i++)
+		if (!taken[i].done && taken[i].copy.kind == TSDG_REQUEST_PENDING_ROWS)
+			ServePendingRows(&taken[i]);
+	/* searches, so that a build in the same batch does not delay them */
 	for (int i = 0; i < ntaken; i++)
 		if (!taken[i].done && taken[i].copy.kind == TSDG_REQUEST_SEARCH)
 			ServeSearchGroup(taken, ntaken, i);

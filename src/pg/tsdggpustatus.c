@@ -73,10 +73,11 @@ TsdgCachedIndexesJson(const TsdgCachedIndexInfo *cached, int count)
 			appendStringInfoString(&buf, "null");
 		appendStringInfo(&buf,
 						 ", \"relfilenode\": %u, \"graph_version\": " UINT64_FORMAT
-						 ", \"nodes\": %u, \"deleted\": %u, \"knn_lists\": %s, \"bytes\": "
-						 INT64_FORMAT ", \"last_used\": ",
+						 ", \"nodes\": %u, \"deleted\": %u, \"knn_lists\": %s, \"pending_rows\": "
+						 INT64_FORMAT ", \"bytes\": " INT64_FORMAT ", \"last_used\": ",
 						 c->key.relfilenode, c->key.graph_version, c->key.node_count,
-						 c->key.deleted_count, c->with_knn ? "true" : "false", c->bytes);
+						 c->key.deleted_count, c->with_knn ? "true" : "false", c->pending_rows,
+						 c->bytes);
 		escape_json(&buf, timestamptz_to_str(c->last_used));
 		appendStringInfoString(&buf, ", \"loaded_at\": ");
 		escape_json(&buf, timestamptz_to_str(c->loaded_at));

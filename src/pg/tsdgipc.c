@@ -198,6 +198,7 @@ TsdgIpcBeginRequest(TsdgRequestKind kind)
 	slot->total = 0;
 	slot->reply = TSDG_REPLY_FAILED;
 	slot->result_count = 0;
+	slot->pending_searched = false;
 	slot->message[0] = '\0';
 	SpinLockRelease(&slot->mutex);
 	return slot;
@@ -398,9 +399,27 @@ TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *query)
 }
 
 bool
+TsdgIndexKeysEqual(const TsdgIndexKey *a, const TsdgIndexKey *b)
+{
+	return a->database == b->database && a->relfilenode == b->relfilenode &&
+		a->graph_version == b->graph_version && a->deleted_count == b->deleted_count &&
+		a->node_count == b->node_count && a->last_merge == b->last_merge;
+}
+
+bool
 TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 			  int result_count, const float *dists, const uint32 *ids,
 			  const ItemPointerData *tids, int max_results, const char *message)
+{
+	return TsdgIpcAnswerSearch(slot, request_id, reply, result_count, dists, ids, tids,
+							   max_results, false, message);
+}
+
+bool
+TsdgIpcAnswerSearch(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
+					int result_count, const float *dists, const uint32 *ids,
+					const ItemPointerData *tids, int max_results, bool pending_searched,
+					const char *message)
 {
 	Latch	   *latch = NULL;
 
@@ -409,6 +428,7 @@ TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 	{
 		slot->reply = reply;
 		slot->result_count = result_count;
+		slot->pending_searched = pending_searched;
 		if (dists != NULL && result_count > 0)
 		{
 			memcpy(TsdgSlotResultDists(slot), dists, sizeof(float) * result_count);

@@ -62,7 +62,8 @@ typedef enum TsdgRequestKind
 	TSDG_REQUEST_SEARCH_BATCH,	/* many queries, in a DSM segment */
 	TSDG_REQUEST_LOAD_INDEX,	/* an index image to make resident */
 	TSDG_REQUEST_BUILD,			/* rows in, graph out, in a DSM segment */
-	TSDG_REQUEST_MERGE			/* old graph and new rows in, merged graph out */
+	TSDG_REQUEST_MERGE,			/* old graph and new rows in, merged graph out */
+	TSDG_REQUEST_PENDING_ROWS	/* rows added to the worker's copy of the pending rows */
 } TsdgRequestKind;
 
 typedef enum TsdgReply
@@ -105,6 +106,8 @@ typedef struct TsdgIndexKey
 	int64		last_merge;
 } TsdgIndexKey;
 
+extern bool TsdgIndexKeysEqual(const TsdgIndexKey *a, const TsdgIndexKey *b);
+
 typedef struct TsdgSearchArgs
 {
 	TsdgIndexKey key;
@@ -113,7 +116,29 @@ typedef struct TsdgSearchArgs
 	int			ef;
 	int			lambda_limit;
 	int			nq;				/* queries (1 for an inline search) */
+	/*
+	 * The pending rows the session's metapage has: the worker searches its
+	 * copy of them too when it holds them all (pending_searched in the
+	 * answer). 0: the session scans them itself.
+	 */
+	int64		pending_rows;
+	uint64		pending_epoch;
 } TsdgSearchArgs;
+
+/*
+ * Rows [first, first + n) of the index's pending list (in the segment's rows
+ * and tids), for the worker's copy of the pending rows of key's graph at
+ * pending_epoch (tsdg.h). The worker keeps the part past the rows it has;
+ * a newer epoch replaces its copy.
+ */
+typedef struct TsdgPendingArgs
+{
+	TsdgIndexKey key;
+	uint64		pending_epoch;
+	int64		first;
+	int64		n;
+	int			dims;
+} TsdgPendingArgs;
 
 typedef struct TsdgBuildArgs
 {
@@ -160,6 +185,7 @@ typedef struct TsdgLoadArgs
  *           the answer: see TsdgBuildSummary); arrays sized for capacity rows
  *   load:   rows, neighbors, lambdas, tids, flags (in)
  *   batch:  queries (in), tids, dists (out, nq * k)
+ *   pending rows: rows, tids (in, n)
  *   merge:  rows (n rows; the worker fills the first n_old from its resident
  *           copy when rows_resident), tids (n; the first n_old likewise),
  *           knn_ids (n_old * build_k), neighbors, lambdas (n_old * degree):
@@ -238,6 +264,7 @@ typedef struct TsdgRequestSlot
 		TsdgBuildArgs build;
 		TsdgLoadArgs load;
 		TsdgMergeArgs merge;
+		TsdgPendingArgs pending;
 	}			args;
 	dsm_handle	bulk_handle;	/* DSM segment of bulk requests */
 	Size		bulk_size;
@@ -256,6 +283,7 @@ typedef struct TsdgRequestSlot
 	/* the answer */
 	TsdgReply	reply;
 	int			result_count;
+	bool		pending_searched;	/* searches: the results include the pending rows */
 	char		message[TSDG_ERROR_MESSAGE_LEN];
 
 	/* SEARCH: the query in; then the dists, node ids and heap TIDs of the results */
@@ -273,6 +301,9 @@ typedef struct TsdgCachedIndexInfo
 {
 	TsdgIndexKey key;
 	bool		with_knn;		/* its k-NN and search lists too: built or merged by the worker */
+	/* the worker's copy of the first pending_rows pending rows, at pending_epoch */
+	int64		pending_rows;
+	uint64		pending_epoch;
 	int64		bytes;
 	TimestampTz loaded_at;
 	TimestampTz last_used;
@@ -404,6 +435,11 @@ extern bool TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *que
 extern bool TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 						  int result_count, const float *dists, const uint32 *ids,
 						  const ItemPointerData *tids, int max_results, const char *message);
+/* TsdgIpcAnswer for a search, saying whether its results include the pending rows */
+extern bool TsdgIpcAnswerSearch(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
+								int result_count, const float *dists, const uint32 *ids,
+								const ItemPointerData *tids, int max_results,
+								bool pending_searched, const char *message);
 /* the worker is done with the batch area of the request it took (before it answers) */
 extern void TsdgIpcLetGoOfBatchArea(void);
 /* the backend's cancel flag of a running request (read by a build's poll) */

@@ -264,9 +264,133 @@ TsdgHandleReply(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey
 	return false;
 }
 
+/* what visiting the pending list collects: count rows after the first skip */
+typedef struct TsdgPendingCopy
+{
+	int64		skip;
+	int64		count;
+	int64		copied;
+	int			dims;
+	float	   *rows;
+	ItemPointerData *tids;
+} TsdgPendingCopy;
+
+static void
+TsdgCopyPendingRow(void *arg, const ItemPointerData *tid, const float *vector)
+{
+	TsdgPendingCopy *copy = (TsdgPendingCopy *) arg;
+
+	if (copy->skip > 0)
+	{
+		copy->skip--;
+		return;
+	}
+	if (copy->copied == copy->count)
+		return;
+	memcpy(copy->rows + copy->copied * copy->dims, vector, sizeof(float) * copy->dims);
+	copy->tids[copy->copied++] = *tid;
+}
+
+/*
+ * Sends the worker the pending rows of meta's list from first on, for its
+ * copy (TsdgPendingArgs). Rows read while a VACUUM began to move them are
+ * not sent.
+ */
+static void
+TsdgSendPendingRows(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *key,
+					int64 first)
+{
+	TsdgLayout	layout;
+	TsdgBulkHeader header;
+	Size		offset = sizeof(TsdgBulkHeader);
+	TsdgPendingCopy copy;
+	TsdgMetaPageData after;
+	dsm_segment *seg;
+	TsdgRequestSlot *slot;
+	uint64		request_id;
+	bool		answered;
+
+	TsdgLayoutFromMeta(&layout, meta);
+	memset(&header, 0, sizeof(header));
+	header.rows = TsdgBulkAdd(&offset, sizeof(float) * meta->dims * (meta->pending_count - first));
+	header.tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * (meta->pending_count - first));
+	header.total_size = offset;
+	seg = TsdgCreateBulkSegment(header.total_size, "the pending rows the GPU worker searches");
+	if (seg == NULL)
+		return;
+	memcpy(dsm_segment_address(seg), &header, sizeof(header));
+	copy.skip = first;
+	copy.count = meta->pending_count - first;
+	copy.copied = 0;
+	copy.dims = meta->dims;
+	copy.rows = TsdgBulkArray(dsm_segment_address(seg), header.rows);
+	copy.tids = TsdgBulkArray(dsm_segment_address(seg), header.tids);
+	TsdgVisitPendingRows(index, &layout, meta->pending_head, InvalidBlockNumber,
+						 TsdgCopyPendingRow, &copy);
+
+	/* a VACUUM that began meanwhile may have moved rows: that copy is of no epoch */
+	TsdgReadMeta(index, &after);
+	if (after.pending_epoch != meta->pending_epoch || copy.copied < copy.count)
+	{
+		dsm_detach(seg);
+		return;
+	}
+
+	slot = TsdgIpcBeginRequest(TSDG_REQUEST_PENDING_ROWS);
+	slot->args.pending.key = *key;
+	slot->args.pending.pending_epoch = meta->pending_epoch;
+	slot->args.pending.first = first;
+	slot->args.pending.n = copy.count;
+	slot->args.pending.dims = meta->dims;
+	slot->bulk_handle = dsm_segment_handle(seg);
+	slot->bulk_size = header.total_size;
+	request_id = TsdgIpcSubmit(slot);
+	answered = TsdgIpcWait(slot, request_id, tsdg_worker_timeout_ms, NULL, NULL);
+	if (answered && slot->reply != TSDG_REPLY_OK && slot->reply != TSDG_REPLY_NOT_RESIDENT)
+		TsdgLogFallback(slot->reply == TSDG_REPLY_OUT_OF_MEMORY ?
+						TSDG_FALLBACK_OUT_OF_MEMORY : TSDG_FALLBACK_FAILED,
+						"the GPU worker could not take the pending rows, scanning them",
+						slot->message);
+	TsdgIpcFinish(slot);
+	dsm_detach(seg);
+}
+
+/*
+ * How many pending rows a search should ask the worker to search with the
+ * graph: all of meta's, after sending the worker those its copy lacks; 0
+ * when the session scans them itself (few rows, a VACUUM moving them, the
+ * index not resident yet, or a copy of a newer epoch than this metapage's).
+ */
+static int64
+TsdgPendingForWorker(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *key)
+{
+	int64		have = -1;
+	uint64		epoch = 0;
+
+	if (tsdg_worker_pending_rows < 0 || meta->pending_count == 0 ||
+		meta->pending_count < tsdg_worker_pending_rows || meta->pending_epoch % 2 != 0)
+		return 0;
+	SpinLockAcquire(&TsdgShared->mutex);
+	for (int i = 0; i < TsdgShared->cached_count; i++)
+		if (TsdgIndexKeysEqual(&TsdgShared->cached[i].key, key))
+		{
+			have = TsdgShared->cached[i].pending_rows;
+			epoch = TsdgShared->cached[i].pending_epoch;
+			break;
+		}
+	SpinLockRelease(&TsdgShared->mutex);
+	if (have < 0 || epoch > meta->pending_epoch)
+		return 0;
+	if (epoch < meta->pending_epoch)
+		have = 0;
+	if (have < meta->pending_count)
+		TsdgSendPendingRows(index, meta, key, have);
+	return meta->pending_count;
+}
+
 static void
 TsdgSetSearchArgs(TsdgSearchArgs *args, const TsdgIndexKey *key, int dims, int k, int ef,
-				  int lambda_limit, int nq)
+				  int lambda_limit, int nq, const TsdgMetaPageData *meta, int64 pending_rows)
 {
 	args->key = *key;
 	args->dims = dims;
@@ -274,12 +398,15 @@ TsdgSetSearchArgs(TsdgSearchArgs *args, const TsdgIndexKey *key, int dims, int k
 	args->ef = ef;
 	args->lambda_limit = lambda_limit;
 	args->nq = nq;
+	args->pending_rows = pending_rows;
+	args->pending_epoch = meta->pending_epoch;
 }
 
 bool
 TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *query,
 				 int max_results, int ef, int lambda_limit,
-				 uint32 *ids, float *dists, ItemPointerData *tids, int *count)
+				 uint32 *ids, float *dists, ItemPointerData *tids, int *count,
+				 bool *pending_searched)
 {
 	TsdgIndexKey key;
 
@@ -290,12 +417,15 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
-		TsdgRequestSlot *slot = TsdgIpcBeginRequest(TSDG_REQUEST_SEARCH);
+		TsdgRequestSlot *slot;
 		uint64		request_id;
 		bool		answered;
 		TimestampTz submitted_at;
+		int64		pending_rows = TsdgPendingForWorker(index, meta, &key);
 
-		TsdgSetSearchArgs(&slot->args.search, &key, meta->dims, max_results, ef, lambda_limit, 1);
+		slot = TsdgIpcBeginRequest(TSDG_REQUEST_SEARCH);
+		TsdgSetSearchArgs(&slot->args.search, &key, meta->dims, max_results, ef, lambda_limit, 1,
+						  meta, pending_rows);
 		memcpy(TsdgSlotQuery(slot), query, sizeof(float) * meta->dims);
 		submitted_at = GetCurrentTimestamp();
 		request_id = TsdgIpcSubmit(slot);
@@ -307,6 +437,7 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 			memcpy(dists, TsdgSlotResultDists(slot), sizeof(float) * *count);
 			memcpy(ids, TsdgSlotResultIds(slot, max_results), sizeof(uint32) * *count);
 			memcpy(tids, TsdgSlotResultTids(slot, max_results), sizeof(ItemPointerData) * *count);
+			*pending_searched = slot->pending_searched;
 			/* where a query's round trip goes: log_min_messages = debug1 to see it */
 			ereport(DEBUG1,
 					(errmsg_internal("tsdg worker search: %lld us to the worker, %lld us on it, %lld us back",
@@ -445,7 +576,7 @@ TsdgRoundTrip TsdgLastBatchRoundTrip;
 
 bool
 TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int k, int ef,
-					  int lambda_limit)
+					  int lambda_limit, bool *pending_searched)
 {
 	TsdgIndexKey key;
 
@@ -455,12 +586,15 @@ TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int 
 
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
-		TsdgRequestSlot *slot = TsdgIpcBeginRequest(TSDG_REQUEST_SEARCH_BATCH);
+		TsdgRequestSlot *slot;
 		uint64		request_id;
 		bool		answered;
 		TimestampTz submitted_at;
+		int64		pending_rows = TsdgPendingForWorker(index, meta, &key);
 
-		TsdgSetSearchArgs(&slot->args.search, &key, meta->dims, k, ef, lambda_limit, nq);
+		slot = TsdgIpcBeginRequest(TSDG_REQUEST_SEARCH_BATCH);
+		TsdgSetSearchArgs(&slot->args.search, &key, meta->dims, k, ef, lambda_limit, nq,
+						  meta, pending_rows);
 		slot->in_batch_area = batch_in_area;
 		slot->bulk_handle = batch_in_area ? 0 : dsm_segment_handle(batch_segment);
 		slot->bulk_size = batch_layout.total_size;
@@ -477,6 +611,7 @@ TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int 
 			TsdgLastBatchRoundTrip.to_worker_us = slot->taken_at - submitted_at;
 			TsdgLastBatchRoundTrip.on_worker_us = slot->answered_at - slot->taken_at;
 			TsdgLastBatchRoundTrip.back_us = GetCurrentTimestamp() - slot->answered_at;
+			*pending_searched = slot->pending_searched;
 			TsdgIpcFinish(slot);
 			return true;
 		}

@@ -18,7 +18,9 @@
  *
  * With the GPU worker running, the first round is answered by the worker
  * (TsdgWorkerRound) instead of by reading pages here; wider rounds are
- * searched here.
+ * searched here. When the worker holds the index's pending rows
+ * (tsdg.worker_pending_rows), its round has the nearest of them too, and
+ * this scan reads them from the pages only if it goes past that round.
  */
 #include "postgres.h"
 
@@ -81,11 +83,21 @@ typedef struct TsdgScanOpaqueData
 	uint8	   *list_lambdas;
 	uint32	   *fresh;
 
-	/* the pending rows, ascending by distance */
+	/*
+	 * rows the round had: a round of the worker that searched the pending
+	 * rows too holds fewer graph rows than that
+	 */
+	int			round_rows;
+
+	/*
+	 * The pending rows, ascending by distance: all of them, or, while
+	 * pending_from_worker, only those the worker's round had.
+	 */
 	TsdgPendingHit *pending;
 	int64		pending_count;
 	int64		pending_capacity;
 	int64		pending_pos;
+	bool		pending_from_worker;
 } TsdgScanOpaqueData;
 
 typedef TsdgScanOpaqueData *TsdgScanOpaque;
@@ -225,18 +237,42 @@ TsdgExpand(Relation index, TsdgScanOpaque so)
 static bool
 TsdgWorkerRound(Relation index, TsdgScanOpaque so)
 {
+	bool		pending_searched = false;
+	int			graph_rows = 0;
+
 	so->result_ids = repalloc(so->result_ids, sizeof(uint32) * so->ef);
 	so->result_dists = repalloc(so->result_dists, sizeof(float) * so->ef);
 	so->result_tids = palloc(sizeof(ItemPointerData) * so->ef);
 	if (!TsdgWorkerSearch(index, &so->meta, so->query, so->ef, so->ef, tsdg_lambda_search,
-						  so->result_ids, so->result_dists, so->result_tids, &so->result_count))
+						  so->result_ids, so->result_dists, so->result_tids, &so->result_count,
+						  &pending_searched))
 	{
 		pfree(so->result_tids);
 		so->result_tids = NULL;
 		return false;
 	}
+	so->round_rows = so->result_count;
+	so->pending_from_worker = pending_searched;
+	if (pending_searched)
+	{
+		so->pending_capacity = Max(so->result_count, 16);
+		so->pending = palloc(sizeof(TsdgPendingHit) * so->pending_capacity);
+	}
+	/* the pending rows of the round to their own list, both ascending still */
 	for (int i = 0; i < so->result_count; i++)
+	{
+		if (pending_searched && so->result_ids[i] == TSDG_PENDING_ROW_ID)
+		{
+			so->pending[so->pending_count].tid = so->result_tids[i];
+			so->pending[so->pending_count++].distance = so->result_dists[i];
+			continue;
+		}
 		TsdgCheckNodeId(index, so, so->result_ids[i]);
+		so->result_ids[graph_rows] = so->result_ids[i];
+		so->result_dists[graph_rows] = so->result_dists[i];
+		so->result_tids[graph_rows++] = so->result_tids[i];
+	}
+	so->result_count = graph_rows;
 	so->result_pos = 0;
 	return true;
 }
@@ -300,6 +336,7 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 	so->result_ids = repalloc(so->result_ids, sizeof(uint32) * so->ef);
 	so->result_dists = repalloc(so->result_dists, sizeof(float) * so->ef);
 	so->result_count = tsdg_search_results(so->search, so->result_ids, so->result_dists, so->ef);
+	so->round_rows = so->result_count;
 	so->result_pos = 0;
 	MemoryContextSwitchTo(old_ctx);
 }
@@ -343,6 +380,34 @@ TsdgScanPending(Relation index, TsdgScanOpaque so)
 	so->pending_pos = 0;
 }
 
+/*
+ * The scan goes past the worker's round, which had only the nearest pending
+ * rows: all of them are scored here, less those already returned.
+ */
+static void
+TsdgTakeOverPending(Relation index, TsdgScanOpaque so)
+{
+	MemoryContext old_ctx = MemoryContextSwitchTo(so->ctx);
+	TsdgPendingHit *returned = so->pending;
+	int64		returned_count = so->pending_pos;
+	int64		kept = 0;
+
+	so->pending_from_worker = false;
+	TsdgScanPending(index, so);
+	for (int64 i = 0; i < so->pending_count; i++)
+	{
+		bool		seen = false;
+
+		for (int64 r = 0; r < returned_count && !seen; r++)
+			seen = ItemPointerEquals(&so->pending[i].tid, &returned[r].tid);
+		if (!seen)
+			so->pending[kept++] = so->pending[i];
+	}
+	so->pending_count = kept;
+	pfree(returned);
+	MemoryContextSwitchTo(old_ctx);
+}
+
 static void
 TsdgStartScan(IndexScanDesc scan)
 {
@@ -379,7 +444,10 @@ TsdgStartScan(IndexScanDesc scan)
 					 errmsg("different vector dimensions %d and %d", so->layout.dims, dims)));
 	}
 
-	TsdgScanPending(scan->indexRelation, so);
+	so->pending = NULL;
+	so->pending_count = 0;
+	so->pending_pos = 0;
+	so->pending_from_worker = false;
 
 	so->ef = tsdg_ef_search;
 	so->result_ids = palloc(sizeof(uint32));
@@ -398,6 +466,8 @@ TsdgStartScan(IndexScanDesc scan)
 		so->fresh = palloc(sizeof(uint32) * so->layout.degree);
 		TsdgGraphRound(scan->indexRelation, so, true);
 	}
+	if (!so->pending_from_worker)
+		TsdgScanPending(scan->indexRelation, so);
 	MemoryContextSwitchTo(old_ctx);
 }
 
@@ -412,6 +482,8 @@ TsdgNextGraphRow(Relation index, TsdgScanOpaque so)
 	{
 		if (so->graph_returned >= tsdg_max_scan_tuples)
 		{
+			if (so->pending_from_worker)
+				TsdgTakeOverPending(index, so);
 			so->graph_done = true;
 			break;
 		}
@@ -447,10 +519,14 @@ TsdgNextGraphRow(Relation index, TsdgScanOpaque so)
 		}
 
 		/*
-		 * This round is used up. A round that holds fewer than ef rows saw
-		 * every node it could reach, so only a full round is worth widening.
+		 * This round is used up: what follows may be farther than pending
+		 * rows the worker's round did not have. A round that holds fewer
+		 * than ef rows saw every node it could reach, so only a full round is
+		 * worth widening.
 		 */
-		if (so->result_count < so->ef || (int64) so->ef >= (int64) so->meta.node_count)
+		if (so->pending_from_worker)
+			TsdgTakeOverPending(index, so);
+		if (so->round_rows < so->ef || (int64) so->ef >= (int64) so->meta.node_count)
 			so->graph_done = true;
 		else
 		{

@@ -482,6 +482,19 @@ TsdgInitPendingPage(Page page)
 	opaque->page_id = TSDG_PAGE_ID;
 }
 
+/*
+ * pd_lower past the metadata, so that WAL records keep all of it: a metapage
+ * written before the metadata grew ends earlier (its hole is not logged).
+ */
+void
+TsdgCoverMeta(Page page)
+{
+	LocationIndex end = ((char *) TsdgPageGetMeta(page) + sizeof(TsdgMetaPageData)) - (char *) page;
+
+	if (((PageHeader) page)->pd_lower < end)
+		((PageHeader) page)->pd_lower = end;
+}
+
 void
 TsdgInitMetaPage(Page page, const TsdgMetaPageData *meta)
 {
@@ -489,9 +502,7 @@ TsdgInitMetaPage(Page page, const TsdgMetaPageData *meta)
 
 	PageInit(page, BLCKSZ, sizeof(TsdgPageOpaqueData));
 	memcpy(TsdgPageGetMeta(page), meta, sizeof(TsdgMetaPageData));
-	/* pd_lower past the metadata, so a full-page image keeps it */
-	((PageHeader) page)->pd_lower =
-		((char *) TsdgPageGetMeta(page) + sizeof(TsdgMetaPageData)) - (char *) page;
+	TsdgCoverMeta(page);
 	opaque = TsdgPageGetOpaque(page);
 	opaque->next = InvalidBlockNumber;
 	opaque->flags = TSDG_PAGE_META;

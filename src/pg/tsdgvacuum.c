@@ -105,22 +105,65 @@ TsdgDeletePending(IndexVacuumInfo *info, const TsdgLayout *layout, BlockNumber h
 	return removed;
 }
 
-/* Subtracts what this VACUUM removed from the metapage counters. */
+/*
+ * Marks the pending rows as moving before their pages are compacted: an odd
+ * pending_epoch (tsdg.h) keeps sessions from making or using the GPU worker's
+ * copy, which holds them by their place in the list. Returns whether the
+ * epoch was even, that is whether a copy made before is still good should
+ * this VACUUM remove no pending row.
+ */
+static bool
+TsdgBeginPendingChange(Relation index)
+{
+	Buffer		buf = ReadBuffer(index, TSDG_METAPAGE_BLKNO);
+	GenericXLogState *state;
+	Page		page;
+	TsdgMetaPage meta;
+	bool		was_even;
+
+	LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+	state = GenericXLogStart(index);
+	page = GenericXLogRegisterBuffer(state, buf, 0);
+	meta = TsdgPageGetMeta(page);
+	was_even = meta->pending_epoch % 2 == 0;
+	/* odd already: an earlier VACUUM failed midway, and any copy is stale */
+	meta->pending_epoch += was_even ? 1 : 2;
+	TsdgCoverMeta(page);
+	GenericXLogFinish(state);
+	UnlockReleaseBuffer(buf);
+	return was_even;
+}
+
+/*
+ * Subtracts what this VACUUM removed from the metapage counters and ends the
+ * pending rows' change begun by TsdgBeginPendingChange, when one was.
+ */
 static void
-TsdgUpdateMetaCounts(Relation index, uint32 deleted_nodes, int64 removed_pending)
+TsdgUpdateMetaCounts(Relation index, uint32 deleted_nodes, int64 removed_pending,
+					 bool pending_changed, bool epoch_was_even)
 {
 	Buffer		buf;
 	GenericXLogState *state;
+	Page		page;
 	TsdgMetaPage meta;
 
-	if (deleted_nodes == 0 && removed_pending == 0)
+	if (deleted_nodes == 0 && removed_pending == 0 && !pending_changed)
 		return;
 	buf = ReadBuffer(index, TSDG_METAPAGE_BLKNO);
 	LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
 	state = GenericXLogStart(index);
-	meta = TsdgPageGetMeta(GenericXLogRegisterBuffer(state, buf, 0));
+	page = GenericXLogRegisterBuffer(state, buf, 0);
+	meta = TsdgPageGetMeta(page);
 	meta->deleted_count += deleted_nodes;
 	meta->pending_count -= removed_pending;
+	if (pending_changed)
+	{
+		if (removed_pending == 0 && epoch_was_even)
+			meta->pending_epoch--;
+		else
+			meta->pending_epoch++;
+		TsdgCoverMeta(page);
+	}
 	GenericXLogFinish(state);
 	UnlockReleaseBuffer(buf);
 }
@@ -133,6 +176,8 @@ tsdgbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 	TsdgLayout	layout;
 	uint32		deleted_nodes = 0;
 	int64		removed_pending = 0;
+	bool		pending_changed = false;
+	bool		epoch_was_even = false;
 
 	if (stats == NULL)
 		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
@@ -142,9 +187,14 @@ tsdgbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 	if (meta.node_count > 0)
 		deleted_nodes = TsdgDeleteNodes(info, &layout, meta.node_count, callback, callback_state);
 	if (BlockNumberIsValid(meta.pending_head))
+	{
+		epoch_was_even = TsdgBeginPendingChange(info->index);
+		pending_changed = true;
 		removed_pending = TsdgDeletePending(info, &layout, meta.pending_head,
 											callback, callback_state);
-	TsdgUpdateMetaCounts(info->index, deleted_nodes, removed_pending);
+	}
+	TsdgUpdateMetaCounts(info->index, deleted_nodes, removed_pending, pending_changed,
+						 epoch_was_even);
 
 	stats->tuples_removed += deleted_nodes + removed_pending;
 	return stats;

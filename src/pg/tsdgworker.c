@@ -41,6 +41,7 @@ int			tsdg_gpu_memory_limit_mb = 0;
 int			tsdg_worker_backend = TSDG_WORKER_BACKEND_CUDA;
 int			tsdg_gpu_device_number = 0;
 int			tsdg_batch_memory_mb = 32;
+int			tsdg_worker_pending_rows = 1000;
 
 static const struct config_enum_entry tsdg_worker_backend_options[] = {
 	{"cuda", TSDG_WORKER_BACKEND_CUDA, false},
@@ -69,6 +70,11 @@ TsdgDefineWorkerGucs(void)
 							NULL,
 							&tsdg_worker_timeout_ms, 2000, 1, 3600 * 1000,
 							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("tsdg.worker_pending_rows",
+							"Sets how many pending rows an index must have for the GPU worker to keep a copy of them and search them with the graph.",
+							"Fewer are scanned by the session itself, which costs less than sending them; -1: always by the session.",
+							&tsdg_worker_pending_rows, 1000, -1, INT_MAX,
+							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("tsdg.gpu_memory_limit",
 							"Sets the most GPU memory the resident indexes of the GPU worker may take.",
 							"Least recently used indexes are dropped to stay under it; 0 leaves only the device's own limit.",

@@ -29,6 +29,7 @@ extern int	tsdg_gpu_memory_limit_mb;
 extern int	tsdg_worker_backend;
 extern int	tsdg_gpu_device_number;
 extern int	tsdg_batch_memory_mb;
+extern int	tsdg_worker_pending_rows;
 
 /* tsdgworker.c: GUCs, shared memory and the worker's registration (_PG_init) */
 extern void TsdgWorkerInit(void);
@@ -45,15 +46,21 @@ extern void TsdgPublishDeviceMemory(void);
 /* true when this session may send work to the worker now */
 extern bool TsdgWorkerUsable(void);
 
+/* the node id of a pending row in a search's answer (its TID says which) */
+#define TSDG_PENDING_ROW_ID		((uint32) 0xFFFFFFFE)
+
 /*
  * One graph search by the worker: up to max_results node ids with their
  * comparison distances, ascending, and their heap TIDs (invalid for a node
- * deleted in the version searched). False when the session should search on
- * the CPU instead (no worker, worker busy, timeout, worker died, no DSM).
+ * deleted in the version searched). With pending_searched set, the worker
+ * searched the index's pending rows too: they are among the results with id
+ * TSDG_PENDING_ROW_ID. False when the session should search on the CPU
+ * instead (no worker, worker busy, timeout, worker died, no DSM).
  */
 extern bool TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *query,
 							 int max_results, int ef, int lambda_limit,
-							 uint32 *ids, float *dists, ItemPointerData *tids, int *count);
+							 uint32 *ids, float *dists, ItemPointerData *tids, int *count,
+							 bool *pending_searched);
 
 /*
  * Where a batch of searches by the worker reads its queries and leaves its
@@ -81,11 +88,12 @@ extern void TsdgWorkerBatchAreaDone(void);
 /*
  * Searches the first nq queries of the area on the worker, in one batch: for
  * each, k heap TIDs and comparison distances in the area (padded with invalid
- * TIDs / +inf), deleted nodes left out. False when the session should search
- * on the CPU (the queries are still in the area).
+ * TIDs / +inf), deleted nodes left out; the index's pending rows among them
+ * when pending_searched is set. False when the session should search on the
+ * CPU (the queries are still in the area).
  */
 extern bool TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int k,
-								  int ef, int lambda_limit);
+								  int ef, int lambda_limit, bool *pending_searched);
 
 /* where the last batch answered by the worker spent its round trip, in microseconds */
 typedef struct TsdgRoundTrip

@@ -4,7 +4,7 @@
 #   bash ../shared/gpu/make-pg-runtime.sh
 #   make && make install DESTDIR=$PWD/.gpu/stage      # pg_tsdg_cuda.so lands there too
 # ), from the project root:
-#   bash test/gpu/pg_worker_run.sh [tests|bench|all|merge]
+#   bash test/gpu/pg_worker_run.sh [tests|bench|all|pending|merge]
 # starts PostgreSQL with pg_tsdg preloaded (the worker loads pg_tsdg_cuda.so), then
 #   tests: the worker regression test (sql/worker.sql against expected/worker.out, the
 #          searches answered by the GPU) and test/tap/worker_fallback.sh with the CUDA
@@ -13,6 +13,9 @@
 #   bench: test/gpu/pg_worker_bench.py: ROWS x DIM (default 1M x 128) clustered rows
 #          loaded with COPY, CREATE INDEX on the GPU and on the CPU, recall@10 of both,
 #          GPU and CPU searches compared, pgbench at CLIENTS, tsdg_search_batch.
+#   pending: (not part of all) test/gpu/pg_pending_bench.py: searches of an index of ROWS
+#          with PENDING (default 100k) pending rows: the worker's copy of them, each
+#          session's own scan, the CPU path; one session, pgbench, tsdg_search_batch.
 #   merge: (not part of all) issue 7's GPU merge benchmark, test/bench/merge_bench.sh
 #          against this server: CHUNK x (BASE_CHUNKS + LOADS) rows (default 100k x
 #          (10 + 10)), an index built on the GPU on the first 1M, then 10 loads of 100k
@@ -21,7 +24,7 @@
 # PG_EXTRA_CONF: one more postgresql.conf line (e.g. "tsdg.worker_backend = cpu" to try
 # a mode on a machine without a GPU).
 # Writes under $OUT: run.log, worker_regress.diff, worker_fallback.log, bench.log,
-# worker_bench.json, merge_bench.md, merge_bench.log, worker_merges.log, server.log.
+# worker_bench.json, pending_bench.{json,log}, merge_bench.md, merge_bench.log, worker_merges.log, server.log.
 set -uo pipefail
 mode=${1:-all}
 OUT=${OUT:-/tmp/pg_worker_out}
@@ -91,6 +94,15 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
     --seconds "${SECONDS_PER_POINT:-8}" ${BENCH_ARGS:-} --out "$OUT/worker_bench.json" \
     >"$OUT/bench.log" 2>&1 || { echo "benchmark: FAILED or cut short"; failed=1; }
   cat "$OUT/bench.log" | tail -40
+fi
+if [ "$mode" = pending ]; then
+  echo "== pending rows benchmark"
+  PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-480}" python3 test/gpu/pg_pending_bench.py \
+    --rows "${ROWS:-1000000}" --pending "${PENDING:-100000}" --dim "${DIM:-128}" \
+    --clients "${CLIENTS:-1,8,32}" --seconds "${SECONDS_PER_POINT:-6}" ${BENCH_ARGS:-} \
+    --out "$OUT/pending_bench.json" >"$OUT/pending_bench.log" 2>&1 ||
+    { echo "pending benchmark: FAILED or cut short"; failed=1; }
+  tail -30 "$OUT/pending_bench.log"
 fi
 if [ "$mode" = merge ]; then
   echo "== merge benchmark"
