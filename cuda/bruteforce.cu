@@ -60,69 +60,151 @@ __device__ __forceinline__ WarpLists flush_queue(WarpLists list, WarpLists spare
   return spare;
 }
 
-// One warp per query row of the tile: merges the tile's columns into the
-// row's running top-k (global, rows * k).
-template <Metric M>
-__global__ void select_tile_topk_kernel(const float* products, int rows, int cols,
-                                        const float* query_norms, const float* base_norms,
-                                        uint32_t base_offset, int k, bool first_tile,
-                                        float* topk_dists, uint32_t* topk_ids) {
-  extern __shared__ unsigned char shared_raw[];
-  const int warp_in_block = threadIdx.x / kWarpSize;
-  const int row = blockIdx.x * (blockDim.x / kWarpSize) + warp_in_block;
-  if (row >= rows) return;
-  const int lane = lane_id();
-  const size_t per_warp = static_cast<size_t>(2 * k + kWarpSize) * (sizeof(float) + sizeof(uint32_t));
-  unsigned char* base = shared_raw + per_warp * warp_in_block;
-  WarpLists list{reinterpret_cast<float*>(base), nullptr};
-  list.ids = reinterpret_cast<uint32_t*>(list.dists + k);
-  WarpLists spare{reinterpret_cast<float*>(list.ids + k), nullptr};
-  spare.ids = reinterpret_cast<uint32_t*>(spare.dists + k);
-  float* queue_dists = reinterpret_cast<float*>(spare.ids + k);
-  uint32_t* queue_ids = reinterpret_cast<uint32_t*>(queue_dists + kWarpSize);
+// A warp's running top-k in shared memory (list, spare list, 32-entry queue)
+// and the candidates it is being offered.
+struct WarpTopK {
+  WarpLists list;
+  WarpLists spare;
+  float* queue_dists;
+  uint32_t* queue_ids;
+};
 
-  float* row_dists = topk_dists + static_cast<int64_t>(row) * k;
-  uint32_t* row_ids = topk_ids + static_cast<int64_t>(row) * k;
+__device__ __forceinline__ WarpTopK warp_topk_in(unsigned char* shared, int k) {
+  WarpTopK t;
+  t.list = {reinterpret_cast<float*>(shared), nullptr};
+  t.list.ids = reinterpret_cast<uint32_t*>(t.list.dists + k);
+  t.spare = {reinterpret_cast<float*>(t.list.ids + k), nullptr};
+  t.spare.ids = reinterpret_cast<uint32_t*>(t.spare.dists + k);
+  t.queue_dists = reinterpret_cast<float*>(t.spare.ids + k);
+  t.queue_ids = reinterpret_cast<uint32_t*>(t.queue_dists + kWarpSize);
+  return t;
+}
+
+// How many 32-candidate steps ahead a warp loads: one warp scanning a row
+// alone waits a memory latency per step unless its loads are in flight
+// before it needs them (one query over 100k rows: 1.5 ms without, measured).
+constexpr int kLoadsAhead = 8;
+
+// Offers count candidates to the warp's list, which starts from init (or
+// empty when init_dists is null) and ends in out; candidate(i, d, id) gives
+// candidate i < count.
+template <typename Candidate>
+__device__ __forceinline__ void warp_topk_scan(WarpTopK t, int k, const float* init_dists,
+                                               const uint32_t* init_ids, int count,
+                                               Candidate candidate, float* out_dists,
+                                               uint32_t* out_ids) {
+  const int lane = lane_id();
   for (int i = lane; i < k; i += kWarpSize) {
-    list.dists[i] = first_tile ? INFINITY : row_dists[i];
-    list.ids[i] = first_tile ? kInvalidId : row_ids[i];
+    t.list.dists[i] = init_dists == nullptr ? INFINITY : init_dists[i];
+    t.list.ids[i] = init_dists == nullptr ? kInvalidId : init_ids[i];
   }
   __syncwarp();
 
-  const float query_norm = M == Metric::L2 ? query_norms[row] : 0.0f;
-  const float* row_products = products + static_cast<int64_t>(row) * cols;
-  float threshold = list.dists[k - 1];
+  float ahead_dists[kLoadsAhead];
+  uint32_t ahead_ids[kLoadsAhead];
+#pragma unroll
+  for (int j = 0; j < kLoadsAhead; ++j) {
+    ahead_dists[j] = INFINITY;
+    ahead_ids[j] = kInvalidId;
+    if (j * kWarpSize + lane < count) candidate(j * kWarpSize + lane, ahead_dists[j], ahead_ids[j]);
+  }
+  float threshold = t.list.dists[k - 1];
   int queued = 0;
-  for (int start = 0; start < cols; start += kWarpSize) {
-    const int col = start + lane;
-    float d = INFINITY;
-    if (col < cols) {
-      const float base_norm = M == Metric::L2 ? base_norms[col] : 0.0f;
-      d = distance_from_product<M>(row_products[col], query_norm, base_norm);
+  for (int start = 0; start < count; start += kWarpSize) {
+    const float d = ahead_dists[0];
+    const uint32_t id = ahead_ids[0];
+#pragma unroll
+    for (int j = 0; j + 1 < kLoadsAhead; ++j) {
+      ahead_dists[j] = ahead_dists[j + 1];
+      ahead_ids[j] = ahead_ids[j + 1];
     }
+    const int next = start + kLoadsAhead * kWarpSize + lane;
+    ahead_dists[kLoadsAhead - 1] = INFINITY;
+    ahead_ids[kLoadsAhead - 1] = kInvalidId;
+    if (next < count) candidate(next, ahead_dists[kLoadsAhead - 1], ahead_ids[kLoadsAhead - 1]);
+
     unsigned passing = __ballot_sync(kFullMask, d < threshold);
     if (passing == 0) continue;
     if (queued + __popc(passing) > kWarpSize) {
-      WarpLists current = flush_queue(list, spare, queue_dists, queue_ids, queued, k);
-      spare = list;
-      list = current;
+      WarpLists current = flush_queue(t.list, t.spare, t.queue_dists, t.queue_ids, queued, k);
+      t.spare = t.list;
+      t.list = current;
       queued = 0;
-      threshold = list.dists[k - 1];
+      threshold = t.list.dists[k - 1];
       passing = __ballot_sync(kFullMask, d < threshold);
     }
     if (d < threshold) {
       const int slot = queued + __popc(passing & ((1u << lane) - 1u));
-      queue_dists[slot] = d;
-      queue_ids[slot] = base_offset + static_cast<uint32_t>(col);
+      t.queue_dists[slot] = d;
+      t.queue_ids[slot] = id;
     }
     queued += __popc(passing);
     __syncwarp();
   }
-  if (queued > 0) list = flush_queue(list, spare, queue_dists, queue_ids, queued, k);
+  if (queued > 0) t.list = flush_queue(t.list, t.spare, t.queue_dists, t.queue_ids, queued, k);
   for (int i = lane; i < k; i += kWarpSize) {
-    row_dists[i] = list.dists[i];
-    row_ids[i] = list.ids[i];
+    out_dists[i] = t.list.dists[i];
+    out_ids[i] = t.list.ids[i];
   }
+}
+
+__device__ __forceinline__ unsigned char* warp_shared(unsigned char* shared_raw, int k) {
+  const size_t per_warp = static_cast<size_t>(2 * k + kWarpSize) * (sizeof(float) + sizeof(uint32_t));
+  return shared_raw + per_warp * (threadIdx.x / kWarpSize);
+}
+
+// One warp per (query row, segment) of the tile: a row's columns are split
+// into segments of segment_cols so that a few queries still keep the device
+// busy. With one segment a row's top-k is merged into its running list
+// (out, rows * k); with more, each segment's own top-k goes to out
+// ((rows * segments) * k) for merge_segment_topk_kernel.
+template <Metric M>
+__global__ void select_tile_topk_kernel(const float* products, int rows, int cols, int segments,
+                                        int segment_cols, const float* query_norms,
+                                        const float* base_norms, uint32_t base_offset, int k,
+                                        bool first_tile, float* out_dists, uint32_t* out_ids) {
+  extern __shared__ unsigned char shared_raw[];
+  const int warp = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (warp >= rows * segments) return;
+  const int row = warp / segments;
+  const int first_col = (warp % segments) * segment_cols;
+  const int count = min(segment_cols, cols - first_col);
+  const float query_norm = M == Metric::L2 ? query_norms[row] : 0.0f;
+  const float* row_products = products + static_cast<int64_t>(row) * cols + first_col;
+  float* warp_dists = out_dists + static_cast<int64_t>(warp) * k;
+  uint32_t* warp_ids = out_ids + static_cast<int64_t>(warp) * k;
+  const bool from_list = segments == 1 && !first_tile;
+  warp_topk_scan(
+      warp_topk_in(warp_shared(shared_raw, k), k), k, from_list ? warp_dists : nullptr, warp_ids,
+      count,
+      [&](int i, float& d, uint32_t& id) {
+        const float base_norm = M == Metric::L2 ? base_norms[first_col + i] : 0.0f;
+        d = distance_from_product<M>(row_products[i], query_norm, base_norm);
+        id = base_offset + static_cast<uint32_t>(first_col + i);
+      },
+      warp_dists, warp_ids);
+}
+
+// One warp per query row: the segments' top-k lists of the tile merged into
+// the row's running list (rows * k).
+__global__ void merge_segment_topk_kernel(const float* segment_dists, const uint32_t* segment_ids,
+                                          int rows, int segments, int k, bool first_tile,
+                                          float* topk_dists, uint32_t* topk_ids) {
+  extern __shared__ unsigned char shared_raw[];
+  const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (row >= rows) return;
+  const float* row_dists = segment_dists + static_cast<int64_t>(row) * segments * k;
+  const uint32_t* row_ids = segment_ids + static_cast<int64_t>(row) * segments * k;
+  float* list_dists = topk_dists + static_cast<int64_t>(row) * k;
+  uint32_t* list_ids = topk_ids + static_cast<int64_t>(row) * k;
+  warp_topk_scan(
+      warp_topk_in(warp_shared(shared_raw, k), k), k, first_tile ? nullptr : list_dists, list_ids,
+      segments * k,
+      [&](int i, float& d, uint32_t& id) {
+        d = row_dists[i];
+        id = row_ids[i];
+      },
+      list_dists, list_ids);
 }
 
 }  // namespace
@@ -137,9 +219,35 @@ void compute_squared_norms(const float* rows, int64_t count, int dim, float* nor
   check_launch("squared_norms_kernel");
 }
 
+namespace {
+
+// The query tile of a search on resident rows with scratch: its products
+// (query tile x base tile floats) stay within this, without asking the device.
+constexpr size_t kScratchProductBytes = size_t{256} << 20;
+
+// Fewer queries than fill the device have their columns split into segments
+// (select_tile_topk_kernel) for about this many warps in all; a segment keeps
+// at least kMinSegmentCols columns and 8 k, so that its own top-k is a small
+// part of what it reads.
+constexpr int64_t kSelectWarpsWanted = 4096;
+constexpr int64_t kMinSegmentCols = 1024;
+
+int segments_for(int64_t rows, int64_t cols, int k) {
+  const int64_t most = std::max<int64_t>(1, cols / std::max<int64_t>(kMinSegmentCols, 8 * k));
+  return static_cast<int>(std::clamp<int64_t>((kSelectWarpsWanted + rows - 1) / rows, 1, most));
+}
+
+template <typename T>
+T* scratch_buffer(DeviceBuffer<T>& buffer, size_t count) {
+  if (buffer.size() < count) buffer.allocate(count);
+  return buffer.data();
+}
+
+}  // namespace
+
 void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric metric, int k,
                uint32_t* ids, float* dists, const RunControl& control,
-               const ResidentRows* resident) {
+               const ResidentRows* resident, ExactKnnScratch* scratch) {
   if (k <= 0 || k > kMaxSelectK) {
     throw Error(Status::InvalidArgument, "GPU exact k-NN supports 1 <= k <= 2048");
   }
@@ -158,12 +266,15 @@ void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric m
   }
 
   // Tile sizes from the free memory: the product tile dominates.
-  const size_t usable = usable_device_memory();
+  const int64_t base_tile = std::min<int64_t>(base.rows, 32768);
+  const bool scratch_tiles = resident != nullptr && scratch != nullptr;
+  const size_t usable = scratch_tiles ? 0 : usable_device_memory();
   const size_t base_bytes = static_cast<size_t>(base.rows) * dim * sizeof(float);
   const bool base_resident = resident != nullptr || base_bytes <= usable / 3;
-  const int64_t base_tile = std::min<int64_t>(base.rows, 32768);
   const bool upload_base = base_resident && resident == nullptr;
-  size_t budget = std::min<size_t>((upload_base ? usable - base_bytes : usable) / 3, size_t{2} << 30);
+  size_t budget = scratch_tiles ? kScratchProductBytes
+                                : std::min<size_t>((upload_base ? usable - base_bytes : usable) / 3,
+                                                   size_t{2} << 30);
   int64_t query_tile = static_cast<int64_t>(budget / (static_cast<size_t>(base_tile) * sizeof(float)));
   const size_t per_query = static_cast<size_t>(dim) * sizeof(float) + 2 * k * sizeof(float);
   query_tile = std::min<int64_t>(query_tile, static_cast<int64_t>(budget / per_query));
@@ -171,11 +282,21 @@ void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric m
 
   DeviceBuffer<float> base_rows(resident ? 0 : static_cast<size_t>(base_resident ? base.rows : base_tile) * dim);
   DeviceBuffer<float> base_norms(resident ? 0 : (base_resident ? base.rows : base_tile));
-  DeviceBuffer<float> query_rows(static_cast<size_t>(query_tile) * dim);
-  DeviceBuffer<float> query_norms(query_tile);
-  DeviceBuffer<float> products(static_cast<size_t>(query_tile) * base_tile);
-  DeviceBuffer<float> topk_dists(static_cast<size_t>(query_tile) * k);
-  DeviceBuffer<uint32_t> topk_ids(static_cast<size_t>(query_tile) * k);
+  ExactKnnScratch own;
+  ExactKnnScratch& buffers = scratch_tiles ? *scratch : own;
+  float* query_rows = scratch_buffer(buffers.query_rows, static_cast<size_t>(query_tile) * dim);
+  float* query_norms = scratch_buffer(buffers.query_norms, query_tile);
+  float* products = scratch_buffer(buffers.products, static_cast<size_t>(query_tile) * base_tile);
+  float* topk_dists = scratch_buffer(buffers.topk_dists, static_cast<size_t>(query_tile) * k);
+  uint32_t* topk_ids = scratch_buffer(buffers.topk_ids, static_cast<size_t>(query_tile) * k);
+  const int most_segments = segments_for(std::min(query_tile, query_count), base_tile, k);
+  float* segment_dists = nullptr;
+  uint32_t* segment_ids = nullptr;
+  if (most_segments > 1) {
+    const size_t lists = static_cast<size_t>(std::min(query_tile, query_count)) * most_segments * k;
+    segment_dists = scratch_buffer(buffers.segment_dists, lists);
+    segment_ids = scratch_buffer(buffers.segment_ids, lists);
+  }
   if (upload_base) {
     copy_to_device(base_rows.data(), base.data, base_rows.size(), stream);
     if (metric == Metric::L2) compute_squared_norms(base_rows.data(), base.rows, dim, base_norms.data(), stream);
@@ -187,14 +308,22 @@ void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric m
   const int warps_per_block =
       static_cast<int>(std::clamp<size_t>(kSelectSharedBudget / per_warp, 1, 8));
   const size_t shared_bytes = per_warp * warps_per_block;
+  dispatch_metric(metric, [&](auto tag) {
+    TSDG_CUDA_CHECK(cudaFuncSetAttribute(select_tile_topk_kernel<decltype(tag)::value>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(shared_bytes)));
+  });
+  TSDG_CUDA_CHECK(cudaFuncSetAttribute(merge_segment_topk_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(shared_bytes)));
   const float alpha = metric == Metric::L2 ? -2.0f : -1.0f;
   const float beta = 0.0f;
 
   for (int64_t q0 = 0; q0 < query_count; q0 += query_tile) {
     control.throw_if_cancelled();
     const int64_t q_rows = std::min(query_tile, query_count - q0);
-    copy_to_device(query_rows.data(), queries.row(q0), static_cast<size_t>(q_rows) * dim, stream);
-    if (metric == Metric::L2) compute_squared_norms(query_rows.data(), q_rows, dim, query_norms.data(), stream);
+    copy_to_device(query_rows, queries.row(q0), static_cast<size_t>(q_rows) * dim, stream);
+    if (metric == Metric::L2) compute_squared_norms(query_rows, q_rows, dim, query_norms, stream);
     for (int64_t b0 = 0; b0 < base.rows; b0 += base_tile) {
       const int64_t b_rows = std::min(base_tile, base.rows - b0);
       const float* tile_rows = all_rows + (base_resident ? b0 * dim : 0);
@@ -206,24 +335,32 @@ void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric m
       // Column-major view: products^T (b_rows x q_rows) = B (d x b_rows)^T * Q (d x q_rows).
       TSDG_CUBLAS_CHECK(cublasSgemm(ctx.blas.get(), CUBLAS_OP_T, CUBLAS_OP_N,
                                     static_cast<int>(b_rows), static_cast<int>(q_rows), dim, &alpha,
-                                    tile_rows, dim, query_rows.data(), dim, &beta, products.data(),
+                                    tile_rows, dim, query_rows, dim, &beta, products,
                                     static_cast<int>(b_rows)));
-      const unsigned blocks = static_cast<unsigned>((q_rows + warps_per_block - 1) / warps_per_block);
+      const int segments = std::min(most_segments, segments_for(q_rows, b_rows, k));
+      const int segment_cols = static_cast<int>((b_rows + segments - 1) / segments);
+      const int64_t warps = q_rows * segments;
+      const unsigned blocks = static_cast<unsigned>((warps + warps_per_block - 1) / warps_per_block);
       dispatch_metric(metric, [&](auto tag) {
         constexpr Metric M = decltype(tag)::value;
-        auto kernel = select_tile_topk_kernel<M>;
-        TSDG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(shared_bytes)));
-        kernel<<<blocks, warps_per_block * kWarpSize, shared_bytes, stream>>>(
-            products.data(), static_cast<int>(q_rows), static_cast<int>(b_rows),
-            query_norms.data(), tile_norms, static_cast<uint32_t>(b0), k, b0 == 0,
-            topk_dists.data(), topk_ids.data());
+        select_tile_topk_kernel<M><<<blocks, warps_per_block * kWarpSize, shared_bytes, stream>>>(
+            products, static_cast<int>(q_rows), static_cast<int>(b_rows), segments, segment_cols,
+            query_norms, tile_norms, static_cast<uint32_t>(b0), k, b0 == 0,
+            segments > 1 ? segment_dists : topk_dists, segments > 1 ? segment_ids : topk_ids);
         check_launch("select_tile_topk_kernel");
       });
+      if (segments > 1) {
+        const unsigned merge_blocks =
+            static_cast<unsigned>((q_rows + warps_per_block - 1) / warps_per_block);
+        merge_segment_topk_kernel<<<merge_blocks, warps_per_block * kWarpSize, shared_bytes, stream>>>(
+            segment_dists, segment_ids, static_cast<int>(q_rows), segments, k, b0 == 0, topk_dists,
+            topk_ids);
+        check_launch("merge_segment_topk_kernel");
+      }
       if (!base_resident) ctx.stream.synchronize();  // the staging tile is reused
     }
-    copy_to_host(ids + q0 * k, topk_ids.data(), static_cast<size_t>(q_rows) * k, stream);
-    copy_to_host(dists + q0 * k, topk_dists.data(), static_cast<size_t>(q_rows) * k, stream);
+    copy_to_host(ids + q0 * k, topk_ids, static_cast<size_t>(q_rows) * k, stream);
+    copy_to_host(dists + q0 * k, topk_dists, static_cast<size_t>(q_rows) * k, stream);
     ctx.stream.synchronize();
     control.add_done(q_rows);
   }

@@ -86,7 +86,7 @@ void CudaExactSet::search(MatrixView queries, int k, uint32_t* ids, float* dists
   TSDG_CUDA_CHECK(cudaSetDevice(device_));
   const ResidentRows resident{rows_.data(), norms_.data()};
   exact_knn(*ctx_, MatrixView{nullptr, size_, dim_}, queries, metric_, k, ids, dists, control,
-            &resident);
+            &resident, &scratch_);
 }
 
 }  // namespace tsdg::cuda

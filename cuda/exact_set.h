@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "device_memory.h"
+#include "gpu_algorithms.h"
 
 namespace tsdg::cuda {
 
@@ -34,6 +35,7 @@ class CudaExactSet final : public ExactSet {
   std::unique_ptr<DeviceContext> ctx_;
   DeviceBuffer<float> rows_;   // capacity_ * dim_
   DeviceBuffer<float> norms_;  // capacity_, for L2 only
+  ExactKnnScratch scratch_;    // the searches' buffers, kept between them
   mutable std::mutex mutex_;   // one call at a time on the stream and buffers
 };
 

@@ -19,13 +19,27 @@ struct ResidentRows {
   const float* norms = nullptr;
 };
 
+// The buffers of exact_knn on resident rows that a caller searching them again
+// and again keeps (an exact set): a search of a few queries then allocates
+// nothing and asks the device for no memory figure, each of which costs more
+// than the search.
+struct ExactKnnScratch {
+  DeviceBuffer<float> query_rows;
+  DeviceBuffer<float> query_norms;
+  DeviceBuffer<float> products;
+  DeviceBuffer<float> topk_dists;
+  DeviceBuffer<uint32_t> topk_ids;
+  DeviceBuffer<float> segment_dists;
+  DeviceBuffer<uint32_t> segment_ids;
+};
+
 // bruteforce.cu: cuBLAS products tiled over queries and base, warp top-k
 // selection. With resident, base gives only the shape and the device rows
-// are used; otherwise the base is uploaded (whole, or a tile at a time when it
-// does not fit).
+// are used (with scratch, in its buffers, grown as needed); otherwise the
+// base is uploaded (whole, or a tile at a time when it does not fit).
 void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric metric, int k,
                uint32_t* ids, float* dists, const RunControl& control,
-               const ResidentRows* resident = nullptr);
+               const ResidentRows* resident = nullptr, ExactKnnScratch* scratch = nullptr);
 void compute_squared_norms(const float* rows, int64_t count, int dim, float* norms,
                            cudaStream_t stream);
 
