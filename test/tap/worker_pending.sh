@@ -59,9 +59,11 @@ filtered_pending_misses() {
                             ORDER BY v <-> (SELECT v FROM queries WHERE q = e.q) LIMIT 10) i
              WHERE i.id = e.id)) || ' of ' || count(*) FROM exact e"
 }
+# the rows of tsdg_search_batch per query, not their distances: the CUDA
+# worker computes a pending row's distance otherwise than the session
 batch() {
   sql -At -c "SET tsdg.worker_pending_rows = $1" -c "
-    SELECT md5(string_agg(b.query || ':' || b.tid || ':' || b.distance, ',' ORDER BY b.query, b.distance, b.tid))
+    SELECT md5(string_agg(b.query || ':' || b.tid, ',' ORDER BY b.query, b.tid))
     FROM tsdg_search_batch('items_idx', (SELECT array_agg(v ORDER BY q) FROM queries), 10) b"
 }
 # rows of items with id in [$1, $2] not found first by their own vector
