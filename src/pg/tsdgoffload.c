@@ -346,7 +346,9 @@ TsdgSendPendingRows(Relation index, const TsdgMetaPageData *meta, const TsdgInde
 	slot->bulk_size = header.total_size;
 	request_id = TsdgIpcSubmit(slot);
 	answered = TsdgIpcWait(slot, request_id, tsdg_worker_timeout_ms, NULL, NULL);
-	if (answered && slot->reply != TSDG_REPLY_OK && slot->reply != TSDG_REPLY_NOT_RESIDENT)
+	/* busy building or merging, or the index dropped meanwhile: the session scans them this time */
+	if (answered && slot->reply != TSDG_REPLY_OK && slot->reply != TSDG_REPLY_NOT_RESIDENT &&
+		slot->reply != TSDG_REPLY_BUSY)
 		TsdgLogFallback(slot->reply == TSDG_REPLY_OUT_OF_MEMORY ?
 						TSDG_FALLBACK_OUT_OF_MEMORY : TSDG_FALLBACK_FAILED,
 						"the GPU worker could not take the pending rows, scanning them",
