@@ -292,6 +292,12 @@ TsdgCopyPendingRow(void *arg, const ItemPointerData *tid, const float *vector)
 }
 
 /*
+ * A segment for pending rows could not be made in this session (a small
+ * /dev/shm): its searches scan them themselves rather than warn each time.
+ */
+static bool pending_segment_failed = false;
+
+/*
  * Sends the worker the pending rows of meta's list from first on, for its
  * copy (TsdgPendingArgs). Rows read while a VACUUM began to move them are
  * not sent.
@@ -317,7 +323,10 @@ TsdgSendPendingRows(Relation index, const TsdgMetaPageData *meta, const TsdgInde
 	header.total_size = offset;
 	seg = TsdgCreateBulkSegment(header.total_size, "the pending rows the GPU worker searches");
 	if (seg == NULL)
+	{
+		pending_segment_failed = true;
 		return;
+	}
 	memcpy(dsm_segment_address(seg), &header, sizeof(header));
 	copy.skip = first;
 	copy.count = meta->pending_count - first;
@@ -369,7 +378,7 @@ TsdgPendingForWorker(Relation index, const TsdgMetaPageData *meta, const TsdgInd
 	int64		have = -1;
 	uint64		epoch = 0;
 
-	if (tsdg_worker_pending_rows < 0 || meta->pending_count == 0 ||
+	if (tsdg_worker_pending_rows < 0 || pending_segment_failed || meta->pending_count == 0 ||
 		meta->pending_count < tsdg_worker_pending_rows || meta->pending_epoch % 2 != 0)
 		return 0;
 	SpinLockAcquire(&TsdgShared->mutex);
