@@ -424,6 +424,26 @@ extern IndexBulkDeleteResult *tsdgbulkdelete(IndexVacuumInfo *info, IndexBulkDel
 											 IndexBulkDeleteCallback callback, void *callback_state);
 extern IndexBulkDeleteResult *tsdgvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats);
 
+/* tsdglistwriters.c: a GPU merge's list pages, written as the worker publishes their lists */
+typedef struct TsdgListWriters TsdgListWriters;
+struct TsdgBuildSummary;
+struct dsm_segment;
+/* arrays: the merged graph's, in the merge segment; the region is placed at list_start */
+extern TsdgListWriters *TsdgStartListWriters(Relation index, struct dsm_segment *merge,
+											 const TsdgGraphArrays *arrays,
+											 const struct TsdgBuildSummary *summary,
+											 BlockNumber list_start);
+/* the session writes the pages whose lists are ready, without waiting */
+extern void TsdgListWritersOffer(TsdgListWriters *w);
+extern int	TsdgListWritersLaunched(const TsdgListWriters *w);
+/*
+ * complete (every list published): writes the rest with the workers and
+ * returns the list pages, all of them; else stops the workers. before: the
+ * pages written until this call; seconds: since the start.
+ */
+extern BlockNumber TsdgFinishListWriters(TsdgListWriters *w, bool complete, BlockNumber *before,
+										 double *seconds);
+
 /* tsdgmerge.c */
 extern int	tsdg_merge_threshold;
 extern double tsdg_merge_scale_factor;

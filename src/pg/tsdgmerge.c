@@ -106,9 +106,13 @@ typedef struct TsdgMerge
 	bool		region_placed;	/* new_meta's region fields are set */
 	bool		rows_written;	/* while the worker merged */
 	bool		knn_pages_written;	/* while the worker diversified */
+	/* writing the list pages as the worker publishes their lists, once it does */
+	TsdgListWriters *list_writers;
 	BlockNumber list_pages_early;	/* written while the worker wrote its lists out */
+	BlockNumber list_pages_at_answer;	/* of those, written before its answer */
 	BlockNumber list_pages_relinked;	/* of those, written again after its linking */
 	double		list_pages_early_seconds;
+	int			list_writers_launched;	/* parallel workers that wrote list pages */
 	bool		knn_pages_kept; /* the worker keeps the merged k-NN lists, the pages
 								 * keep the stored ones */
 
@@ -136,6 +140,7 @@ static void TsdgWriteRows(TsdgMerge *m);
 static void TsdgWriteNewRows(void *arg);
 static void TsdgWriteKnnPages(void *arg);
 static void TsdgWriteListPagesEarly(void *arg, int64 rows);
+static void TsdgFinishListPages(TsdgMerge *m, bool merged);
 
 void
 TsdgMergeInit(void)
@@ -951,6 +956,7 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 								   metric, params, m->old_knn_ids, m->old_knn_dists,
 								   m->old_neighbors, m->old_lambdas, m->old_changed, m->knn_ids,
 								   m->neighbors, m->lambdas, m->changed);
+	TsdgFinishListPages(m, outcome == TSDG_WORKER_MERGED);
 	if (outcome != TSDG_WORKER_MERGED && m->left_to_worker != TSDG_COPY_NONE)
 	{
 		/* the worker dropped its copy, or gave up: what was left to it is read after all */
@@ -962,6 +968,7 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 										   m->old_knn_dists, m->old_neighbors, m->old_lambdas,
 										   m->old_changed, m->knn_ids, m->neighbors, m->lambdas,
 										   m->changed);
+		TsdgFinishListPages(m, outcome == TSDG_WORKER_MERGED);
 	}
 	if (outcome == TSDG_WORKER_MERGED)
 		return;
@@ -1142,28 +1149,44 @@ TsdgWriteKnnPages(void *arg)
  * TsdgMergeSegment's lists_ready: the list pages whose lists the worker has
  * written out (the first rows of them), written while it writes the others
  * and links the graph's components (list pages are a third of a merge's time
- * into 2M rows, WAL-bound). The few lists the linking changes are written
- * again after the answer (TsdgWriteRelinkedListPages).
+ * into 2M rows, WAL-bound), by parallel workers and by this session
+ * (tsdglistwriters.c). The few lists the linking changes are written again
+ * after the answer (TsdgWriteRelinkedListPages).
  */
 static void
 TsdgWriteListPagesEarly(void *arg, int64 rows)
 {
 	TsdgMerge  *m = (TsdgMerge *) arg;
-	BlockNumber pages = TsdgNewListPages(m);
-	BlockNumber ready = rows >= m->arrays.n ? pages : (BlockNumber) (rows / m->new_layout.lists_per_page);
-	instr_time	start;
-	instr_time	end;
 
-	if (ready <= m->list_pages_early)
+	if (rows == 0)
 		return;
-	INSTR_TIME_SET_CURRENT(start);
-	TsdgPlaceRegion(m);
-	TsdgWritePages(m->index, m->new_meta.list_start, m->list_pages_early, ready, TsdgFillRegionPage,
-				   &m->arrays);
-	m->list_pages_early = ready;
-	INSTR_TIME_SET_CURRENT(end);
-	INSTR_TIME_SUBTRACT(end, start);
-	m->list_pages_early_seconds += INSTR_TIME_GET_DOUBLE(end);
+	if (m->list_writers == NULL)
+	{
+		/* blocks appended for the region before any writer runs */
+		TsdgPlaceRegion(m);
+		m->list_writers = TsdgStartListWriters(m->index, m->segment.seg, &m->arrays,
+											   m->segment.summary, m->new_meta.list_start);
+		m->list_writers_launched = TsdgListWritersLaunched(m->list_writers);
+	}
+	TsdgListWritersOffer(m->list_writers);
+}
+
+/*
+ * After the worker's answer: the list pages all written when it merged
+ * (every list is published then), else the writers stopped and what they
+ * wrote is not this merge's.
+ */
+static void
+TsdgFinishListPages(TsdgMerge *m, bool merged)
+{
+	BlockNumber written;
+
+	if (m->list_writers == NULL)
+		return;
+	written = TsdgFinishListWriters(m->list_writers, merged, &m->list_pages_at_answer,
+									&m->list_pages_early_seconds);
+	m->list_writers = NULL;
+	m->list_pages_early = merged ? written : 0;
 }
 
 /*
@@ -1625,9 +1648,9 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 				 m->knn_pages_written ? "; k-NN pages written while the worker diversified" : "");
 	if (m->list_pages_early > 0)
 		snprintf(notes + strlen(notes), sizeof(notes) - strlen(notes),
-				 "; %u of %u list pages written in %.2f s while the worker wrote its lists out and linked components, %u of them again after",
+				 "; %u of %u list pages written in %.2f s while the worker wrote its lists out and linked components (%u before its answer; %d parallel workers and the session), %u of them again after",
 				 m->list_pages_early, TsdgNewListPages(m), m->list_pages_early_seconds,
-				 m->list_pages_relinked);
+				 m->list_pages_at_answer, m->list_writers_launched, m->list_pages_relinked);
 	if (m->split < m->n_old)
 		snprintf(notes + strlen(notes), sizeof(notes) - strlen(notes),
 				 "; " INT64_FORMAT " nodes past the stored k-NN lists merged again",
