@@ -1648,7 +1648,7 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 				 m->knn_pages_written ? "; k-NN pages written while the worker diversified" : "");
 	if (m->list_pages_early > 0)
 		snprintf(notes + strlen(notes), sizeof(notes) - strlen(notes),
-				 "; %u of %u list pages written in %.2f s while the worker wrote its lists out and linked components (%u before its answer; %d parallel workers and the session), %u of them again after",
+				 "; %u of %u list pages written in %.2f s while the worker wrote its lists out and linked components (%u before its answer, by %d parallel workers and the session), %u of them again after",
 				 m->list_pages_early, TsdgNewListPages(m), m->list_pages_early_seconds,
 				 m->list_pages_at_answer, m->list_writers_launched, m->list_pages_relinked);
 	if (m->split < m->n_old)
