@@ -65,16 +65,8 @@ def main():
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
-    results = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-
-    def save():
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-
-    def step(name):
-        print("== %s (%.0f s)" % (name, time.monotonic() - t0), flush=True)
-
-    t0 = time.monotonic()
+    run = wb.Run(args.out)
+    results, save, step, t0 = run.results, run.save, run.step, run.t0
     total = args.rows + args.pending
     spec = dataset.SyntheticSpec(rows=total, dim=args.dim, clusters=64, intrinsic_dim=32,
                                  spread=1.0, noise=0.05, seed=3)

@@ -112,6 +112,24 @@ def pgbench(clients, seconds, nq, settings):
             "latency_ms": float(lat.group(1)) if lat else None}
 
 
+class Run:
+    """A benchmark's results, written as JSON to out after every step (so that a run
+    cut short still reports what it did), and its step lines with the seconds since
+    its start."""
+
+    def __init__(self, out):
+        self.out = out
+        self.results = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+        self.t0 = time.monotonic()
+
+    def save(self):
+        with open(self.out, "w") as f:
+            json.dump(self.results, f, indent=1)
+
+    def step(self, name):
+        print("== %s (%.0f s)" % (name, time.monotonic() - self.t0), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -129,16 +147,8 @@ def main():
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
-    results = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-
-    def save():
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-
-    def step(name):
-        print("== %s (%.0f s)" % (name, time.monotonic() - t0), flush=True)
-
-    t0 = time.monotonic()
+    run = Run(args.out)
+    results, save, step, t0 = run.results, run.save, run.step, run.t0
     spec = dataset.SyntheticSpec(rows=args.rows, dim=args.dim, clusters=64, intrinsic_dim=32,
                                  spread=1.0, noise=0.05, seed=1)
     results["dataset"] = spec.describe()
