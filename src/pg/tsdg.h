@@ -385,6 +385,15 @@ extern void TsdgNodeResultsToTids(const uint32 *ids, const float *dists, int nq,
 typedef void (*TsdgPendingVisitor) (void *arg, const ItemPointerData *tid, const float *vector);
 extern void TsdgVisitPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
 								 BlockNumber stop, TsdgPendingVisitor visit, void *arg);
+/*
+ * Copies up to max pending rows, from the one after the first skip rows of
+ * block blkno on along the list, into rows and tids; *end_block and
+ * *end_offset then say where the last one copied lies (its block, and its
+ * place there plus one). Returns how many were copied.
+ */
+extern int64 TsdgCopyPendingRowsFrom(Relation index, const TsdgLayout *layout, BlockNumber blkno,
+									 int skip, int64 max, float *rows, ItemPointerData *tids,
+									 BlockNumber *end_block, int *end_offset);
 extern void TsdgInitPendingRows(TsdgPendingRows *pending, int dims, int64 capacity);
 extern void TsdgReadPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
 								BlockNumber stop, TsdgPendingRows *pending);

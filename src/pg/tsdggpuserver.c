@@ -138,6 +138,8 @@ typedef struct ResidentIndex
 	ItemPointerData *pending_tids;
 	int64		pending_capacity;
 	uint64		pending_epoch;
+	BlockNumber pending_end_block;	/* where the last of them lies (TsdgPendingArgs) */
+	int			pending_end_offset;
 	int64		bytes;
 	TimestampTz loaded_at;
 	TimestampTz last_used;
@@ -204,6 +206,8 @@ PublishResidents(void)
 		info->pending_rows = residents[i].pending != NULL ?
 			tsdg_exact_set_size(residents[i].pending) : 0;
 		info->pending_epoch = residents[i].pending_epoch;
+		info->pending_end_block = residents[i].pending_end_block;
+		info->pending_end_offset = residents[i].pending_end_offset;
 		info->bytes = residents[i].bytes + (residents[i].pending != NULL ?
 											(int64) tsdg_exact_set_memory_bytes(residents[i].pending) : 0);
 		info->loaded_at = residents[i].loaded_at;
@@ -936,7 +940,11 @@ ServePendingRows(TakenRequest *t)
 		if (status == TSDG_OK)
 			status = tsdg_exact_set_append(r->pending, rows + skip * args->dims, added, &error);
 		if (status == TSDG_OK)
+		{
 			memcpy(r->pending_tids + have, tids + skip, sizeof(ItemPointerData) * added);
+			r->pending_end_block = args->end_block;
+			r->pending_end_offset = args->end_offset;
+		}
 	}
 	UnmapBulk(&map);
 	PublishResidents();

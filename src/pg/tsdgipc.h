@@ -129,7 +129,10 @@ typedef struct TsdgSearchArgs
  * Rows [first, first + n) of the index's pending list (in the segment's rows
  * and tids), for the worker's copy of the pending rows of key's graph at
  * pending_epoch (tsdg.h). The worker keeps the part past the rows it has;
- * a newer epoch replaces its copy.
+ * a newer epoch replaces its copy. The last row sent lies in end_block, the
+ * end_offset-th there: the next session to send rows reads on from it, not
+ * from the list's head (pages only fill at the list's tail within an epoch
+ * and a graph).
  */
 typedef struct TsdgPendingArgs
 {
@@ -138,6 +141,8 @@ typedef struct TsdgPendingArgs
 	int64		first;
 	int64		n;
 	int			dims;
+	BlockNumber end_block;
+	int			end_offset;
 } TsdgPendingArgs;
 
 typedef struct TsdgBuildArgs
@@ -301,9 +306,15 @@ typedef struct TsdgCachedIndexInfo
 {
 	TsdgIndexKey key;
 	bool		with_knn;		/* its k-NN and search lists too: built or merged by the worker */
-	/* the worker's copy of the first pending_rows pending rows, at pending_epoch */
+	/*
+	 * the worker's copy of the first pending_rows pending rows, at
+	 * pending_epoch; the last of them lies in pending_end_block, the
+	 * pending_end_offset-th there (TsdgPendingArgs)
+	 */
 	int64		pending_rows;
 	uint64		pending_epoch;
+	BlockNumber pending_end_block;
+	int			pending_end_offset;
 	int64		bytes;
 	TimestampTz loaded_at;
 	TimestampTz last_used;

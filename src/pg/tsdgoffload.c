@@ -264,33 +264,6 @@ TsdgHandleReply(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey
 	return false;
 }
 
-/* what visiting the pending list collects: count rows after the first skip */
-typedef struct TsdgPendingCopy
-{
-	int64		skip;
-	int64		count;
-	int64		copied;
-	int			dims;
-	float	   *rows;
-	ItemPointerData *tids;
-} TsdgPendingCopy;
-
-static void
-TsdgCopyPendingRow(void *arg, const ItemPointerData *tid, const float *vector)
-{
-	TsdgPendingCopy *copy = (TsdgPendingCopy *) arg;
-
-	if (copy->skip > 0)
-	{
-		copy->skip--;
-		return;
-	}
-	if (copy->copied == copy->count)
-		return;
-	memcpy(copy->rows + copy->copied * copy->dims, vector, sizeof(float) * copy->dims);
-	copy->tids[copy->copied++] = *tid;
-}
-
 /*
  * A segment for pending rows could not be made in this session (a small
  * /dev/shm): its searches scan them themselves rather than warn each time.
@@ -299,17 +272,21 @@ static bool pending_segment_failed = false;
 
 /*
  * Sends the worker the pending rows of meta's list from first on, for its
- * copy (TsdgPendingArgs). Rows read while a VACUUM began to move them are
- * not sent.
+ * copy (TsdgPendingArgs): from the list's head, or after the first skip rows
+ * of block from when first is where the worker's copy ends. Rows read while
+ * a VACUUM began to move them are not sent.
  */
 static void
 TsdgSendPendingRows(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *key,
-					int64 first)
+					int64 first, BlockNumber from, int skip)
 {
 	TsdgLayout	layout;
 	TsdgBulkHeader header;
 	Size		offset = sizeof(TsdgBulkHeader);
-	TsdgPendingCopy copy;
+	int64		wanted = meta->pending_count - first;
+	int64		copied;
+	BlockNumber end_block = InvalidBlockNumber;
+	int			end_offset = 0;
 	TsdgMetaPageData after;
 	dsm_segment *seg;
 	TsdgRequestSlot *slot;
@@ -318,8 +295,8 @@ TsdgSendPendingRows(Relation index, const TsdgMetaPageData *meta, const TsdgInde
 
 	TsdgLayoutFromMeta(&layout, meta);
 	memset(&header, 0, sizeof(header));
-	header.rows = TsdgBulkAdd(&offset, sizeof(float) * meta->dims * (meta->pending_count - first));
-	header.tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * (meta->pending_count - first));
+	header.rows = TsdgBulkAdd(&offset, sizeof(float) * meta->dims * wanted);
+	header.tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * wanted);
 	header.total_size = offset;
 	seg = TsdgCreateBulkSegment(header.total_size, "the pending rows the GPU worker searches");
 	if (seg == NULL)
@@ -328,18 +305,14 @@ TsdgSendPendingRows(Relation index, const TsdgMetaPageData *meta, const TsdgInde
 		return;
 	}
 	memcpy(dsm_segment_address(seg), &header, sizeof(header));
-	copy.skip = first;
-	copy.count = meta->pending_count - first;
-	copy.copied = 0;
-	copy.dims = meta->dims;
-	copy.rows = TsdgBulkArray(dsm_segment_address(seg), header.rows);
-	copy.tids = TsdgBulkArray(dsm_segment_address(seg), header.tids);
-	TsdgVisitPendingRows(index, &layout, meta->pending_head, InvalidBlockNumber,
-						 TsdgCopyPendingRow, &copy);
+	copied = TsdgCopyPendingRowsFrom(index, &layout, from, skip, wanted,
+									 TsdgBulkArray(dsm_segment_address(seg), header.rows),
+									 TsdgBulkArray(dsm_segment_address(seg), header.tids),
+									 &end_block, &end_offset);
 
 	/* a VACUUM that began meanwhile may have moved rows: that copy is of no epoch */
 	TsdgReadMeta(index, &after);
-	if (after.pending_epoch != meta->pending_epoch || copy.copied < copy.count)
+	if (after.pending_epoch != meta->pending_epoch || copied < wanted)
 	{
 		dsm_detach(seg);
 		return;
@@ -349,8 +322,10 @@ TsdgSendPendingRows(Relation index, const TsdgMetaPageData *meta, const TsdgInde
 	slot->args.pending.key = *key;
 	slot->args.pending.pending_epoch = meta->pending_epoch;
 	slot->args.pending.first = first;
-	slot->args.pending.n = copy.count;
+	slot->args.pending.n = wanted;
 	slot->args.pending.dims = meta->dims;
+	slot->args.pending.end_block = end_block;
+	slot->args.pending.end_offset = end_offset;
 	slot->bulk_handle = dsm_segment_handle(seg);
 	slot->bulk_size = header.total_size;
 	request_id = TsdgIpcSubmit(slot);
@@ -377,6 +352,8 @@ TsdgPendingForWorker(Relation index, const TsdgMetaPageData *meta, const TsdgInd
 {
 	int64		have = -1;
 	uint64		epoch = 0;
+	BlockNumber end_block = InvalidBlockNumber;
+	int			end_offset = 0;
 
 	if (tsdg_worker_pending_rows < 0 || pending_segment_failed || meta->pending_count == 0 ||
 		meta->pending_count < tsdg_worker_pending_rows || meta->pending_epoch % 2 != 0)
@@ -387,15 +364,21 @@ TsdgPendingForWorker(Relation index, const TsdgMetaPageData *meta, const TsdgInd
 		{
 			have = TsdgShared->cached[i].pending_rows;
 			epoch = TsdgShared->cached[i].pending_epoch;
+			end_block = TsdgShared->cached[i].pending_end_block;
+			end_offset = TsdgShared->cached[i].pending_end_offset;
 			break;
 		}
 	SpinLockRelease(&TsdgShared->mutex);
 	if (have < 0 || epoch > meta->pending_epoch)
 		return 0;
-	if (epoch < meta->pending_epoch)
+	if (epoch < meta->pending_epoch || have == 0 || !BlockNumberIsValid(end_block))
+	{
 		have = 0;
+		end_block = meta->pending_head;
+		end_offset = 0;
+	}
 	if (have < meta->pending_count)
-		TsdgSendPendingRows(index, meta, key, have);
+		TsdgSendPendingRows(index, meta, key, have, end_block, end_offset);
 	return meta->pending_count;
 }
 

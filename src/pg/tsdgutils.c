@@ -424,6 +424,43 @@ TsdgVisitPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
 	}
 }
 
+int64
+TsdgCopyPendingRowsFrom(Relation index, const TsdgLayout *layout, BlockNumber blkno, int skip,
+						int64 max, float *rows, ItemPointerData *tids, BlockNumber *end_block,
+						int *end_offset)
+{
+	int64		copied = 0;
+
+	while (BlockNumberIsValid(blkno) && copied < max)
+	{
+		Buffer		buf = ReadBuffer(index, blkno);
+		Page		page;
+		int			records;
+		int			i;
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		records = TsdgPageRecordCount(page, layout->pending_size);
+		for (i = skip; i < records && copied < max; i++)
+		{
+			char	   *rec = PageGetContents(page) + layout->pending_size * i;
+
+			memcpy(rows + copied * layout->dims, TsdgRecordVector(rec), sizeof(float) * layout->dims);
+			tids[copied++] = ((TsdgPendingHeader *) rec)->heaptid;
+		}
+		if (i > skip)
+		{
+			*end_block = blkno;
+			*end_offset = i;
+		}
+		skip = 0;
+		blkno = TsdgPageGetOpaque(page)->next;
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
+	return copied;
+}
+
 typedef struct PendingCopy
 {
 	TsdgPendingRows *pending;
