@@ -1459,6 +1459,12 @@ ServeMerge(TakenRequest *t)
 					   "and after diversification." :
 					   "The incremental merge of the CPU backend.")));
 
+	/* every search list is in the segment, whether or not the merge published them as it went */
+	if (poll.summary != NULL)
+	{
+		pg_write_barrier();
+		pg_atomic_write_u64(&poll.summary->lists_ready, (uint64) (args->n_old + args->n_new));
+	}
 	/* answer first: the session writes its pages while the summary is computed and the graph kept */
 	TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
 	if (header->summary != 0)

@@ -108,7 +108,7 @@ typedef struct TsdgMerge
 	bool		knn_pages_written;	/* while the worker diversified */
 	/* writing the list pages as the worker publishes their lists, once it does */
 	TsdgListWriters *list_writers;
-	BlockNumber list_pages_early;	/* written while the worker wrote its lists out */
+	BlockNumber list_pages_early;	/* written by the list writers (tsdglistwriters.c) */
 	BlockNumber list_pages_at_answer;	/* of those, written before its answer */
 	BlockNumber list_pages_relinked;	/* of those, written again after its linking */
 	double		list_pages_early_seconds;
@@ -1168,7 +1168,9 @@ TsdgWriteListPagesEarly(void *arg, int64 rows)
 											   m->segment.summary, m->new_meta.list_start);
 		m->list_writers_launched = TsdgListWritersLaunched(m->list_writers);
 	}
-	TsdgListWritersOffer(m->list_writers);
+	/* after the answer the session writes its share at once, in TsdgFinishListPages */
+	if (!m->segment.answered)
+		TsdgListWritersOffer(m->list_writers);
 }
 
 /*
@@ -1648,7 +1650,7 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 				 m->knn_pages_written ? "; k-NN pages written while the worker diversified" : "");
 	if (m->list_pages_early > 0)
 		snprintf(notes + strlen(notes), sizeof(notes) - strlen(notes),
-				 "; %u of %u list pages written in %.2f s while the worker wrote its lists out and linked components (%u before its answer, by %d parallel workers and the session), %u of them again after",
+				 "; %u of %u list pages written in %.2f s from the worker's first published lists (%u before its answer), by %d parallel workers and the session, %u of them again after its component linking",
 				 m->list_pages_early, TsdgNewListPages(m), m->list_pages_early_seconds,
 				 m->list_pages_at_answer, m->list_writers_launched, m->list_pages_relinked);
 	if (m->split < m->n_old)

@@ -1115,6 +1115,17 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 		return TSDG_WORKER_DECLINED;
 	}
 
+	/*
+	 * The hooks see the merge's end too: a worker that publishes no list
+	 * before it answers (the CPU backend's merge links components as it
+	 * diversifies) has published them all by now.
+	 */
+	if (mseg != NULL && seg == mseg->seg)
+	{
+		mseg->answered = true;
+		(void) TsdgMergeWaitPoll(mseg, slot);
+	}
+
 	TsdgBulkCopyOut(knn_ids, base, header.merged_knn_ids, sizeof(uint32) * k * (Size) n);
 	TsdgBulkCopyOut(neighbors, base, header.merged_neighbors, sizeof(uint32) * degree * (Size) n);
 	TsdgBulkCopyOut(lambdas, base, header.merged_lambdas, sizeof(uint8) * degree * (Size) n);

@@ -201,12 +201,14 @@ typedef struct TsdgMergeSegment
 	 * time the search lists of more rows, in row order, are in neighbors and
 	 * lambdas (the worker links the graph's components after the last; the
 	 * lists that changes get TSDG_CHANGED_LINK in changed). They may throw;
-	 * the worker is then told to stop.
+	 * the worker is then told to stop. They run once more after an answer
+	 * OK (answered set), when every list is published.
 	 */
 	void		(*while_merging) (void *arg);
 	void		(*knn_ready) (void *arg);
 	void		(*lists_ready) (void *arg, int64 rows);
 	int64		lists_seen;		/* what lists_ready was last called with */
+	bool		answered;		/* the hooks run once more after the answer */
 	void	   *hook_arg;
 } TsdgMergeSegment;
 

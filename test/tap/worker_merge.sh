@@ -148,13 +148,16 @@ elif [ "$backend" = cpu ]; then
   fail "no merge wrote its k-NN pages while the worker diversified"
 fi
 # a GPU merge puts its search lists in the segment batch by batch before it
-# links the graph's components: the session writes the list pages meanwhile,
-# and those holding a list the linking changed again after the answer (the
-# CPU worker merges as the session does, without that step); every 25th row,
-# all clusters, found through the pages below
+# links the graph's components: parallel workers and the session write the
+# list pages meanwhile, and those holding a list the linking changed again
+# after the answer (the CPU worker merges as the session does, without that
+# step, and publishes its lists with its answer: the same writers write them
+# then); every 25th row, all clusters, found through the pages below
+log_lines "$first_merge" | grep -o "[0-9]* of [0-9]* list pages written in [^;]* again after" | head -2
+logged "$first_merge" "list pages written in .* by [1-9][0-9]* parallel workers and the session" ||
+  fail "no merge had its list pages written by parallel workers"
 if [ "$backend" = cuda ]; then
-  log_lines "$first_merge" | grep -o "[0-9]* of [0-9]* list pages written in [^;]* again after" | head -2
-  logged "$first_merge" "list pages written in .* while the worker wrote its lists out" ||
+  logged "$first_merge" "list pages written in .* ([1-9][0-9]* before its answer" ||
     fail "no merge wrote list pages while the worker wrote its lists out"
 fi
 [ "$(sql -At -c "SELECT count(*) FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c
