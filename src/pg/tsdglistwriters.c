@@ -11,9 +11,9 @@
  * images), in order, each claim written once the worker has published the
  * lists of its last page. The workers wait for lists; the session writes
  * what is ready whenever it polls the worker, and the rest at the answer.
- * Without workers (none configured or free, or the merge runs in a parallel
- * worker or in autovacuum, which launches none) the session writes them all
- * the same way.
+ * Without workers (none configured or free, a temporary index, or the merge
+ * runs in a parallel worker or in autovacuum, which launches none) the
+ * session writes them all the same way.
  */
 #include "postgres.h"
 
@@ -139,8 +139,9 @@ TsdgStartListWriters(Relation index, dsm_segment *merge, const TsdgGraphArrays *
 {
 	TsdgListWriters *w = palloc0(sizeof(TsdgListWriters));
 	char	   *base = dsm_segment_address(merge);
-	int			nworkers = IsInParallelMode() || IsAutoVacuumWorkerProcess() ? 0 :
-		max_parallel_maintenance_workers;
+	/* another backend cannot write a temporary index's buffers */
+	int			nworkers = IsInParallelMode() || IsAutoVacuumWorkerProcess() ||
+		RelationUsesLocalBuffers(index) ? 0 : max_parallel_maintenance_workers;
 	TsdgListWritersShared *shared;
 
 	w->index = index;

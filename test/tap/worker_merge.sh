@@ -286,4 +286,21 @@ sql -c "CREATE TABLE items_fresh AS SELECT * FROM items" \
     -c "SET tsdg.device = cpu" -c "CREATE INDEX items_fresh_idx ON items_fresh USING tsdg (v vector_l2_ops)"
 set_truth
 recall_close items "merged" items_fresh "fresh build" "at the end"
+# 7. A temporary table's index merged through the worker: other backends
+# cannot write its pages, so the session writes its list pages alone.
+from=$(wc -l < "$dir/server.log")
+missed=$(sql -At -c "SET log_min_messages = debug1" \
+  -c "CREATE TEMP TABLE temp_items AS SELECT * FROM items WHERE id % 3 = 0" \
+  -c "CREATE INDEX temp_items_idx ON temp_items USING tsdg (v vector_l2_ops)" \
+  -c "INSERT INTO temp_items SELECT * FROM items WHERE id % 3 = 1" \
+  -c "SELECT tsdg_merge('temp_items_idx')" \
+  -c "SET enable_seqscan = off" -c "SET tsdg.device = cpu" -c "SET tsdg.ef_search = 200" \
+  -c "SELECT count(*) FROM (SELECT id, v FROM temp_items WHERE id % 3 = 1) p
+      WHERE (SELECT t.id FROM temp_items t ORDER BY t.v <-> p.v LIMIT 1) <> p.id" | tail -1)
+logged "$from" "tsdg index \"temp_items_idx\" merged on the GPU worker" ||
+  fail "the temporary table's index was not merged by the worker"
+logged "$from" "list pages written in .* by 0 parallel workers and the session" ||
+  fail "parallel workers wrote list pages of a temporary table's index"
+[ "$missed" = 0 ] || fail "$missed merged rows of the temporary table do not find themselves first"
+echo "temporary table: merged by the worker, its list pages written by the session alone"
 echo "worker_merge: all checks passed"
