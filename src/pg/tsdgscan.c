@@ -380,6 +380,12 @@ TsdgScanPending(Relation index, TsdgScanOpaque so)
 	so->pending_pos = 0;
 }
 
+static int
+TsdgComparePendingTids(const void *a, const void *b)
+{
+	return ItemPointerCompare(&((TsdgPendingHit *) a)->tid, &((TsdgPendingHit *) b)->tid);
+}
+
 /*
  * The scan goes past the worker's round, which had only the nearest pending
  * rows: all of them are scored here, less those already returned.
@@ -392,17 +398,13 @@ TsdgTakeOverPending(Relation index, TsdgScanOpaque so)
 	int64		returned_count = so->pending_pos;
 	int64		kept = 0;
 
+	qsort(returned, returned_count, sizeof(TsdgPendingHit), TsdgComparePendingTids);
 	so->pending_from_worker = false;
 	TsdgScanPending(index, so);
 	for (int64 i = 0; i < so->pending_count; i++)
-	{
-		bool		seen = false;
-
-		for (int64 r = 0; r < returned_count && !seen; r++)
-			seen = ItemPointerEquals(&so->pending[i].tid, &returned[r].tid);
-		if (!seen)
+		if (bsearch(&so->pending[i], returned, returned_count, sizeof(TsdgPendingHit),
+					TsdgComparePendingTids) == NULL)
 			so->pending[kept++] = so->pending[i];
-	}
 	so->pending_count = kept;
 	pfree(returned);
 	MemoryContextSwitchTo(old_ctx);
