@@ -192,7 +192,17 @@ PublishResidents(void)
 {
 	int			count = 0;
 	int64		used = 0;
+	int64		pending_rows[TSDG_MAX_CACHED_INDEXES];
+	int64		pending_bytes[TSDG_MAX_CACHED_INDEXES];
 
+	/* asked outside the spinlock: the GPU's copy takes a lock of its own */
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	{
+		bool		copy = residents[i].used && residents[i].pending != NULL;
+
+		pending_rows[i] = copy ? tsdg_exact_set_size(residents[i].pending) : 0;
+		pending_bytes[i] = copy ? (int64) tsdg_exact_set_memory_bytes(residents[i].pending) : 0;
+	}
 	SpinLockAcquire(&TsdgShared->mutex);
 	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
 	{
@@ -203,13 +213,11 @@ PublishResidents(void)
 		info = &TsdgShared->cached[count++];
 		info->key = residents[i].key;
 		info->with_knn = residents[i].knn_ids != NULL;
-		info->pending_rows = residents[i].pending != NULL ?
-			tsdg_exact_set_size(residents[i].pending) : 0;
+		info->pending_rows = pending_rows[i];
 		info->pending_epoch = residents[i].pending_epoch;
 		info->pending_end_block = residents[i].pending_end_block;
 		info->pending_end_offset = residents[i].pending_end_offset;
-		info->bytes = residents[i].bytes + (residents[i].pending != NULL ?
-											(int64) tsdg_exact_set_memory_bytes(residents[i].pending) : 0);
+		info->bytes = residents[i].bytes + pending_bytes[i];
 		info->loaded_at = residents[i].loaded_at;
 		info->last_used = residents[i].last_used;
 		used += info->bytes;
