@@ -187,21 +187,38 @@ SecondsSince(TimestampTz start)
 
 /* ---- the resident indexes ---- */
 
+/* a resident index's memory: its graph's and its pending rows' copy */
+static int64
+ResidentBytes(const ResidentIndex *r)
+{
+	return r->bytes + (r->pending != NULL ? (int64) tsdg_exact_set_memory_bytes(r->pending) : 0);
+}
+
+/* the memory of every resident index */
+static int64
+ResidentBytesInAll(void)
+{
+	int64		used = 0;
+
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		used += residents[i].used ? ResidentBytes(&residents[i]) : 0;
+	return used;
+}
+
 static void
 PublishResidents(void)
 {
 	int			count = 0;
 	int64		used = 0;
 	int64		pending_rows[TSDG_MAX_CACHED_INDEXES];
-	int64		pending_bytes[TSDG_MAX_CACHED_INDEXES];
+	int64		bytes[TSDG_MAX_CACHED_INDEXES];
 
 	/* asked outside the spinlock: the GPU's copy takes a lock of its own */
 	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
 	{
-		bool		copy = residents[i].used && residents[i].pending != NULL;
-
-		pending_rows[i] = copy ? tsdg_exact_set_size(residents[i].pending) : 0;
-		pending_bytes[i] = copy ? (int64) tsdg_exact_set_memory_bytes(residents[i].pending) : 0;
+		pending_rows[i] = residents[i].used && residents[i].pending != NULL ?
+			tsdg_exact_set_size(residents[i].pending) : 0;
+		bytes[i] = residents[i].used ? ResidentBytes(&residents[i]) : 0;
 	}
 	SpinLockAcquire(&TsdgShared->mutex);
 	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
@@ -217,7 +234,7 @@ PublishResidents(void)
 		info->pending_epoch = residents[i].pending_epoch;
 		info->pending_end_block = residents[i].pending_end_block;
 		info->pending_end_offset = residents[i].pending_end_offset;
-		info->bytes = residents[i].bytes + pending_bytes[i];
+		info->bytes = bytes[i];
 		info->loaded_at = residents[i].loaded_at;
 		info->last_used = residents[i].last_used;
 		used += info->bytes;
@@ -293,21 +310,18 @@ static void
 EvictFor(int64 bytes)
 {
 	int64		limit = TsdgShared->memory_limit_bytes;
-	int64		used = 0;
+	int64		used = ResidentBytesInAll();
 	bool		free_entry = false;
 
 	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
-	{
-		used += residents[i].used ? residents[i].bytes : 0;
 		free_entry |= !residents[i].used;
-	}
 	while ((limit > 0 && used + bytes > limit) || !free_entry)
 	{
 		ResidentIndex *lru = LeastRecentlyUsed();
 
 		if (lru == NULL)
 			break;
-		used -= lru->bytes;
+		used -= ResidentBytes(lru);
 		FreeResident(lru, "least recently used, to make room under tsdg.gpu_memory_limit");
 		free_entry = true;
 	}
@@ -924,11 +938,22 @@ ServePendingRows(TakenRequest *t)
 	{
 		int64		skip = have - args->first;
 		int64		added = args->n - skip;
+		int64		limit = TsdgShared->memory_limit_bytes;
 		const TsdgBulkHeader *header = (const TsdgBulkHeader *) map.address;
 		const float *rows = TsdgBulkArray(map.address, header->rows);
 		const ItemPointerData *tids = TsdgBulkArray(map.address, header->tids);
 
-		if (have + added > r->pending_capacity)
+		/* other indexes are not dropped for pending rows, which the sessions can scan */
+		if (limit > 0 &&
+			ResidentBytesInAll() + added * (int64) sizeof(float) * (args->dims + 1) > limit)
+		{
+			status = TSDG_ERR_OUT_OF_MEMORY;
+			snprintf(error.message, sizeof(error.message),
+					 "%lld more pending rows would pass tsdg.gpu_memory_limit",
+					 (long long) added);
+		}
+
+		if (status == TSDG_OK && have + added > r->pending_capacity)
 		{
 			int64		capacity = Max(have + added, r->pending_capacity * 2);
 			ItemPointerData *grown = realloc(r->pending_tids, sizeof(ItemPointerData) * capacity);

@@ -7,7 +7,8 @@
 # round return every pending row they should;
 # rows inserted later reach the copy and are found first; rows VACUUM
 # removes from the pending pages are never returned from the copy; a merge
-# leaves the new graph's copy empty. Runs the worker with the core's CPU
+# leaves the new graph's copy empty; past tsdg.gpu_memory_limit the copy takes
+# no more rows. Runs the worker with the core's CPU
 # backend (any machine) unless TSDG_WORKER_BACKEND says otherwise.
 # Usage: worker_pending.sh WORKDIR (starts its own cluster on port 54351).
 source "$(dirname "$0")/../../scripts/common.sh"
@@ -147,3 +148,31 @@ sql -c "INSERT INTO items SELECT i, (SELECT array_agg(random()::real) FROM gener
 held=$(worker_pending)
 [ "$held" = 1200 ] || fail "the merged graph's copy holds $held pending rows, expected 1200"
 echo "worker_pending: a merge left the new graph's copy empty; 1200 rows inserted after it were sent"
+
+# 6. tsdg.gpu_memory_limit holds for the copies too: past it the worker takes
+# no more pending rows (it drops no index for them) and the sessions scan them.
+set_limit() {
+  sql -c "ALTER SYSTEM SET tsdg.gpu_memory_limit = '$1'" -c "SELECT pg_reload_conf()" >/dev/null
+  for _ in $(seq 1 100); do
+    [ "$(sql -At -c "SELECT coalesce(memory_limit, 0) FROM tsdg_gpu_status()")" = "$2" ] && return
+    sleep 0.1
+  done
+  fail "the worker did not take tsdg.gpu_memory_limit = $1"
+}
+set_limit 1MB 1048576
+sql -c "INSERT INTO items SELECT i, (SELECT array_agg(random()::real) FROM generate_series(1, 32) WHERE i > 0)::vector
+        FROM generate_series(11201, 21200) i"
+# the session's WARNING (the server log keeps LOG and above, not WARNING)
+warning=$(sql -At -c "SET enable_seqscan = off" \
+  -c "SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE q = 1) LIMIT 1" 2>&1 >/dev/null)
+echo "$warning" | grep -q "would pass tsdg.gpu_memory_limit" ||
+  fail "no WARNING says the pending rows would pass tsdg.gpu_memory_limit: $warning"
+[ "$(scans 1000 2>/dev/null)" = "$(scans -1)" ] || fail "index scans differ with the copy past tsdg.gpu_memory_limit"
+held=$(worker_pending)
+[ "$held" = 1200 ] || fail "the worker holds $held pending rows past tsdg.gpu_memory_limit, expected 1200"
+set_limit 0 0
+misses=$(self_misses 11201 21200)
+[ "$misses" = 0 ] || fail "$misses of 10000 rows not found first once the limit was lifted"
+held=$(worker_pending)
+[ "$held" = 11200 ] || fail "the worker holds $held pending rows once the limit was lifted, expected 11200"
+echo "worker_pending: past tsdg.gpu_memory_limit the worker took no more pending rows and the sessions scanned them; without it, all 11200"
