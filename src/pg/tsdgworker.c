@@ -76,8 +76,8 @@ TsdgDefineWorkerGucs(void)
 							&tsdg_worker_pending_rows, 1000, -1, INT_MAX,
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("tsdg.gpu_memory_limit",
-							"Sets the most GPU memory the resident indexes of the GPU worker may take.",
-							"Least recently used indexes are dropped to stay under it; 0 leaves only the device's own limit.",
+							"Sets the most GPU memory the resident indexes of the GPU worker and their copies of pending rows may take.",
+							"Least recently used indexes are dropped for a new one to stay under it, and pending rows past it are left to the sessions' own scans; 0 leaves only the device's own limit.",
 							&tsdg_gpu_memory_limit_mb, 0, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MB, NULL, NULL, NULL);
 	DefineCustomEnumVariable("tsdg.worker_backend",
