@@ -62,6 +62,10 @@ def main():
     p.add_argument("--batch-queries", type=int, default=10000)
     p.add_argument("--clients", default="1,8,32")
     p.add_argument("--seconds", type=int, default=6)
+    p.add_argument("--ways", default="worker_pending,session_pending,cpu",
+                   help="the ways to search the index with its pending rows")
+    p.add_argument("--skip-no-pending", action="store_true",
+                   help="no measurement before the pending rows come")
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
@@ -115,9 +119,10 @@ def main():
         print(label, json.dumps(point), flush=True)
         return point
 
-    step("no pending rows: the worker")
-    results["no_pending"] = measure("no_pending", ways["worker_pending"], truth_indexed)
-    save()
+    if not args.skip_no_pending:
+        step("no pending rows: the worker")
+        results["no_pending"] = measure("no_pending", ways["worker_pending"], truth_indexed)
+        save()
 
     step("COPY %d pending rows" % args.pending)
     start = time.monotonic()
@@ -135,7 +140,8 @@ def main():
           flush=True)
     save()
 
-    for label, settings in ways.items():
+    for label in args.ways.split(","):
+        settings = ways[label]
         step("%d pending rows: %s" % (args.pending, label))
         results[label] = measure(label, settings, truth_all, pgbench=label != "cpu")
         save()

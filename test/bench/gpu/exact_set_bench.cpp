@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   std::vector<float> gpu_dists(gpu_ids.size()), cpu_dists(gpu_ids.size());
   std::printf("%lld rows x %d, L2; per call (us), GPU against the CPU backend's set\n", static_cast<long long>(rows), dim);
   std::printf("| k | queries | GPU us | CPU us | CPU / GPU | GPU ids equal to the CPU's |\n|---|---|---|---|---|---|\n");
-  for (int k : {10, kMaxK}) {
+  for (int k : {10, 32, kMaxK}) {
     for (int nq : {1, 8, 64, 512, kMaxQueries}) {
       const double gpu_us = microseconds_per_call(on_gpu, queries, nq, k, gpu_ids, gpu_dists, 20);
       const double cpu_us = microseconds_per_call(on_cpu, queries, nq, k, cpu_ids, cpu_dists, nq >= 512 ? 1 : 5);
