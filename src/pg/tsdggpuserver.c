@@ -128,6 +128,9 @@ typedef struct ResidentIndex
 	int			knn_k;
 	/* the request's segment the arrays above lie in; address NULL: malloc'd copies */
 	BulkMapping segment;
+	/* rows and knn_ids where they are the worker's own (TsdgTakeHostArray), or NULL */
+	float	   *owned_rows;
+	uint32	   *owned_knn_ids;
 	/* the page-locked pages of knn_ids (the next merge uploads them), or NULL */
 	void	   *pinned_lists;
 	/*
@@ -266,16 +269,20 @@ ReleaseResidentArrays(ResidentIndex *r)
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker could not unlock the pages of a dropped index: %s",
 						error.message)));
+	TsdgGiveBackHostArray(r->owned_rows);
+	TsdgGiveBackHostArray(r->owned_knn_ids);
 	if (r->segment.address != NULL)
 		UnmapBulk(&r->segment);
 	else
 	{
 		free(r->tids);
 		free(r->flags);
-		free(r->rows);
+		if (r->rows != r->owned_rows)
+			free(r->rows);
 		free(r->neighbors);
 		free(r->lambdas);
-		free(r->knn_ids);
+		if (r->knn_ids != r->owned_knn_ids)
+			free(r->knn_ids);
 	}
 	if (r->pending != NULL)
 		tsdg_exact_set_free(r->pending);
@@ -392,6 +399,9 @@ typedef struct ResidentGraph
 	int			knn_k;
 	const ItemPointerData *tids;
 	const uint8 *flags;			/* NULL: none deleted */
+	/* rows, knn_ids where they are the worker's own (TsdgTakeHostArray); or NULL */
+	float	   *own_rows;
+	uint32	   *own_knn_ids;
 } ResidentGraph;
 
 /*
@@ -401,8 +411,9 @@ typedef struct ResidentGraph
  * arrays lie in the request's segment *map (a DSM segment, not the batch
  * area), the resident takes that mapping over instead of copying them (the
  * session's detach then leaves the memory to this process; on failure it is
- * released), and *map is cleared; else they are copied. On failure returns
- * the status with error filled.
+ * released), and *map is cleared; else they are copied. Its own arrays
+ * (own_rows, own_knn_ids) are taken over either way, and given back on
+ * failure. On failure returns the status with error filled.
  */
 static TsdgStatus
 AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey *keep,
@@ -433,6 +444,8 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 	for (int64 i = 0; g->flags != NULL && i < n && !any_deleted; i++)
 		any_deleted = (g->flags[i] & TSDG_NODE_DELETED) != 0;
 	r->knn_k = g->knn_k;
+	r->owned_rows = g->own_rows;
+	r->owned_knn_ids = g->own_knn_ids;
 	if (map != NULL && map->address != NULL && map->address != TsdgBatchAreaBase)
 	{
 		r->segment = *map;
@@ -450,14 +463,15 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 		if (any_deleted)
 			r->flags = CopyOut(g->flags, n);
 		/* the GPU index reads the host rows when it picks its entry points */
-		r->rows = CopyOut(g->rows, sizeof(float) * n * g->dims);
+		r->rows = g->own_rows != NULL ? g->own_rows : CopyOut(g->rows, sizeof(float) * n * g->dims);
 		if (host_graph)
 		{
 			r->neighbors = CopyOut(g->neighbors, sizeof(uint32) * n * g->degree);
 			r->lambdas = CopyOut(g->lambdas, n * g->degree);
 		}
 		if (g->knn_ids != NULL)
-			r->knn_ids = CopyOut(g->knn_ids, sizeof(uint32) * n * g->knn_k);
+			r->knn_ids = g->own_knn_ids != NULL ? g->own_knn_ids :
+				CopyOut(g->knn_ids, sizeof(uint32) * n * g->knn_k);
 	}
 	if (host_graph)
 	{
@@ -1218,6 +1232,9 @@ typedef struct MergeArrays
 	uint32	   *owned_knn_ids;
 	uint32	   *owned_neighbors;
 	uint8	   *owned_lambdas;
+	/* rows and knn_ids where the session left them out of the segment (TsdgTakeHostArray) */
+	float	   *merged_rows;
+	uint32	   *merged_knn_ids;
 } MergeArrays;
 
 /*
@@ -1362,6 +1379,46 @@ CopyOldGraphIn(const TsdgMergeArgs *args, const TsdgBulkHeader *header, void *ba
 	return true;
 }
 
+/*
+ * The merged graph's rows and k-NN lists in memory of this process where the
+ * session left them out of the segment: the new rows are copied in after the
+ * old ones' place, which the merge fills from the old graph's copy. False
+ * when the memory is not to be had.
+ */
+static bool
+TakeMergedArrays(const TsdgMergeArgs *args, const TsdgBulkHeader *header, void *base,
+				 MergeArrays *a)
+{
+	Size		n = (Size) (args->n_old + args->n_new);
+
+	if (header->rows_from != 0)
+	{
+		a->merged_rows = TsdgTakeHostArray(sizeof(float) * args->dims * n);
+		if (a->merged_rows == NULL)
+			return false;
+		memcpy(a->merged_rows + (Size) args->n_old * args->dims, TsdgBulkArray(base, header->rows),
+			   sizeof(float) * args->dims * (Size) args->n_new);
+		a->rows = a->merged_rows;
+	}
+	if (header->merged_knn_ids == 0)
+	{
+		a->merged_knn_ids = TsdgTakeHostArray(sizeof(uint32) * args->params.build_k * n);
+		if (a->merged_knn_ids == NULL)
+			return false;
+		a->knn_ids = a->merged_knn_ids;
+	}
+	return true;
+}
+
+static void
+GiveBackMergedArrays(MergeArrays *a)
+{
+	TsdgGiveBackHostArray(a->merged_rows);
+	TsdgGiveBackHostArray(a->merged_knn_ids);
+	a->merged_rows = NULL;
+	a->merged_knn_ids = NULL;
+}
+
 static void
 FreeOwnedLists(MergeArrays *a)
 {
@@ -1378,16 +1435,19 @@ FreeOwnedLists(MergeArrays *a)
  * have after its switch, next to the old graph its searches use until then:
  * the first search after the switch finds it, and the next merge reads
  * neither rows nor lists from the pages. Its host arrays stay in the merge's
- * segment, with the merge's inputs, until a newer graph replaces it.
+ * segment, with the merge's inputs, until a newer graph replaces it, but for
+ * the rows and k-NN lists of this process's own memory, which it takes over.
  */
 static void
-KeepMergedGraph(const TsdgMergeArgs *args, const MergeArrays *a, BulkMapping *map)
+KeepMergedGraph(const TsdgMergeArgs *args, MergeArrays *a, BulkMapping *map)
 {
 	ResidentGraph graph = {a->rows, args->n_old + args->n_new, args->dims, args->metric,
 		args->params.degree, a->neighbors, a->lambdas, a->knn_ids, args->params.build_k,
-	a->tids, NULL};
+	a->tids, NULL, a->merged_rows, a->merged_knn_ids};
 	TsdgError	error;
 
+	a->merged_rows = NULL;
+	a->merged_knn_ids = NULL;
 	if (AddResident(&args->new_key, &graph, &args->old_key, map, &error) != TSDG_OK)
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: the merged graph of index %u/%u stays on disk only: %s",
@@ -1401,6 +1461,7 @@ ServeMerge(TakenRequest *t)
 	BulkMapping map;
 	TsdgBulkHeader *header;
 	MergeArrays a;
+	ResidentIndex *old_graph;
 	MergePollState poll;
 	TsdgError	error;
 	TsdgStatus	status;
@@ -1427,12 +1488,30 @@ ServeMerge(TakenRequest *t)
 	a.lambdas = TsdgBulkArray(map.address, header->merged_lambdas);
 	a.changed = TsdgBulkArray(map.address, header->changed);
 
-	if ((args->rows_resident || args->graph_resident) &&
-		!TakeOldGraph(args, FindResident(&args->old_key), &a))
+	if (header->rows_from != 0 && (header->rows_from != args->n_old || !args->rows_resident))
+	{
+		UnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+					  "the merge's segment leaves out old rows the session does not leave to the GPU worker");
+		return;
+	}
+	old_graph = FindResident(&args->old_key);
+	if ((args->rows_resident || args->graph_resident) && !TakeOldGraph(args, old_graph, &a))
 	{
 		UnmapBulk(&map);
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_NOT_RESIDENT, 0, NULL, NULL,
 					  NULL, 0, "the GPU worker no longer holds the index's graph");
+		return;
+	}
+	/* the graphs before the one merged are stale: their memory goes to this merge's arrays */
+	if (old_graph != NULL)
+		DropOlderGraphs(old_graph);
+	if (!TakeMergedArrays(args, header, map.address, &a))
+	{
+		GiveBackMergedArrays(&a);
+		UnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OUT_OF_MEMORY, 0, NULL, NULL,
+					  NULL, 0, "the GPU worker is out of host memory for the merged graph");
 		return;
 	}
 	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
@@ -1472,6 +1551,7 @@ ServeMerge(TakenRequest *t)
 						args->database, args->relfilenode,
 						status == TSDG_ERR_CANCELLED ? "cancelled" : "failed", error.message)));
 		TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+		GiveBackMergedArrays(&a);
 		UnmapBulk(&map);
 		TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), 0, NULL, NULL, NULL, 0,
 					  error.message);
@@ -1571,6 +1651,7 @@ WaitForBatch(void)
 		/* idle: the device's memory may have changed under other processes */
 		if (device_backend != NULL && pg_atomic_read_u32(&TsdgShared->queued) == 0)
 			TsdgPublishDeviceMemory();
+		TsdgReleaseIdleHostArrays();
 	}
 	if (shutdown_requested || TsdgShared->batch_wait_us <= 0)
 		return;

@@ -191,12 +191,16 @@ typedef struct TsdgLoadArgs
  *   load:   rows, neighbors, lambdas, tids, flags (in)
  *   batch:  queries (in), tids, dists (out, nq * k)
  *   pending rows: rows, tids (in, n)
- *   merge:  rows (n rows; the worker fills the first n_old from its resident
- *           copy when rows_resident), tids (n; the first n_old likewise),
- *           knn_ids (n_old * build_k), neighbors, lambdas (n_old * degree):
- *           the old graph, in (filled by the worker when graph_resident);
- *           flags (n_old, the old lists repaired after deletes) and dists
- *           (the old lists' distances) in, each 0 when absent; merged_knn_ids, merged_neighbors,
+ *   merge:  rows (n - rows_from rows, from row rows_from: rows_from is n_old
+ *           when rows_resident and the worker takes the old rows from its
+ *           copy into memory of its own, else 0), tids (n; the first n_old
+ *           filled by the worker when rows_resident), knn_ids (n_old *
+ *           build_k), neighbors, lambdas (n_old * degree): the old graph, in
+ *           (filled by the worker when graph_resident); flags (n_old, the old
+ *           lists repaired after deletes) and dists (the old lists'
+ *           distances) in, each 0 when absent; merged_knn_ids (0 when the
+ *           session leaves its k-NN pages as they are: the worker keeps the
+ *           merged lists in memory of its own), merged_neighbors,
  *           merged_lambdas, changed (n: TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH)
  *           out, before the answer; summary (out, after the answer, of the
  *           merged graph; 0 when the session computes it)
@@ -205,6 +209,7 @@ typedef struct TsdgBulkHeader
 {
 	Size		total_size;
 	int64		capacity;		/* build: rows the arrays have room for */
+	int64		rows_from;		/* merge: the row that rows starts at */
 	Size		rows;
 	Size		neighbors;
 	Size		lambdas;

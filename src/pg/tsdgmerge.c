@@ -136,6 +136,7 @@ typedef struct TsdgMerge
 	TsdgWorkerCopy left_to_worker;
 } TsdgMerge;
 
+static bool TsdgKnnPagesMayLagFor(const TsdgMetaPageData *meta, int64 n);
 static void TsdgWriteRows(TsdgMerge *m);
 static void TsdgWriteNewRows(void *arg);
 static void TsdgWriteKnnPages(void *arg);
@@ -755,14 +756,19 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	if (copy == TSDG_COPY_ROWS && g.knn_nodes < g.nodes)
 		copy = TSDG_COPY_NONE;
 	if (TsdgMergeSegmentCreate(&m->segment, g.nodes, m->consumed_rows, m->dims, &params,
-							   meta->deleted_count > 0, copy != TSDG_COPY_GRAPH))
+							   meta->deleted_count > 0, copy != TSDG_COPY_GRAPH,
+							   copy == TSDG_COPY_NONE,
+							   !TsdgKnnPagesMayLagFor(meta, g.nodes + m->consumed_rows)))
 	{
 		/*
 		 * read straight into the worker's segment (its stored k-NN ids too,
-		 * without deletes); the old lists the worker holds are not read
+		 * without deletes); the old lists the worker holds are not read, nor
+		 * its rows: they are read here only should the worker drop them, so
+		 * the local array for them stays untouched memory until then
 		 */
 		m->left_to_worker = copy;
-		m->rows = m->segment.rows;
+		m->rows = m->segment.rows_from == 0 ? m->segment.rows :
+			MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * m->dims * Max(capacity, 1));
 		m->old_neighbors = m->segment.old_neighbors;
 		m->old_lambdas = m->segment.old_lambdas;
 		m->old_changed = m->segment.old_changed;
@@ -997,15 +1003,15 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
  * Whether a merge on the worker may leave the k-NN pages as they are: it
  * renumbers nothing (no deleted nodes), the pages hold some lists (their
  * width was checked when they were read), and the nodes past them stay
- * within tsdg.merge_knn_lag of the merged graph.
+ * within tsdg.merge_knn_lag of a merged graph of n nodes (true for n, true
+ * for fewer).
  */
 static bool
-TsdgKnnPagesMayLag(const TsdgMerge *m)
+TsdgKnnPagesMayLagFor(const TsdgMetaPageData *meta, int64 n)
 {
-	int64		n = m->n_old + m->n_new;
-	uint32		stored = TsdgStoredKnnNodes(&m->meta);
+	uint32		stored = TsdgStoredKnnNodes(meta);
 
-	return m->meta.deleted_count == 0 && stored > 0 &&
+	return meta->deleted_count == 0 && stored > 0 &&
 		(double) (n - stored) <= tsdg_merge_knn_lag * (double) n;
 }
 
@@ -1019,11 +1025,18 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 	TsdgMergeParams(&m->meta, &params);
 	if (m->segment.seg != NULL)
 	{
-		m->knn_ids = m->segment.knn_ids;
+		/*
+		 * The segment has no k-NN lists when they could lag with all the
+		 * pending rows the merge might take; it took no more. The local
+		 * array is for a merge on the CPU should the worker fail.
+		 */
+		m->knn_ids = m->segment.knn_ids != NULL ? m->segment.knn_ids :
+			MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(n, 1) * m->k);
 		m->changed = m->segment.changed;
 		m->neighbors = m->segment.neighbors;
 		m->lambdas = m->segment.lambdas;
-		m->knn_pages_kept = TsdgKnnPagesMayLag(m);
+		m->knn_pages_kept = TsdgKnnPagesMayLagFor(&m->meta, n);
+		Assert(m->knn_pages_kept || m->segment.knn_ids != NULL);
 		m->segment.while_merging = TsdgWriteNewRows;
 		m->segment.knn_ready = m->knn_pages_kept ? NULL : TsdgWriteKnnPages;
 		m->segment.lists_ready = TsdgWriteListPagesEarly;

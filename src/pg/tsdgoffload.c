@@ -840,7 +840,7 @@ TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, uint32 *entry_points, int *entry_
 static void
 TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
 				const TsdgBuildParams *params, bool with_old_lists, bool with_dists,
-				bool with_changed, bool with_summary)
+				bool with_changed, bool with_summary, bool with_old_rows, bool with_merged_knn)
 {
 	Size		offset = sizeof(TsdgBulkHeader);
 	Size		n = (Size) (n_old + n_new);
@@ -848,7 +848,8 @@ TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
 	memset(header, 0, sizeof(TsdgBulkHeader));
 	if (with_summary)
 		header->summary = TsdgBulkAdd(&offset, sizeof(TsdgBuildSummary));
-	header->rows = TsdgBulkAdd(&offset, sizeof(float) * dims * n);
+	header->rows_from = with_old_rows ? 0 : n_old;
+	header->rows = TsdgBulkAdd(&offset, sizeof(float) * dims * (n - (Size) header->rows_from));
 	header->tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * n);
 	if (with_old_lists)
 		header->knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) n_old);
@@ -861,7 +862,8 @@ TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
 	}
 	if (with_changed)
 		header->flags = TsdgBulkAdd(&offset, sizeof(uint8) * (Size) n_old);
-	header->merged_knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * n);
+	if (with_merged_knn)
+		header->merged_knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * n);
 	header->merged_neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * n);
 	header->merged_lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * n);
 	header->changed = TsdgBulkAdd(&offset, sizeof(uint8) * n);
@@ -889,7 +891,8 @@ TsdgBulkCopyOut(void *dst, void *base, Size offset, Size bytes)
 
 bool
 TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_capacity, int dims,
-					   const TsdgBuildParams *params, bool with_repairs, bool with_old_lists)
+					   const TsdgBuildParams *params, bool with_repairs, bool with_old_lists,
+					   bool with_old_rows, bool with_merged_knn)
 {
 	TsdgBulkHeader header;
 	dsm_segment *seg;
@@ -900,7 +903,7 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	if (old_capacity + new_capacity == 0 || !TsdgWorkerUsable())
 		return false;
 	TsdgMergeLayout(&header, old_capacity, new_capacity, dims, params, with_old_lists, with_repairs,
-					true, true);
+					true, true, with_old_rows, with_merged_knn);
 	seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
 	if (seg == NULL)
 		return false;
@@ -909,6 +912,7 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	mseg->seg = seg;
 	mseg->old_capacity = old_capacity;
 	mseg->new_capacity = new_capacity;
+	mseg->rows_from = header.rows_from;
 	mseg->rows = TsdgBulkArray(base, header.rows);
 	mseg->tids = TsdgBulkArray(base, header.tids);
 	mseg->old_knn_ids = TsdgBulkArray(base, header.knn_ids);
@@ -1008,9 +1012,10 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	TimestampTz answered_at;
 
 	Assert(left == TSDG_COPY_NONE || (mseg != NULL && mseg->seg != NULL));
-	/* a segment made without the old lists (the worker had them) cannot carry them now */
-	if (mseg != NULL && mseg->seg != NULL && left != TSDG_COPY_GRAPH && n_old > 0 &&
-		mseg->old_knn_ids == NULL)
+	/* a segment made without the old lists or rows (the worker had them) cannot carry them now */
+	if (mseg != NULL && mseg->seg != NULL && n_old > 0 &&
+		((left != TSDG_COPY_GRAPH && mseg->old_knn_ids == NULL) ||
+		 (left == TSDG_COPY_NONE && mseg->rows_from > 0)))
 		mseg = NULL;
 	if (n == 0)
 		return TSDG_WORKER_DECLINED;
@@ -1040,7 +1045,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	else
 	{
 		TsdgMergeLayout(&header, n_old, n_new, dims, params, true, old_knn_dists != NULL,
-						old_changed != NULL, false);
+						old_changed != NULL, false, true, true);
 		seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
 		if (seg == NULL)
 		{
@@ -1057,7 +1062,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	}
 	else
 	{
-		TsdgBulkCopyIn(base, header.rows + sizeof(float) * dims * (Size) n_old,
+		TsdgBulkCopyIn(base, header.rows + sizeof(float) * dims * (Size) (n_old - header.rows_from),
 					   rows + dims * n_old, sizeof(float) * dims * (Size) n_new);
 		TsdgBulkCopyIn(base, header.tids + sizeof(ItemPointerData) * (Size) n_old,
 					   tids + n_old, sizeof(ItemPointerData) * (Size) n_new);
@@ -1126,7 +1131,9 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 		(void) TsdgMergeWaitPoll(mseg, slot);
 	}
 
-	TsdgBulkCopyOut(knn_ids, base, header.merged_knn_ids, sizeof(uint32) * k * (Size) n);
+	/* without them in the segment, the caller keeps its k-NN pages and needs none */
+	if (header.merged_knn_ids != 0)
+		TsdgBulkCopyOut(knn_ids, base, header.merged_knn_ids, sizeof(uint32) * k * (Size) n);
 	TsdgBulkCopyOut(neighbors, base, header.merged_neighbors, sizeof(uint32) * degree * (Size) n);
 	TsdgBulkCopyOut(lambdas, base, header.merged_lambdas, sizeof(uint8) * degree * (Size) n);
 	TsdgBulkCopyOut(changed, base, header.changed, sizeof(uint8) * (Size) n);
@@ -1139,8 +1146,11 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 					RelationGetRelationName(index), n_old, n_new,
 					(double) (answered_at - submitted) / 1000000.0),
 			 mseg != NULL && seg == mseg->seg ?
-			 errdetail("Shared memory segment of %zu MB, read into by the merge and written from.",
-					   (header.total_size >> 20) + 1) :
+			 errdetail("Shared memory segment of %zu MB, read into by the merge and written from; the worker's own memory has the merged graph's %s.",
+					   (header.total_size >> 20) + 1,
+					   header.rows_from > 0 && header.merged_knn_ids == 0 ? "rows and k-NN lists" :
+					   header.rows_from > 0 ? "rows" :
+					   header.merged_knn_ids == 0 ? "k-NN lists" : "neither rows nor k-NN lists") :
 			 errdetail("Shared memory segment of %zu MB made and filled in %.3f s, read back and released in %.3f s.",
 					   (header.total_size >> 20) + 1, (double) (submitted - start) / 1000000.0,
 					   (double) (GetCurrentTimestamp() - answered_at) / 1000000.0)));

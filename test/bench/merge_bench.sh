@@ -45,6 +45,7 @@ else
   trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
   start_cluster "$work" "$port" "autovacuum = off" "maintenance_work_mem = '2GB'" \
     "shared_buffers = '1GB'" "max_wal_size = '8GB'" "checkpoint_timeout = '30min'" \
+    "track_wal_io_timing = on" \
     ${TSDG_BENCH_CONF:+"$TSDG_BENCH_CONF"}
   server_log=$work/server.log
   command="bash test/bench/merge_bench.sh"
@@ -145,8 +146,20 @@ probe() {
     FROM (SELECT id, v FROM rows_all WHERE chunk = $1 ORDER BY random() LIMIT $probes) p) s"
 }
 
-table="| load | rows after | insert s | merge s | merge / fresh build | merge CPU s | merge / fresh build, CPU | probes (misses) while pending | probes (misses) during the merge | worker holds the merged graph after s |"
-table+=$'\n'"|---|---|---|---|---|---|---|---|---|---|"
+# the cluster's WAL so far (pg_stat_wal): MB, writes, syncs, and their ms
+# (0 unless track_wal_io_timing is on)
+wal_stats() {
+  sql -c "SELECT round(wal_bytes / 1048576.0) || ' ' || wal_write || ' ' || wal_sync || ' ' ||
+    round(wal_write_time) || ' ' || round(wal_sync_time) FROM pg_stat_wal"
+}
+# what the WAL did between two wal_stats
+wal_delta() {
+  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+    printf "%d MB, %d writes (%d ms), %d syncs (%d ms)", y[1] - x[1], y[2] - x[2], y[4] - x[4], y[3] - x[3], y[5] - x[5] }'
+}
+
+table="| load | rows after | insert s | merge s | merge / fresh build | merge CPU s | merge / fresh build, CPU | probes (misses) while pending | probes (misses) during the merge | worker holds the merged graph after s | the merge's WAL |"
+table+=$'\n'"|---|---|---|---|---|---|---|---|---|---|---|"
 max_ratio=0
 max_cpu_ratio=0
 misses_total=0
@@ -158,6 +171,7 @@ for l in $(seq 1 "$loads"); do
   insert_s=$(elapsed "$t0" "$(now)")
   pending_misses=$(probe "$c")
 
+  wal_before=$(wal_stats)
   t0=$(now)
   # the merge's DEBUG1 line says where its time went
   # the merge's own end: the probe loop below notices it up to a probe and a second later
@@ -187,7 +201,8 @@ for l in $(seq 1 "$loads"); do
   probes_total=$((probes_total + probes + during))
   rows_after=$(sql -c "SELECT rows FROM tsdg_index_info('inc_idx')")
   resident_s=$(wait_resident inc_idx)
-  table+=$'\n'"| $l | $rows_after | $insert_s | $merge_s | $ratio | $merge_cpu | $cpu_ratio | $probes ($pending_misses) | $during ($during_misses) | $resident_s |"
+  wal=$(wal_delta "$wal_before" "$(wal_stats)")
+  table+=$'\n'"| $l | $rows_after | $insert_s | $merge_s | $ratio | $merge_cpu | $cpu_ratio | $probes ($pending_misses) | $during ($during_misses) | $resident_s | $wal |"
   echo "load $l: merge ${merge_s}s ($ratio of the fresh build; CPU ${merge_cpu}s, $cpu_ratio), misses $pending_misses pending, $during_misses of $during during the merge"
 done
 

@@ -41,6 +41,7 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
 PG_FRESH=1 source .gpu/pg-on-device.sh "shared_preload_libraries = 'pg_tsdg'" \
   "dynamic_shared_memory_type = $dsm_type" "jit = off" "max_wal_size = 20GB" \
   "checkpoint_timeout = 30min" "log_min_duration_statement = 1000" "log_statement = 'ddl'" \
+  "track_wal_io_timing = on" \
   "tsdg.batch_wait_us = ${BATCH_WAIT_US:-100}" ${PG_EXTRA_CONF:+"$PG_EXTRA_CONF"} || exit 1
 trap 'cp /tmp/pg.log "$OUT/server.log"' EXIT
 pg -q -c "CREATE EXTENSION IF NOT EXISTS pg_tsdg"

@@ -125,10 +125,14 @@ for l in 1 2; do
   if [ "$l" = 1 ]; then
     logged "$from" "k-NN pages kept as they were (the lists of $base_rows of $((next + load_rows - 1)) nodes)" ||
       fail "merge 1 did not leave the k-NN pages to the worker's lists"
+    logged "$from" "the worker's own memory has the merged graph's rows and k-NN lists" ||
+      fail "merge 1's segment carried the old rows or the merged k-NN lists the worker keeps itself"
     [ "$(sql -At -c "SELECT knn_lag FROM tsdg_index_info('items_idx')")" = "$load_rows" ] ||
       fail "tsdg_index_info does not show the $load_rows nodes past the k-NN pages"
   elif logged "$from" "k-NN pages kept"; then
     fail "merge 2 kept the k-NN pages under tsdg.merge_knn_lag = 0"
+  elif ! logged "$from" "the worker's own memory has the merged graph's rows\."; then
+    fail "merge 2's segment carried the old rows, or not the merged k-NN lists it writes out"
   else
     [ "$(sql -At -c "SELECT knn_lag FROM tsdg_index_info('items_idx')")" = 0 ] ||
       fail "tsdg_index_info shows a k-NN lag after merge 2 wrote the k-NN pages"
