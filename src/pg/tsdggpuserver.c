@@ -605,6 +605,15 @@ ReplyOf(TsdgStatus status)
 
 /* ---- searches ---- */
 
+/*
+ * The pending rows an index scan's round gets at most: the nearest of them,
+ * with the distance past which the scan reads the rest itself
+ * (TsdgTakeOverPending). A LIMIT up to this never does; a smaller k makes the
+ * brute force cheaper (0.17 ms at k 10 against 0.35 ms at k 100 for one
+ * query over 100k rows on an H100).
+ */
+#define TSDG_PENDING_ROUND_ROWS	32
+
 /* true when the worker's copy of r's pending rows is the one args's metapage has, or more */
 static bool
 PendingCopyCovers(const ResidentIndex *r, const TsdgSearchArgs *args)
@@ -616,13 +625,13 @@ PendingCopyCovers(const ResidentIndex *r, const TsdgSearchArgs *args)
 
 /*
  * The k nearest of one query's graph results (graph_count of them, with
- * their TIDs; ids may be NULL) and of its k nearest pending rows (positions
- * into r's copy, TSDG_INVALID_ID padded), into out_*; out_ids may be NULL.
- * Returns how many results were written.
+ * their TIDs; ids may be NULL) and of its pending_k nearest pending rows
+ * (positions into r's copy, TSDG_INVALID_ID padded), into out_*; out_ids may
+ * be NULL. Returns how many results were written.
  */
 static int
 MergePendingResults(const ResidentIndex *r, int k, int graph_count, const float *graph_dists,
-					const uint32 *graph_ids, const ItemPointerData *graph_tids,
+					const uint32 *graph_ids, const ItemPointerData *graph_tids, int pending_k,
 					const uint32 *pending_pos, const float *pending_dists,
 					float *out_dists, uint32 *out_ids, ItemPointerData *out_tids)
 {
@@ -632,7 +641,7 @@ MergePendingResults(const ResidentIndex *r, int k, int graph_count, const float 
 
 	while (out < k)
 	{
-		bool		pending_left = p < k && pending_pos[p] != TSDG_INVALID_ID;
+		bool		pending_left = p < pending_k && pending_pos[p] != TSDG_INVALID_ID;
 
 		if (pending_left && (g >= graph_count || pending_dists[p] < graph_dists[g]))
 		{
@@ -709,6 +718,7 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 		uint32	   *out_ids = palloc(sizeof(uint32) * k);
 		float	   *out_dists = palloc(sizeof(float) * k);
 		ItemPointerData *out_tids = palloc(sizeof(ItemPointerData) * k);
+		int			pending_k = Min(k, TSDG_PENDING_ROUND_ROWS);
 		TsdgError	error;
 		TsdgStatus	status;
 
@@ -722,9 +732,9 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 		for (int m = 0; m < nq && status == TSDG_OK; m++)
 			if (PendingCopyCovers(r, &taken[members[m]].copy.args.search))
 			{
-				pending_pos = palloc(sizeof(uint32) * k * nq);
-				pending_dists = palloc(sizeof(float) * k * nq);
-				status = tsdg_exact_set_search(r->pending, queries, nq, k, pending_pos,
+				pending_pos = palloc(sizeof(uint32) * pending_k * nq);
+				pending_dists = palloc(sizeof(float) * pending_k * nq);
+				status = tsdg_exact_set_search(r->pending, queries, nq, pending_k, pending_pos,
 											   pending_dists, &error);
 				break;
 			}
@@ -746,12 +756,16 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 				}
 			if (with_pending)
 			{
+				const uint32 *qpos = pending_pos + (Size) m * pending_k;
+				const float *qdists = pending_dists + (Size) m * pending_k;
+				/* a full list may leave out rows as near as its last */
+				float		bound = qpos[pending_k - 1] != TSDG_INVALID_ID ?
+					qdists[pending_k - 1] : get_float4_infinity();
+
 				count = MergePendingResults(r, k, count, dists + (Size) m * k, qids, tids,
-											pending_pos + (Size) m * k,
-											pending_dists + (Size) m * k,
-											out_dists, out_ids, out_tids);
+											pending_k, qpos, qdists, out_dists, out_ids, out_tids);
 				TsdgIpcAnswerSearch(t->slot, t->copy.request_id, TSDG_REPLY_OK, count,
-									out_dists, out_ids, out_tids, k, true, NULL);
+									out_dists, out_ids, out_tids, k, true, bound, NULL);
 			}
 			else
 				TsdgIpcAnswer(t->slot, t->copy.request_id, ReplyOf(status), count,
@@ -801,7 +815,7 @@ MergePendingIntoBatch(const ResidentIndex *r, const float *queries, int nq, int 
 
 		while (graph_count < k && ItemPointerIsValid(&qtids[graph_count]))
 			graph_count++;
-		count = MergePendingResults(r, k, graph_count, qdists, NULL, qtids,
+		count = MergePendingResults(r, k, graph_count, qdists, NULL, qtids, k,
 									pending_pos + (Size) q * k, pending_dists + (Size) q * k,
 									out_dists, NULL, out_tids);
 		memcpy(qtids, out_tids, sizeof(ItemPointerData) * count);
@@ -889,7 +903,7 @@ ServeSearchBatch(TakenRequest *t)
 	LetGoOfBatchArea(t);
 	TsdgIpcAnswerSearch(t->slot, t->copy.request_id, ReplyOf(status),
 						status == TSDG_OK ? args->nq : 0, NULL, NULL, NULL, 0,
-						pending_searched && status == TSDG_OK,
+						pending_searched && status == TSDG_OK, get_float4_infinity(),
 						status == TSDG_OK ? NULL : error.message);
 }
 

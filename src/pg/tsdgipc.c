@@ -14,6 +14,7 @@
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "utils/float.h"
 #include "utils/wait_event.h"
 
 #include "tsdgipc.h"
@@ -412,14 +413,14 @@ TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 			  const ItemPointerData *tids, int max_results, const char *message)
 {
 	return TsdgIpcAnswerSearch(slot, request_id, reply, result_count, dists, ids, tids,
-							   max_results, false, message);
+							   max_results, false, get_float4_infinity(), message);
 }
 
 bool
 TsdgIpcAnswerSearch(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 					int result_count, const float *dists, const uint32 *ids,
 					const ItemPointerData *tids, int max_results, bool pending_searched,
-					const char *message)
+					float pending_bound, const char *message)
 {
 	Latch	   *latch = NULL;
 
@@ -429,6 +430,7 @@ TsdgIpcAnswerSearch(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 		slot->reply = reply;
 		slot->result_count = result_count;
 		slot->pending_searched = pending_searched;
+		slot->pending_bound = pending_bound;
 		if (dists != NULL && result_count > 0)
 		{
 			memcpy(TsdgSlotResultDists(slot), dists, sizeof(float) * result_count);

@@ -294,6 +294,7 @@ typedef struct TsdgRequestSlot
 	TsdgReply	reply;
 	int			result_count;
 	bool		pending_searched;	/* searches: the results include the pending rows */
+	float		pending_bound;	/* those past them are at least this far (+inf: none is) */
 	char		message[TSDG_ERROR_MESSAGE_LEN];
 
 	/* SEARCH: the query in; then the dists, node ids and heap TIDs of the results */
@@ -451,11 +452,14 @@ extern bool TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *que
 extern bool TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 						  int result_count, const float *dists, const uint32 *ids,
 						  const ItemPointerData *tids, int max_results, const char *message);
-/* TsdgIpcAnswer for a search, saying whether its results include the pending rows */
+/*
+ * TsdgIpcAnswer for a search, saying whether its results include the pending
+ * rows, and how near the nearest of those they leave out may be
+ */
 extern bool TsdgIpcAnswerSearch(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 								int result_count, const float *dists, const uint32 *ids,
 								const ItemPointerData *tids, int max_results,
-								bool pending_searched, const char *message);
+								bool pending_searched, float pending_bound, const char *message);
 /* the worker is done with the batch area of the request it took (before it answers) */
 extern void TsdgIpcLetGoOfBatchArea(void);
 /* the backend's cancel flag of a running request (read by a build's poll) */

@@ -400,7 +400,7 @@ bool
 TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *query,
 				 int max_results, int ef, int lambda_limit,
 				 uint32 *ids, float *dists, ItemPointerData *tids, int *count,
-				 bool *pending_searched)
+				 bool *pending_searched, float *pending_bound)
 {
 	TsdgIndexKey key;
 
@@ -432,6 +432,7 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 			memcpy(ids, TsdgSlotResultIds(slot, max_results), sizeof(uint32) * *count);
 			memcpy(tids, TsdgSlotResultTids(slot, max_results), sizeof(ItemPointerData) * *count);
 			*pending_searched = slot->pending_searched;
+			*pending_bound = slot->pending_bound;
 			/* where a query's round trip goes: log_min_messages = debug1 to see it */
 			ereport(DEBUG1,
 					(errmsg_internal("tsdg worker search: %lld us to the worker, %lld us on it, %lld us back",

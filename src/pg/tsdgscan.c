@@ -91,13 +91,15 @@ typedef struct TsdgScanOpaqueData
 
 	/*
 	 * The pending rows, ascending by distance: all of them, or, while
-	 * pending_from_worker, only those the worker's round had.
+	 * pending_from_worker, only those the worker's round had, which leaves
+	 * out none nearer than pending_bound.
 	 */
 	TsdgPendingHit *pending;
 	int64		pending_count;
 	int64		pending_capacity;
 	int64		pending_pos;
 	bool		pending_from_worker;
+	float		pending_bound;
 } TsdgScanOpaqueData;
 
 typedef TsdgScanOpaqueData *TsdgScanOpaque;
@@ -245,7 +247,7 @@ TsdgWorkerRound(Relation index, TsdgScanOpaque so)
 	so->result_tids = palloc(sizeof(ItemPointerData) * so->ef);
 	if (!TsdgWorkerSearch(index, &so->meta, so->query, so->ef, so->ef, tsdg_lambda_search,
 						  so->result_ids, so->result_dists, so->result_tids, &so->result_count,
-						  &pending_searched))
+						  &pending_searched, &so->pending_bound))
 	{
 		pfree(so->result_tids);
 		so->result_tids = NULL;
@@ -608,6 +610,9 @@ tsdggettuple(IndexScanDesc scan, ScanDirection dir)
 
 	if (!so->head_valid)
 		so->head_valid = TsdgNextGraphRow(scan->indexRelation, so);
+	/* a graph row past the worker's pending rows may come after some it left out */
+	if (so->pending_from_worker && so->head_valid && so->head_distance > so->pending_bound)
+		TsdgTakeOverPending(scan->indexRelation, so);
 	pending_left = so->pending_pos < so->pending_count;
 
 	if (so->head_valid &&

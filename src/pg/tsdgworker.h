@@ -61,14 +61,15 @@ extern bool TsdgWorkerUsable(void);
  * One graph search by the worker: up to max_results node ids with their
  * comparison distances, ascending, and their heap TIDs (invalid for a node
  * deleted in the version searched). With pending_searched set, the worker
- * searched the index's pending rows too: they are among the results with id
- * TSDG_PENDING_ROW_ID. False when the session should search on the CPU
- * instead (no worker, worker busy, timeout, worker died, no DSM).
+ * searched the index's pending rows too: the nearest of them are among the
+ * results with id TSDG_PENDING_ROW_ID, and those left out are no nearer than
+ * pending_bound. False when the session should search on the CPU instead (no
+ * worker, worker busy, timeout, worker died, no DSM).
  */
 extern bool TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *query,
 							 int max_results, int ef, int lambda_limit,
 							 uint32 *ids, float *dists, ItemPointerData *tids, int *count,
-							 bool *pending_searched);
+							 bool *pending_searched, float *pending_bound);
 
 /*
  * Where a batch of searches by the worker reads its queries and leaves its

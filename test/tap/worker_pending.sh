@@ -36,12 +36,17 @@ worker_pending() {
   sql -At -c "SELECT coalesce(max((c->>'pending_rows')::bigint), 0)
               FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c WHERE c->>'index' = 'items_idx'"
 }
-# a digest of the 10 nearest ids of every query, $1 the setting of tsdg.worker_pending_rows
+# a digest of the $2 (10) nearest ids of every query at tsdg.ef_search $3
+# (100), $1 the setting of tsdg.worker_pending_rows. Past the 32 pending rows
+# of the worker's round the scan reads the others itself. The ids as sets:
+# the worker computes a pending row's distance otherwise than the session,
+# which may swap near ties.
 scans() {
-  sql -At -c "SET enable_seqscan = off" -c "SET tsdg.worker_pending_rows = $1" -c "
+  sql -At -c "SET enable_seqscan = off" -c "SET tsdg.worker_pending_rows = $1" \
+    -c "SET tsdg.ef_search = ${3:-100}" -c "
     SELECT md5(string_agg(r.ids, ';' ORDER BY q.q)) FROM queries q,
-      LATERAL (SELECT string_agg(id::text, ',') AS ids
-               FROM (SELECT id FROM items ORDER BY v <-> q.v LIMIT 10) n) r"
+      LATERAL (SELECT string_agg(id::text, ',' ORDER BY id) AS ids
+               FROM (SELECT id FROM items ORDER BY v <-> q.v LIMIT ${2:-10}) n) r"
 }
 # Through a filter that keeps one row in 20, the scan goes past the worker's
 # round: prints "missed of expected", the pending rows among the exact 10
@@ -86,6 +91,9 @@ held=$(worker_pending)
 [ "$held" = 2500 ] || fail "the worker holds $held pending rows, expected 2500"
 by_session=$(scans -1)
 [ "$with_worker" = "$by_session" ] || fail "index scans differ with the worker's pending rows"
+# about 44 of the 150 nearest rows are pending, all within a round of 400
+[ "$(scans 1000 150 400)" = "$(scans -1 150 400)" ] ||
+  fail "index scans of 150 rows differ with the worker's pending rows"
 for setting in 1000 -1; do
   result=$(filtered_pending_misses $setting)
   case "$result" in
@@ -96,7 +104,7 @@ done
 [ "$(batch 1000)" = "$(batch -1)" ] || fail "batches differ with the worker's pending rows"
 misses=$(self_misses 6001 8500)
 [ "$misses" = 0 ] || fail "$misses of 2500 pending rows not found first through the worker"
-echo "worker_pending: the worker holds the 2500 pending rows; scans and batches equal the session's, filtered scans miss no pending row ($result)"
+echo "worker_pending: the worker holds the 2500 pending rows; scans of 10 and 150 rows and batches equal the session's, filtered scans miss no pending row ($result)"
 
 # 3. Rows inserted later reach the copy on the next search.
 sql -c "INSERT INTO items SELECT i, (SELECT array_agg(random()::real) FROM generate_series(1, 32) WHERE i > 0)::vector
