@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "access/relation.h"
+#include "access/xlog.h"
 #include "access/xloginsert.h"
 #include "catalog/pg_control.h"
 #include "miscadmin.h"
@@ -346,6 +347,15 @@ TsdgLogPages(Buffer *buffers, int count, bool wal)
 	END_CRIT_SECTION();
 	for (int i = 0; i < count; i++)
 		UnlockReleaseBuffer(buffers[i]);
+
+	/*
+	 * Wakes the WAL writer to write and flush up to here as an asynchronous
+	 * commit does. A merge's list pages are 0.3 GB of WAL at 2M rows: left
+	 * to them, the writers stall on each WAL buffer they need written and on
+	 * each segment's fsync, or the merge's final flush does it all at once.
+	 */
+	if (wal)
+		XLogSetAsyncXactLSN(recptr);
 }
 
 /*
