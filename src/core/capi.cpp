@@ -79,6 +79,9 @@ constexpr int64_t kParallelSearchBatch = 32;
 // queries * dim) run on a thread pool; smaller ones (the pending rows of one
 // query) stay on the calling thread.
 constexpr double kParallelScanWork = 1e8;
+// The entry points and d_nn1+ of graphs larger than this are computed on a
+// thread pool.
+constexpr int64_t kParallelSummaryNodes = 100000;
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // A merge's copy of the old rows runs beside the new rows' GNND and the
 // uploads, which it slowed whatever its threads while it mapped its pages
@@ -842,9 +845,16 @@ TsdgStatus tsdg_select_entry_points(const float* rows, int64_t n, int dim, TsdgM
     require(count == 0 || entry_ids != nullptr, "entry_ids must not be NULL");
     require(neighbors == nullptr || degree > 0, "degree must be positive");
     const tsdg::GraphView graph{neighbors, nullptr, neighbors ? n : 0, neighbors ? degree : 0};
+    // the worker computes them after answering a merge, while the session waits
+    std::unique_ptr<tsdg::ThreadPool> pool;
+    tsdg::RunControl control;
+    if (n > kParallelSummaryNodes) {
+      pool = std::make_unique<tsdg::ThreadPool>(0);
+      control.pool = pool.get();
+    }
     const std::vector<uint32_t> entries =
         tsdg::select_entry_points(tsdg::MatrixView{rows, n, dim}, graph, count,
-                                  tsdg::SearchParams{}.seed);
+                                  tsdg::SearchParams{}.seed, control);
     std::fill(entry_ids, entry_ids + count, TSDG_INVALID_ID);
     std::copy(entries.begin(), entries.end(), entry_ids);
   });
@@ -858,9 +868,15 @@ TsdgStatus tsdg_graph_nn1_bound(const float* rows, int64_t n, int dim, TsdgMetri
     require(degree > 0, "degree must be positive");
     require(n == 0 || neighbors != nullptr, "neighbors must not be NULL");
     require(bound != nullptr, "bound must not be NULL");
+    std::unique_ptr<tsdg::ThreadPool> pool;
+    tsdg::RunControl control;
+    if (n > kParallelSummaryNodes) {
+      pool = std::make_unique<tsdg::ThreadPool>(0);
+      control.pool = pool.get();
+    }
     *bound = tsdg::graph_nn1_bound(tsdg::MatrixView{rows, n, dim},
                                    tsdg::GraphView{neighbors, nullptr, n, degree},
-                                   to_metric(metric));
+                                   to_metric(metric), control);
   });
 }
 

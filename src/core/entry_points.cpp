@@ -6,6 +6,7 @@
 
 #include "bruteforce.h"
 #include "distance.h"
+#include "thread_pool.h"
 
 namespace tsdg {
 
@@ -15,30 +16,41 @@ constexpr int kLloydIterations = 5;
 constexpr int kSamplesPerEntry = 64;
 constexpr int64_t kMinSample = 4096;
 
+constexpr int64_t kSamplesPerChunk = 1024;
+
 // For each row of points, the index of the nearest row of rows (L2), by the
 // blocked matrix product of the exact scan.
-std::vector<uint32_t> nearest_rows(MatrixView rows, MatrixView points) {
+std::vector<uint32_t> nearest_rows(MatrixView rows, MatrixView points, const RunControl& control) {
   std::vector<uint32_t> nearest(points.rows);
   std::vector<float> dists(points.rows);
-  exact_knn(rows, points, Metric::L2, 1, nearest.data(), dists.data(), RunControl{});
+  exact_knn(rows, points, Metric::L2, 1, nearest.data(), dists.data(), control);
   return nearest;
 }
 
-// k-means++ seeding then Lloyd iterations on the sampled rows.
-Matrix kmeans_centers(const Matrix& sampled, int centers, std::mt19937_64& rng, DistanceFn l2) {
+// k-means++ seeding then Lloyd iterations on the sampled rows. The sums go
+// by fixed chunks, so the result does not depend on the pool.
+Matrix kmeans_centers(const Matrix& sampled, int centers, std::mt19937_64& rng, DistanceFn l2,
+                      const RunControl& control) {
   const int dim = sampled.dim;
   const auto size = static_cast<size_t>(sampled.rows);
   Matrix result(centers, dim);
   std::vector<float> nearest(size, std::numeric_limits<float>::infinity());
+  std::vector<double> chunk_totals((size + kSamplesPerChunk - 1) / kSamplesPerChunk);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   size_t chosen = rng() % size;
   for (int c = 0; c < centers; ++c) {
     std::copy(sampled.row(chosen), sampled.row(chosen) + dim, result.row(c));
+    const float* center = result.row(c);
+    parallel_for(control, static_cast<int64_t>(size), kSamplesPerChunk, [&](int64_t begin, int64_t end, int) {
+      double chunk_total = 0.0;
+      for (int64_t s = begin; s < end; ++s) {
+        nearest[s] = std::min(nearest[s], l2(center, sampled.row(s), dim));
+        chunk_total += nearest[s];
+      }
+      chunk_totals[begin / kSamplesPerChunk] = chunk_total;
+    });
     double total = 0.0;
-    for (size_t s = 0; s < size; ++s) {
-      nearest[s] = std::min(nearest[s], l2(result.row(c), sampled.row(s), dim));
-      total += nearest[s];
-    }
+    for (const double chunk_total : chunk_totals) total += chunk_total;
     if (total <= 0.0) break;  // fewer distinct rows than centers; the rest stay duplicates
     double pick = unit(rng) * total;
     chosen = size - 1;
@@ -53,7 +65,7 @@ Matrix kmeans_centers(const Matrix& sampled, int centers, std::mt19937_64& rng, 
   std::vector<double> sums(static_cast<size_t>(centers) * dim);
   std::vector<int64_t> members(centers);
   for (int iteration = 0; iteration < kLloydIterations; ++iteration) {
-    const std::vector<uint32_t> assigned = nearest_rows(result.view(), sampled.view());
+    const std::vector<uint32_t> assigned = nearest_rows(result.view(), sampled.view(), control);
     std::fill(sums.begin(), sums.end(), 0.0);
     std::fill(members.begin(), members.end(), 0);
     for (size_t s = 0; s < size; ++s) {
@@ -72,7 +84,7 @@ Matrix kmeans_centers(const Matrix& sampled, int centers, std::mt19937_64& rng, 
 }  // namespace
 
 std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int count,
-                                          uint64_t seed) {
+                                          uint64_t seed, const RunControl& control) {
   std::vector<uint32_t> entries;
   if (count <= 0 || data.rows == 0) return entries;
   if (data.rows <= count) {
@@ -99,10 +111,19 @@ std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int 
     for (int j = 0; j < dim; ++j) targets.row(0)[j] = static_cast<float>(mean[j] / sample_size);
   }
   if (count > 1) {
-    const Matrix centers = kmeans_centers(sampled, count - 1, rng, l2);
+    const Matrix centers = kmeans_centers(sampled, count - 1, rng, l2, control);
     std::copy(centers.values.begin(), centers.values.end(), targets.row(1));
   }
-  const std::vector<uint32_t> nearest_sample = nearest_rows(sampled.view(), targets.view());
+  const std::vector<uint32_t> nearest_sample = nearest_rows(sampled.view(), targets.view(), control);
+  std::vector<uint32_t> descended(count);
+  parallel_for(control, count, 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      descended[t] = sample[nearest_sample[t]];
+      if (graph.nodes == data.rows && graph.degree > 0) {
+        descended[t] = greedy_descent(data, graph, targets.row(t), descended[t], l2);
+      }
+    }
+  });
 
   std::vector<uint32_t> chosen_sorted;
   auto add_if_new = [&](uint32_t node) {
@@ -111,14 +132,7 @@ std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int 
     chosen_sorted.insert(at, node);
     entries.push_back(node);
   };
-  for (int t = 0; t < count; ++t) {
-    const float* target = targets.row(t);
-    uint32_t node = sample[nearest_sample[t]];
-    if (graph.nodes == data.rows && graph.degree > 0) {
-      node = greedy_descent(data, graph, target, node, l2);
-    }
-    add_if_new(node);
-  }
+  for (int t = 0; t < count; ++t) add_if_new(descended[t]);
   // Two targets can land on one node; fill up with sampled rows, then (when
   // the sample repeats itself) with the first rows.
   for (size_t s = 0; entries.size() < static_cast<size_t>(count) && s < sample.size(); ++s) {

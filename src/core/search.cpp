@@ -49,15 +49,20 @@ SlackRule slack_rule_for(Metric metric, float tau, int k, float nn1_bound) {
   return rule;
 }
 
-float graph_nn1_bound(MatrixView data, GraphView graph, Metric metric) {
+float graph_nn1_bound(MatrixView data, GraphView graph, Metric metric, const RunControl& control) {
+  constexpr int64_t kNodesPerChunk = 16384;
   const DistanceFn distance = metric_distance_fn(metric);
-  float bound = 0.0f;
-  for (int64_t i = 0; i < graph.nodes; ++i) {
-    const uint32_t nearest = graph.list(i)[0];
-    if (nearest == kInvalidId) continue;
-    bound = std::max(bound, std::fabs(distance(data.row(i), data.row(nearest), data.dim)));
-  }
-  return bound;
+  std::vector<float> bounds(worker_count(control), 0.0f);
+  parallel_for(control, graph.nodes, kNodesPerChunk, [&](int64_t begin, int64_t end, int worker) {
+    float bound = bounds[worker];
+    for (int64_t i = begin; i < end; ++i) {
+      const uint32_t nearest = graph.list(i)[0];
+      if (nearest == kInvalidId) continue;
+      bound = std::max(bound, std::fabs(distance(data.row(i), data.row(nearest), data.dim)));
+    }
+    bounds[worker] = bound;
+  });
+  return *std::max_element(bounds.begin(), bounds.end());
 }
 
 uint32_t greedy_descent(MatrixView data, GraphView graph, const float* target, uint32_t start,

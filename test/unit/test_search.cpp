@@ -145,6 +145,28 @@ TEST(Search, EntryPointsAreDistinctAndSpread) {
   EXPECT_EQ(few, (std::vector<uint32_t>{0, 1, 2, 3, 4}));
 }
 
+TEST(Search, Nn1BoundIsTheLargestFirstNeighborDistanceOnAnyPool) {
+  const Fixture f = make_fixture(40000, 16, 6, 10);
+  double expected = 0.0;
+  for (int64_t i = 0; i < f.graph.nodes; ++i) {
+    const uint32_t nearest = f.graph.list(i)[0];
+    if (nearest == kInvalidId) continue;
+    double d2 = 0.0;
+    for (int j = 0; j < f.data.dim; ++j) {
+      const double diff = static_cast<double>(f.data.row(i)[j]) - f.data.row(nearest)[j];
+      d2 += diff * diff;
+    }
+    expected = std::max(expected, d2);
+  }
+  const GraphView graph = GraphView::of(f.graph);
+  const float alone = graph_nn1_bound(f.data.view(), graph, Metric::L2);
+  ThreadPool pool(3);
+  RunControl control;
+  control.pool = &pool;
+  EXPECT_EQ(graph_nn1_bound(f.data.view(), graph, Metric::L2, control), alone);
+  expect_same_distance(alone, static_cast<float>(expected));
+}
+
 TEST(GraphSearch, ExactWithFullEfAndNoDuplicateOffers) {
   const int k = 10;
   const Fixture f = make_fixture(1200, 16, 6, k);
