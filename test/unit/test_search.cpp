@@ -141,6 +141,10 @@ TEST(Search, EntryPointsAreDistinctAndSpread) {
   ASSERT_EQ(entries.size(), 16u);
   EXPECT_EQ(std::set<uint32_t>(entries.begin(), entries.end()).size(), 16u);
   EXPECT_EQ(entries, select_entry_points(f.data.view(), GraphView::of(f.graph), 16, 7));
+  ThreadPool pool(3);
+  RunControl control;
+  control.pool = &pool;
+  EXPECT_EQ(entries, select_entry_points(f.data.view(), GraphView::of(f.graph), 16, 7, control));
   const std::vector<uint32_t> few = select_entry_points(f.data.view().slice(0, 5), GraphView{}, 16, 7);
   EXPECT_EQ(few, (std::vector<uint32_t>{0, 1, 2, 3, 4}));
 }
