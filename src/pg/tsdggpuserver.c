@@ -1811,6 +1811,8 @@ TsdgGpuServerMain(void)
 		if (shutdown_requested)
 			break;
 		ServeBatch(taken);
+		/* also when searches keep the worker busy: spares are a merge's, not theirs */
+		TsdgReleaseIdleHostArrays();
 	}
 
 	EvictAll("shutting down");
