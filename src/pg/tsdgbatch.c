@@ -200,43 +200,18 @@ TsdgBatchDistance(const TsdgBatchCall *call, float d)
 }
 
 /*
- * Opens the index and searches the queries of the array. NULL elements are
- * skipped (no row), or an error where the caller returns a row per query.
- * call->queries.searchable is 0 where nothing was searched (an empty array,
- * an index on an empty table); the index stays open for TsdgBatchFinish.
+ * Searches the queries of the array in the index open in call, its metapage
+ * read into call->meta (see TsdgBatchSearch).
  */
 static void
-TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *function,
-				TsdgBatchCall *call)
+TsdgSearchQueries(FunctionCallInfo fcinfo, bool nulls_allowed, const char *function,
+				  TsdgBatchCall *call)
 {
-	Oid			index_oid = PG_GETARG_OID(0);
 	TsdgQueryArray array;
 	TsdgBatchArea area;
-	Oid			heap_oid;
 	int			ef;
 	bool		pending_searched = false;
 
-	call->k = PG_GETARG_INT32(2);
-	if (call->k < 1 || call->k > TSDG_BATCH_MAX_K)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("k must be between 1 and %d", TSDG_BATCH_MAX_K)));
-
-	heap_oid = IndexGetRelation(index_oid, true);
-	if (!OidIsValid(heap_oid))
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is not an index",
-						get_rel_name(index_oid) ? get_rel_name(index_oid) : "?")));
-	if (pg_class_aclcheck(heap_oid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
-		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(heap_oid));
-	LockRelationOid(heap_oid, AccessShareLock);
-	call->index = index_open(index_oid, AccessShareLock);
-	if (call->index->rd_indam->ambuild != tsdgbuild)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(call->index))));
-	TsdgReadMeta(call->index, &call->meta);
 
 	call->start = GetCurrentTimestamp();
 	TsdgOpenQueryArray(PG_GETARG_DATUM(1), nulls_allowed, function, &array);
@@ -305,6 +280,52 @@ TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *functio
 	if (!pending_searched)
 		TsdgMergePending(call->index, &call->meta, &call->queries, call->k, call->tids, call->dists);
 	call->pending_at = GetCurrentTimestamp();
+}
+
+/*
+ * Opens the index and searches the queries of the array. NULL elements are
+ * skipped (no row), or an error where the caller returns a row per query.
+ * call->queries.searchable is 0 where nothing was searched (an empty array,
+ * an index on an empty table); the index stays open for TsdgBatchFinish.
+ */
+static void
+TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *function,
+				TsdgBatchCall *call)
+{
+	Oid			index_oid = PG_GETARG_OID(0);
+	Oid			heap_oid;
+	Buffer		meta_pin;
+
+	call->k = PG_GETARG_INT32(2);
+	if (call->k < 1 || call->k > TSDG_BATCH_MAX_K)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("k must be between 1 and %d", TSDG_BATCH_MAX_K)));
+
+	heap_oid = IndexGetRelation(index_oid, true);
+	if (!OidIsValid(heap_oid))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is not an index",
+						get_rel_name(index_oid) ? get_rel_name(index_oid) : "?")));
+	if (pg_class_aclcheck(heap_oid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(heap_oid));
+	LockRelationOid(heap_oid, AccessShareLock);
+	call->index = index_open(index_oid, AccessShareLock);
+	if (call->index->rd_indam->ambuild != tsdgbuild)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(call->index))));
+
+	/*
+	 * The metapage stays pinned while the pages are read, as by an index
+	 * scan: a merge reuses the pages of the graph read here only once no
+	 * such pin is left (tsdgmerge.c).
+	 */
+	meta_pin = ReadBuffer(call->index, TSDG_METAPAGE_BLKNO);
+	TsdgReadMeta(call->index, &call->meta);
+	TsdgSearchQueries(fcinfo, nulls_allowed, function, call);
+	ReleaseBuffer(meta_pin);
 }
 
 /* After the results are returned: the segment kept or given up, the LOG line, the index closed. */
