@@ -349,15 +349,20 @@ class Descent {
 
 }  // namespace
 
-DescentLists::DescentLists(int64_t nodes, int k)
+DescentLists::DescentLists(int64_t nodes, int k, const RunControl& control)
     : nodes_(nodes), k_(k),
       record_bytes_(round_up(static_cast<int64_t>(sizeof(Header) + k * (sizeof(Entry) + 1)), alignof(Header))),
-      records_(static_cast<size_t>(nodes * record_bytes_), 0) {
+      records_(static_cast<size_t>(nodes * record_bytes_), HugePageArray<uint8_t>::Unfilled{}) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  for (int64_t u = 0; u < nodes; ++u) {
-    *header(u) = Header{0, kInf};
-    std::fill(list(u), list(u) + k, Entry{kInf, kInvalidId});
-  }
+  constexpr int64_t kListsPerChunk = 4096;
+  parallel_for(control, nodes, kListsPerChunk, [&](int64_t begin, int64_t end, int) {
+    // the whole records, padding too: the array starts unfilled
+    std::fill(record(begin), record(begin) + (end - begin) * record_bytes_, uint8_t{0});
+    for (int64_t u = begin; u < end; ++u) {
+      *header(u) = Header{0, kInf};
+      std::fill(list(u), list(u) + k_, Entry{kInf, kInvalidId});
+    }
+  });
 }
 
 void DescentLists::sort_list(int64_t u) {

@@ -25,7 +25,8 @@ class DescentLists {
   static constexpr uint8_t kNew = 1;    // not yet taken as a sample
   static constexpr uint8_t kFresh = 2;  // inserted since the last tally
 
-  DescentLists(int64_t nodes, int k);
+  // Every list empty, its records written on control's pool.
+  DescentLists(int64_t nodes, int k, const RunControl& control);
 
   struct Entry {
     float dist;

@@ -57,7 +57,7 @@ Placement place_rows(MatrixView data, int64_t split, uint64_t seed, const RunCon
 
 // The rows in placement order: row placement.row_at[i] at position i.
 HugePageArray<float> placed_rows(MatrixView data, const Placement& placement, const RunControl& control) {
-  HugePageArray<float> values(static_cast<size_t>(data.rows) * data.dim, 0.0f);
+  HugePageArray<float> values(static_cast<size_t>(data.rows) * data.dim, HugePageArray<float>::Unfilled{});
   parallel_for(control, data.rows, 4096, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
       const float* row = data.row(placement.row_at[i]);
@@ -267,7 +267,7 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
   const HugePageArray<float> local_values = placed_rows(data, placement, control);
   const MatrixView local{local_values.data(), n, data.dim};
 
-  DescentLists lists(n, k);
+  DescentLists lists(n, k, control);
   parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
     for (int64_t s = begin; s < end; ++s) {
       const int side = s < split ? 0 : 1;
@@ -340,7 +340,7 @@ IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const Knn
   const HugePageArray<float> local_values = placed_rows(data, placement, control);
   const MatrixView local{local_values.data(), n, data.dim};
 
-  DescentLists lists(n, k);
+  DescentLists lists(n, k, control);
   const DistanceFn distance = metric_distance_fn(metric);
   const std::vector<uint32_t> pivots =
       split == 0 || batch == 0 ? std::vector<uint32_t>() : nearest_old_pivots(data, split, metric, params.seed, control);

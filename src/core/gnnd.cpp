@@ -48,7 +48,7 @@ KnnGraph gnnd_build(MatrixView data, Metric metric, const GnndParams& params,
   // rows and lists a join touches are mostly neighbors in memory too; ids are
   // mapped back at the end.
   const std::vector<uint32_t> order = region_order(data, params.seed, control);
-  HugePageArray<float> local_values(static_cast<size_t>(n) * data.dim, 0.0f);
+  HugePageArray<float> local_values(static_cast<size_t>(n) * data.dim, HugePageArray<float>::Unfilled{});
   const MatrixView local{local_values.data(), n, data.dim};
   parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
@@ -56,7 +56,7 @@ KnnGraph gnnd_build(MatrixView data, Metric metric, const GnndParams& params,
     }
   });
 
-  DescentLists lists(n, params.k);
+  DescentLists lists(n, params.k, control);
   parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
     for (int64_t s = begin; s < end; ++s) {
       init_random_list(local, metric, params.seed, s, lists);

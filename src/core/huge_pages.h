@@ -27,6 +27,11 @@ class HugePageArray {
       : values_(static_cast<T*>(allocate_huge_page_backed(count * sizeof(T)))), size_(count) {
     std::uninitialized_fill(values_.get(), values_.get() + count, fill);
   }
+  // Values left as they are: for an array the caller fills whole, on its
+  // threads, so that the first touch of each page is spread over them too.
+  struct Unfilled {};
+  HugePageArray(size_t count, Unfilled)
+      : values_(static_cast<T*>(allocate_huge_page_backed(count * sizeof(T)))), size_(count) {}
 
   T* data() { return values_.get(); }
   const T* data() const { return values_.get(); }
