@@ -3,9 +3,9 @@
  * a graph the worker merged and keeps for the next merge. They used to lie
  * in the merge's shared memory segment, which the session makes and the
  * kernel zeroes before the request, 0.3 s of a merge into 1.9M rows on the
- * H100 machine. Here the memory of a graph two merges back, which the merged
- * graph replaces, is taken again by the merge after next: a run of merges
- * grows into arrays with room to spare and faults in no memory at all.
+ * H100 machine. Here each merge takes the arrays of the graph two merges
+ * back, which the graph it merges from replaced: a run of merges grows into
+ * arrays with room to spare and faults in no new memory.
  * Spares nobody took within TSDG_SPARE_IDLE_SECONDS are given back to the
  * kernel.
  */
@@ -19,7 +19,7 @@
 
 #define TSDG_SPARE_ARRAYS			4
 #define TSDG_SPARE_IDLE_SECONDS		30
-/* room for this fraction more: the graph grows by each merge */
+/* an array has room for 1/this more: the graph grows by each merge */
 #define TSDG_ARRAY_GROWTH_ROOM		4
 #define TSDG_HUGE_PAGE				((Size) 2 << 20)
 /* the mapping's size before the array; a page keeps the array page-aligned */
