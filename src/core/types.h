@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "huge_pages.h"
+
 namespace tsdg {
 
 // Marks an empty slot in a neighbor list.
@@ -49,8 +51,8 @@ struct Matrix {
 struct KnnGraph {
   int64_t nodes = 0;
   int k = 0;
-  std::vector<uint32_t> ids;  // nodes * k
-  std::vector<float> dists;   // nodes * k
+  HugePageVector<uint32_t> ids;  // nodes * k
+  HugePageVector<float> dists;   // nodes * k
 
   KnnGraph() = default;
   KnnGraph(int64_t n, int kk)

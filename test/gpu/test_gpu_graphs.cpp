@@ -380,7 +380,7 @@ TEST(GpuGgm, ListDistancesAsOnTheCpu) {
   TSDG_REQUIRE_GPU();
   const Matrix data = make_clustered(clustered_spec(5000, 40, 10, 9));
   const KnnGraph lists = exact_knn_graph(data.view(), Metric::L2, 16, cpu_control());
-  std::vector<uint32_t> ids = lists.ids;
+  std::vector<uint32_t> ids(lists.ids.begin(), lists.ids.end());
   ids[7] = kInvalidId;
   const auto cpu_backend = make_cpu_backend();
   for (Metric metric : {Metric::L2, Metric::InnerProduct, Metric::Cosine}) {

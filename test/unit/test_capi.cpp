@@ -175,7 +175,7 @@ void check_merge(int64_t n_old, int64_t n_new) {
   for (int64_t i = 0; i < data.rows; ++i) {
     std::copy_n(&merged.knn_ids[i * params.build_k], 10, &merged_top[i * 10]);
   }
-  EXPECT_GE(recall_of(merged_top, exact.ids, 10), 0.9);
+  EXPECT_GE(recall_of(merged_top, std::vector<uint32_t>(exact.ids.begin(), exact.ids.end()), 10), 0.9);
   // The new rows are reachable: old nodes link to them.
   int64_t links_to_new = 0;
   for (int64_t i = 0; i < n_old * params.degree; ++i) {

@@ -97,7 +97,7 @@ TEST(IncrementalGgm, ComputesMissingOldDistances) {
   Batch b = make_batch(6000, 5600, control);
   const IncrementalMerge given = merge(b, control);
   KnnGraph ids_only = b.first;
-  ids_only.dists = std::vector<float>();
+  ids_only.dists.clear();
   const IncrementalMerge computed = ggm_merge_incremental(b.data.view(), b.split, ids_only, b.second,
                                                           Metric::L2, b.params, control);
   const KnnGraph exact = exact_knn_graph(b.data.view(), Metric::L2, 10, control);
