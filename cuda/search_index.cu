@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <string>
+#include <thread>
 
 #include "entry_points.h"
 #include "gpu_algorithms.h"
@@ -25,7 +27,18 @@ constexpr int64_t kMaxRowsPerLaunch = 1 << 16;
 constexpr int64_t kTracedBatch = 1000;
 constexpr int kKernelAuto = 0;
 constexpr int kKernelSmallBatch = 1;
-constexpr int kKernelExactScan = 3;  // 2 is the large-batch kernel
+constexpr int kKernelLargeBatch = 2;
+constexpr int kKernelExactScan = 3;
+// results unreached_rows asks each row's search for (a reached row is first)
+constexpr int kMaxOwnResults = 8;
+
+// Joins a thread still running when the scope ends (an exception on the way).
+struct JoinOnExit {
+  std::thread& thread;
+  ~JoinOnExit() {
+    if (thread.joinable()) thread.join();
+  }
+};
 
 // What the gather of payload values reads, by value into the kernel.
 struct PayloadMap {
@@ -146,13 +159,13 @@ void CudaSearchIndex::reserve_batch(int64_t rows, int k) {
   }
 }
 
-void CudaSearchIndex::prepare_entries(int count, uint64_t seed) {
+void CudaSearchIndex::prepare_entries(int count, uint64_t seed, const RunControl& control) {
   if (count == entries_for_count_ && seed == entries_for_seed_) return;
-  const std::vector<uint32_t> entries = select_entry_points(host_data_, host_graph_, count, seed);
-  entries_.allocate(std::max<size_t>(entries.size(), 1));
-  copy_to_device(entries_.data(), entries.data(), entries.size(), ctx_->stream.get());
+  host_entries_ = select_entry_points(host_data_, host_graph_, count, seed, control);
+  entries_.allocate(std::max<size_t>(host_entries_.size(), 1));
+  copy_to_device(entries_.data(), host_entries_.data(), host_entries_.size(), ctx_->stream.get());
   ctx_->stream.synchronize();
-  entry_count_ = static_cast<int>(entries.size());
+  entry_count_ = static_cast<int>(host_entries_.size());
   entries_for_count_ = count;
   entries_for_seed_ = seed;
 }
@@ -177,7 +190,7 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
                            (params.gpu_kernel == kKernelAuto && queries.rows < small_batch_limit() &&
                             ef <= kGpuSmallBatchMaxEf);
   if (params.entry_samples < 1) throw Error(Status::InvalidArgument, "search entry_samples must be positive");
-  prepare_entries(params.entry_samples, params.seed);
+  prepare_entries(params.entry_samples, params.seed, control);
   cudaStream_t stream = ctx_->stream.get();
   const DeviceGraph g{data_.data(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
   control.set_total(queries.rows);
@@ -277,6 +290,61 @@ void CudaSearchIndex::search_payload(MatrixView queries, const SearchParams& par
     guard.unlock();
     SearchIndex::search_payload(queries, params, k_out, values, dists, control);
   }
+}
+
+std::vector<uint32_t> CudaSearchIndex::unreached_rows(int64_t first, int64_t end,
+                                                      const SearchParams& params,
+                                                      const RunControl& control) {
+  if (first < 0 || first > end || end > nodes_) {
+    throw Error(Status::InvalidArgument, "unreached rows: rows out of range");
+  }
+  std::lock_guard<std::mutex> guard(mutex_);
+  TSDG_CUDA_CHECK(cudaSetDevice(device_));
+  PhaseTrace trace("unreached rows", ctx_->stream.get(), end - first >= kTracedBatch);
+  prepare_entries(params.entry_samples, params.seed, control);
+  trace.mark("entry points", entry_count_);
+  // The CPU's walk on the host threads while the kernels search.
+  std::vector<uint32_t> rows;
+  std::exception_ptr walk_error;
+  std::thread walk([&] {
+    try {
+      rows = tsdg::unreached_rows(host_data_, host_graph_, metric_, host_entries_.data(),
+                                  entry_count_, first, end, params.ef, params.lambda_limit, control);
+    } catch (...) {
+      walk_error = std::current_exception();
+    }
+  });
+  const JoinOnExit join_walk{walk};
+  // Each kernel walks differently, and either may answer a session: a row
+  // must be in the answer to its own vector from both. A reached row is
+  // first, or after rows just as near (duplicates).
+  std::vector<uint32_t> missed;
+  const MatrixView own{host_data_.row(first), end - first, dim_};
+  SearchParams own_params = params;
+  own_params.k = std::min(params.ef, kMaxOwnResults);
+  for (const int kernel : {kKernelSmallBatch, kKernelLargeBatch}) {
+    if (kernel == kKernelSmallBatch && params.ef > kGpuSmallBatchMaxEf) continue;
+    own_params.gpu_kernel = kernel;
+    search_launches(own, own_params, RunControl{}, [&](int64_t launch_first, int64_t launch_rows, int k) {
+      const size_t results = static_cast<size_t>(launch_rows) * k;
+      copy_to_host(pinned_ids_.data(), result_ids_.data(), results, ctx_->stream.get());
+      ctx_->stream.synchronize();
+      for (int64_t q = 0; q < launch_rows; ++q) {
+        const uint32_t row = static_cast<uint32_t>(first + launch_first + q);
+        const uint32_t* found = pinned_ids_.data() + q * k;
+        if (std::find(found, found + k, row) == found + k) missed.push_back(row);
+      }
+    });
+    trace.mark(kernel == kKernelSmallBatch ? "small-batch kernel" : "large-batch kernel",
+               static_cast<long long>(missed.size()));
+  }
+  walk.join();
+  trace.mark("the CPU's walk, after", static_cast<long long>(rows.size()));
+  if (walk_error) std::rethrow_exception(walk_error);
+  rows.insert(rows.end(), missed.begin(), missed.end());
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
 }
 
 }  // namespace tsdg::cuda

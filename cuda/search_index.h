@@ -23,6 +23,8 @@ class CudaSearchIndex final : public SearchIndex {
   size_t memory_bytes() const override;
   int64_t node_count() const override { return nodes_; }
   const float* device_rows() const override { return data_.data(); }
+  std::vector<uint32_t> unreached_rows(int64_t first, int64_t end, const SearchParams& params,
+                                       const RunControl& control) override;
   // The payload goes to the device too, where the results are mapped to it.
   void set_payload(const void* values, int value_size, const uint8_t* flags, uint8_t skip_bits,
                    const void* missing) override;
@@ -41,8 +43,9 @@ class CudaSearchIndex final : public SearchIndex {
   // for the graph kernels (the exact scan), which it leaves to the caller.
   bool search_launches(MatrixView queries, const SearchParams& params, const RunControl& control,
                        const std::function<void(int64_t, int64_t, int)>& deliver);
-  // The CPU search's navigating entry points for (count, seed), on the device.
-  void prepare_entries(int count, uint64_t seed);
+  // The CPU search's navigating entry points for (count, seed), on the device
+  // (computed on control's pool, when it has one).
+  void prepare_entries(int count, uint64_t seed, const RunControl& control);
 
   int device_;
   MatrixView host_data_;
@@ -59,6 +62,7 @@ class CudaSearchIndex final : public SearchIndex {
   DeviceBuffer<uint32_t> neighbors_;
   DeviceBuffer<uint8_t> lambdas_;
   DeviceBuffer<uint32_t> entries_;
+  std::vector<uint32_t> host_entries_;  // the same, for the CPU's walk
   int entry_count_ = 0;
   int entries_for_count_ = -1;
   uint64_t entries_for_seed_ = 0;

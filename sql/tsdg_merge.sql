@@ -135,9 +135,36 @@ SELECT count(*) AS not_found_first FROM merge_wide w
 WHERE (SELECT x.id FROM merge_wide x ORDER BY x.v <-> w.v LIMIT 1) <> w.id;
 RESET enable_seqscan;
 
+-- a merge looks up each new row by its own vector at tsdg.ef_search; the
+-- rows those searches do not reach are searched exactly from then on, so
+-- even the narrowest search finds each first, on the pages and in a batch
+CREATE TABLE merge_reach (id int PRIMARY KEY, v vector(8));
+INSERT INTO merge_reach SELECT i, merge_vec(i) FROM generate_series(1, 3000) i;
+CREATE INDEX merge_reach_idx ON merge_reach USING tsdg (v vector_l2_ops)
+	WITH (degree = 8, build_k = 8, samples = 4);
+INSERT INTO merge_reach SELECT i, merge_vec(i) FROM generate_series(3001, 4000) i;
+SET tsdg.ef_search = 1;
+SELECT tsdg_merge('merge_reach_idx');
+SELECT unreached > 0 AS some_unreached, unreached < 500 AS most_reached
+FROM tsdg_index_info('merge_reach_idx');
+SET enable_seqscan = off;
+SELECT count(*) AS not_found_first FROM merge_reach q
+WHERE (SELECT r.id FROM merge_reach r ORDER BY r.v <-> q.v LIMIT 1) <> q.id AND q.id > 3000;
+RESET enable_seqscan;
+SELECT count(*) AS not_found_first_in_batch
+FROM tsdg_search_batch('merge_reach_idx',
+	ARRAY(SELECT v FROM merge_reach WHERE id > 3000 ORDER BY id), 1) b
+JOIN merge_reach r ON r.ctid = b.tid
+WHERE r.id <> b.query + 3000;
+RESET tsdg.ef_search;
+-- the next merge checks its own rows only
+INSERT INTO merge_reach SELECT i, merge_vec(i) FROM generate_series(4001, 4010) i;
+SELECT tsdg_merge('merge_reach_idx');
+SELECT unreached FROM tsdg_index_info('merge_reach_idx');
+
 -- errors
 SELECT tsdg_merge('merge_items_pkey');
 SELECT tsdg_merge('merge_items');
 
-DROP TABLE merge_items, merge_sizes, merge_cos, merge_empty, merge_wide;
+DROP TABLE merge_items, merge_sizes, merge_cos, merge_empty, merge_wide, merge_reach;
 DROP FUNCTION merge_check, merge_vec, merge_wide_vec;

@@ -24,6 +24,13 @@ class SearchIndex {
   virtual size_t memory_bytes() const = 0;
   // The nodes of the graph searched.
   virtual int64_t node_count() const = 0;
+  // The rows [first, end) of the indexed set that a search of this index for
+  // their own vectors at params (ef, lambda_limit, entry_samples, seed) does
+  // not reach, ascending (tsdg::unreached_rows): on the GPU those of either
+  // kernel or of the CPU's walk, which scans of the index pages take.
+  virtual std::vector<uint32_t> unreached_rows(int64_t first, int64_t end,
+                                               const SearchParams& params,
+                                               const RunControl& control) = 0;
   // The indexed rows (node_count() * dim) where they are on a GPU, else null.
   virtual const float* device_rows() const { return nullptr; }
 

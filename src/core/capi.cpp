@@ -880,4 +880,65 @@ TsdgStatus tsdg_graph_nn1_bound(const float* rows, int64_t n, int dim, TsdgMetri
   });
 }
 
+namespace {
+
+// Writes the first max_rows of rows to out and how many there are to *count.
+void copy_unreached(const std::vector<uint32_t>& rows, uint32_t* out, int64_t max_rows,
+                    int64_t* count) {
+  const int64_t written = std::min<int64_t>(max_rows, static_cast<int64_t>(rows.size()));
+  std::copy(rows.begin(), rows.begin() + written, out);
+  *count = static_cast<int64_t>(rows.size());
+}
+
+}  // namespace
+
+TsdgStatus tsdg_unreached_rows(const float* rows, int64_t n, int dim, TsdgMetric metric,
+                               const uint32_t* neighbors, const uint8_t* lambdas, int degree,
+                               const uint32_t* entry_ids, int entry_count, int64_t first, int ef,
+                               int lambda_limit, uint32_t* rows_out, int64_t max_rows,
+                               int64_t* count, TsdgError* error) {
+  return guarded(error, [&] {
+    validate_rows(rows, n, dim);
+    require(degree > 0, "degree must be positive");
+    require(n == 0 || (neighbors != nullptr && lambdas != nullptr),
+            "neighbors and lambdas must not be NULL");
+    require(entry_count >= 0 && (entry_count == 0 || entry_ids != nullptr),
+            "entry_ids must not be NULL");
+    require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
+    require(count != nullptr, "count must not be NULL");
+    std::unique_ptr<tsdg::ThreadPool> pool;
+    tsdg::RunControl control;
+    if (n - first >= kParallelSearchBatch) {
+      pool = std::make_unique<tsdg::ThreadPool>(0);
+      control.pool = pool.get();
+    }
+    copy_unreached(tsdg::unreached_rows(tsdg::MatrixView{rows, n, dim},
+                                        tsdg::GraphView{neighbors, lambdas, n, degree},
+                                        to_metric(metric), entry_ids, entry_count, first, n, ef,
+                                        lambda_limit, control),
+                   rows_out, max_rows, count);
+  });
+}
+
+TsdgStatus tsdg_index_unreached_rows(TsdgResidentIndex* index, int64_t first, int ef,
+                                     int lambda_limit, uint32_t* rows_out, int64_t max_rows,
+                                     int64_t* count, TsdgError* error) {
+  return guarded(error, [&] {
+    require(index != nullptr, "index must not be NULL");
+    require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
+    require(count != nullptr, "count must not be NULL");
+    const int64_t n = index->index->node_count();
+    // the CPU's walk runs on the host threads on either backend
+    std::unique_ptr<tsdg::ThreadPool> own_pool;
+    tsdg::RunControl control = resident_search_control(index, n - first);
+    if (control.pool == nullptr && n - first >= kParallelSearchBatch) {
+      own_pool = std::make_unique<tsdg::ThreadPool>(0);
+      control.pool = own_pool.get();
+    }
+    copy_unreached(index->index->unreached_rows(first, n, resident_search_params(1, ef, lambda_limit),
+                                                control),
+                   rows_out, max_rows, count);
+  });
+}
+
 }  // extern "C"

@@ -278,6 +278,79 @@ void prefetch_row(const float* row, int dim) {
 
 }  // namespace
 
+namespace {
+
+// One walk of unreached_rows: true once it computes row's distance.
+bool walk_reaches(MatrixView data, GraphView graph, DistanceFn distance, const uint32_t* entries,
+                  int entry_count, uint32_t row, int lambda_limit, VisitedTable& visited,
+                  CandidatePool& pool) {
+  const float* query = data.row(row);
+  const SlackRule no_stop_rule;
+  visited.next_query();
+  pool.reset(pool.capacity());
+  for (int i = 0; i < entry_count; ++i) {
+    if (entries[i] == row) return true;
+    visited.mark(entries[i]);
+    pool.push(entries[i], distance(query, data.row(entries[i]), data.dim));
+  }
+  uint32_t node;
+  while ((node = pool.pop_nearest_unexpanded(no_stop_rule)) != kInvalidId) {
+    const uint32_t* list = graph.list(node);
+    const uint8_t* lambdas = graph.list_lambdas(node);
+    for (int j = 0; j < graph.degree; ++j) {
+      const uint32_t neighbor = list[j];
+      if (neighbor == kInvalidId || lambdas[j] > lambda_limit) break;
+      if (!visited.mark(neighbor)) continue;
+      if (neighbor == row) return true;
+      pool.push(neighbor, distance(query, data.row(neighbor), data.dim));
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric metric,
+                                     const uint32_t* entries, int entry_count, int64_t first,
+                                     int64_t end, int ef, int lambda_limit,
+                                     const RunControl& control) {
+  if (data.rows != graph.nodes) {
+    throw Error(Status::InvalidArgument, "unreached rows: row count and node count differ");
+  }
+  if (first < 0 || first > end || end > data.rows) {
+    throw Error(Status::InvalidArgument, "unreached rows: rows out of range");
+  }
+  if (ef < 1) throw Error(Status::InvalidArgument, "unreached rows: ef must be positive");
+  for (int i = 0; i < entry_count; ++i) {
+    if (entries[i] >= data.rows) {
+      throw Error(Status::InvalidArgument, "unreached rows: an entry point is out of range");
+    }
+  }
+  const DistanceFn distance = metric_distance_fn(metric);
+  const int workers = worker_count(control);
+  std::vector<std::vector<uint32_t>> missed(workers);
+  std::vector<std::unique_ptr<VisitedTable>> visited(workers);
+  std::vector<CandidatePool> pools(workers);
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, (end - first) / (4 * workers)));
+  parallel_for(control, end - first, chunk, [&](int64_t begin, int64_t stop, int worker) {
+    if (!visited[worker]) {
+      visited[worker] = std::make_unique<VisitedTable>(data.rows);
+      pools[worker].reset(ef);
+    }
+    for (int64_t i = begin; i < stop; ++i) {
+      const uint32_t row = static_cast<uint32_t>(first + i);
+      if (!walk_reaches(data, graph, distance, entries, entry_count, row, lambda_limit,
+                        *visited[worker], pools[worker])) {
+        missed[worker].push_back(row);
+      }
+    }
+  });
+  std::vector<uint32_t> rows;
+  for (const std::vector<uint32_t>& part : missed) rows.insert(rows.end(), part.begin(), part.end());
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
 struct CpuSearchIndex::Scratch {
   Scratch(int64_t nodes, int degree, int dim) : visited(nodes), fresh(degree), query(dim) {}
   VisitedTable visited;
@@ -438,6 +511,16 @@ void CpuSearchIndex::search(MatrixView queries, const SearchParams& params, uint
     control.add_done(end - begin);
     release_scratch(std::move(scratch));
   });
+}
+
+std::vector<uint32_t> CpuSearchIndex::unreached_rows(int64_t first, int64_t end,
+                                                     const SearchParams& params,
+                                                     const RunControl& control) {
+  validate_search_params(params);
+  prepare_entry_points(params);
+  return tsdg::unreached_rows(data_, graph_, metric_, entries_.data(),
+                              static_cast<int>(entries_.size()), first, end, params.ef,
+                              params.lambda_limit, control);
 }
 
 }  // namespace tsdg

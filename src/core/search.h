@@ -71,6 +71,17 @@ float graph_nn1_bound(MatrixView data, GraphView graph, Metric metric,
 uint32_t greedy_descent(MatrixView data, GraphView graph, const float* target, uint32_t start,
                         DistanceFn distance);
 
+// The rows [first, end) that the search for their own vector does not reach:
+// the walk of CpuSearchIndex and of GraphSearch as the index pages drive it
+// (pool of ef, edges with λ <= lambda_limit, no stop rule, started from
+// entries), stopped as soon as it computes the row's distance. A merge keeps
+// these few exact, so that a row just merged is always found. Ascending, on
+// control's pool.
+std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric metric,
+                                     const uint32_t* entries, int entry_count, int64_t first,
+                                     int64_t end, int ef, int lambda_limit,
+                                     const RunControl& control);
+
 // The bounded best-first candidate list: the ef best (distance, id) pairs seen,
 // ascending, each marked once expanded.
 class CandidatePool {
@@ -184,6 +195,8 @@ class CpuSearchIndex : public SearchIndex {
               const RunControl& control) override;
   size_t memory_bytes() const override;
   int64_t node_count() const override { return graph_.nodes; }
+  std::vector<uint32_t> unreached_rows(int64_t first, int64_t end, const SearchParams& params,
+                                       const RunControl& control) override;
 
   // Distance computations of every search so far.
   int64_t distance_computations() const { return distance_computations_.load(); }

@@ -327,6 +327,27 @@ TsdgStatus	tsdg_graph_nn1_bound(const float *rows, int64_t n, int dim, TsdgMetri
 								 TsdgError *error);
 
 /*
+ * The rows [first, n) that a search for their own vector does not reach: the
+ * walk of the index pages' scans (tsdg_search_* with ef, lambda_limit and no
+ * stop rule, every entry point offered first), stopped once it offers the
+ * row. A merge keeps these few exact. Writes the first max_rows of them,
+ * ascending, to rows_out and how many there are, all of them, to *count.
+ */
+TsdgStatus	tsdg_unreached_rows(const float *rows, int64_t n, int dim, TsdgMetric metric,
+								const uint32_t *neighbors, const uint8_t *lambdas, int degree,
+								const uint32_t *entry_ids, int entry_count, int64_t first,
+								int ef, int lambda_limit, uint32_t *rows_out, int64_t max_rows,
+								int64_t *count, TsdgError *error);
+
+/*
+ * The same for a resident index's own searches from tsdg_select_entry_points'
+ * entries: on the GPU the rows that either kernel or the CPU's walk misses.
+ */
+TsdgStatus	tsdg_index_unreached_rows(TsdgResidentIndex *index, int64_t first, int ef,
+									  int lambda_limit, uint32_t *rows_out, int64_t max_rows,
+									  int64_t *count, TsdgError *error);
+
+/*
  * The context of the slack stop rule (paper 004): the distances offered are
  * this metric's comparison distances (squared L2 is compared by its root), the
  * rule guards the k best, and nn1_bound is d_nn1+ (the largest distance from a

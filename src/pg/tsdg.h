@@ -117,6 +117,8 @@
 #define TSDG_MAX_ENTRY_POINTS	256
 #define TSDG_MAX_ROW_EXTENTS	16
 #define TSDG_MAX_FREE_EXTENTS	8
+/* rows of a merge kept exact (TsdgMetaPageData.unreached) */
+#define TSDG_MAX_UNREACHED		1024
 
 /* opclass support function: returns the TsdgMetric of the opclass */
 #define TSDG_METRIC_PROC		1
@@ -257,7 +259,23 @@ typedef struct TsdgMetaPageData
 	 * before the field: the bytes past the metadata were zero.
 	 */
 	uint64		pending_epoch;
+
+	/*
+	 * The rows of the last merge that the search for their own vector does
+	 * not reach at the merging session's tsdg.ef_search (tsdgmerge.c). Every
+	 * search also scores them exactly (tsdgscan.c, the worker), so that a row
+	 * just merged is found however far out it lies. The merge checked its
+	 * last unreached_checked nodes (its new rows); 0 in a build and in an
+	 * index made before the fields: none.
+	 */
+	uint32		unreached_checked;
+	int32		unreached_count;
+	uint32		unreached[TSDG_MAX_UNREACHED];	/* ascending */
 } TsdgMetaPageData;
+
+StaticAssertDecl(sizeof(TsdgMetaPageData) <= BLCKSZ - MAXALIGN(SizeOfPageHeaderData) -
+				 MAXALIGN(sizeof(uint32) * 2),
+				 "the tsdg metadata must fit the metapage");
 
 typedef TsdgMetaPageData *TsdgMetaPage;
 
@@ -382,6 +400,18 @@ extern void TsdgNodeResultsToTids(const uint32 *ids, const float *dists, int nq,
 								  int k, uint32 node_count, const ItemPointerData *node_tids,
 								  const uint8 *node_flags, ItemPointerData *out_tids,
 								  float *out_dists);
+/*
+ * Merges exact hits into one query's k results, both ascending by distance:
+ * keys (key_size bytes each: node ids or heap TIDs) and dists, +inf after the
+ * last result, and hits of hit_keys / hit_dists, +inf after the last. A hit
+ * whose key is among the results is left out: the search found that row.
+ * missing_key pads the keys after the last; scratch: k keys and distances.
+ * Allocates nothing (the GPU server calls it).
+ */
+extern void TsdgMergeExactHits(int k, void *keys, float *dists, Size key_size,
+							   const void *missing_key, const void *hit_keys,
+							   const float *hit_dists, int hits, void *scratch_keys,
+							   float *scratch_dists);
 typedef void (*TsdgPendingVisitor) (void *arg, const ItemPointerData *tid, const float *vector);
 extern void TsdgVisitPendingRows(Relation index, const TsdgLayout *layout, BlockNumber head,
 								 BlockNumber stop, TsdgPendingVisitor visit, void *arg);

@@ -73,6 +73,67 @@ TsdgCheckCoreStatus(TsdgStatus status, const TsdgError *error)
 }
 
 /*
+ * The exact nearest of the nodes the last merge found the searches do not
+ * reach (tsdg.h) merged into each query's wide_k graph results, a node once.
+ */
+static void
+TsdgMergeUnreached(const TsdgMetaPageData *meta, const TsdgIndexImage *image,
+				   const TsdgBatchQueries *queries, int wide_k, uint32 *ids, float *dists)
+{
+	int			count = meta->unreached_count;
+	int			uk = Min(wide_k, count);
+	int			dims = meta->dims;
+	int			nq = queries->searchable;
+	float	   *rows;
+	uint32	   *positions;
+	float	   *hit_dists;
+	uint32	   *hit_ids;
+	uint32	   *scratch_ids;
+	float	   *scratch_dists;
+	uint32		missing = TSDG_INVALID_ID;
+	TsdgError	error;
+
+	if (count == 0 || nq == 0)
+		return;
+	hit_ids = palloc(sizeof(uint32) * uk);
+	scratch_ids = palloc(sizeof(uint32) * wide_k);
+	scratch_dists = palloc(sizeof(float) * wide_k);
+	rows = palloc(sizeof(float) * dims * count);
+	for (int i = 0; i < count; i++)
+	{
+		if (meta->unreached[i] >= image->n)
+			ereport(ERROR,
+					(errcode(ERRCODE_INDEX_CORRUPTED),
+					 errmsg("tsdg index metapage lists unreached node %u of %lld",
+							meta->unreached[i], (long long) image->n)));
+		memcpy(rows + (Size) i * dims, image->rows + (Size) meta->unreached[i] * dims,
+			   sizeof(float) * dims);
+	}
+	positions = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * uk * (Size) nq);
+	hit_dists = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * uk * (Size) nq);
+	TsdgCheckCoreStatus(tsdg_exact_knn(NULL, rows, count, queries->matrix, nq, dims,
+									   (TsdgMetric) meta->metric, uk, positions, hit_dists,
+									   &error),
+						&error);
+	for (int q = 0; q < nq; q++)
+	{
+		const uint32 *qpos = positions + (Size) q * uk;
+
+		for (int j = 0; j < uk; j++)
+			hit_ids[j] = qpos[j] == TSDG_INVALID_ID ? TSDG_INVALID_ID : meta->unreached[qpos[j]];
+		TsdgMergeExactHits(wide_k, ids + (Size) q * wide_k, dists + (Size) q * wide_k,
+						   sizeof(uint32), &missing, hit_ids, hit_dists + (Size) q * uk, uk,
+						   scratch_ids, scratch_dists);
+	}
+	pfree(rows);
+	pfree(positions);
+	pfree(hit_dists);
+	pfree(hit_ids);
+	pfree(scratch_ids);
+	pfree(scratch_dists);
+}
+
+/*
  * The CPU path: the graph read into memory and searched by the core's CPU
  * backend, k results per query after deleted nodes are left out.
  */
@@ -110,6 +171,7 @@ TsdgCpuSearchBatch(Relation index, const TsdgMetaPageData *meta, const TsdgBatch
 							   Max(ef, wide_k), tsdg_lambda_search, ids, wide_dists, &error);
 	tsdg_index_free(resident);
 	TsdgCheckCoreStatus(status, &error);
+	TsdgMergeUnreached(meta, &image, queries, wide_k, ids, wide_dists);
 
 	TsdgNodeResultsToTids(ids, wide_dists, queries->searchable, wide_k, k, n, image.tids,
 						  image.flags, tids, dists);

@@ -544,8 +544,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		TsdgWriteGraphPages(&bs, &meta, &layout, neighbors, lambdas,
 							bs.count == 1 || bs.knn_ids[0] != TSDG_INVALID_ID);
 		pages_at = GetCurrentTimestamp();
-		if (on_worker && !TsdgWorkerBuildSummary(&bs.segment, meta.entry_points,
-												 &meta.entry_count, &meta.nn1_bound))
+		if (on_worker && !TsdgWorkerBuildSummary(&bs.segment, &meta))
 		{
 			ereport(LOG,
 					(errmsg("tsdg index \"%s\": the GPU worker did not compute the entry points, computing them here",

@@ -143,6 +143,14 @@ typedef struct ResidentIndex
 	uint64		pending_epoch;
 	BlockNumber pending_end_block;	/* where the last of them lies (TsdgPendingArgs) */
 	int			pending_end_offset;
+	/*
+	 * the newest rows its searches do not reach (FindUnreached), ascending
+	 * (malloc'd), and their rows, scored exactly for every search; NULL
+	 * when none
+	 */
+	uint32	   *unreached;
+	int64		unreached_count;
+	TsdgExactSet *unreached_set;
 	int64		bytes;
 	TimestampTz loaded_at;
 	TimestampTz last_used;
@@ -287,6 +295,9 @@ ReleaseResidentArrays(ResidentIndex *r)
 	if (r->pending != NULL)
 		tsdg_exact_set_free(r->pending);
 	free(r->pending_tids);
+	if (r->unreached_set != NULL)
+		tsdg_exact_set_free(r->unreached_set);
+	free(r->unreached);
 	memset(r, 0, sizeof(ResidentIndex));
 }
 
@@ -603,6 +614,165 @@ ReplyOf(TsdgStatus status)
 	}
 }
 
+/*
+ * The rows [n - check->rows, n) of r, a merge's new rows, that its searches
+ * at the check's ef do not reach: kept with r and scored exactly for every
+ * search (MergeUnreachedIds, MergeUnreachedTids), so that a row just merged
+ * is always found. False, with none kept, when they could not be found.
+ */
+static bool
+FindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, TsdgError *error)
+{
+	int64		first = r->n - Min(check->rows, r->n);
+	int64		count = 0;
+	uint32	   *ids;
+	float	   *rows;
+	TimestampTz start = GetCurrentTimestamp();
+
+	if (first == r->n)
+		return true;
+	ids = malloc(sizeof(uint32) * (r->n - first));
+	if (ids == NULL)
+	{
+		strlcpy(error->message, "out of host memory", sizeof(error->message));
+		return false;
+	}
+	if (tsdg_index_unreached_rows(r->index, first, check->ef, check->lambda_limit, ids,
+								  r->n - first, &count, error) != TSDG_OK)
+	{
+		free(ids);
+		return false;
+	}
+	if (count > 0)
+	{
+		rows = malloc(sizeof(float) * r->dims * count);
+		r->unreached_set = rows == NULL ? NULL :
+			tsdg_exact_set_create(device_backend, r->dims, r->metric, error);
+		for (int64 i = 0; r->unreached_set != NULL && i < count; i++)
+			memcpy(rows + i * r->dims, r->rows + (Size) ids[i] * r->dims, sizeof(float) * r->dims);
+		if (r->unreached_set == NULL ||
+			tsdg_exact_set_append(r->unreached_set, rows, count, error) != TSDG_OK)
+		{
+			if (rows == NULL)
+				strlcpy(error->message, "out of host memory", sizeof(error->message));
+			if (r->unreached_set != NULL)
+				tsdg_exact_set_free(r->unreached_set);
+			r->unreached_set = NULL;
+			free(rows);
+			free(ids);
+			return false;
+		}
+		free(rows);
+	}
+	r->unreached = ids;
+	r->unreached_count = count;
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows of index %u/%u version " UINT64_FORMAT " are not reached by a search for their own vector at ef %d, searched exactly (%.3f s)",
+					(long long) count, (long long) (r->n - first), r->key.database,
+					r->key.relfilenode, r->key.graph_version, check->ef, SecondsSince(start))));
+	return true;
+}
+
+/*
+ * The nq queries' exact nearest unreached rows of r (uk each, positions into
+ * r->unreached) into *positions and *dists, which it pallocs.
+ */
+static TsdgStatus
+SearchUnreached(const ResidentIndex *r, const float *queries, int nq, int uk,
+				uint32 **positions, float **dists, TsdgError *error)
+{
+	*positions = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * uk * (Size) nq);
+	*dists = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * uk * (Size) nq);
+	return tsdg_exact_set_search(r->unreached_set, queries, nq, uk, *positions, *dists, error);
+}
+
+/* r's unreached rows merged into nq queries' k graph results (node ids), a node once */
+static TsdgStatus
+MergeUnreachedIds(const ResidentIndex *r, const float *queries, int nq, int k, uint32 *ids,
+				  float *dists, TsdgError *error)
+{
+	int			uk = (int) Min(k, r->unreached_count);
+	uint32	   *positions;
+	float	   *hit_dists;
+	uint32	   *hit_ids;
+	uint32	   *scratch_ids;
+	float	   *scratch_dists;
+	uint32		missing = TSDG_INVALID_ID;
+	TsdgStatus	status;
+
+	if (uk == 0 || nq == 0)
+		return TSDG_OK;
+	status = SearchUnreached(r, queries, nq, uk, &positions, &hit_dists, error);
+	hit_ids = palloc(sizeof(uint32) * uk);
+	scratch_ids = palloc(sizeof(uint32) * k);
+	scratch_dists = palloc(sizeof(float) * k);
+	for (int q = 0; q < nq && status == TSDG_OK; q++)
+	{
+		const uint32 *qpos = positions + (Size) q * uk;
+
+		for (int j = 0; j < uk; j++)
+			hit_ids[j] = qpos[j] == TSDG_INVALID_ID ? TSDG_INVALID_ID : r->unreached[qpos[j]];
+		TsdgMergeExactHits(k, ids + (Size) q * k, dists + (Size) q * k, sizeof(uint32), &missing,
+						   hit_ids, hit_dists + (Size) q * uk, uk, scratch_ids, scratch_dists);
+	}
+	pfree(positions);
+	pfree(hit_dists);
+	pfree(hit_ids);
+	pfree(scratch_ids);
+	pfree(scratch_dists);
+	return status;
+}
+
+/*
+ * r's unreached rows merged into a batch's answers (heap TIDs, k per query,
+ * deleted nodes left out), a row once.
+ */
+static TsdgStatus
+MergeUnreachedTids(const ResidentIndex *r, const float *queries, int nq, int k,
+				   ItemPointerData *tids, float *dists, TsdgError *error)
+{
+	int			uk = (int) Min(k, r->unreached_count);
+	uint32	   *positions;
+	float	   *hit_dists;
+	ItemPointerData *hit_tids;
+	ItemPointerData *scratch_tids;
+	float	   *scratch_dists;
+	ItemPointerData missing;
+	TsdgStatus	status;
+
+	if (uk == 0 || nq == 0)
+		return TSDG_OK;
+	ItemPointerSetInvalid(&missing);
+	status = SearchUnreached(r, queries, nq, uk, &positions, &hit_dists, error);
+	hit_tids = palloc(sizeof(ItemPointerData) * uk);
+	scratch_tids = palloc(sizeof(ItemPointerData) * k);
+	scratch_dists = palloc(sizeof(float) * k);
+	for (int q = 0; q < nq && status == TSDG_OK; q++)
+	{
+		const uint32 *qpos = positions + (Size) q * uk;
+		float	   *qdists = hit_dists + (Size) q * uk;
+		int			hits = 0;
+
+		for (int j = 0; j < uk && qpos[j] != TSDG_INVALID_ID; j++)
+		{
+			uint32		node = r->unreached[qpos[j]];
+
+			if (r->flags != NULL && (r->flags[node] & TSDG_NODE_DELETED) != 0)
+				continue;
+			hit_tids[hits] = r->tids[node];
+			qdists[hits++] = qdists[j];
+		}
+		TsdgMergeExactHits(k, tids + (Size) q * k, dists + (Size) q * k, sizeof(ItemPointerData),
+						   &missing, hit_tids, qdists, hits, scratch_tids, scratch_dists);
+	}
+	pfree(positions);
+	pfree(hit_dists);
+	pfree(hit_tids);
+	pfree(scratch_tids);
+	pfree(scratch_dists);
+	return status;
+}
+
 /* ---- searches ---- */
 
 /*
@@ -729,6 +899,8 @@ ServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 		r->last_used = GetCurrentTimestamp();
 		status = tsdg_index_search(r->index, queries, nq, k, Max(args->ef, k),
 								   args->lambda_limit, ids, dists, &error);
+		if (status == TSDG_OK)
+			status = MergeUnreachedIds(r, queries, nq, k, ids, dists, &error);
 		for (int m = 0; m < nq && status == TSDG_OK; m++)
 			if (PendingCopyCovers(r, &taken[members[m]].copy.args.search))
 			{
@@ -885,6 +1057,10 @@ ServeSearchBatch(TakenRequest *t)
 									   args->nq, wide_k, k, Max(args->ef, wide_k), args->lambda_limit,
 									   TsdgBulkArray(map.address, header->tids),
 									   TsdgBulkArray(map.address, header->dists), &error);
+	if (status == TSDG_OK)
+		status = MergeUnreachedTids(r, TsdgBulkArray(map.address, header->queries), args->nq, k,
+									TsdgBulkArray(map.address, header->tids),
+									TsdgBulkArray(map.address, header->dists), &error);
 	pending_searched = status == TSDG_OK && PendingCopyCovers(r, args);
 	if (pending_searched)
 		status = MergePendingIntoBatch(r, TsdgBulkArray(map.address, header->queries), args->nq, k,
@@ -1050,6 +1226,10 @@ ServeLoad(TakenRequest *t)
 	graph.tids = TsdgBulkArray(map.address, header->tids);
 	graph.flags = TsdgBulkArray(map.address, header->flags);
 	status = AddResident(&args->key, &graph, NULL, &map, &error);
+	if (status == TSDG_OK && !FindUnreached(FindResident(&args->key), &args->check, &error))
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: could not check which of the newest rows of index %u/%u its searches reach, some may not be found: %s",
+						args->key.database, args->key.relfilenode, error.message)));
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	UnmapBulk(&map);
 	if (status == TSDG_OK)
@@ -1102,8 +1282,8 @@ BuildPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
  * its pages meanwhile and waits for this only at the end
  * (TsdgWorkerBuildSummary, TsdgWorkerMergeSummary).
  */
-static void
-ComputeSummary(TakenRequest *t, TsdgBuildSummary *summary, const float *rows, int64 n, int dims,
+static bool
+ComputeSummary(TsdgBuildSummary *summary, const float *rows, int64 n, int dims,
 			   TsdgMetric metric, const uint32 *neighbors, int degree, Oid database,
 			   Oid relfilenode)
 {
@@ -1116,24 +1296,32 @@ ComputeSummary(TakenRequest *t, TsdgBuildSummary *summary, const float *rows, in
 								  TSDG_SUMMARY_MAX_ENTRIES, entries, &error) == TSDG_OK &&
 		tsdg_graph_nn1_bound(rows, n, dims, metric, neighbors, degree, &summary->nn1_bound,
 							 &error) == TSDG_OK;
+	summary->unreached_count = 0;
 	if (ok)
 	{
 		summary->entry_count = 0;
 		for (int i = 0; i < TSDG_SUMMARY_MAX_ENTRIES; i++)
 			if (entries[i] != TSDG_INVALID_ID)
 				summary->entry_points[summary->entry_count++] = entries[i];
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: entry points and statistics of index %u/%u in %.3f s",
+						database, relfilenode, SecondsSince(start))));
 	}
 	else
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: no entry points for index %u/%u, the session computes them: %s",
 						database, relfilenode, error.message)));
+	return ok;
+}
+
+/* The summary is ready (or failed): the session waiting for it goes on. */
+static void
+PublishSummary(TakenRequest *t, TsdgBuildSummary *summary, bool ok)
+{
 	pg_write_barrier();
 	pg_atomic_write_u32(&summary->state, ok ? TSDG_SUMMARY_READY : TSDG_SUMMARY_FAILED);
 	if (t->copy.requester_latch != NULL)
 		SetLatch(t->copy.requester_latch);
-	ereport(LOG,
-			(errmsg("pg_tsdg GPU worker: entry points and statistics of index %u/%u in %.3f s",
-					database, relfilenode, SecondsSince(start))));
 }
 
 static void
@@ -1195,9 +1383,14 @@ ServeBuild(TakenRequest *t)
 		/* answer first: the session writes its pages while the summary is computed and the graph uploaded */
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
 		if (header->summary != 0)
-			ComputeSummary(t, TsdgBulkArray(map.address, header->summary), rows, args->n,
-						   args->dims, args->metric, neighbors, args->params.degree,
-						   args->key.database, args->key.relfilenode);
+		{
+			TsdgBuildSummary *summary = TsdgBulkArray(map.address, header->summary);
+
+			PublishSummary(t, summary,
+						   ComputeSummary(summary, rows, args->n, args->dims, args->metric,
+										  neighbors, args->params.degree, args->key.database,
+										  args->key.relfilenode));
+		}
 		if (args->key.relfilenode != InvalidOid && FindResident(&args->key) == NULL)
 		{
 			ResidentGraph graph = {rows, args->n, args->dims, args->metric, args->params.degree,
@@ -1468,6 +1661,38 @@ KeepMergedGraph(const TsdgMergeArgs *args, MergeArrays *a, BulkMapping *map)
 						args->database, args->relfilenode, error.message)));
 }
 
+/*
+ * The new rows the merged graph's searches do not reach, kept with its
+ * resident copy and listed in the summary for the metapage. False when
+ * there is no resident copy or they could not be found: the session then
+ * computes the summary itself, the CPU's walk.
+ */
+static bool
+SummarizeUnreached(const TsdgMergeArgs *args, TsdgBuildSummary *summary)
+{
+	ResidentIndex *r = FindResident(&args->new_key);
+	TsdgError	error;
+
+	if (r == NULL)
+		return false;
+	if (!FindUnreached(r, &args->check, &error))
+	{
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: could not check which merged rows of index %u/%u the searches reach, the session checks them: %s",
+						args->database, args->relfilenode, error.message)));
+		return false;
+	}
+	summary->unreached_count = r->unreached_count;
+	memcpy(summary->unreached, r->unreached,
+		   sizeof(uint32) * Min(r->unreached_count, TSDG_SUMMARY_MAX_UNREACHED));
+	if (r->unreached_count > TSDG_SUMMARY_MAX_UNREACHED)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: index %u/%u has more unreached rows than its metapage lists (%lld): the sessions' own scans search the first %d exactly",
+						args->database, args->relfilenode, (long long) r->unreached_count,
+						TSDG_SUMMARY_MAX_UNREACHED)));
+	return true;
+}
+
 static void
 ServeMerge(TakenRequest *t)
 {
@@ -1595,10 +1820,17 @@ ServeMerge(TakenRequest *t)
 	/* answer first: the session writes its pages while the summary is computed and the graph kept */
 	TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
 	if (header->summary != 0)
-		ComputeSummary(t, TsdgBulkArray(map.address, header->summary), a.rows,
-					   args->n_old + args->n_new, args->dims, args->metric, a.neighbors,
-					   args->params.degree, args->database, args->relfilenode);
-	KeepMergedGraph(args, &a, &map);
+	{
+		TsdgBuildSummary *summary = TsdgBulkArray(map.address, header->summary);
+		bool		ok = ComputeSummary(summary, a.rows, args->n_old + args->n_new, args->dims,
+										args->metric, a.neighbors, args->params.degree,
+										args->database, args->relfilenode);
+
+		KeepMergedGraph(args, &a, &map);
+		PublishSummary(t, summary, ok && SummarizeUnreached(args, summary));
+	}
+	else
+		KeepMergedGraph(args, &a, &map);
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	UnmapBulk(&map);
 }

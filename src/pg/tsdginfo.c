@@ -43,8 +43,8 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 	Relation	index;
 	TsdgMetaPageData meta;
 	TupleDesc	tupdesc;
-	Datum		values[17];
-	bool		nulls[17] = {0};
+	Datum		values[18];
+	bool		nulls[18] = {0};
 	int64		size;
 	Oid			heapid;
 
@@ -86,6 +86,7 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 	nulls[14] = meta.merge_count == 0;
 	values[15] = Int64GetDatum((int64) meta.merge_count);
 	values[16] = Int64GetDatum((int64) Min(meta.knn_unstored, meta.node_count));
+	values[17] = Int64GetDatum((int64) meta.unreached_count);
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -155,6 +155,18 @@ typedef struct TsdgBuildArgs
 } TsdgBuildArgs;
 
 /* rows [0, n_old) are the old graph's nodes, [n_old, n_old + n_new) the new rows */
+/*
+ * The searches a graph's newest rows are checked against: the worker keeps
+ * the rows [n - rows, n) they do not reach and scores them exactly for every
+ * search (TsdgMetaPageData.unreached).
+ */
+typedef struct TsdgUnreachedCheck
+{
+	int64		rows;
+	int			ef;
+	int			lambda_limit;
+} TsdgUnreachedCheck;
+
 typedef struct TsdgMergeArgs
 {
 	Oid			database;		/* of the index, for the worker's LOG lines */
@@ -171,6 +183,8 @@ typedef struct TsdgMergeArgs
 	bool		graph_resident;
 	/* the merged graph, kept resident under this key */
 	TsdgIndexKey new_key;
+	/* the searches that must reach the new rows (TsdgBuildSummary.unreached) */
+	TsdgUnreachedCheck check;
 } TsdgMergeArgs;
 
 typedef struct TsdgLoadArgs
@@ -180,6 +194,7 @@ typedef struct TsdgLoadArgs
 	int			dims;
 	int			degree;
 	TsdgMetric	metric;
+	TsdgUnreachedCheck check;	/* rows: the metapage's unreached_checked */
 } TsdgLoadArgs;
 
 /*
@@ -233,6 +248,7 @@ typedef enum TsdgSummaryState
 } TsdgSummaryState;
 
 #define TSDG_SUMMARY_MAX_ENTRIES	256 /* TSDG_MAX_ENTRY_POINTS of the metapage */
+#define TSDG_SUMMARY_MAX_UNREACHED	1024	/* TSDG_MAX_UNREACHED of the metapage */
 
 /*
  * What the metapage needs besides the graph: the navigating set and d_nn1+.
@@ -259,6 +275,13 @@ typedef struct TsdgBuildSummary
 	int32		entry_count;
 	float		nn1_bound;
 	uint32		entry_points[TSDG_SUMMARY_MAX_ENTRIES];
+	/*
+	 * merge: the new rows the merged graph's searches do not reach
+	 * (TsdgMergeArgs.check), all of them counted, the first
+	 * TSDG_SUMMARY_MAX_UNREACHED listed
+	 */
+	int64		unreached_count;
+	uint32		unreached[TSDG_SUMMARY_MAX_UNREACHED];
 } TsdgBuildSummary;
 
 typedef struct TsdgRequestSlot

@@ -920,6 +920,22 @@ TsdgReadLeftGraph(TsdgMerge *m)
 }
 
 /*
+ * The old rows the worker merged from its copy, read after all: it did not
+ * compute the merged graph's summary from them.
+ */
+static void
+TsdgReadLeftRows(TsdgMerge *m)
+{
+	uint32	   *new_id;
+
+	if (m->left_to_worker == TSDG_COPY_NONE)
+		return;
+	new_id = palloc_extended(sizeof(uint32) * Max(m->n_old, 1), MCXT_ALLOC_HUGE);
+	TsdgReadOldRows(m, (uint32) m->n_old, new_id, m->n_old);
+	pfree(new_id);
+}
+
+/*
  * What the metapage will say of the merged graph, set before it is computed:
  * the worker keeps its copy under that key (TsdgIndexKey), and the switch
  * writes the same values. The timestamp tells this merge's graph from one a
@@ -932,6 +948,7 @@ TsdgStampMergedGraph(TsdgMerge *m)
 	m->new_meta.node_count = (uint32) (m->n_old + m->n_new);
 	m->new_meta.deleted_count = 0;
 	m->new_meta.last_merge = GetCurrentTimestamp();
+	m->new_meta.unreached_checked = (uint32) m->n_new;
 }
 
 /*
@@ -1058,12 +1075,17 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 		TsdgMergeComputeGraph(m, metric, &params);
 }
 
-/* entry points and d_nn1+ of the merged graph into m->new_meta */
+/*
+ * Entry points, d_nn1+ and the new rows the searches do not reach (the walk
+ * of this backend's scans and of the CPU worker's, at tsdg.ef_search) of the
+ * merged graph into m->new_meta.
+ */
 static void
 TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 {
 	TsdgMetaPageData *nm = &m->new_meta;
 	int64		n = m->n_old + m->n_new;
+	int64		unreached;
 	int			degree = m->meta.degree;
 	TsdgError	error;
 	TsdgStatus	status;
@@ -1082,6 +1104,18 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 	status = tsdg_graph_nn1_bound(m->rows, n, m->dims, metric, m->neighbors, degree,
 								  &nm->nn1_bound, &error);
 	TsdgCheckCore(m->index, status, &error);
+
+	status = tsdg_unreached_rows(m->rows, n, m->dims, metric, m->neighbors, m->lambdas, degree,
+								 nm->entry_points, nm->entry_count, m->n_old, tsdg_ef_search,
+								 tsdg_lambda_search, nm->unreached, TSDG_MAX_UNREACHED,
+								 &unreached, &error);
+	TsdgCheckCore(m->index, status, &error);
+	nm->unreached_count = (int32) Min(unreached, TSDG_MAX_UNREACHED);
+	if (unreached > TSDG_MAX_UNREACHED)
+		ereport(LOG,
+				(errmsg("tsdg index \"%s\": %lld of the %lld rows merged are not reached by a search for their own vector at tsdg.ef_search %d; the first %d are searched exactly",
+						RelationGetRelationName(m->index), (long long) unreached,
+						(long long) m->n_new, tsdg_ef_search, TSDG_MAX_UNREACHED)));
 }
 
 /* the list pages of the new graph */
@@ -1571,6 +1605,9 @@ TsdgSwitchGraph(TsdgMerge *m)
 	meta->entry_count = nm->entry_count;
 	memcpy(meta->entry_points, nm->entry_points, sizeof(meta->entry_points));
 	meta->nn1_bound = nm->nn1_bound;
+	meta->unreached_checked = nm->unreached_checked;
+	meta->unreached_count = nm->unreached_count;
+	memcpy(meta->unreached, nm->unreached, sizeof(uint32) * nm->unreached_count);
 
 	if (BlockNumberIsValid(m->remaining_head))
 	{
@@ -1701,7 +1738,7 @@ TsdgMergeIndex(Relation index, bool wait)
 	TsdgMetaPageData before;
 	MemoryContext merge_ctx;
 	MemoryContext old_ctx;
-	int64		merged;
+	volatile int64 merged;
 	instr_time	phase_start[4];
 	instr_time	entry_time;
 
@@ -1748,9 +1785,11 @@ TsdgMergeIndex(Relation index, bool wait)
 			instr_time	waited;
 
 			INSTR_TIME_SET_CURRENT(entry_start);
-			if (!TsdgWorkerMergeSummary(&m.segment, m.new_meta.entry_points,
-										&m.new_meta.entry_count, &m.new_meta.nn1_bound))
+			if (!TsdgWorkerMergeSummary(&m.segment, &m.new_meta))
+			{
+				TsdgReadLeftRows(&m);
 				TsdgMergedEntryPoints(&m, metric);
+			}
 			INSTR_TIME_SET_CURRENT(waited);
 			INSTR_TIME_ACCUM_DIFF(entry_time, waited, entry_start);
 		}

@@ -149,6 +149,18 @@ TsdgCreateBulkSegment(Size size, const char *what)
 }
 
 /*
+ * The last merge's new rows, checked against this session's searches: the
+ * worker keeps those they do not reach exact (TsdgMetaPageData.unreached).
+ */
+static void
+TsdgSetUnreachedCheck(TsdgUnreachedCheck *check, const TsdgMetaPageData *meta)
+{
+	check->rows = meta->unreached_checked;
+	check->ef = tsdg_ef_search;
+	check->lambda_limit = tsdg_lambda_search;
+}
+
+/*
  * Reads the index into a DSM segment and has the worker make it resident.
  * True when the worker now holds key.
  */
@@ -204,6 +216,7 @@ TsdgShipIndex(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *
 	slot->args.load.dims = meta->dims;
 	slot->args.load.degree = meta->degree;
 	slot->args.load.metric = (TsdgMetric) meta->metric;
+	TsdgSetUnreachedCheck(&slot->args.load.check, meta);
 	slot->bulk_handle = dsm_segment_handle(seg);
 	slot->bulk_size = header.total_size;
 	request_id = TsdgIpcSubmit(slot);
@@ -797,10 +810,12 @@ TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
 	return true;
 }
 
-/* Waits for the summary the worker of pid computes; false when it failed or died. */
+/*
+ * Waits for the summary the worker of pid computes and copies it into meta;
+ * false when it failed or died.
+ */
 static bool
-TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, uint32 *entry_points, int *entry_count,
-				float *nn1_bound)
+TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, TsdgMetaPageData *meta)
 {
 	uint32		state;
 
@@ -816,25 +831,24 @@ TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, uint32 *entry_points, int 
 	if (state != TSDG_SUMMARY_READY)
 		return false;
 	pg_read_barrier();
-	*entry_count = summary->entry_count;
-	memcpy(entry_points, summary->entry_points, sizeof(uint32) * summary->entry_count);
-	*nn1_bound = summary->nn1_bound;
+	meta->entry_count = summary->entry_count;
+	memcpy(meta->entry_points, summary->entry_points, sizeof(uint32) * summary->entry_count);
+	meta->nn1_bound = summary->nn1_bound;
+	meta->unreached_count = (int32) Min(summary->unreached_count, TSDG_MAX_UNREACHED);
+	memcpy(meta->unreached, summary->unreached, sizeof(uint32) * meta->unreached_count);
 	return true;
 }
 
 bool
-TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, uint32 *entry_points, int *entry_count,
-					   float *nn1_bound)
+TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, TsdgMetaPageData *meta)
 {
-	return TsdgWaitSummary(bseg->summary, bseg->builder_pid, entry_points, entry_count, nn1_bound);
+	return TsdgWaitSummary(bseg->summary, bseg->builder_pid, meta);
 }
 
 bool
-TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, uint32 *entry_points, int *entry_count,
-					   float *nn1_bound)
+TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, TsdgMetaPageData *meta)
 {
-	return mseg->summary_pid != 0 &&
-		TsdgWaitSummary(mseg->summary, mseg->summary_pid, entry_points, entry_count, nn1_bound);
+	return mseg->summary_pid != 0 && TsdgWaitSummary(mseg->summary, mseg->summary_pid, meta);
 }
 
 /* the layout of a merge segment (see TsdgBulkHeader) */
@@ -1090,6 +1104,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	slot->args.merge.rows_resident = left != TSDG_COPY_NONE;
 	slot->args.merge.graph_resident = left == TSDG_COPY_GRAPH;
 	TsdgIndexKeyOf(index, new_meta, &slot->args.merge.new_key);
+	TsdgSetUnreachedCheck(&slot->args.merge.check, new_meta);
 	slot->bulk_handle = dsm_segment_handle(seg);
 	slot->bulk_size = header.total_size;
 	submitted = GetCurrentTimestamp();

@@ -8,7 +8,8 @@
  * round produced (a filter above the scan threw rows away), the search is
  * widened with a doubled ef and continues, skipping nodes already returned,
  * until tsdg.max_scan_tuples graph rows were returned or the graph has no
- * more to give. A wider round can find a node nearer than rows already
+ * more to give. Each round also scores the nodes the last merge found its
+ * searches do not reach (TsdgOfferUnreached). A wider round can find a node nearer than rows already
  * returned; it is returned next rather than dropped, so order across rounds
  * is approximate while no row is lost. Deleted nodes route the search but are
  * never returned.
@@ -213,6 +214,33 @@ TsdgReadNodeTid(Relation index, TsdgScanOpaque so, uint32 id, ItemPointer tid)
 	return !deleted;
 }
 
+/*
+ * The nodes the last merge found its searches do not reach (tsdg.h) join the
+ * candidates once the walk is done, those it did not see scored exactly: the
+ * walk itself stays the one the merge checked.
+ */
+static void
+TsdgOfferUnreached(Relation index, TsdgScanOpaque so)
+{
+	int			count = so->meta.unreached_count;
+	uint8	   *no_lambdas;
+	uint32	   *fresh;
+	int			unseen;
+
+	if (count == 0)
+		return;
+	no_lambdas = palloc0(sizeof(uint8) * count);
+	fresh = palloc(sizeof(uint32) * count);
+	unseen = tsdg_search_unvisited(so->search, so->meta.unreached, no_lambdas, count, fresh);
+	for (int i = 0; i < unseen; i++)
+	{
+		TsdgCheckNodeId(index, so, fresh[i]);
+		tsdg_search_offer(so->search, fresh[i], TsdgNodeDistance(index, so, fresh[i]));
+	}
+	pfree(no_lambdas);
+	pfree(fresh);
+}
+
 /* Expands candidates until the search has nothing better left to visit. */
 static void
 TsdgExpand(Relation index, TsdgScanOpaque so)
@@ -326,6 +354,7 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 	so->result_tids = NULL;
 
 	TsdgExpand(index, so);
+	TsdgOfferUnreached(index, so);
 	{
 		TsdgError	error;
 

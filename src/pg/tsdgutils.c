@@ -296,6 +296,53 @@ TsdgNodeResultsToTids(const uint32 *ids, const float *dists, int nq, int wide_k,
 	}
 }
 
+void
+TsdgMergeExactHits(int k, void *keys, float *dists, Size key_size, const void *missing_key,
+				   const void *hit_keys, const float *hit_dists, int hits, void *scratch_keys,
+				   float *scratch_dists)
+{
+	char	   *results = keys;
+	const char *hit = hit_keys;
+	char	   *out_keys = scratch_keys;
+	int			count = 0,
+				g = 0,
+				h = 0,
+				out = 0;
+
+	while (count < k && !isinf(dists[count]))
+		count++;
+	while (out < k)
+	{
+		if (h < hits && !isinf(hit_dists[h]) && (g >= count || hit_dists[h] < dists[g]))
+		{
+			bool		found = false;
+
+			for (int i = 0; i < count && !found; i++)
+				found = memcmp(results + i * key_size, hit + h * key_size, key_size) == 0;
+			if (!found)
+			{
+				memcpy(out_keys + out * key_size, hit + h * key_size, key_size);
+				scratch_dists[out++] = hit_dists[h];
+			}
+			h++;
+		}
+		else if (g < count)
+		{
+			memcpy(out_keys + out * key_size, results + g * key_size, key_size);
+			scratch_dists[out++] = dists[g++];
+		}
+		else
+			break;
+	}
+	memcpy(results, out_keys, out * key_size);
+	memcpy(dists, scratch_dists, sizeof(float) * out);
+	for (; out < k; out++)
+	{
+		memcpy(results + out * key_size, missing_key, key_size);
+		dists[out] = INFINITY;
+	}
+}
+
 /*
  * Appends count blocks to the index with one write of the last (under the
  * extension lock) and returns the first: the blocks before it are a hole in

@@ -170,11 +170,11 @@ extern bool TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n
 
 /*
  * The entry points and d_nn1+ the worker computes after a build it answered
- * with TSDG_OK, waiting for them when needed. False when the worker could not
- * compute them (it died, or failed): the caller computes them itself.
+ * with TSDG_OK, into meta, waiting for them when needed. False when the
+ * worker could not compute them (it died, or failed): the caller computes
+ * them itself.
  */
-extern bool TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, uint32 *entry_points,
-								   int *entry_count, float *nn1_bound);
+extern bool TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, TsdgMetaPageData *meta);
 
 /*
  * The shared memory segment of a merge on the worker, made before the merge
@@ -244,12 +244,12 @@ extern bool TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, i
 extern void TsdgMergeSegmentRelease(TsdgMergeSegment *mseg);
 
 /*
- * The entry points and d_nn1+ of the graph the worker merged into mseg,
- * computed by the worker after its answer; waits for them. False when no
- * worker computes them or it failed or died: the caller computes them.
+ * The entry points, d_nn1+ and unreached rows of the graph the worker merged
+ * into mseg, computed by the worker after its answer, into meta; waits for
+ * them. False when no worker computes them or it failed or died: the caller
+ * computes them.
  */
-extern bool TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, uint32 *entry_points,
-								   int *entry_count, float *nn1_bound);
+extern bool TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, TsdgMetaPageData *meta);
 
 /* what the worker's copy of an index's graph has */
 typedef enum TsdgWorkerCopy

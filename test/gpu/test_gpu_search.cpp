@@ -3,11 +3,14 @@
 // and pick the kernel by batch size.
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "bruteforce.h"
 #include "distance.h"
 #include "diversify.h"
+#include "entry_points.h"
 #include "gpu_test_support.h"
+#include "search.h"
 
 namespace tsdg {
 namespace {
@@ -203,6 +206,50 @@ TEST(GpuSearch, PayloadMappedOnTheDeviceAsOnTheHost) {
     EXPECT_EQ(device_values, host_values) << "kernel " << kernel;
     EXPECT_EQ(device_dists, host_dists) << "kernel " << kernel;
   }
+}
+
+// The GPU index's unreached rows are those the CPU's walk misses (the index
+// pages' scans) and those missing from either kernel's answer to their own
+// vector; at a small ef there are some of each kind or of both.
+TEST(GpuSearch, UnreachedRowsOfBothKernelsAndTheCpuWalk) {
+  TSDG_REQUIRE_GPU();
+  const SearchFixture& f = fixture();
+  auto gpu_index = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
+  SearchParams params;
+  params.ef = 4;
+  const int64_t first = 20000;
+  const int64_t n = f.data.rows;
+  const std::vector<uint32_t> unreached = gpu_index->unreached_rows(first, n, params, cpu_control());
+  ASSERT_TRUE(std::is_sorted(unreached.begin(), unreached.end()));
+
+  const std::vector<uint32_t> entries = select_entry_points(f.data.view(), GraphView::of(f.graph),
+                                                            params.entry_samples, params.seed);
+  const std::vector<uint32_t> walk = unreached_rows(f.data.view(), GraphView::of(f.graph), Metric::L2,
+                                                    entries.data(), static_cast<int>(entries.size()),
+                                                    first, n, params.ef, params.lambda_limit, cpu_control());
+  std::set<uint32_t> expected(walk.begin(), walk.end());
+  const MatrixView own{f.data.row(first), n - first, f.data.dim};
+  params.k = params.ef;
+  for (int kernel : {1, 2}) {
+    params.gpu_kernel = kernel;
+    std::vector<uint32_t> ids(own.rows * params.k);
+    std::vector<float> dists(ids.size());
+    gpu_index->search(own, params, ids.data(), dists.data(), RunControl{});
+    int64_t missed = 0;
+    for (int64_t q = 0; q < own.rows; ++q) {
+      const uint32_t row = static_cast<uint32_t>(first + q);
+      const uint32_t* found = &ids[q * params.k];
+      if (std::find(found, found + params.k, row) == found + params.k) {
+        expected.insert(row);
+        ++missed;
+      }
+    }
+    std::printf("ef %d: kernel %d misses %lld of %lld rows, the CPU walk %zu\n", params.ef, kernel,
+                static_cast<long long>(missed), static_cast<long long>(own.rows), walk.size());
+  }
+  EXPECT_EQ(unreached, std::vector<uint32_t>(expected.begin(), expected.end()));
+  EXPECT_GT(unreached.size(), 0u);
+  EXPECT_LT(unreached.size(), static_cast<size_t>(n - first) / 4);
 }
 
 }  // namespace

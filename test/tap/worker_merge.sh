@@ -5,7 +5,8 @@
 # merged by the worker, one in the session (tsdg.device = cpu): recall@10
 # after the merges within 0.01 of each other, every row of the last load
 # found first through the index, and a row inserted just before a merge
-# found first after it; a merge of a graph the worker built or merged takes
+# found first after it, and every row of a load merged at a narrow
+# tsdg.ef_search found first at that ef; a merge of a graph the worker built or merged takes
 # the old rows and lists from the worker's copy, and the worker keeps the
 # merged graph, so the first search after a merge ships no index. A merge
 # cancelled while the worker computes it
@@ -180,6 +181,32 @@ first=$(sql -At -c "SET enable_seqscan = off; SET tsdg.device = cpu;
   SELECT t.id FROM items t, queries q WHERE q.id = 7 ORDER BY t.v <-> q.v LIMIT 1")
 [ "$first" = "$next" ] || fail "the row inserted before the merge comes back as $first, not $next"
 next=$((next + 1))
+
+# 2b. A load merged at a narrow tsdg.ef_search: the merge looks each row up
+# by its own vector at that ef, and the rows those searches do not reach
+# (the worker's walk and the pages') are searched exactly from then on, so
+# every row of the load is found first at that ef: through the worker,
+# through the pages and in a batch.
+load items "$next" "$load_rows" 5
+from=$(wc -l < "$dir/server.log")
+sql -At -c "SET tsdg.ef_search = 2" -c "SELECT tsdg_merge('items_idx')" >/dev/null
+logged "$from" "are not reached by a search for their own vector at ef 2" ||
+  fail "the worker did not check which merged rows its searches reach"
+[ "$(sql -At -c "SELECT unreached FROM tsdg_index_info('items_idx')")" -gt 0 ] ||
+  fail "every merged row was reached at ef 2: nothing was left to search exactly"
+for device in auto cpu; do
+  missed=$(sql -At -c "SET enable_seqscan = off; SET tsdg.device = $device; SET tsdg.ef_search = 2;
+    SELECT count(*) FROM (SELECT id, v FROM items WHERE id >= $next AND id < $((next + load_rows))) p
+    WHERE (SELECT t.id FROM items t ORDER BY t.v <-> p.v LIMIT 1) <> p.id")
+  [ "$missed" = 0 ] ||
+    fail "$missed rows of the load merged at ef 2 are not found first at ef 2 (tsdg.device = $device)"
+done
+missed=$(sql -At -c "SET tsdg.ef_search = 2;
+  SELECT count(*) FROM tsdg_search_batch('items_idx',
+    ARRAY(SELECT v FROM items WHERE id >= $next AND id < $((next + load_rows)) ORDER BY id), 1) b
+  JOIN items t ON t.ctid = b.tid WHERE t.id <> b.query - 1 + $next")
+[ "$missed" = 0 ] || fail "$missed rows of the load merged at ef 2 are not found first by a batch at ef 2"
+next=$((next + load_rows))
 
 # waits until the server log (from line $1) shows $2; false after 60 s
 wait_for_log() {

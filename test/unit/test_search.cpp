@@ -260,6 +260,87 @@ TEST(SlackRule, MatchesTheFormulaOnRootsForSquaredL2) {
   EXPECT_TRUE(cosine.stops(0.61f, 0.2f, 0.4f));
 }
 
+// The rows a search for their own vector misses at a small ef: each row's
+// answer from the in-memory search and from GraphSearch as the pages drive it
+// (entries offered first) has the row exactly when unreached_rows leaves it out.
+TEST(Search, UnreachedRowsAreThoseTheirOwnSearchMisses) {
+  const Fixture f = make_fixture(3000, 16, 6, 10);
+  CpuSearchIndex index(f.data.view(), GraphView::of(f.graph), Metric::L2);
+  SearchParams params;
+  params.ef = 2;
+  params.k = params.ef;
+  const int64_t n = f.data.rows;
+  const int64_t first = 1000;
+  ThreadPool pool(3);
+  RunControl control;
+  control.pool = &pool;
+  const std::vector<uint32_t> unreached = index.unreached_rows(first, n, params, control);
+  const std::set<uint32_t> missed(unreached.begin(), unreached.end());
+  EXPECT_TRUE(std::is_sorted(unreached.begin(), unreached.end()));
+  EXPECT_EQ(missed.size(), unreached.size());
+
+  const std::vector<uint32_t> entries = select_entry_points(f.data.view(), GraphView::of(f.graph),
+                                                            params.entry_samples, params.seed);
+  EXPECT_EQ(unreached_rows(f.data.view(), GraphView::of(f.graph), Metric::L2, entries.data(),
+                           static_cast<int>(entries.size()), first, n, params.ef,
+                           params.lambda_limit, RunControl{}),
+            unreached);
+
+  const MatrixView own{f.data.row(first), n - first, f.data.dim};
+  std::vector<uint32_t> ids(own.rows * params.k);
+  std::vector<float> dists(ids.size());
+  index.search(own, params, ids.data(), dists.data(), RunControl{});
+  GraphSearch paged(params.lambda_limit, 0.0f);
+  std::vector<uint32_t> paged_ids(params.k);
+  std::vector<float> paged_dists(params.k);
+  for (int64_t q = 0; q < own.rows; ++q) {
+    const uint32_t row = static_cast<uint32_t>(first + q);
+    const uint32_t* found = &ids[q * params.k];
+    const bool in_answer = std::find(found, found + params.k, row) != found + params.k;
+    EXPECT_EQ(in_answer, missed.count(row) == 0) << "row " << row;
+
+    paged.begin(params.ef);
+    for (uint32_t e : entries) paged.offer(e, metric_distance(Metric::L2, own.row(q), f.data.row(e), f.data.dim));
+    run_incremental(paged, f, own.row(q));
+    const int count = paged.results(paged_ids.data(), paged_dists.data(), params.k);
+    const bool in_paged = std::find(paged_ids.begin(), paged_ids.begin() + count, row) !=
+                          paged_ids.begin() + count;
+    EXPECT_EQ(in_paged, in_answer) << "row " << row;
+  }
+  // ef 2 loses some rows of 6 clusters but not most
+  EXPECT_GT(unreached.size(), 0u);
+  EXPECT_LT(unreached.size(), static_cast<size_t>(n - first) / 2);
+}
+
+// A row no list points to is unreached at any ef unless it is an entry point.
+TEST(Search, RowWithoutInEdgesIsUnreached) {
+  Fixture f = make_fixture(1500, 16, 6, 10);
+  SearchParams params;
+  params.ef = 200;
+  const std::vector<uint32_t> entries = select_entry_points(f.data.view(), GraphView::of(f.graph),
+                                                            params.entry_samples, params.seed);
+  uint32_t orphan = 0;
+  while (std::find(entries.begin(), entries.end(), orphan) != entries.end()) ++orphan;
+  for (int64_t i = 0; i < f.graph.nodes; ++i) {
+    uint32_t* list = &f.graph.neighbors[i * f.graph.degree];
+    uint8_t* lambdas = &f.graph.lambdas[i * f.graph.degree];
+    int kept = 0;
+    for (int j = 0; j < f.graph.degree; ++j) {
+      if (list[j] == orphan) continue;
+      list[kept] = list[j];
+      lambdas[kept++] = lambdas[j];
+    }
+    for (; kept < f.graph.degree; ++kept) {
+      list[kept] = kInvalidId;
+      lambdas[kept] = 0;
+    }
+  }
+  CpuSearchIndex index(f.data.view(), GraphView::of(f.graph), Metric::L2);
+  const std::vector<uint32_t> unreached = index.unreached_rows(0, f.data.rows, params, RunControl{});
+  EXPECT_EQ(std::count(unreached.begin(), unreached.end(), orphan), 1);
+  EXPECT_LT(unreached.size(), 10u);
+}
+
 // search_payload answers with the values of the first k_out results whose
 // flags miss the skip bits, and pads with the missing value and +inf.
 TEST(Search, PayloadAnswersLeaveOutSkippedNodes) {
