@@ -23,6 +23,8 @@ class CudaSearchIndex final : public SearchIndex {
   size_t memory_bytes() const override;
   int64_t node_count() const override { return nodes_; }
   const float* device_rows() const override { return data_.data(); }
+  std::vector<uint32_t> entry_points(const SearchParams& params,
+                                     const RunControl& control) override;
   std::vector<uint32_t> unreached_rows(int64_t first, int64_t end, const SearchParams& params,
                                        const RunControl& control) override;
   // The payload goes to the device too, where the results are mapped to it.

@@ -24,10 +24,15 @@ class SearchIndex {
   virtual size_t memory_bytes() const = 0;
   // The nodes of the graph searched.
   virtual int64_t node_count() const = 0;
+  // The navigating set its searches start from for params' entry_samples and
+  // seed (select_entry_points), computed on control's pool at the first call.
+  virtual std::vector<uint32_t> entry_points(const SearchParams& params,
+                                             const RunControl& control) = 0;
   // The rows [first, end) of the indexed set that a search of this index for
   // their own vectors at params (ef, lambda_limit, entry_samples, seed) does
-  // not reach, ascending (tsdg::unreached_rows): on the GPU those of either
-  // kernel or of the CPU's walk, which scans of the index pages take.
+  // not reach, ascending: on the CPU its walk (tsdg::unreached_rows), which
+  // the index pages' scans take too; on the GPU the rows either kernel
+  // misses.
   virtual std::vector<uint32_t> unreached_rows(int64_t first, int64_t end,
                                                const SearchParams& params,
                                                const RunControl& control) = 0;

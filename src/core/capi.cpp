@@ -928,7 +928,7 @@ TsdgStatus tsdg_index_unreached_rows(TsdgResidentIndex* index, int64_t first, in
     require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
     require(count != nullptr, "count must not be NULL");
     const int64_t n = index->index->node_count();
-    // the CPU's walk runs on the host threads on either backend
+    // the entry points, and the CPU's walks, on the host threads
     std::unique_ptr<tsdg::ThreadPool> own_pool;
     tsdg::RunControl control = resident_search_control(index, n - first);
     if (control.pool == nullptr && n - first >= kParallelSearchBatch) {
@@ -938,6 +938,25 @@ TsdgStatus tsdg_index_unreached_rows(TsdgResidentIndex* index, int64_t first, in
     copy_unreached(index->index->unreached_rows(first, n, resident_search_params(1, ef, lambda_limit),
                                                 control),
                    rows_out, max_rows, count);
+  });
+}
+
+TsdgStatus tsdg_index_entry_points(TsdgResidentIndex* index, int count, uint32_t* entry_ids,
+                                   TsdgError* error) {
+  return guarded(error, [&] {
+    require(index != nullptr, "index must not be NULL");
+    require(count > 0 && entry_ids != nullptr, "entry_ids must hold count ids");
+    std::unique_ptr<tsdg::ThreadPool> pool;
+    tsdg::RunControl control;
+    if (index->index->node_count() > kParallelSummaryNodes) {
+      pool = std::make_unique<tsdg::ThreadPool>(0);
+      control.pool = pool.get();
+    }
+    tsdg::SearchParams params;
+    params.entry_samples = count;
+    const std::vector<uint32_t> entries = index->index->entry_points(params, control);
+    std::fill(entry_ids, entry_ids + count, TSDG_INVALID_ID);
+    std::copy(entries.begin(), entries.begin() + std::min<size_t>(entries.size(), count), entry_ids);
   });
 }
 

@@ -403,10 +403,10 @@ void CpuSearchIndex::release_scratch(std::unique_ptr<Scratch> scratch) {
   free_scratch_.push_back(std::move(scratch));
 }
 
-void CpuSearchIndex::prepare_entry_points(const SearchParams& params) {
+void CpuSearchIndex::prepare_entry_points(const SearchParams& params, const RunControl& control) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (entries_count_ == params.entry_samples && entries_seed_ == params.seed) return;
-  entries_ = select_entry_points(data_, graph_, params.entry_samples, params.seed);
+  entries_ = select_entry_points(data_, graph_, params.entry_samples, params.seed, control);
   entry_rows_ = Matrix(static_cast<int64_t>(entries_.size()), data_.dim);
   for (size_t i = 0; i < entries_.size(); ++i) {
     std::copy(data_.row(entries_[i]), data_.row(entries_[i]) + data_.dim, entry_rows_.row(i));
@@ -517,10 +517,17 @@ std::vector<uint32_t> CpuSearchIndex::unreached_rows(int64_t first, int64_t end,
                                                      const SearchParams& params,
                                                      const RunControl& control) {
   validate_search_params(params);
-  prepare_entry_points(params);
+  prepare_entry_points(params, control);
   return tsdg::unreached_rows(data_, graph_, metric_, entries_.data(),
                               static_cast<int>(entries_.size()), first, end, params.ef,
                               params.lambda_limit, control);
+}
+
+std::vector<uint32_t> CpuSearchIndex::entry_points(const SearchParams& params,
+                                                   const RunControl& control) {
+  prepare_entry_points(params, control);
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_;
 }
 
 }  // namespace tsdg

@@ -195,6 +195,8 @@ class CpuSearchIndex : public SearchIndex {
               const RunControl& control) override;
   size_t memory_bytes() const override;
   int64_t node_count() const override { return graph_.nodes; }
+  std::vector<uint32_t> entry_points(const SearchParams& params,
+                                     const RunControl& control) override;
   std::vector<uint32_t> unreached_rows(int64_t first, int64_t end, const SearchParams& params,
                                        const RunControl& control) override;
 
@@ -207,7 +209,7 @@ class CpuSearchIndex : public SearchIndex {
   struct Scratch;
   std::unique_ptr<Scratch> acquire_scratch();
   void release_scratch(std::unique_ptr<Scratch> scratch);
-  void prepare_entry_points(const SearchParams& params);
+  void prepare_entry_points(const SearchParams& params, const RunControl& control = RunControl{});
   int64_t search_one(const float* query, const SearchParams& params, const SlackRule& slack,
                      Scratch& scratch, uint32_t* ids, float* dists) const;
 

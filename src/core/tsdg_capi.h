@@ -341,8 +341,17 @@ TsdgStatus	tsdg_unreached_rows(const float *rows, int64_t n, int dim, TsdgMetric
 
 /*
  * The same for a resident index's own searches from tsdg_select_entry_points'
- * entries: on the GPU the rows that either kernel or the CPU's walk misses.
+ * entries: on the GPU the rows that either kernel misses.
  */
+/*
+ * The count entry points a resident index's searches start from (those of
+ * tsdg_select_entry_points for its rows and graph), padded with
+ * TSDG_INVALID_ID: an index the worker just merged gives them to the
+ * metapage instead of having them computed twice.
+ */
+TsdgStatus	tsdg_index_entry_points(TsdgResidentIndex *index, int count, uint32_t *entry_ids,
+									TsdgError *error);
+
 TsdgStatus	tsdg_index_unreached_rows(TsdgResidentIndex *index, int64_t first, int ef,
 									  int lambda_limit, uint32_t *rows_out, int64_t max_rows,
 									  int64_t *count, TsdgError *error);

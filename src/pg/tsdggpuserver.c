@@ -1277,10 +1277,10 @@ BuildPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 }
 
 /*
- * The metapage's entry points and d_nn1+ of the graph just built or merged
- * (n rows and search lists), into the segment's summary; the session writes
- * its pages meanwhile and waits for this only at the end
- * (TsdgWorkerBuildSummary, TsdgWorkerMergeSummary).
+ * The metapage's entry points and d_nn1+ of the graph just built (n rows and
+ * search lists), into the segment's summary; the session writes its pages
+ * meanwhile and waits for this only at the end (TsdgWorkerBuildSummary). A
+ * merge's comes from the merged graph's resident copy (SummarizeMergedGraph).
  */
 static bool
 ComputeSummary(TsdgBuildSummary *summary, const float *rows, int64 n, int dims,
@@ -1662,26 +1662,39 @@ KeepMergedGraph(const TsdgMergeArgs *args, MergeArrays *a, BulkMapping *map)
 }
 
 /*
- * The new rows the merged graph's searches do not reach, kept with its
- * resident copy and listed in the summary for the metapage. False when
- * there is no resident copy or they could not be found: the session then
- * computes the summary itself, the CPU's walk.
+ * The metapage's summary of the merged graph, from its resident copy: the
+ * entry points its searches start from, d_nn1+, and the new rows those
+ * searches do not reach, which the copy keeps (FindUnreached). False when
+ * the graph is not resident or something failed (LOG): the session then
+ * computes the summary itself, with the pages' walk.
  */
 static bool
-SummarizeUnreached(const TsdgMergeArgs *args, TsdgBuildSummary *summary)
+SummarizeMergedGraph(const TsdgMergeArgs *args, TsdgBuildSummary *summary)
 {
 	ResidentIndex *r = FindResident(&args->new_key);
+	uint32		entries[TSDG_SUMMARY_MAX_ENTRIES];
+	TimestampTz start = GetCurrentTimestamp();
 	TsdgError	error;
 
 	if (r == NULL)
 		return false;
-	if (!FindUnreached(r, &args->check, &error))
+	if (r->neighbors == NULL)
+		strlcpy(error.message, "the worker keeps no host copy of its search lists", sizeof(error.message));
+	if (r->neighbors == NULL ||
+		tsdg_index_entry_points(r->index, TSDG_SUMMARY_MAX_ENTRIES, entries, &error) != TSDG_OK ||
+		tsdg_graph_nn1_bound(r->rows, r->n, r->dims, r->metric, r->neighbors, r->degree,
+							 &summary->nn1_bound, &error) != TSDG_OK ||
+		!FindUnreached(r, &args->check, &error))
 	{
 		ereport(LOG,
-				(errmsg("pg_tsdg GPU worker: could not check which merged rows of index %u/%u the searches reach, the session checks them: %s",
+				(errmsg("pg_tsdg GPU worker: no summary of the merged graph of index %u/%u, the session computes it: %s",
 						args->database, args->relfilenode, error.message)));
 		return false;
 	}
+	summary->entry_count = 0;
+	for (int i = 0; i < TSDG_SUMMARY_MAX_ENTRIES; i++)
+		if (entries[i] != TSDG_INVALID_ID)
+			summary->entry_points[summary->entry_count++] = entries[i];
 	summary->unreached_count = r->unreached_count;
 	memcpy(summary->unreached, r->unreached,
 		   sizeof(uint32) * Min(r->unreached_count, TSDG_SUMMARY_MAX_UNREACHED));
@@ -1690,6 +1703,9 @@ SummarizeUnreached(const TsdgMergeArgs *args, TsdgBuildSummary *summary)
 				(errmsg("pg_tsdg GPU worker: index %u/%u has more unreached rows than its metapage lists (%lld): the sessions' own scans search the first %d exactly",
 						args->database, args->relfilenode, (long long) r->unreached_count,
 						TSDG_SUMMARY_MAX_UNREACHED)));
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: summary of the merged graph of index %u/%u in %.3f s",
+					args->database, args->relfilenode, SecondsSince(start))));
 	return true;
 }
 
@@ -1702,6 +1718,7 @@ ServeMerge(TakenRequest *t)
 	MergeArrays a;
 	ResidentIndex *old_graph;
 	MergePollState poll;
+	TsdgBuildSummary *summary;
 	TsdgError	error;
 	TsdgStatus	status;
 	TimestampTz start;
@@ -1819,18 +1836,11 @@ ServeMerge(TakenRequest *t)
 	}
 	/* answer first: the session writes its pages while the summary is computed and the graph kept */
 	TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
-	if (header->summary != 0)
-	{
-		TsdgBuildSummary *summary = TsdgBulkArray(map.address, header->summary);
-		bool		ok = ComputeSummary(summary, a.rows, args->n_old + args->n_new, args->dims,
-										args->metric, a.neighbors, args->params.degree,
-										args->database, args->relfilenode);
-
-		KeepMergedGraph(args, &a, &map);
-		PublishSummary(t, summary, ok && SummarizeUnreached(args, summary));
-	}
-	else
-		KeepMergedGraph(args, &a, &map);
+	/* the resident copy may take the segment over, the summary with it */
+	summary = header->summary != 0 ? TsdgBulkArray(map.address, header->summary) : NULL;
+	KeepMergedGraph(args, &a, &map);
+	if (summary != NULL)
+		PublishSummary(t, summary, SummarizeMergedGraph(args, summary));
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	UnmapBulk(&map);
 }

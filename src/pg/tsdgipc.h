@@ -248,7 +248,7 @@ typedef enum TsdgSummaryState
 } TsdgSummaryState;
 
 #define TSDG_SUMMARY_MAX_ENTRIES	256 /* TSDG_MAX_ENTRY_POINTS of the metapage */
-#define TSDG_SUMMARY_MAX_UNREACHED	1024	/* TSDG_MAX_UNREACHED of the metapage */
+#define TSDG_SUMMARY_MAX_UNREACHED	1560	/* TSDG_MAX_UNREACHED of the metapage */
 
 /*
  * What the metapage needs besides the graph: the navigating set and d_nn1+.

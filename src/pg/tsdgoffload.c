@@ -819,6 +819,8 @@ TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, TsdgMetaPageData *meta)
 {
 	uint32		state;
 
+	StaticAssertStmt(TSDG_SUMMARY_MAX_UNREACHED == TSDG_MAX_UNREACHED,
+					 "a summary lists as many unreached rows as the metapage");
 	/* the worker sets this backend's latch when it is done; the ticks watch for its death */
 	while ((state = pg_atomic_read_u32(&summary->state)) == TSDG_SUMMARY_PENDING &&
 		   TsdgServerPid() == pid)

@@ -158,8 +158,8 @@ wal_delta() {
     printf "%d MB, %d writes (%d ms), %d syncs (%d ms)", y[1] - x[1], y[2] - x[2], y[4] - x[4], y[3] - x[3], y[5] - x[5] }'
 }
 
-table="| load | rows after | insert s | merge s | merge / fresh build | merge CPU s | merge / fresh build, CPU | probes (misses) while pending | probes (misses) during the merge | worker holds the merged graph after s | the merge's WAL |"
-table+=$'\n'"|---|---|---|---|---|---|---|---|---|---|---|"
+table="| load | rows after | insert s | merge s | merge / fresh build | merge CPU s | merge / fresh build, CPU | probes (misses) while pending | probes (misses) during the merge | merged rows the searches do not reach (scored exactly) | worker holds the merged graph after s | the merge's WAL |"
+table+=$'\n'"|---|---|---|---|---|---|---|---|---|---|---|---|"
 max_ratio=0
 max_cpu_ratio=0
 misses_total=0
@@ -199,10 +199,10 @@ for l in $(seq 1 "$loads"); do
   max_ratio=$(awk -v a="$ratio" -v b="$max_ratio" 'BEGIN { print (a > b) ? a : b }')
   misses_total=$((misses_total + pending_misses + during_misses))
   probes_total=$((probes_total + probes + during))
-  rows_after=$(sql -c "SELECT rows FROM tsdg_index_info('inc_idx')")
+  read -r rows_after unreached < <(sql -F ' ' -c "SELECT rows, unreached FROM tsdg_index_info('inc_idx')")
   resident_s=$(wait_resident inc_idx)
   wal=$(wal_delta "$wal_before" "$(wal_stats)")
-  table+=$'\n'"| $l | $rows_after | $insert_s | $merge_s | $ratio | $merge_cpu | $cpu_ratio | $probes ($pending_misses) | $during ($during_misses) | $resident_s | $wal |"
+  table+=$'\n'"| $l | $rows_after | $insert_s | $merge_s | $ratio | $merge_cpu | $cpu_ratio | $probes ($pending_misses) | $during ($during_misses) | $unreached | $resident_s | $wal |"
   echo "load $l: merge ${merge_s}s ($ratio of the fresh build; CPU ${merge_cpu}s, $cpu_ratio), misses $pending_misses pending, $during_misses of $during during the merge"
 done
 

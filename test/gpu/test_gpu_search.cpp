@@ -208,10 +208,10 @@ TEST(GpuSearch, PayloadMappedOnTheDeviceAsOnTheHost) {
   }
 }
 
-// The GPU index's unreached rows are those the CPU's walk misses (the index
-// pages' scans) and those missing from either kernel's answer to their own
-// vector; at a small ef there are some of each kind or of both.
-TEST(GpuSearch, UnreachedRowsOfBothKernelsAndTheCpuWalk) {
+// The GPU index's unreached rows are those missing from either kernel's
+// answer to their own vector. The large-batch kernel walks as the CPU does,
+// and misses nearly the same rows as the CPU's walk (the index pages' scans).
+TEST(GpuSearch, UnreachedRowsOfBothKernels) {
   TSDG_REQUIRE_GPU();
   const SearchFixture& f = fixture();
   auto gpu_index = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
@@ -222,12 +222,8 @@ TEST(GpuSearch, UnreachedRowsOfBothKernelsAndTheCpuWalk) {
   const std::vector<uint32_t> unreached = gpu_index->unreached_rows(first, n, params, cpu_control());
   ASSERT_TRUE(std::is_sorted(unreached.begin(), unreached.end()));
 
-  const std::vector<uint32_t> entries = select_entry_points(f.data.view(), GraphView::of(f.graph),
-                                                            params.entry_samples, params.seed);
-  const std::vector<uint32_t> walk = unreached_rows(f.data.view(), GraphView::of(f.graph), Metric::L2,
-                                                    entries.data(), static_cast<int>(entries.size()),
-                                                    first, n, params.ef, params.lambda_limit, cpu_control());
-  std::set<uint32_t> expected(walk.begin(), walk.end());
+  std::set<uint32_t> expected;
+  std::set<uint32_t> large_missed;
   const MatrixView own{f.data.row(first), n - first, f.data.dim};
   params.k = params.ef;
   for (int kernel : {1, 2}) {
@@ -235,21 +231,31 @@ TEST(GpuSearch, UnreachedRowsOfBothKernelsAndTheCpuWalk) {
     std::vector<uint32_t> ids(own.rows * params.k);
     std::vector<float> dists(ids.size());
     gpu_index->search(own, params, ids.data(), dists.data(), RunControl{});
-    int64_t missed = 0;
     for (int64_t q = 0; q < own.rows; ++q) {
       const uint32_t row = static_cast<uint32_t>(first + q);
       const uint32_t* found = &ids[q * params.k];
       if (std::find(found, found + params.k, row) == found + params.k) {
         expected.insert(row);
-        ++missed;
+        if (kernel == 2) large_missed.insert(row);
       }
     }
-    std::printf("ef %d: kernel %d misses %lld of %lld rows, the CPU walk %zu\n", params.ef, kernel,
-                static_cast<long long>(missed), static_cast<long long>(own.rows), walk.size());
   }
   EXPECT_EQ(unreached, std::vector<uint32_t>(expected.begin(), expected.end()));
   EXPECT_GT(unreached.size(), 0u);
   EXPECT_LT(unreached.size(), static_cast<size_t>(n - first) / 4);
+
+  const std::vector<uint32_t> entries = select_entry_points(f.data.view(), GraphView::of(f.graph),
+                                                            params.entry_samples, params.seed);
+  const std::vector<uint32_t> walk = unreached_rows(f.data.view(), GraphView::of(f.graph), Metric::L2,
+                                                    entries.data(), static_cast<int>(entries.size()),
+                                                    first, n, params.ef, params.lambda_limit, cpu_control());
+  size_t differ = 0;
+  for (uint32_t row : walk) differ += large_missed.count(row) == 0;
+  for (uint32_t row : large_missed) differ += !std::binary_search(walk.begin(), walk.end(), row);
+  std::printf("ef %d: %zu rows unreached by a kernel, %zu by the large-batch one, %zu by the CPU's walk; "
+              "%zu in one of the last two only\n",
+              params.ef, unreached.size(), large_missed.size(), walk.size(), differ);
+  EXPECT_LE(differ, std::max<size_t>(2, walk.size() / 50));
 }
 
 }  // namespace
