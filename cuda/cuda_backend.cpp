@@ -96,7 +96,8 @@ class CudaBackend final : public Backend {
     TSDG_CUDA_CHECK(cudaHostUnregister(address));
   }
 
-  std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
+  using Backend::make_search_index;
+  std::unique_ptr<SearchIndex> make_search_index(MatrixView data, GraphView graph,
                                                  Metric metric) override {
     activate();
     return std::make_unique<CudaSearchIndex>(device_, data, graph, metric);

@@ -89,8 +89,8 @@ void map_results_to_payload(const uint32_t* ids, const float* dists, int64_t row
 
 }  // namespace
 
-CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, const TsdgGraph& graph, Metric metric)
-    : device_(device), host_data_(data), host_graph_(GraphView::of(graph)), metric_(metric), nodes_(graph.nodes), dim_(data.dim), degree_(graph.degree) {
+CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, Metric metric)
+    : device_(device), host_data_(data), host_graph_(graph), metric_(metric), nodes_(graph.nodes), dim_(data.dim), degree_(graph.degree) {
   if (graph.nodes != data.rows) throw Error(Status::InvalidArgument, "graph and data sizes differ");
   if (graph.nodes == 0 || graph.degree < 1) throw Error(Status::InvalidArgument, "empty graph");
   TSDG_CUDA_CHECK(cudaSetDevice(device));
@@ -100,11 +100,12 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, const TsdgGraph& g
   ctx_ = std::make_unique<DeviceContext>(device);
   cudaStream_t stream = ctx_->stream.get();
   data_.allocate(static_cast<size_t>(nodes_) * dim_);
-  neighbors_.allocate(graph.neighbors.size());
-  lambdas_.allocate(graph.lambdas.size());
+  const size_t edges = static_cast<size_t>(nodes_) * degree_;
+  neighbors_.allocate(edges);
+  lambdas_.allocate(edges);
   copy_to_device(data_.data(), data.data, data_.size(), stream);
-  copy_to_device(neighbors_.data(), graph.neighbors.data(), neighbors_.size(), stream);
-  copy_to_device(lambdas_.data(), graph.lambdas.data(), lambdas_.size(), stream);
+  copy_to_device(neighbors_.data(), graph.neighbors, edges, stream);
+  copy_to_device(lambdas_.data(), graph.lambdas, edges, stream);
   if (metric == Metric::L2) {
     norms_.allocate(nodes_);
     compute_squared_norms(data_.data(), nodes_, dim_, norms_.data(), stream);

@@ -16,7 +16,8 @@ namespace tsdg::cuda {
 
 class CudaSearchIndex final : public SearchIndex {
  public:
-  CudaSearchIndex(int device, MatrixView data, const TsdgGraph& graph, Metric metric);
+  // data and graph must outlive it: the entry points are picked on the host
+  CudaSearchIndex(int device, MatrixView data, GraphView graph, Metric metric);
 
   void search(MatrixView queries, const SearchParams& params, uint32_t* ids, float* dists,
               const RunControl& control) override;

@@ -144,9 +144,14 @@ class Backend {
   // Undoes pin_host_memory(address, ...) before the memory is released.
   virtual void unpin_host_memory(void* address) { (void)address; }
 
-  // The data and graph must outlive the returned index.
-  virtual std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
+  // The data and graph must outlive the returned index (the GPU keeps device
+  // copies, and reads the host arrays for its entry points).
+  virtual std::unique_ptr<SearchIndex> make_search_index(MatrixView data, GraphView graph,
                                                          Metric metric) = 0;
+  std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
+                                                 Metric metric) {
+    return make_search_index(data, GraphView::of(graph), metric);
+  }
 
   // An empty exact set of rows of dim values. By default a host copy
   // searched by exact_knn; the GPU keeps the rows on the device.

@@ -33,7 +33,6 @@ struct TsdgBackend {
 };
 
 struct TsdgResidentIndex {
-  tsdg::TsdgGraph graph;  // a copy for backends that are handed a TsdgGraph
   std::unique_ptr<tsdg::SearchIndex> index;
   std::unique_ptr<tsdg::ThreadPool> pool;  // CPU: created at the first large batch
   bool on_cpu = false;
@@ -635,14 +634,11 @@ TsdgResidentIndex* tsdg_index_upload(TsdgBackend* backend, const float* rows, in
     auto index = std::make_unique<TsdgResidentIndex>();
     index->dim = dim;
     index->on_cpu = backend == nullptr;
+    const tsdg::GraphView graph{neighbors, lambdas, n, degree};
     if (index->on_cpu) {
-      index->index = std::make_unique<tsdg::CpuSearchIndex>(
-          data, tsdg::GraphView{neighbors, lambdas, n, degree}, m);
+      index->index = std::make_unique<tsdg::CpuSearchIndex>(data, graph, m);
     } else {
-      index->graph = tsdg::TsdgGraph(n, degree);
-      std::copy(neighbors, neighbors + n * degree, index->graph.neighbors.begin());
-      std::copy(lambdas, lambdas + n * degree, index->graph.lambdas.begin());
-      index->index = backend->backend->make_search_index(data, index->graph, m);
+      index->index = backend->backend->make_search_index(data, graph, m);
     }
     set_message(error, "");
     return index.release();
@@ -713,8 +709,7 @@ TsdgStatus tsdg_index_search_payload(TsdgResidentIndex* index, const float* quer
 
 size_t tsdg_index_memory_bytes(const TsdgResidentIndex* index) {
   if (index == nullptr) return 0;
-  return index->index->memory_bytes() +
-         index->graph.neighbors.size() * (sizeof(uint32_t) + sizeof(uint8_t));
+  return index->index->memory_bytes();
 }
 
 void tsdg_index_free(TsdgResidentIndex* index) { delete index; }

@@ -35,9 +35,10 @@ class CpuBackend : public Backend {
     return diversify_tsdg(data, metric, knn, params, control);
   }
 
-  std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
+  using Backend::make_search_index;
+  std::unique_ptr<SearchIndex> make_search_index(MatrixView data, GraphView graph,
                                                  Metric metric) override {
-    return std::make_unique<CpuSearchIndex>(data, GraphView::of(graph), metric);
+    return std::make_unique<CpuSearchIndex>(data, graph, metric);
   }
 };
 

@@ -23,23 +23,6 @@
 
 namespace tsdg {
 
-// A TSDG graph whose arrays are owned elsewhere (index pages, the caller).
-struct GraphView {
-  const uint32_t* neighbors = nullptr;  // nodes * degree
-  const uint8_t* lambdas = nullptr;     // nodes * degree
-  int64_t nodes = 0;
-  int degree = 0;
-
-  const uint32_t* list(int64_t i) const { return neighbors + i * degree; }
-  const uint8_t* list_lambdas(int64_t i) const { return lambdas + i * degree; }
-  static GraphView of(const TsdgGraph& graph) {
-    return GraphView{graph.neighbors.data(), graph.lambdas.data(), graph.nodes, graph.degree};
-  }
-  static GraphView of(GraphSpan graph) {
-    return GraphView{graph.neighbors, graph.lambdas, graph.nodes, graph.degree};
-  }
-};
-
 // GGNN's stop rule: stop once the nearest unexpanded candidate is farther than
 // d_best_k + tau * min(d_best_1, d_nn1+). Distances are the metric's comparison
 // distances; for squared L2 the rule is applied to their square roots, as in

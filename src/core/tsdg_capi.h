@@ -203,8 +203,9 @@ TsdgStatus	tsdg_merge_graph_incremental(TsdgBackend *backend, const float *rows,
 
 /* ---- resident indexes: a graph made searchable by a backend ----
  *
- * The GPU backend copies the rows and the graph to the device; the CPU backend
- * keeps pointers, so the caller's arrays must outlive the index on the CPU.
+ * The GPU backend copies the rows and the graph to the device, the CPU backend
+ * searches them where they are; both keep pointers (the GPU picks its entry
+ * points on the host), so the caller's arrays must outlive the index.
  * A batch of queries is answered at once (the GPU picks its small- or
  * large-batch kernel from the batch size).
  */

@@ -93,6 +93,23 @@ struct GraphSpan {
   }
 };
 
+// A TSDG graph whose arrays are owned elsewhere (index pages, the caller).
+struct GraphView {
+  const uint32_t* neighbors = nullptr;  // nodes * degree
+  const uint8_t* lambdas = nullptr;     // nodes * degree
+  int64_t nodes = 0;
+  int degree = 0;
+
+  const uint32_t* list(int64_t i) const { return neighbors + i * degree; }
+  const uint8_t* list_lambdas(int64_t i) const { return lambdas + i * degree; }
+  static GraphView of(const TsdgGraph& graph) {
+    return GraphView{graph.neighbors.data(), graph.lambdas.data(), graph.nodes, graph.degree};
+  }
+  static GraphView of(GraphSpan graph) {
+    return GraphView{graph.neighbors, graph.lambdas, graph.nodes, graph.degree};
+  }
+};
+
 // Failure reported by core and backends; the C API turns it into a status.
 enum class Status : int {
   Ok = 0,

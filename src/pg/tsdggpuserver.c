@@ -116,9 +116,10 @@ typedef struct ResidentIndex
 	ItemPointerData *tids;		/* n, for batch answers */
 	uint8	   *flags;			/* n node flags, NULL when none is deleted */
 	/*
-	 * host arrays: the rows for every backend; the search graph for the
-	 * CPU's, and for the next merge with the k-NN lists when the worker built
-	 * or merged the graph itself (knn_ids NULL for a shipped image)
+	 * host arrays: the rows and the search graph, which the search index
+	 * reads (the CPU's searches, the GPU's entry points), and for the next
+	 * merge the k-NN lists when the worker built or merged the graph itself
+	 * (knn_ids NULL for a shipped image)
 	 */
 	float	   *rows;
 	uint32	   *neighbors;
@@ -435,9 +436,6 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 	int64		estimate = ResidentBytesEstimate(n, g->dims, g->degree);
 	TimestampTz start = GetCurrentTimestamp();
 	bool		any_deleted = false;
-	bool		host_graph = device_backend == NULL || g->knn_ids != NULL;
-	const uint32 *neighbors = g->neighbors;
-	const uint8 *lambdas = g->lambdas;
 	ItemPointerData no_tid;
 
 	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
@@ -464,8 +462,8 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 		r->tids = (ItemPointerData *) g->tids;
 		r->flags = any_deleted ? (uint8 *) g->flags : NULL;
 		r->rows = (float *) g->rows;
-		r->neighbors = host_graph ? (uint32 *) g->neighbors : NULL;
-		r->lambdas = host_graph ? (uint8 *) g->lambdas : NULL;
+		r->neighbors = (uint32 *) g->neighbors;
+		r->lambdas = (uint8 *) g->lambdas;
 		r->knn_ids = (uint32 *) g->knn_ids;
 	}
 	else
@@ -475,22 +473,14 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 			r->flags = CopyOut(g->flags, n);
 		/* the GPU index reads the host rows when it picks its entry points */
 		r->rows = g->own_rows != NULL ? g->own_rows : CopyOut(g->rows, sizeof(float) * n * g->dims);
-		if (host_graph)
-		{
-			r->neighbors = CopyOut(g->neighbors, sizeof(uint32) * n * g->degree);
-			r->lambdas = CopyOut(g->lambdas, n * g->degree);
-		}
+		r->neighbors = CopyOut(g->neighbors, sizeof(uint32) * n * g->degree);
+		r->lambdas = CopyOut(g->lambdas, n * g->degree);
 		if (g->knn_ids != NULL)
 			r->knn_ids = g->own_knn_ids != NULL ? g->own_knn_ids :
 				CopyOut(g->knn_ids, sizeof(uint32) * n * g->knn_k);
 	}
-	if (host_graph)
-	{
-		neighbors = r->neighbors;
-		lambdas = r->lambdas;
-	}
 	if (r->tids == NULL || (any_deleted && r->flags == NULL) || r->rows == NULL ||
-		(host_graph && (r->neighbors == NULL || r->lambdas == NULL)) ||
+		r->neighbors == NULL || r->lambdas == NULL ||
 		(g->knn_ids != NULL && r->knn_ids == NULL))
 	{
 		strlcpy(error->message, "out of host memory for the index copy", sizeof(error->message));
@@ -498,14 +488,14 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 		return TSDG_ERR_OUT_OF_MEMORY;
 	}
 
-	r->index = tsdg_index_upload(device_backend, r->rows, n, g->dims, g->metric, neighbors,
-								 lambdas, g->degree, error);
+	r->index = tsdg_index_upload(device_backend, r->rows, n, g->dims, g->metric, r->neighbors,
+								 r->lambdas, g->degree, error);
 	if (r->index == NULL && LeastRecentlyUsed() != NULL)
 	{
 		/* the device may be full of other indexes: drop them and try again */
 		EvictAll("device out of memory for a new index");
-		r->index = tsdg_index_upload(device_backend, r->rows, n, g->dims, g->metric, neighbors,
-									 lambdas, g->degree, error);
+		r->index = tsdg_index_upload(device_backend, r->rows, n, g->dims, g->metric,
+									 r->neighbors, r->lambdas, g->degree, error);
 	}
 	if (r->index == NULL)
 	{
@@ -523,8 +513,6 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 		return strstr(error->message, "memory") != NULL ? TSDG_ERR_OUT_OF_MEMORY : TSDG_ERR_DEVICE;
 	}
 
-	if (device_backend != NULL && r->knn_ids != NULL)
-		PinResidentLists(r, n * g->knn_k * sizeof(uint32));
 	r->used = true;
 	r->key = *key;
 	r->n = n;
@@ -540,6 +528,20 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 					(long long) (r->bytes >> 20), tsdg_backend_name(device_backend),
 					SecondsSince(start))));
 	return TSDG_OK;
+}
+
+/*
+ * Page-locks the k-NN lists of the graph the worker just built or merged,
+ * which the next merge uploads: after the answer and the summary, as
+ * locking half a gigabyte of pages takes a while.
+ */
+static void
+PinListsOf(const TsdgIndexKey *key)
+{
+	ResidentIndex *r = FindResident(key);
+
+	if (r != NULL && device_backend != NULL && r->knn_ids != NULL && r->pinned_lists == NULL)
+		PinResidentLists(r, r->n * r->knn_k * sizeof(uint32));
 }
 
 /*
@@ -1402,6 +1404,7 @@ ServeBuild(TakenRequest *t)
 				ereport(LOG,
 						(errmsg("pg_tsdg GPU worker: the new graph of index %u/%u stays on disk only: %s",
 								args->key.database, args->key.relfilenode, load_error.message)));
+			PinListsOf(&args->key);
 		}
 	}
 	else
@@ -1841,6 +1844,7 @@ ServeMerge(TakenRequest *t)
 	KeepMergedGraph(args, &a, &map);
 	if (summary != NULL)
 		PublishSummary(t, summary, SummarizeMergedGraph(args, summary));
+	PinListsOf(&args->new_key);
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	UnmapBulk(&map);
 }
