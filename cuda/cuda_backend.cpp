@@ -97,10 +97,14 @@ class CudaBackend final : public Backend {
   }
 
   using Backend::make_search_index;
-  std::unique_ptr<SearchIndex> make_search_index(MatrixView data, GraphView graph,
-                                                 Metric metric) override {
+  std::unique_ptr<SearchIndex> make_search_index(MatrixView data, GraphView graph, Metric metric,
+                                                 const SearchIndex* same_rows) override {
     activate();
-    return std::make_unique<CudaSearchIndex>(device_, data, graph, metric);
+    const bool reusable = same_rows != nullptr && same_rows->device_rows() != nullptr &&
+                          same_rows->node_count() <= data.rows;
+    return std::make_unique<CudaSearchIndex>(device_, data, graph, metric,
+                                             reusable ? same_rows->device_rows() : nullptr,
+                                             reusable ? same_rows->node_count() : 0);
   }
 
   std::unique_ptr<ExactSet> make_exact_set(int dim, Metric metric) override {

@@ -89,7 +89,8 @@ void map_results_to_payload(const uint32_t* ids, const float* dists, int64_t row
 
 }  // namespace
 
-CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, Metric metric)
+CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, Metric metric,
+                                 const float* resident, int64_t resident_rows)
     : device_(device), host_data_(data), host_graph_(graph), metric_(metric), nodes_(graph.nodes), dim_(data.dim), degree_(graph.degree) {
   if (graph.nodes != data.rows) throw Error(Status::InvalidArgument, "graph and data sizes differ");
   if (graph.nodes == 0 || graph.degree < 1) throw Error(Status::InvalidArgument, "empty graph");
@@ -99,11 +100,15 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, M
   require_device_memory(bytes, "the GPU search index");
   ctx_ = std::make_unique<DeviceContext>(device);
   cudaStream_t stream = ctx_->stream.get();
-  data_.allocate(static_cast<size_t>(nodes_) * dim_);
+  if (resident != nullptr) {
+    data_ = std::move(DeviceMatrix::upload_after(data, resident, resident_rows, stream).values);
+  } else {
+    data_.allocate(static_cast<size_t>(nodes_) * dim_);
+    copy_to_device(data_.data(), data.data, data_.size(), stream);
+  }
   const size_t edges = static_cast<size_t>(nodes_) * degree_;
   neighbors_.allocate(edges);
   lambdas_.allocate(edges);
-  copy_to_device(data_.data(), data.data, data_.size(), stream);
   copy_to_device(neighbors_.data(), graph.neighbors, edges, stream);
   copy_to_device(lambdas_.data(), graph.lambdas, edges, stream);
   if (metric == Metric::L2) {

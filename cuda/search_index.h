@@ -16,8 +16,11 @@ namespace tsdg::cuda {
 
 class CudaSearchIndex final : public SearchIndex {
  public:
-  // data and graph must outlive it: the entry points are picked on the host
-  CudaSearchIndex(int device, MatrixView data, GraphView graph, Metric metric);
+  // data and graph must outlive it: the entry points are picked on the host.
+  // The first resident_rows rows are copied from resident (rows of this
+  // device) instead of uploaded.
+  CudaSearchIndex(int device, MatrixView data, GraphView graph, Metric metric,
+                  const float* resident = nullptr, int64_t resident_rows = 0);
 
   void search(MatrixView queries, const SearchParams& params, uint32_t* ids, float* dists,
               const RunControl& control) override;

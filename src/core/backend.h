@@ -145,12 +145,16 @@ class Backend {
   virtual void unpin_host_memory(void* address) { (void)address; }
 
   // The data and graph must outlive the returned index (the GPU keeps device
-  // copies, and reads the host arrays for its entry points).
+  // copies, and reads the host arrays for its entry points). same_rows: null,
+  // or an index of this backend whose rows are data's first
+  // same_rows->node_count() rows (the graph a merge extended), which the GPU
+  // copies on the device instead of uploading them again.
   virtual std::unique_ptr<SearchIndex> make_search_index(MatrixView data, GraphView graph,
-                                                         Metric metric) = 0;
+                                                         Metric metric,
+                                                         const SearchIndex* same_rows) = 0;
   std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
                                                  Metric metric) {
-    return make_search_index(data, GraphView::of(graph), metric);
+    return make_search_index(data, GraphView::of(graph), metric, nullptr);
   }
 
   // An empty exact set of rows of dim values. By default a host copy

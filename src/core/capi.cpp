@@ -616,6 +616,14 @@ TsdgStatus tsdg_exact_knn(TsdgBackend* backend, const float* base, int64_t nb,
 TsdgResidentIndex* tsdg_index_upload(TsdgBackend* backend, const float* rows, int64_t n, int dim,
                                      TsdgMetric metric, const uint32_t* neighbors,
                                      const uint8_t* lambdas, int degree, TsdgError* error) {
+  return tsdg_index_upload_after(backend, nullptr, rows, n, dim, metric, neighbors, lambdas, degree,
+                                 error);
+}
+
+TsdgResidentIndex* tsdg_index_upload_after(TsdgBackend* backend, const TsdgResidentIndex* same_rows,
+                                           const float* rows, int64_t n, int dim,
+                                           TsdgMetric metric, const uint32_t* neighbors,
+                                           const uint8_t* lambdas, int degree, TsdgError* error) {
   try {
     validate_rows(rows, n, dim);
     require(degree > 0, "degree must be positive");
@@ -638,7 +646,10 @@ TsdgResidentIndex* tsdg_index_upload(TsdgBackend* backend, const float* rows, in
     if (index->on_cpu) {
       index->index = std::make_unique<tsdg::CpuSearchIndex>(data, graph, m);
     } else {
-      index->index = backend->backend->make_search_index(data, graph, m);
+      require(same_rows == nullptr || same_rows->dim == dim,
+              "the index whose rows are reused has another dimension");
+      index->index = backend->backend->make_search_index(
+          data, graph, m, same_rows != nullptr ? same_rows->index.get() : nullptr);
     }
     set_message(error, "");
     return index.release();

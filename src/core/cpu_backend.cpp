@@ -36,8 +36,8 @@ class CpuBackend : public Backend {
   }
 
   using Backend::make_search_index;
-  std::unique_ptr<SearchIndex> make_search_index(MatrixView data, GraphView graph,
-                                                 Metric metric) override {
+  std::unique_ptr<SearchIndex> make_search_index(MatrixView data, GraphView graph, Metric metric,
+                                                 const SearchIndex* /* same_rows */) override {
     return std::make_unique<CpuSearchIndex>(data, graph, metric);
   }
 };

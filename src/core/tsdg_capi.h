@@ -213,6 +213,16 @@ TsdgStatus	tsdg_merge_graph_incremental(TsdgBackend *backend, const float *rows,
 TsdgResidentIndex *tsdg_index_upload(TsdgBackend *backend, const float *rows, int64_t n,
 									 int dim, TsdgMetric metric, const uint32_t *neighbors,
 									 const uint8_t *lambdas, int degree, TsdgError *error);
+/*
+ * tsdg_index_upload of a graph whose first rows are those of same_rows, an
+ * index of the same backend (the graph a merge extended): the GPU copies
+ * them on the device instead of uploading them again.
+ */
+TsdgResidentIndex *tsdg_index_upload_after(TsdgBackend *backend,
+										   const TsdgResidentIndex *same_rows,
+										   const float *rows, int64_t n, int dim,
+										   TsdgMetric metric, const uint32_t *neighbors,
+										   const uint8_t *lambdas, int degree, TsdgError *error);
 /* ids/dists: nq * k, ascending, padded with TSDG_INVALID_ID / +inf */
 TsdgStatus	tsdg_index_search(TsdgResidentIndex *index, const float *queries, int64_t nq,
 							  int k, int ef, int lambda_limit, uint32_t *ids, float *dists,

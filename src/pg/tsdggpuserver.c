@@ -414,7 +414,22 @@ typedef struct ResidentGraph
 	/* rows, knn_ids where they are the worker's own (TsdgTakeHostArray); or NULL */
 	float	   *own_rows;
 	uint32	   *own_knn_ids;
+	/*
+	 * the graph whose rows are the first same_rows_n of rows (a merge's old
+	 * graph, when the worker's copy gave them), or NULL
+	 */
+	const TsdgIndexKey *same_rows_key;
+	int64		same_rows_n;
 } ResidentGraph;
+
+/* the resident index g's first rows may be copied from, unless it was evicted meanwhile */
+static const TsdgResidentIndex *
+SameRowsIndex(const ResidentGraph *g)
+{
+	ResidentIndex *same = g->same_rows_key != NULL ? FindResident(g->same_rows_key) : NULL;
+
+	return same != NULL && same->n == g->same_rows_n && same->dims == g->dims ? same->index : NULL;
+}
 
 /*
  * Makes graph g resident under key. The other graphs of the index are
@@ -488,14 +503,14 @@ AddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey 
 		return TSDG_ERR_OUT_OF_MEMORY;
 	}
 
-	r->index = tsdg_index_upload(device_backend, r->rows, n, g->dims, g->metric, r->neighbors,
-								 r->lambdas, g->degree, error);
+	r->index = tsdg_index_upload_after(device_backend, SameRowsIndex(g), r->rows, n, g->dims,
+									   g->metric, r->neighbors, r->lambdas, g->degree, error);
 	if (r->index == NULL && LeastRecentlyUsed() != NULL)
 	{
 		/* the device may be full of other indexes: drop them and try again */
 		EvictAll("device out of memory for a new index");
-		r->index = tsdg_index_upload(device_backend, r->rows, n, g->dims, g->metric,
-									 r->neighbors, r->lambdas, g->degree, error);
+		r->index = tsdg_index_upload_after(device_backend, SameRowsIndex(g), r->rows, n, g->dims,
+										   g->metric, r->neighbors, r->lambdas, g->degree, error);
 	}
 	if (r->index == NULL)
 	{
@@ -1651,9 +1666,11 @@ FreeOwnedLists(MergeArrays *a)
 static void
 KeepMergedGraph(const TsdgMergeArgs *args, MergeArrays *a, BulkMapping *map)
 {
+	/* with the old rows from the worker's copy, the device has them already */
 	ResidentGraph graph = {a->rows, args->n_old + args->n_new, args->dims, args->metric,
 		args->params.degree, a->neighbors, a->lambdas, a->knn_ids, args->params.build_k,
-	a->tids, NULL, a->merged_rows, a->merged_knn_ids};
+		a->tids, NULL, a->merged_rows, a->merged_knn_ids,
+	args->rows_resident ? &args->old_key : NULL, args->n_old};
 	TsdgError	error;
 
 	a->merged_rows = NULL;

@@ -212,6 +212,27 @@ if [ "$worker" = t ]; then
   inc_recall_cpu="$(recall inc 64 cpu) / $(recall inc 10 cpu)"
 fi
 info=$(sql -c "SELECT concat_ws(', ', 'rows ' || rows, 'pending ' || pending, 'graph_version ' || graph_version, 'merges ' || merges, 'size ' || pg_size_pretty(size)) FROM tsdg_index_info('inc_idx')")
+# what scoring the last merge's unreached rows costs a search: one session's
+# searches of the queries (one statement, best of 5), with them, then after a
+# merge of one more row, which leaves none or one
+search_ms() {
+  sql -c "SET enable_seqscan = off" -c "CREATE FUNCTION pg_temp.best_ms() RETURNS float8 LANGUAGE plpgsql AS \$\$
+    DECLARE t0 timestamptz; best float8 := 'infinity';
+    BEGIN
+      FOR i IN 1..5 LOOP
+        t0 := clock_timestamp();
+        PERFORM count(*) FROM queries q, LATERAL (SELECT id FROM inc ORDER BY v <-> q.v LIMIT 10) s;
+        best := least(best, extract(epoch FROM clock_timestamp() - t0) * 1000);
+      END LOOP;
+      RETURN best / (SELECT count(*) FROM queries);
+    END \$\$" -c "SELECT round(pg_temp.best_ms()::numeric, 3)"
+}
+unreached_before=$(sql -c "SELECT unreached FROM tsdg_index_info('inc_idx')")
+search_before=$(search_ms)
+sql -c "INSERT INTO inc SELECT -1, v FROM queries ORDER BY id LIMIT 1" -c "SELECT tsdg_merge('inc_idx')" >/dev/null
+unreached_after=$(sql -c "SELECT unreached FROM tsdg_index_info('inc_idx')")
+search_after=$(search_ms)
+
 recall_gap=$(awk -v a="$fresh_recall" -v b="$inc_recall" 'BEGIN { printf "%.4f", a - b }')
 recall_gap_low=$(awk -v a="$fresh_recall_low" -v b="$inc_recall_low" 'BEGIN { printf "%.4f", a - b }')
 
@@ -250,6 +271,7 @@ fi
   echo "| largest merge / fresh build | | $max_ratio |"
   echo "| largest merge / fresh build, CPU time | | $max_cpu_ratio |"
   echo "| just-inserted rows not found first | | $misses_total of $probes_total probes |"
+  echo "| one session's search, ms a query (LIMIT 10, best of 5 x $queries), with the last merge's $unreached_before unreached rows / after a merge of one more row ($unreached_after) | | $search_before / $search_after |"
   echo
   echo "$table"
   echo

@@ -258,5 +258,29 @@ TEST(GpuSearch, UnreachedRowsOfBothKernels) {
   EXPECT_LE(differ, std::max<size_t>(2, walk.size() / 50));
 }
 
+// An index whose first rows are copied from another index on the device
+// answers as one uploaded whole.
+TEST(GpuSearch, FirstRowsCopiedFromAnotherIndex) {
+  TSDG_REQUIRE_GPU();
+  const SearchFixture& f = fixture();
+  const int64_t base_rows = 20000;
+  TsdgGraph ring(base_rows, 1);
+  for (int64_t i = 0; i < base_rows; ++i) ring.neighbors[i] = static_cast<uint32_t>((i + 1) % base_rows);
+  auto base = gpu_backend.make_search_index(MatrixView{f.data.row(0), base_rows, f.data.dim},
+                                            GraphView::of(ring), Metric::L2, nullptr);
+  auto extended = gpu_backend.make_search_index(f.data.view(), GraphView::of(f.graph), Metric::L2,
+                                                base.get());
+  auto whole = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
+  SearchParams params;
+  params.k = 10;
+  params.ef = 64;
+  std::vector<uint32_t> ids(f.queries.rows * params.k), whole_ids(ids.size());
+  std::vector<float> dists(ids.size()), whole_dists(ids.size());
+  extended->search(f.queries.view(), params, ids.data(), dists.data(), RunControl{});
+  whole->search(f.queries.view(), params, whole_ids.data(), whole_dists.data(), RunControl{});
+  EXPECT_EQ(ids, whole_ids);
+  EXPECT_EQ(dists, whole_dists);
+}
+
 }  // namespace
 }  // namespace tsdg
