@@ -32,6 +32,14 @@ struct TsdgBackend {
   std::unique_ptr<tsdg::Backend> backend;
 };
 
+struct TsdgUnreachedJob {
+  std::vector<uint32_t> entries;  // a copy: the caller's may not outlive the call
+  std::unique_ptr<tsdg::ThreadPool> pool;
+  std::thread thread;
+  std::vector<uint32_t> rows;
+  std::exception_ptr failure;
+};
+
 struct TsdgResidentIndex {
   std::unique_ptr<tsdg::SearchIndex> index;
   std::unique_ptr<tsdg::ThreadPool> pool;  // CPU: created at the first large batch
@@ -898,31 +906,53 @@ void copy_unreached(const std::vector<uint32_t>& rows, uint32_t* out, int64_t ma
 
 }  // namespace
 
-TsdgStatus tsdg_unreached_rows(const float* rows, int64_t n, int dim, TsdgMetric metric,
-                               const uint32_t* neighbors, const uint8_t* lambdas, int degree,
-                               const uint32_t* entry_ids, int entry_count, int64_t first, int ef,
-                               int lambda_limit, uint32_t* rows_out, int64_t max_rows,
-                               int64_t* count, TsdgError* error) {
-  return guarded(error, [&] {
+TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim, TsdgMetric metric,
+                                           const uint32_t* neighbors, const uint8_t* lambdas,
+                                           int degree, const uint32_t* entry_ids, int entry_count,
+                                           int64_t first, int ef, int lambda_limit,
+                                           TsdgError* error) {
+  try {
     validate_rows(rows, n, dim);
     require(degree > 0, "degree must be positive");
     require(n == 0 || (neighbors != nullptr && lambdas != nullptr),
             "neighbors and lambdas must not be NULL");
     require(entry_count >= 0 && (entry_count == 0 || entry_ids != nullptr),
             "entry_ids must not be NULL");
+    const tsdg::Metric m = to_metric(metric);
+    auto job = std::make_unique<TsdgUnreachedJob>();
+    job->entries.assign(entry_ids, entry_ids + entry_count);
+    job->pool = std::make_unique<tsdg::ThreadPool>(0);
+    TsdgUnreachedJob* running = job.get();
+    job->thread = std::thread([=] {
+      try {
+        tsdg::RunControl control;
+        control.pool = running->pool.get();
+        running->rows = tsdg::unreached_rows(
+            tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, m,
+            running->entries.data(), static_cast<int>(running->entries.size()), first, n, ef,
+            lambda_limit, control);
+      } catch (...) {
+        running->failure = std::current_exception();
+      }
+    });
+    set_message(error, "");
+    return job.release();
+  } catch (...) {
+    status_of_current_exception(error);
+    return nullptr;
+  }
+}
+
+TsdgStatus tsdg_unreached_job_finish(TsdgUnreachedJob* job, uint32_t* rows_out, int64_t max_rows,
+                                     int64_t* count, TsdgError* error) {
+  std::unique_ptr<TsdgUnreachedJob> owned(job);
+  if (job != nullptr) job->thread.join();
+  return guarded(error, [&] {
+    require(job != nullptr, "job must not be NULL");
     require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
     require(count != nullptr, "count must not be NULL");
-    std::unique_ptr<tsdg::ThreadPool> pool;
-    tsdg::RunControl control;
-    if (n - first >= kParallelSearchBatch) {
-      pool = std::make_unique<tsdg::ThreadPool>(0);
-      control.pool = pool.get();
-    }
-    copy_unreached(tsdg::unreached_rows(tsdg::MatrixView{rows, n, dim},
-                                        tsdg::GraphView{neighbors, lambdas, n, degree},
-                                        to_metric(metric), entry_ids, entry_count, first, n, ef,
-                                        lambda_limit, control),
-                   rows_out, max_rows, count);
+    if (job->failure) std::rethrow_exception(job->failure);
+    copy_unreached(job->rows, rows_out, max_rows, count);
   });
 }
 

@@ -341,19 +341,25 @@ TsdgStatus	tsdg_graph_nn1_bound(const float *rows, int64_t n, int dim, TsdgMetri
  * The rows [first, n) that a search for their own vector does not reach: the
  * walk of the index pages' scans (tsdg_search_* with ef, lambda_limit and no
  * stop rule, every entry point offered first), stopped once it offers the
- * row. A merge keeps these few exact. Writes the first max_rows of them,
- * ascending, to rows_out and how many there are, all of them, to *count.
+ * row. A merge keeps these few exact. Found on threads of its own, so that
+ * the caller writes its pages meanwhile: returns at once (NULL and error
+ * when it cannot start). The arrays must stay as they are until
+ * tsdg_unreached_job_finish, which waits, writes the first max_rows of the
+ * rows, ascending, to rows_out and how many there are, all of them, to
+ * *count (rows_out may be NULL with max_rows 0: to drop them), and frees
+ * the job.
  */
-TsdgStatus	tsdg_unreached_rows(const float *rows, int64_t n, int dim, TsdgMetric metric,
-								const uint32_t *neighbors, const uint8_t *lambdas, int degree,
-								const uint32_t *entry_ids, int entry_count, int64_t first,
-								int ef, int lambda_limit, uint32_t *rows_out, int64_t max_rows,
-								int64_t *count, TsdgError *error);
+typedef struct TsdgUnreachedJob TsdgUnreachedJob;
 
-/*
- * The same for a resident index's own searches from tsdg_select_entry_points'
- * entries: on the GPU the rows that either kernel misses.
- */
+TsdgUnreachedJob *tsdg_unreached_job_start(const float *rows, int64_t n, int dim,
+										   TsdgMetric metric, const uint32_t *neighbors,
+										   const uint8_t *lambdas, int degree,
+										   const uint32_t *entry_ids, int entry_count,
+										   int64_t first, int ef, int lambda_limit,
+										   TsdgError *error);
+TsdgStatus	tsdg_unreached_job_finish(TsdgUnreachedJob *job, uint32_t *rows_out,
+									  int64_t max_rows, int64_t *count, TsdgError *error);
+
 /*
  * The count entry points a resident index's searches start from (those of
  * tsdg_select_entry_points for its rows and graph), padded with

@@ -119,7 +119,7 @@
 #define TSDG_MAX_FREE_EXTENTS	8
 /*
  * rows of a merge kept exact (TsdgMetaPageData.unreached), as many as the
- * metapage has room for: 268-1076 of 100k rows merged into 1M-1.9M on an
+ * metapage has room for: 265-1,076 of 100k rows merged into 1M-1.9M on an
  * H100 (docs/benchmarks.md)
  */
 #define TSDG_MAX_UNREACHED		1560
@@ -404,6 +404,15 @@ extern void TsdgNodeResultsToTids(const uint32 *ids, const float *dists, int nq,
 								  int k, uint32 node_count, const ItemPointerData *node_tids,
 								  const uint8 *node_flags, ItemPointerData *out_tids,
 								  float *out_dists);
+/* a node and its distance, ordered by (distance, id) by TsdgCompareCandidates (qsort) */
+typedef struct TsdgCandidate
+{
+	float		distance;
+	uint32		id;
+} TsdgCandidate;
+
+extern int	TsdgCompareCandidates(const void *a, const void *b);
+
 /*
  * Merges exact hits into one query's k results, both ascending by distance:
  * keys (key_size bytes each: node ids or heap TIDs) and dists, +inf after the

@@ -712,23 +712,6 @@ SearchUnreached(const ResidentIndex *r, const float *queries, int nq, int uk,
  */
 #define TSDG_HOST_UNREACHED_WORK	2048
 
-typedef struct UnreachedHit
-{
-	float		dist;
-	uint32		node;
-} UnreachedHit;
-
-static int
-CompareUnreachedHits(const void *a, const void *b)
-{
-	const UnreachedHit *x = a;
-	const UnreachedHit *y = b;
-
-	if (x->dist != y->dist)
-		return x->dist < y->dist ? -1 : 1;
-	return (x->node > y->node) - (x->node < y->node);
-}
-
 /*
  * One query's unreached rows of r nearer than bound (its k-th graph
  * result), at most k of them, ascending, scored on this thread into hit_ids
@@ -736,7 +719,7 @@ CompareUnreachedHits(const void *a, const void *b)
  */
 static int
 NearUnreachedOnHost(const ResidentIndex *r, const float *query, int k, float bound,
-					uint32 *hit_ids, float *hit_dists, UnreachedHit *scratch)
+					uint32 *hit_ids, float *hit_dists, TsdgCandidate *scratch)
 {
 	int			near = 0;
 
@@ -748,16 +731,16 @@ NearUnreachedOnHost(const ResidentIndex *r, const float *query, int k, float bou
 
 		if (d < bound)
 		{
-			scratch[near].dist = d;
-			scratch[near++].node = node;
+			scratch[near].distance = d;
+			scratch[near++].id = node;
 		}
 	}
-	qsort(scratch, near, sizeof(UnreachedHit), CompareUnreachedHits);
+	qsort(scratch, near, sizeof(TsdgCandidate), TsdgCompareCandidates);
 	near = Min(near, k);
 	for (int i = 0; i < near; i++)
 	{
-		hit_ids[i] = scratch[i].node;
-		hit_dists[i] = scratch[i].dist;
+		hit_ids[i] = scratch[i].id;
+		hit_dists[i] = scratch[i].distance;
 	}
 	return near;
 }
@@ -776,7 +759,7 @@ MergeUnreachedIds(const ResidentIndex *r, const float *queries, int nq, int k, u
 	float	   *device_dists = NULL;
 	uint32	   *hit_ids;
 	float	   *hit_dists;
-	UnreachedHit *scratch = NULL;
+	TsdgCandidate *scratch = NULL;
 	uint32	   *scratch_ids;
 	float	   *scratch_dists;
 	uint32		missing = TSDG_INVALID_ID;
@@ -785,7 +768,7 @@ MergeUnreachedIds(const ResidentIndex *r, const float *queries, int nq, int k, u
 	if (uk == 0 || nq == 0)
 		return TSDG_OK;
 	if (on_host)
-		scratch = palloc(sizeof(UnreachedHit) * r->unreached_count);
+		scratch = palloc(sizeof(TsdgCandidate) * r->unreached_count);
 	else
 		status = SearchUnreached(r, queries, nq, uk, &positions, &device_dists, error);
 	hit_ids = palloc(sizeof(uint32) * uk);

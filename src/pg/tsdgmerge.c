@@ -134,6 +134,8 @@ typedef struct TsdgMerge
 	TsdgMergeSegment segment;
 	/* what of the old graph is not read here: the worker copies it in from its copy */
 	TsdgWorkerCopy left_to_worker;
+	/* the search for the new rows the searches do not reach, while the pages are written */
+	TsdgUnreachedJob *unreached_job;
 } TsdgMerge;
 
 static bool TsdgKnnPagesMayLagFor(const TsdgMetaPageData *meta, int64 n);
@@ -373,23 +375,6 @@ TsdgSourceList(const TsdgOldGraph *g, uint32 node, uint32 *out)
 		if (list[j] != TSDG_INVALID_ID && list[j] < g->knn_nodes)
 			out[count++] = list[j];
 	return count;
-}
-
-typedef struct TsdgCandidate
-{
-	float		distance;
-	uint32		id;
-} TsdgCandidate;
-
-static int
-TsdgCompareCandidates(const void *a, const void *b)
-{
-	const TsdgCandidate *x = a;
-	const TsdgCandidate *y = b;
-
-	if (x->distance != y->distance)
-		return x->distance < y->distance ? -1 : 1;
-	return (x->id > y->id) - (x->id < y->id);
 }
 
 /*
@@ -1076,16 +1061,15 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 }
 
 /*
- * Entry points, d_nn1+ and the new rows the searches do not reach (the walk
- * of this backend's scans and of the CPU worker's, at tsdg.ef_search) of the
- * merged graph into m->new_meta.
+ * Entry points and d_nn1+ of the merged graph into m->new_meta, and the
+ * search for the new rows the searches do not reach started beside the page
+ * writes (TsdgFinishUnreachedCheck).
  */
 static void
 TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 {
 	TsdgMetaPageData *nm = &m->new_meta;
 	int64		n = m->n_old + m->n_new;
-	int64		unreached;
 	int			degree = m->meta.degree;
 	TsdgError	error;
 	TsdgStatus	status;
@@ -1105,10 +1089,33 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 								  &nm->nn1_bound, &error);
 	TsdgCheckCore(m->index, status, &error);
 
-	status = tsdg_unreached_rows(m->rows, n, m->dims, metric, m->neighbors, m->lambdas, degree,
-								 nm->entry_points, nm->entry_count, m->n_old, tsdg_ef_search,
-								 tsdg_lambda_search, nm->unreached, TSDG_MAX_UNREACHED,
-								 &unreached, &error);
+	/* the walk of this backend's scans and of the CPU worker's, at tsdg.ef_search */
+	m->unreached_job = tsdg_unreached_job_start(m->rows, n, m->dims, metric, m->neighbors,
+												m->lambdas, degree, nm->entry_points,
+												nm->entry_count, m->n_old, tsdg_ef_search,
+												tsdg_lambda_search, &error);
+	if (m->unreached_job == NULL)
+		TsdgCheckCore(m->index, TSDG_ERR_OUT_OF_MEMORY, &error);
+}
+
+/*
+ * The new rows the merged graph's searches do not reach, into m->new_meta,
+ * once the search TsdgMergedEntryPoints started has them (none when the
+ * worker's summary brought them).
+ */
+static void
+TsdgFinishUnreachedCheck(TsdgMerge *m)
+{
+	TsdgMetaPageData *nm = &m->new_meta;
+	TsdgUnreachedJob *job = m->unreached_job;
+	int64		unreached;
+	TsdgError	error;
+	TsdgStatus	status;
+
+	if (job == NULL)
+		return;
+	m->unreached_job = NULL;
+	status = tsdg_unreached_job_finish(job, nm->unreached, TSDG_MAX_UNREACHED, &unreached, &error);
 	TsdgCheckCore(m->index, status, &error);
 	nm->unreached_count = (int32) Min(unreached, TSDG_MAX_UNREACHED);
 	if (unreached > TSDG_MAX_UNREACHED)
@@ -1762,6 +1769,7 @@ TsdgMergeIndex(Relation index, bool wait)
 	PG_TRY();
 	{
 		instr_time	entry_start;
+		instr_time	waited_check;
 
 		INSTR_TIME_SET_CURRENT(phase_start[0]);
 		TsdgLoadRows(&m, metric);
@@ -1793,6 +1801,10 @@ TsdgMergeIndex(Relation index, bool wait)
 			INSTR_TIME_SET_CURRENT(waited);
 			INSTR_TIME_ACCUM_DIFF(entry_time, waited, entry_start);
 		}
+		INSTR_TIME_SET_CURRENT(entry_start);
+		TsdgFinishUnreachedCheck(&m);
+		INSTR_TIME_SET_CURRENT(waited_check);
+		INSTR_TIME_ACCUM_DIFF(entry_time, waited_check, entry_start);
 		TsdgSwitchGraph(&m);
 		INSTR_TIME_SET_CURRENT(phase_start[3]);
 		TsdgReportMerge(&m, phase_start, entry_time);
@@ -1800,6 +1812,12 @@ TsdgMergeIndex(Relation index, bool wait)
 	}
 	PG_FINALLY();
 	{
+		int64		dropped;
+		TsdgError	error;
+
+		/* its threads read the merged graph, which goes with the segment and the context */
+		if (m.unreached_job != NULL)
+			(void) tsdg_unreached_job_finish(m.unreached_job, NULL, 0, &dropped, &error);
 		TsdgMergeSegmentRelease(&m.segment);
 	}
 	PG_END_TRY();

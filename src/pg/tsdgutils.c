@@ -296,6 +296,17 @@ TsdgNodeResultsToTids(const uint32 *ids, const float *dists, int nq, int wide_k,
 	}
 }
 
+int
+TsdgCompareCandidates(const void *a, const void *b)
+{
+	const TsdgCandidate *x = a;
+	const TsdgCandidate *y = b;
+
+	if (x->distance != y->distance)
+		return x->distance < y->distance ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
 void
 TsdgMergeExactHits(int k, void *keys, float *dists, Size key_size, const void *missing_key,
 				   const void *hit_keys, const float *hit_dists, int hits, void *scratch_keys,

@@ -100,6 +100,47 @@ TEST(CApi, BuildUploadSearch) {
   tsdg_index_free(index);
 }
 
+// The merge's unreached rows, found on threads of their own while the
+// caller goes on, are the resident index's own, from the same entry points;
+// a job started on rows out of range fails at its finish.
+TEST(CApi, UnreachedRowsJob) {
+  const SyntheticSpec spec = small_clustered_spec(8000, 24, 10, 31);
+  const Matrix data = make_clustered(spec);
+  const TsdgBuildParams params = small_params();
+  const Built b = build(data, params);
+  TsdgError error;
+  std::vector<uint32_t> entries(256);
+  ASSERT_EQ(tsdg_select_entry_points(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                     b.neighbors.data(), params.degree, 256, entries.data(), &error),
+            TSDG_OK);
+  TsdgUnreachedJob* job = tsdg_unreached_job_start(
+      data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, b.neighbors.data(), b.lambdas.data(),
+      params.degree, entries.data(), 256, 6000, 2, 255, &error);
+  ASSERT_NE(job, nullptr) << error.message;
+  std::vector<uint32_t> rows(2000);
+  int64_t count = -1;
+  ASSERT_EQ(tsdg_unreached_job_finish(job, rows.data(), 3, &count, &error), TSDG_OK) << error.message;
+
+  TsdgResidentIndex* index =
+      tsdg_index_upload(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                        b.neighbors.data(), b.lambdas.data(), params.degree, &error);
+  ASSERT_NE(index, nullptr) << error.message;
+  std::vector<uint32_t> own(2000);
+  int64_t own_count = -1;
+  ASSERT_EQ(tsdg_index_unreached_rows(index, 6000, 2, 255, own.data(), 2000, &own_count, &error),
+            TSDG_OK);
+  tsdg_index_free(index);
+  EXPECT_GT(count, 3);
+  EXPECT_EQ(count, own_count);
+  EXPECT_TRUE(std::equal(rows.begin(), rows.begin() + 3, own.begin()));
+
+  job = tsdg_unreached_job_start(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                 b.neighbors.data(), b.lambdas.data(), params.degree,
+                                 entries.data(), 256, data.rows + 1, 2, 255, &error);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(tsdg_unreached_job_finish(job, nullptr, 0, &count, &error), TSDG_ERR_INVALID_ARGUMENT);
+}
+
 TEST(CApi, IncrementalSearchFromEntryPoints) {
   const SyntheticSpec spec = small_clustered_spec(3000, 16, 8, 41);
   const Matrix data = make_clustered(spec);
