@@ -9,10 +9,10 @@
  * widened with a doubled ef and continues, skipping nodes already returned,
  * until tsdg.max_scan_tuples graph rows were returned or the graph has no
  * more to give. Each round also scores the nodes the last merge found its
- * searches do not reach (TsdgOfferUnreached). A wider round can find a node nearer than rows already
- * returned; it is returned next rather than dropped, so order across rounds
- * is approximate while no row is lost. Deleted nodes route the search but are
- * never returned.
+ * searches do not reach (TsdgOfferUnreached). A wider round can find a node
+ * nearer than rows already returned; it is returned next rather than
+ * dropped, so order across rounds is approximate while no row is lost.
+ * Deleted nodes route the search but are never returned.
  *
  * Node pages only change by VACUUM setting a deleted flag, so every read
  * takes a share lock on one page, copies what it needs and lets go.
