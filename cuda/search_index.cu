@@ -48,7 +48,8 @@ __global__ void first_neighbor_distance_kernel(DeviceGraph g, float* out) {
   const uint32_t nearest = g.neighbors[node * g.degree];
   float d = 0.0f;  // nodes without neighbors do not raise the bound
   if (nearest != kInvalidId) {
-    d = warp_distance<M>(g.data + node * g.dim, g.data + static_cast<int64_t>(nearest) * g.dim, g.dim);
+    // absolute, as graph_nn1_bound: inner products can be negative
+    d = fabsf(warp_distance<M>(g.data + node * g.dim, g.data + static_cast<int64_t>(nearest) * g.dim, g.dim));
   }
   if (lane_id() == 0) out[node] = d;
 }

@@ -39,7 +39,7 @@ class CudaSearchIndex final : public SearchIndex {
 
   // Batches smaller than this go to the small-batch kernel.
   int64_t small_batch_limit() const;
-  float nn1_bound() const { return nn1_bound_; }
+  float nn1_bound() const override { return nn1_bound_; }
 
  private:
   void reserve_batch(int64_t rows, int k);

@@ -24,6 +24,8 @@ class SearchIndex {
   virtual size_t memory_bytes() const = 0;
   // The nodes of the graph searched.
   virtual int64_t node_count() const = 0;
+  // d_nn1+ of its graph (graph_nn1_bound), for the slack stop rule.
+  virtual float nn1_bound() const = 0;
   // The navigating set its searches start from for params' entry_samples and
   // seed (select_entry_points), computed on control's pool at the first call.
   virtual std::vector<uint32_t> entry_points(const SearchParams& params,

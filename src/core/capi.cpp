@@ -977,11 +977,12 @@ TsdgStatus tsdg_index_unreached_rows(TsdgResidentIndex* index, int64_t first, in
   });
 }
 
-TsdgStatus tsdg_index_entry_points(TsdgResidentIndex* index, int count, uint32_t* entry_ids,
-                                   TsdgError* error) {
+TsdgStatus tsdg_index_summary(TsdgResidentIndex* index, int count, uint32_t* entry_ids,
+                              float* nn1_bound, TsdgError* error) {
   return guarded(error, [&] {
     require(index != nullptr, "index must not be NULL");
     require(count > 0 && entry_ids != nullptr, "entry_ids must hold count ids");
+    require(nn1_bound != nullptr, "nn1_bound must not be NULL");
     std::unique_ptr<tsdg::ThreadPool> pool;
     tsdg::RunControl control;
     if (index->index->node_count() > kParallelSummaryNodes) {
@@ -993,6 +994,7 @@ TsdgStatus tsdg_index_entry_points(TsdgResidentIndex* index, int count, uint32_t
     const std::vector<uint32_t> entries = index->index->entry_points(params, control);
     std::fill(entry_ids, entry_ids + count, TSDG_INVALID_ID);
     std::copy(entries.begin(), entries.begin() + std::min<size_t>(entries.size(), count), entry_ids);
+    *nn1_bound = index->index->nn1_bound();
   });
 }
 

@@ -186,7 +186,7 @@ class CpuSearchIndex : public SearchIndex {
   // Distance computations of every search so far.
   int64_t distance_computations() const { return distance_computations_.load(); }
   // d_nn1+ of the graph: the largest distance from a node to its nearest kept neighbor.
-  float nn1_bound() const { return nn1_bound_; }
+  float nn1_bound() const override { return nn1_bound_; }
 
  private:
   struct Scratch;

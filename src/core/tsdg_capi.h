@@ -361,13 +361,14 @@ TsdgStatus	tsdg_unreached_job_finish(TsdgUnreachedJob *job, uint32_t *rows_out,
 									  int64_t max_rows, int64_t *count, TsdgError *error);
 
 /*
- * The count entry points a resident index's searches start from (those of
- * tsdg_select_entry_points for its rows and graph), padded with
- * TSDG_INVALID_ID: an index the worker just merged gives them to the
- * metapage instead of having them computed twice.
+ * What the metapage needs of a resident index's graph: the count entry points
+ * its searches start from (those of tsdg_select_entry_points for its rows and
+ * graph), padded with TSDG_INVALID_ID, and d_nn1+ (tsdg_graph_nn1_bound). An
+ * index the worker just merged gives them to the metapage instead of having
+ * them computed again.
  */
-TsdgStatus	tsdg_index_entry_points(TsdgResidentIndex *index, int count, uint32_t *entry_ids,
-									TsdgError *error);
+TsdgStatus	tsdg_index_summary(TsdgResidentIndex *index, int count, uint32_t *entry_ids,
+							   float *nn1_bound, TsdgError *error);
 
 TsdgStatus	tsdg_index_unreached_rows(TsdgResidentIndex *index, int64_t first, int ef,
 									  int lambda_limit, uint32_t *rows_out, int64_t max_rows,

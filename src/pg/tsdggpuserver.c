@@ -1767,12 +1767,8 @@ SummarizeMergedGraph(const TsdgMergeArgs *args, TsdgBuildSummary *summary)
 
 	if (r == NULL)
 		return false;
-	if (r->neighbors == NULL)
-		strlcpy(error.message, "the worker keeps no host copy of its search lists", sizeof(error.message));
-	if (r->neighbors == NULL ||
-		tsdg_index_entry_points(r->index, TSDG_SUMMARY_MAX_ENTRIES, entries, &error) != TSDG_OK ||
-		tsdg_graph_nn1_bound(r->rows, r->n, r->dims, r->metric, r->neighbors, r->degree,
-							 &summary->nn1_bound, &error) != TSDG_OK ||
+	if (tsdg_index_summary(r->index, TSDG_SUMMARY_MAX_ENTRIES, entries, &summary->nn1_bound,
+						   &error) != TSDG_OK ||
 		!FindUnreached(r, &args->check, &error))
 	{
 		ereport(LOG,

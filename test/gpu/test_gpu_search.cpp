@@ -282,5 +282,18 @@ TEST(GpuSearch, FirstRowsCopiedFromAnotherIndex) {
   EXPECT_EQ(dists, whole_dists);
 }
 
+// The GPU index's d_nn1+ (which a merged graph's summary takes) is the CPU's,
+// absolute for inner products too.
+TEST(GpuSearch, Nn1BoundAsTheCpuComputesIt) {
+  TSDG_REQUIRE_GPU();
+  const SearchFixture& f = fixture();
+  for (Metric metric : {Metric::L2, Metric::InnerProduct}) {
+    auto gpu_index = gpu_backend.make_search_index(f.data.view(), f.graph, metric);
+    const float cpu = graph_nn1_bound(f.data.view(), GraphView::of(f.graph), metric, cpu_control());
+    EXPECT_NEAR(gpu_index->nn1_bound(), cpu, 1e-4f * std::max(1.0f, std::fabs(cpu)))
+        << "metric " << static_cast<int>(metric);
+  }
+}
+
 }  // namespace
 }  // namespace tsdg
