@@ -643,7 +643,6 @@ FindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, TsdgError *erro
 	int64		first = r->n - Min(check->rows, r->n);
 	int64		count = 0;
 	uint32	   *ids;
-	float	   *rows;
 	TimestampTz start = GetCurrentTimestamp();
 
 	if (first == r->n)
@@ -662,24 +661,29 @@ FindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, TsdgError *erro
 	}
 	if (count > 0)
 	{
-		rows = malloc(sizeof(float) * r->dims * count);
-		r->unreached_set = rows == NULL ? NULL :
-			tsdg_exact_set_create(device_backend, r->dims, r->metric, error);
-		for (int64 i = 0; r->unreached_set != NULL && i < count; i++)
-			memcpy(rows + i * r->dims, r->rows + (Size) ids[i] * r->dims, sizeof(float) * r->dims);
-		if (r->unreached_set == NULL ||
-			tsdg_exact_set_append(r->unreached_set, rows, count, error) != TSDG_OK)
+		float	   *rows = malloc(sizeof(float) * r->dims * count);
+		bool		kept = false;
+
+		if (rows == NULL)
+			strlcpy(error->message, "out of host memory", sizeof(error->message));
+		else
 		{
-			if (rows == NULL)
-				strlcpy(error->message, "out of host memory", sizeof(error->message));
+			for (int64 i = 0; i < count; i++)
+				memcpy(rows + i * r->dims, r->rows + (Size) ids[i] * r->dims,
+					   sizeof(float) * r->dims);
+			r->unreached_set = tsdg_exact_set_create(device_backend, r->dims, r->metric, error);
+			kept = r->unreached_set != NULL &&
+				tsdg_exact_set_append(r->unreached_set, rows, count, error) == TSDG_OK;
+			free(rows);
+		}
+		if (!kept)
+		{
 			if (r->unreached_set != NULL)
 				tsdg_exact_set_free(r->unreached_set);
 			r->unreached_set = NULL;
-			free(rows);
 			free(ids);
 			return false;
 		}
-		free(rows);
 	}
 	r->unreached = ids;
 	r->unreached_count = count;
