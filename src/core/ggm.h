@@ -58,13 +58,17 @@ std::vector<uint32_t> merge_seed_pivots(int64_t split, uint64_t seed);
 // 0.001 (0.9996), 7 at 0.005 (0.9992).
 constexpr double kMergeMinUpdateRate = 0.005;
 
-// The GGM parameters of a merge from the index's build parameters: the
-// build's p and iterations with the update-rate stop above. Fewer were measured and dropped (docs/benchmarks.md, Faster
-// incremental merge): p 8 capped at 6 iterations halved GGM's time for 10k
-// rows into 190k at the fresh build's recall, but left a merged row that its
-// own vector does not find (6000 rows into 30001, test/tap/worker_merge.sh),
-// and p 8 alone stops the update-rate rule after one iteration on small
-// batches (136 of 500 merged rows not found).
+// The samples per list and iteration of a merge's GGM refinement (the
+// build's p when lower). p 8 takes a third off GGM's time for 10k rows into
+// 100k-190k (k 64) at the fresh build's recall@10 (docs/benchmarks.md, "GGM
+// with p 8"). It was dropped once because a few merged rows were not found
+// by their own vector; since the merge keeps the rows its searches do not
+// reach and every search scores them exactly, those rows cost a search a
+// distance each instead of being lost.
+constexpr int kMergeSamples = 8;
+
+// The GGM parameters of a merge from the index's build parameters: p at most
+// kMergeSamples, the build's iterations, the update-rate stop above.
 GnndParams incremental_merge_params(const GnndParams& build);
 
 // The update rate of GNND's stop rule for an incremental merge of `batch`

@@ -25,7 +25,8 @@ graph
   --degree R --alpha A --lambda0 L                          TSDG
   --exact-graph          also time the exact k-NN graph
   --ggm                  also build two halves and merge them with GGM
-merge (instead of the steps above; synthetic L2 data)
+merge (instead of the steps above; L2: the synthetic data, or --data and
+  --queries, whose rows merge in the file's order)
   --merge-batches B      build on the first --merge-initial N rows, merge the
                          rest in B equal batches (the index's C API calls),
                          report CPU and wall time of each merge against a fresh

@@ -10,6 +10,7 @@
 
 #include "bench_report.h"
 #include "bruteforce.h"
+#include "dataset_io.h"
 #include "recall.h"
 #include "search.h"
 #include "synthetic.h"
@@ -167,10 +168,17 @@ int64_t self_lookup_misses(MatrixView data, const IndexGraph& graph, int degree,
 }  // namespace
 
 int run_merge_benchmark(const BenchOptions& o) {
-  if (o.metric != Metric::L2 || !o.data_path.empty()) {
-    throw Error(Status::InvalidArgument, "--merge-batches runs on the synthetic L2 data only");
+  if (o.metric != Metric::L2) throw Error(Status::InvalidArgument, "--merge-batches runs on L2 data only");
+  if (!o.data_path.empty() && o.query_path.empty()) {
+    throw Error(Status::InvalidArgument, "--merge-batches with --data needs --queries");
   }
-  const int64_t n = o.synthetic.rows;
+  // A file's rows merge in the file's order: merge_bench.sh's chunks, each
+  // drawn with its own cluster weights, come in as its loads do.
+  const Matrix data = o.data_path.empty() ? make_clustered(o.synthetic) : read_vectors(o.data_path, o.max_rows);
+  const Matrix queries = o.data_path.empty() ? make_clustered_queries(o.synthetic, o.query_count, o.query_seed)
+                                             : read_vectors(o.query_path, o.query_count);
+  if (queries.dim != data.dim) throw Error(Status::InvalidArgument, "queries and data differ in dimension");
+  const int64_t n = data.rows;
   const int64_t initial = o.merge_initial_rows;
   if (initial <= 0 || initial >= n) {
     throw Error(Status::InvalidArgument, "--merge-initial must be in (0, --rows)");
@@ -181,8 +189,6 @@ int run_merge_benchmark(const BenchOptions& o) {
   RunControl control;
   control.pool = &pool;
 
-  const Matrix data = make_clustered(o.synthetic);
-  const Matrix queries = make_clustered_queries(o.synthetic, o.query_count, o.query_seed);
   const int k = o.k;
   std::vector<uint32_t> truth(static_cast<size_t>(queries.rows) * k);
   {
@@ -201,6 +207,7 @@ int run_merge_benchmark(const BenchOptions& o) {
   params.threads = o.threads;
   report.emit(Record("merge_data")
                   .add("backend", o.backend)
+                  .add("data", o.data_path.empty() ? std::string("synthetic") : o.data_path)
                   .add("rows", n)
                   .add("dim", data.dim)
                   .add("clusters", o.synthetic.clusters)
