@@ -9,6 +9,10 @@
       N queries (seed 999) as COPY text of (id int, v vector, truth int[]):
       truth is the exact top 10 among the CHUNKS chunks, in float64 from the
       float32 values the table holds.
+  merge_bench_data.py fvecs CHUNK DIMS CHUNKS N ROWS_FILE QUERIES_FILE
+      chunks 1 ... CHUNKS in order and the N queries, as .fvecs files: the
+      same rows for tsdg-bench --merge-batches --data ROWS_FILE --queries
+      QUERIES_FILE, which merges them in the order merge_bench.sh loads them.
 
 Binary COPY of float32 arrays built by numpy: formatting 2M x 128 numbers as
 text takes minutes in Python, this takes seconds.
@@ -76,12 +80,24 @@ def write_queries(n, dims, chunk, chunks):
         out.write("%d\t[%s]\t{%s}\n" % (q + 1, vector, truth))
 
 
+def write_fvecs(path, rows):
+    rows = rows.astype(np.float32)
+    records = np.empty((rows.shape[0], rows.shape[1] + 1), dtype=np.float32)
+    records[:, 0] = np.array([rows.shape[1]], dtype=np.int32).view(np.float32)[0]
+    records[:, 1:] = rows
+    records.tofile(path)
+
+
 def main():
     what = sys.argv[1]
     if what == "rows":
         write_rows(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
     elif what == "queries":
         write_queries(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    elif what == "fvecs":
+        chunk, dims, chunks, n = (int(a) for a in sys.argv[2:6])
+        write_fvecs(sys.argv[6], np.vstack([chunk_rows(chunk, dims, c) for c in range(1, chunks + 1)]))
+        write_fvecs(sys.argv[7], clustered_rows(n, dims, QUERY_SEED))
     else:
         sys.exit(__doc__)
 
