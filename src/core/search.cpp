@@ -280,30 +280,39 @@ void prefetch_row(const float* row, int dim) {
 
 namespace {
 
-// One walk of unreached_rows: true once it computes row's distance.
+// One walk of unreached_rows: true once it computes row's distance. The
+// rows of a node's new neighbors are prefetched before their distances are
+// computed; the pool takes them in list order, so the walk is the scans'.
 bool walk_reaches(MatrixView data, GraphView graph, DistanceFn distance, const uint32_t* entries,
                   int entry_count, uint32_t row, int lambda_limit, VisitedTable& visited,
-                  CandidatePool& pool) {
+                  CandidatePool& pool, std::vector<uint32_t>& fresh) {
   const float* query = data.row(row);
   const SlackRule no_stop_rule;
   visited.next_query();
   pool.reset(pool.capacity());
   for (int i = 0; i < entry_count; ++i) {
     if (entries[i] == row) return true;
+    prefetch_row(data.row(entries[i]), data.dim);
+  }
+  for (int i = 0; i < entry_count; ++i) {
     visited.mark(entries[i]);
     pool.push(entries[i], distance(query, data.row(entries[i]), data.dim));
   }
+  fresh.resize(graph.degree);
   uint32_t node;
   while ((node = pool.pop_nearest_unexpanded(no_stop_rule)) != kInvalidId) {
     const uint32_t* list = graph.list(node);
     const uint8_t* lambdas = graph.list_lambdas(node);
+    int count = 0;
     for (int j = 0; j < graph.degree; ++j) {
       const uint32_t neighbor = list[j];
       if (neighbor == kInvalidId || lambdas[j] > lambda_limit) break;
       if (!visited.mark(neighbor)) continue;
       if (neighbor == row) return true;
-      pool.push(neighbor, distance(query, data.row(neighbor), data.dim));
+      prefetch_row(data.row(neighbor), data.dim);
+      fresh[count++] = neighbor;
     }
+    for (int j = 0; j < count; ++j) pool.push(fresh[j], distance(query, data.row(fresh[j]), data.dim));
   }
   return false;
 }
@@ -331,6 +340,7 @@ std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric me
   std::vector<std::vector<uint32_t>> missed(workers);
   std::vector<std::unique_ptr<VisitedTable>> visited(workers);
   std::vector<CandidatePool> pools(workers);
+  std::vector<std::vector<uint32_t>> fresh(workers);
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, (end - first) / (4 * workers)));
   parallel_for(control, end - first, chunk, [&](int64_t begin, int64_t stop, int worker) {
     if (!visited[worker]) {
@@ -340,7 +350,7 @@ std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric me
     for (int64_t i = begin; i < stop; ++i) {
       const uint32_t row = static_cast<uint32_t>(first + i);
       if (!walk_reaches(data, graph, distance, entries, entry_count, row, lambda_limit,
-                        *visited[worker], pools[worker])) {
+                        *visited[worker], pools[worker], fresh[worker])) {
         missed[worker].push_back(row);
       }
     }
