@@ -314,7 +314,6 @@ std::vector<uint32_t> merge_seed_pivots(int64_t split, uint64_t seed) {
 GnndParams incremental_merge_params(const GnndParams& build) {
   GnndParams merge = build;
   merge.min_update_rate = kMergeMinUpdateRate;
-  merge.samples = std::min(build.samples, kMergeSamples);
   return merge;
 }
 

@@ -58,17 +58,14 @@ std::vector<uint32_t> merge_seed_pivots(int64_t split, uint64_t seed);
 // 0.001 (0.9996), 7 at 0.005 (0.9992).
 constexpr double kMergeMinUpdateRate = 0.005;
 
-// The samples per list and iteration of a merge's GGM refinement (the
-// build's p when lower). p 8 takes a third off GGM's time for 10k rows into
-// 100k-190k (k 64) at the fresh build's recall@10 (docs/benchmarks.md, "GGM
-// with p 8"). It was dropped once because a few merged rows were not found
-// by their own vector; since the merge keeps the rows its searches do not
-// reach and every search scores them exactly, those rows cost a search a
-// distance each instead of being lost.
-constexpr int kMergeSamples = 8;
-
-// The GGM parameters of a merge from the index's build parameters: p at most
-// kMergeSamples, the build's iterations, the update-rate stop above.
+// The GGM parameters of a merge from the index's build parameters: the
+// build's p and iterations with the update-rate stop above. Fewer were
+// measured and dropped (docs/benchmarks.md, "Faster incremental merge" and
+// "GGM with p 8, tried again"): p 8 takes a third off GGM's time for 10k
+// clustered rows into 100k-190k at the fresh build's recall, but on
+// overlapping clusters of intrinsic dimension 64 the merged graph's
+// recall@10 at ef 64 ends 0.013 under the fresh build's (p 16: 0.002 over),
+// and 11 iterations at a quarter of the stop rate do not win it back.
 GnndParams incremental_merge_params(const GnndParams& build);
 
 // The update rate of GNND's stop rule for an incremental merge of `batch`
