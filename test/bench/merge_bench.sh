@@ -26,7 +26,7 @@ dims=${DIMS:-128}
 chunk=${CHUNK:-10000}             # rows per load
 base_chunks=${BASE_CHUNKS:-10}    # the first index: base_chunks * chunk rows
 loads=${LOADS:-10}
-queries=${QUERIES:-200}
+queries=${QUERIES:-1000}           # recall@10 over these (200 left a query stuck in a wrong cluster worth 0.005)
 probes=${PROBES:-20}              # just-inserted rows looked up after each load
 total=$(( (base_chunks + loads) * chunk ))
 
