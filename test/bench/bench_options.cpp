@@ -30,7 +30,9 @@ merge (instead of the steps above; L2: the synthetic data, or --data and
   --merge-batches B      build on the first --merge-initial N rows, merge the
                          rest in B equal batches (the index's C API calls),
                          report CPU and wall time of each merge against a fresh
-                         build of all rows, recall at --ef, self-lookups;
+                         build of all rows, then the check for merged rows
+                         the searches do not reach (ef 100, wall time and
+                         rows), recall at --ef, self-lookups;
                          on --backend cuda through the CUDA backend's shared
                          object (--cuda-library PATH, default pg_tsdg_cuda.so)
 search

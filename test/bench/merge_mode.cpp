@@ -26,6 +26,10 @@ namespace {
 // (src/pg/tsdgbuild.c, tsdgmerge.c): the metapage's navigating set (as many
 // entries as TSDG_MAX_ENTRY_POINTS) and d_nn1+.
 constexpr int kIndexEntryPoints = 256;
+// The walk of the check for merged rows the searches do not reach: the
+// index's default tsdg.ef_search, no λ limit (tsdg.lambda_search's default).
+constexpr int kIndexEfSearch = 100;
+constexpr int kNoLambdaLimit = 255;
 
 struct Clocks {
   double wall;
@@ -77,16 +81,18 @@ TsdgBackend* load_backend(const BenchOptions& o) {
 }
 
 struct IndexGraph {
-  std::vector<uint32_t> neighbors, knn_ids;
+  std::vector<uint32_t> neighbors, knn_ids, entries;
   std::vector<uint8_t> lambdas;
 };
 
-void entry_points_of(MatrixView rows, const IndexGraph& graph, int degree) {
-  std::vector<uint32_t> entries(kIndexEntryPoints);
+void entry_points_of(MatrixView rows, IndexGraph& graph, int degree) {
+  std::vector<uint32_t>& entries = graph.entries;
+  entries.assign(kIndexEntryPoints, TSDG_INVALID_ID);
   TsdgError error;
   check(tsdg_select_entry_points(rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, graph.neighbors.data(),
                                  degree, kIndexEntryPoints, entries.data(), &error),
         error, "entry points");
+  entries.erase(std::remove(entries.begin(), entries.end(), TSDG_INVALID_ID), entries.end());
   float bound = 0;
   check(tsdg_graph_nn1_bound(rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, graph.neighbors.data(),
                              degree, &bound, &error),
@@ -165,6 +171,23 @@ int64_t self_lookup_misses(MatrixView data, const IndexGraph& graph, int degree,
   return misses;
 }
 
+// The check tsdg_merge runs beside its page writes (src/pg/tsdgmerge.c):
+// rows [first, rows.rows) looked up by their own vector the way the pages'
+// scans walk. Returns the rows not reached; *seconds gets its wall time.
+int64_t unreached_check(MatrixView rows, const IndexGraph& graph, int degree, int64_t first,
+                        double& seconds) {
+  const Clocks start = Clocks::now();
+  TsdgError error;
+  TsdgUnreachedJob* job = tsdg_unreached_job_start(
+      rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, graph.neighbors.data(), graph.lambdas.data(), degree,
+      graph.entries.data(), static_cast<int>(graph.entries.size()), first, kIndexEfSearch, kNoLambdaLimit, &error);
+  if (job == nullptr) throw Error(Status::OutOfMemory, std::string("unreached check: ") + error.message);
+  int64_t count = 0;
+  check(tsdg_unreached_job_finish(job, nullptr, 0, &count, &error), error, "unreached check");
+  seconds = Clocks::now().since(start).wall;
+  return count;
+}
+
 }  // namespace
 
 int run_merge_benchmark(const BenchOptions& o) {
@@ -238,6 +261,8 @@ int run_merge_benchmark(const BenchOptions& o) {
     graph = merge(backend.get(), data.view().slice(0, next), rows, graph, params, phases, changed_lists);
     const Clocks merge_time = Clocks::now().since(start);
     worst_cpu_ratio = std::max(worst_cpu_ratio, merge_time.cpu / fresh_time.cpu);
+    double check_seconds = 0;
+    const int64_t unreached = unreached_check(data.view().slice(0, next), graph, params.degree, rows, check_seconds);
     report.emit(Record("merge")
                     .add("into", rows)
                     .add("batch", next - rows)
@@ -248,7 +273,9 @@ int run_merge_benchmark(const BenchOptions& o) {
                     .add("ggm_cpu_s", phases.cpu[TSDG_PHASE_MERGE])
                     .add("tsdg_cpu_s", phases.cpu[TSDG_PHASE_DIVERSIFY] + phases.cpu[TSDG_PHASE_LINK])
                     .add("entry_cpu_s", phases.cpu[0])
-                    .add("old_lists_changed", changed_lists));
+                    .add("old_lists_changed", changed_lists)
+                    .add("check_wall_s", check_seconds)
+                    .add("unreached", unreached));
     rows = next;
   }
 
