@@ -97,7 +97,7 @@ int prune_list(MatrixView data, DistanceFn distance, const KnnGraph& knn, int64_
 // stored search list holds, taken as kept, and the closer new rows kept;
 // the other old entries are left out. kept needs room for knn.k edges; the
 // new rows in it are the ones kept.
-int prune_gained_list(MatrixView data, DistanceFn distance, const KnnGraph& knn, const TsdgGraph& old,
+int prune_gained_list(MatrixView data, DistanceFn distance, const KnnGraph& knn, GraphView old,
                       int64_t u, float alpha, std::vector<Edge>& scratch, Edge* kept) {
   sorted_candidates(knn, u, scratch);
   const uint32_t* stored = old.list(u);
@@ -294,7 +294,7 @@ TsdgGraph diversify_tsdg(MatrixView data, Metric metric, const KnnGraph& knn,
 }
 
 TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGraph& knn,
-                                     const std::vector<uint8_t>& knn_changed, const TsdgGraph& old,
+                                     const std::vector<uint8_t>& knn_changed, GraphView old,
                                      const DiversifyParams& params, const RunControl& control,
                                      std::vector<uint8_t>& list_changed) {
   validate(data, knn, params);

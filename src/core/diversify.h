@@ -60,7 +60,7 @@ enum KnnListChange : uint8_t {
 // one, as diversify_tsdg does. list_changed gets, per row, 1 where the
 // returned list differs from old.
 TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGraph& knn,
-                                     const std::vector<uint8_t>& knn_changed, const TsdgGraph& old,
+                                     const std::vector<uint8_t>& knn_changed, GraphView old,
                                      const DiversifyParams& params, const RunControl& control,
                                      std::vector<uint8_t>& list_changed);
 

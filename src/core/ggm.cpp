@@ -17,12 +17,11 @@ namespace {
 // One side of the merge: its rows are [begin, end) of the data, its graph
 // uses ids local to the side.
 struct Side {
-  const KnnGraph* graph;
+  KnnView graph;
   int64_t begin, end;
 };
 
-void check_merge_arguments(MatrixView data, int64_t split, const KnnGraph& first,
-                           const KnnGraph& second) {
+void check_merge_arguments(MatrixView data, int64_t split, KnnView first, KnnView second) {
   if (split < 0 || split > data.rows) {
     throw Error(Status::InvalidArgument, "merge split " + std::to_string(split) +
                                              " outside [0, " + std::to_string(data.rows) + "]");
@@ -74,7 +73,7 @@ HugePageArray<float> placed_rows(MatrixView data, const Placement& placement, co
 int start_own_entries(int64_t s, int64_t row, const Side& own, const Placement& placement,
                       DescentLists& lists, int held_k, uint32_t* held_ids, float* held_dists) {
   const int k = lists.k();
-  const KnnGraph& graph = *own.graph;
+  const KnnView& graph = own.graph;
   const int64_t local = row - own.begin;
   const uint32_t* ids = graph.list(local);
   const float* dists = graph.list_dists(local);
@@ -149,10 +148,10 @@ void merge_held(const DescentLists::Entry* refined, int k, const uint32_t* row_a
 // whole old list (as positions), every entry OLD (it was final among the old
 // rows). Without stored distances they are computed on the local rows, where
 // a list's rows mostly share the row's region.
-void init_old_list(MatrixView local_data, DistanceFn distance, const KnnGraph& old_graph,
+void init_old_list(MatrixView local_data, DistanceFn distance, KnnView old_graph,
                    int64_t row, int64_t s, const Placement& placement, DescentLists& lists) {
   const int count = std::min(old_graph.k, lists.k());
-  const bool known = !old_graph.dists.empty();
+  const bool known = old_graph.dists != nullptr;
   DescentLists::Entry* entries = lists.list(s);
   uint8_t* flags = lists.flags(s);
   for (int j = 0; j < count; ++j) {
@@ -188,7 +187,7 @@ std::vector<uint32_t> nearest_old_pivots(MatrixView data, int64_t split, Metric 
 // then refine lists that start near their final ones, in fewer iterations
 // than from random rows. Random old rows fill what the walk lacks.
 void init_batch_list(MatrixView local_data, DistanceFn distance, uint64_t seed, int64_t s, int64_t row,
-                     const Side& batch_side, const KnnGraph& old_graph, uint32_t pivot,
+                     const Side& batch_side, KnnView old_graph, uint32_t pivot,
                      const Placement& placement, DescentLists& lists, int held_k, uint32_t* held_ids,
                      float* held_dists, std::vector<DescentLists::Entry>& met) {
   const int k = lists.k();
@@ -253,7 +252,7 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
   check_merge_arguments(data, split, first, second);
   const int64_t n = data.rows;
   const int k = params.k;
-  const Side sides[2] = {{&first, 0, split}, {&second, split, n}};
+  const Side sides[2] = {{first, 0, split}, {second, split, n}};
   const int keep = k - k / 2;
   const int held_k = std::max(0, std::max(first.k, second.k) - keep);
   std::vector<uint32_t> held_ids(static_cast<size_t>(n) * held_k);
@@ -317,7 +316,7 @@ GnndParams incremental_merge_params(const GnndParams& build) {
   return merge;
 }
 
-IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const KnnGraph& old_graph,
+IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, KnnView old_graph,
                                        const KnnGraph& batch_graph, Metric metric,
                                        const GnndParams& params, const RunControl& control) {
   check_gnnd_params(data, params);
@@ -325,8 +324,8 @@ IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const Knn
   const int64_t n = data.rows;
   const int64_t batch = n - split;
   const int k = params.k;
-  const Side old_side{&old_graph, 0, split};
-  const Side batch_side{&batch_graph, split, n};
+  const Side old_side{old_graph, 0, split};
+  const Side batch_side{batch_graph, split, n};
   const int held_k = std::max(0, batch_graph.k - (k - k / 2));
   std::vector<uint32_t> held_ids(static_cast<size_t>(batch) * held_k);
   std::vector<float> held_dists(static_cast<size_t>(batch) * held_k);

@@ -20,7 +20,7 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
 
 // Incremental GGM: Algorithm 3 restricted to the lists a batch can change.
 // Rows [0, split) are an indexed set whose graph `old_graph` (global ids) is
-// final among themselves (its dists may be empty, as an index keeps only the
+// final among themselves (its dists may be null, as an index keeps only the
 // ids: they are then computed here); rows [split, data.rows) are a batch with graph
 // `batch_graph` (ids local to the batch). Only pairs across the two sets are
 // joined (as in ggm_merge), but the old lists are not seeded with random batch
@@ -80,7 +80,7 @@ double incremental_merge_update_rate(double rate, int64_t split, int64_t batch, 
 std::vector<uint8_t> lists_changed_by_batch(const uint32_t* merged_ids, int64_t nodes, int k,
                                             int64_t split, const RunControl& control);
 
-IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, const KnnGraph& old_graph,
+IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, KnnView old_graph,
                                        const KnnGraph& batch_graph, Metric metric,
                                        const GnndParams& params, const RunControl& control);
 

@@ -1,7 +1,6 @@
 #include "merge.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "diversify.h"
 #include "ggm.h"
@@ -14,16 +13,18 @@ void merge_graph_incremental(const MergeInput& in, const MergeOutput& out, Metri
                              const RunControl& control) {
   const int64_t n = in.data.rows;
   control.set_phase(Phase::Merge);
-  const IncrementalMerge ggm = ggm_merge_incremental(in.data, in.split, copy_old_knn(in), *in.batch_knn,
-                                                     metric, params, control);
+  const IncrementalMerge ggm =
+      ggm_merge_incremental(in.data, in.split, KnnView(in.old_knn_ids, in.old_knn_dists, in.split, in.k),
+                            *in.batch_knn, metric, params, control);
   std::copy(ggm.graph.ids.begin(), ggm.graph.ids.end(), out.knn_ids);
   if (out.knn_dists != nullptr) std::copy(ggm.graph.dists.begin(), ggm.graph.dists.end(), out.knn_dists);
   control.set_phase(Phase::Diversify);
   set_knn_change(ggm.changed.data(), in, out);
   const std::vector<uint8_t> knn_change(out.knn_change, out.knn_change + n);
   std::vector<uint8_t> search_changed;
-  const TsdgGraph search = diversify_tsdg_incremental(in.data, metric, ggm.graph, knn_change, copy_old_search(in),
-                                                      diversify, control, search_changed);
+  const GraphView old_search{in.old_neighbors, in.old_lambdas, in.split, in.degree};
+  const TsdgGraph search = diversify_tsdg_incremental(in.data, metric, ggm.graph, knn_change, old_search, diversify,
+                                                      control, search_changed);
   std::copy(search.neighbors.begin(), search.neighbors.end(), out.neighbors);
   std::copy(search.lambdas.begin(), search.lambdas.end(), out.lambdas);
   std::copy(search_changed.begin(), search_changed.end(), out.search_changed);
@@ -50,31 +51,6 @@ void set_search_changed(const MergeInput& in, const MergeOutput& out, const RunC
                               !std::equal(in.old_lambdas + at, in.old_lambdas + at + degree, out.lambdas + at);
     }
   });
-}
-
-KnnGraph copy_old_knn(const MergeInput& in) {
-  KnnGraph graph;
-  graph.nodes = in.split;
-  graph.k = in.k;
-  const size_t entries = static_cast<size_t>(in.split) * in.k;
-  graph.ids.assign(in.old_knn_ids, in.old_knn_ids + entries);
-  if (in.old_knn_dists != nullptr) {
-    graph.dists.assign(in.old_knn_dists, in.old_knn_dists + entries);
-    for (size_t i = 0; i < entries; ++i) {
-      if (graph.ids[i] == kInvalidId) graph.dists[i] = std::numeric_limits<float>::infinity();
-    }
-  }
-  return graph;
-}
-
-TsdgGraph copy_old_search(const MergeInput& in) {
-  TsdgGraph graph;
-  graph.nodes = in.split;
-  graph.degree = in.degree;
-  const size_t entries = static_cast<size_t>(in.split) * in.degree;
-  graph.neighbors.assign(in.old_neighbors, in.old_neighbors + entries);
-  graph.lambdas.assign(in.old_lambdas, in.old_lambdas + entries);
-  return graph;
 }
 
 }  // namespace tsdg

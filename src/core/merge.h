@@ -76,8 +76,4 @@ void set_knn_change(const uint8_t* ggm_changed, const MergeInput& in, const Merg
 // from its old one, and for every batch row.
 void set_search_changed(const MergeInput& in, const MergeOutput& out, const RunControl& control);
 
-// Copies of the old graphs of `in`, as the CPU steps take them.
-KnnGraph copy_old_knn(const MergeInput& in);
-TsdgGraph copy_old_search(const MergeInput& in);
-
 }  // namespace tsdg

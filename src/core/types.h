@@ -62,6 +62,24 @@ struct KnnGraph {
   const float* list_dists(int64_t i) const { return dists.data() + i * k; }
 };
 
+// A k-NN graph whose arrays are owned elsewhere (a KnnGraph, or the index's
+// stored lists, which may come without distances: dists null).
+struct KnnView {
+  const uint32_t* ids = nullptr;  // nodes * k
+  const float* dists = nullptr;   // nodes * k, or null
+  int64_t nodes = 0;
+  int k = 0;
+
+  KnnView() = default;
+  KnnView(const uint32_t* ids_, const float* dists_, int64_t nodes_, int k_)
+      : ids(ids_), dists(dists_), nodes(nodes_), k(k_) {}
+  KnnView(const KnnGraph& graph)  // NOLINT(google-explicit-constructor): a view of it, as string_view
+      : ids(graph.ids.data()), dists(graph.dists.empty() ? nullptr : graph.dists.data()), nodes(graph.nodes),
+        k(graph.k) {}
+  const uint32_t* list(int64_t i) const { return ids + i * k; }
+  const float* list_dists(int64_t i) const { return dists + i * k; }
+};
+
 // The diversified search graph: fixed degree R, each list sorted by
 // (occlusion factor, distance), padded with kInvalidId.
 struct TsdgGraph {

@@ -169,7 +169,7 @@ TEST(IncrementalDiversify, KeepsTheListInvariantsAndTheUnchangedLists) {
   const Rediversify r = make_rediversify(5200, 5000, control);
   std::vector<uint8_t> list_changed;
   const TsdgGraph graph = diversify_tsdg_incremental(r.batch.data.view(), Metric::L2, r.merged.graph,
-                                                     knn_changes(r), r.old_search, r.params, control,
+                                                     knn_changes(r), GraphView::of(r.old_search), r.params, control,
                                                      list_changed);
   ASSERT_EQ(graph.nodes, 5200);
   ASSERT_EQ(graph.degree, r.params.degree);
@@ -203,7 +203,7 @@ TEST(IncrementalDiversify, NothingChangedKeepsTheGraph) {
   std::vector<uint8_t> list_changed;
   const TsdgGraph graph =
       diversify_tsdg_incremental(r.batch.data.view(), Metric::L2, r.merged.graph, knn_changes(r),
-                                 r.old_search, r.params, control, list_changed);
+                                 GraphView::of(r.old_search), r.params, control, list_changed);
   EXPECT_EQ(graph.neighbors, r.old_search.neighbors);
   EXPECT_EQ(graph.lambdas, r.old_search.lambdas);
   EXPECT_EQ(std::count(list_changed.begin(), list_changed.end(), 1), 0);
@@ -219,12 +219,12 @@ TEST(IncrementalDiversify, SearchRecallCloseToAFullDiversification) {
   const MatrixView data = r.batch.data.view();
   std::vector<uint8_t> list_changed;
   const TsdgGraph incremental = diversify_tsdg_incremental(
-      data, Metric::L2, r.merged.graph, knn_changes(r), r.old_search, r.params, control, list_changed);
+      data, Metric::L2, r.merged.graph, knn_changes(r), GraphView::of(r.old_search), r.params, control, list_changed);
   // Every changed old list rebuilt, as after deletes: both stages on it.
   std::vector<uint8_t> rebuilt = knn_changes(r);
   std::replace(rebuilt.begin(), rebuilt.end(), uint8_t{kKnnListGainedNewRows}, uint8_t{kKnnListRebuilt});
   const TsdgGraph incremental_rebuilt = diversify_tsdg_incremental(
-      data, Metric::L2, r.merged.graph, rebuilt, r.old_search, r.params, control, list_changed);
+      data, Metric::L2, r.merged.graph, rebuilt, GraphView::of(r.old_search), r.params, control, list_changed);
   const TsdgGraph full = diversify_tsdg(data, Metric::L2, r.merged.graph, r.params, control);
 
   // Queries: every 20th row, the batch included; the row itself is its own nearest.
@@ -273,7 +273,7 @@ TEST(IncrementalDiversify, NodesTheBatchDoesNotReachKeepTheirLists) {
   }
   std::vector<uint8_t> list_changed;
   const TsdgGraph graph = diversify_tsdg_incremental(r.batch.data.view(), Metric::L2, r.merged.graph, changes,
-                                                     r.old_search, r.params, control, list_changed);
+                                                     GraphView::of(r.old_search), r.params, control, list_changed);
   int64_t kept = 0;
   for (int64_t u = 0; u < r.batch.split; ++u) {
     if (changes[u] != kKnnListSame || reached[u]) continue;
