@@ -542,7 +542,7 @@ KnnGraph gnnd_build_resident(DeviceContext& ctx, MatrixView data, Metric metric,
   trace.mark("random lists");
   run_gnnd_iterations(ctx, ws, rows.values.data(), data.dim, metric, params, -1, control);
   KnnGraph graph = download_sorted_lists(ctx, ws);
-  trace.mark("sort + download");
+  trace.mark("iterations, sort + download");
   return graph;
 }
 

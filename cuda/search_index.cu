@@ -101,17 +101,20 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, M
   require_device_memory(bytes, "the GPU search index");
   ctx_ = std::make_unique<DeviceContext>(device);
   cudaStream_t stream = ctx_->stream.get();
+  PhaseTrace trace("index upload", stream);
   if (resident != nullptr) {
     data_ = std::move(DeviceMatrix::upload_after(data, resident, resident_rows, stream).values);
   } else {
     data_.allocate(static_cast<size_t>(nodes_) * dim_);
     copy_to_device(data_.data(), data.data, data_.size(), stream);
   }
+  trace.mark("rows");
   const size_t edges = static_cast<size_t>(nodes_) * degree_;
   neighbors_.allocate(edges);
   lambdas_.allocate(edges);
   copy_to_device(neighbors_.data(), graph.neighbors, edges, stream);
   copy_to_device(lambdas_.data(), graph.lambdas, edges, stream);
+  trace.mark("lists");
   if (metric == Metric::L2) {
     norms_.allocate(nodes_);
     compute_squared_norms(data_.data(), nodes_, dim_, norms_.data(), stream);
@@ -132,6 +135,7 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, M
   TSDG_CUDA_CHECK(cub::DeviceReduce::Max(temp.data(), temp_bytes, first_distances.data(), bound.data(), nodes_, stream));
   copy_to_host(&nn1_bound_, bound.data(), 1, stream);
   ctx_->stream.synchronize();
+  trace.mark("norms and d_nn1+");
 }
 
 size_t CudaSearchIndex::memory_bytes() const {
