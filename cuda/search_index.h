@@ -42,6 +42,8 @@ class CudaSearchIndex final : public SearchIndex {
   float nn1_bound() const override { return nn1_bound_; }
 
  private:
+  // Throws InvalidArgument when an uploaded neighbor id is past the last node.
+  void check_neighbor_ids(cudaStream_t stream);
   void reserve_batch(int64_t rows, int k);
   // Searches the queries in launches of at most kMaxRowsPerLaunch rows;
   // after each, deliver(first, rows, k) takes the launch's results from

@@ -639,19 +639,19 @@ TsdgResidentIndex* tsdg_index_upload_after(TsdgBackend* backend, const TsdgResid
             "neighbors and lambdas must not be NULL");
     const tsdg::Metric m = to_metric(metric);
     const tsdg::MatrixView data{rows, n, dim};
-    const int64_t edges = n * degree;
-    for (int64_t i = 0; i < edges; ++i) {
-      if (neighbors[i] != TSDG_INVALID_ID && neighbors[i] >= n) {
-        throw Error(Status::InvalidArgument, "neighbor id " + std::to_string(neighbors[i]) +
-                                                 " out of range for " + std::to_string(n) +
-                                                 " nodes");
-      }
-    }
     auto index = std::make_unique<TsdgResidentIndex>();
     index->dim = dim;
     index->on_cpu = backend == nullptr;
     const tsdg::GraphView graph{neighbors, lambdas, n, degree};
     if (index->on_cpu) {
+      // (a GPU index checks its uploaded lists on the device)
+      const int64_t edges = n * degree;
+      for (int64_t i = 0; i < edges; ++i) {
+        if (neighbors[i] != TSDG_INVALID_ID && neighbors[i] >= n) {
+          throw Error(Status::InvalidArgument, "neighbor id " + std::to_string(neighbors[i]) +
+                                                   " out of range for " + std::to_string(n) + " nodes");
+        }
+      }
       index->index = std::make_unique<tsdg::CpuSearchIndex>(data, graph, m);
     } else {
       require(same_rows == nullptr || same_rows->dim == dim,

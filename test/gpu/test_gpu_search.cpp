@@ -295,5 +295,25 @@ TEST(GpuSearch, Nn1BoundAsTheCpuComputesIt) {
   }
 }
 
+// Lists with a neighbor id past the last node (corrupt pages) are refused at
+// upload, before a kernel reads them.
+TEST(GpuSearch, NeighborIdsOutOfRangeRefused) {
+  TSDG_REQUIRE_GPU();
+  const SearchFixture& f = fixture();
+  TsdgGraph corrupt = f.graph;
+  corrupt.neighbors[corrupt.neighbors.size() / 2] = static_cast<uint32_t>(corrupt.nodes);
+  corrupt.neighbors[1] = static_cast<uint32_t>(corrupt.nodes) + 7;
+  try {
+    gpu_backend.make_search_index(f.data.view(), corrupt, Metric::L2);
+    FAIL() << "uploaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("2 neighbor ids out of range"), std::string::npos) << e.what();
+  }
+  // the backend still works after the refusal
+  auto index = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
+  EXPECT_EQ(index->node_count(), f.graph.nodes);
+}
+
 }  // namespace
 }  // namespace tsdg
