@@ -107,12 +107,10 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, M
     : device_(device), host_data_(data), host_graph_(graph), metric_(metric), nodes_(graph.nodes), dim_(data.dim), degree_(graph.degree) {
   if (graph.nodes != data.rows) throw Error(Status::InvalidArgument, "graph and data sizes differ");
   if (graph.nodes == 0 || graph.degree < 1) throw Error(Status::InvalidArgument, "empty graph");
-  const auto tmp0 = std::chrono::steady_clock::now();
   TSDG_CUDA_CHECK(cudaSetDevice(device));
   TSDG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   const size_t bytes = static_cast<size_t>(nodes_) * (static_cast<size_t>(dim_) * 4 + degree_ * 5);
   require_device_memory(bytes, "the GPU search index");
-  if (std::getenv("TSDG_GPU_TRACE")) std::fprintf(stderr, "[gpu-trace] TMP ctor before context %.2f ms\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - tmp0).count() * 1e3);
   ctx_ = std::make_unique<DeviceContext>(device);
   cudaStream_t stream = ctx_->stream.get();
   PhaseTrace trace("index upload", stream);

@@ -644,7 +644,7 @@ TsdgResidentIndex* tsdg_index_upload_after(TsdgBackend* backend, const TsdgResid
     index->on_cpu = backend == nullptr;
     const tsdg::GraphView graph{neighbors, lambdas, n, degree};
     if (index->on_cpu) {
-      // (a GPU index checks its uploaded lists on the device)
+      // A GPU index checks its lists on the device, after the upload.
       const int64_t edges = n * degree;
       for (int64_t i = 0; i < edges; ++i) {
         if (neighbors[i] != TSDG_INVALID_ID && neighbors[i] >= n) {
