@@ -9,7 +9,8 @@
 #
 # usage: merge_bench.sh [OUTDIR]   (default ./merge-bench-out; starts its own
 # cluster on $TSDG_BENCH_PORT, default 54337; CHUNK, BASE_CHUNKS, LOADS, DIMS,
-# QUERIES, PROBES override the sizes). Writes OUTDIR/merge_bench.md and
+# QUERIES, PROBES override the sizes; MERGE_BENCH_DATA=overlapping draws the
+# hard data of merge_bench_data.py). Writes OUTDIR/merge_bench.md and
 # prints it.
 #
 # TSDG_BENCH_EXTERNAL=1: against a server already running (PGHOST, PGPORT,
@@ -251,7 +252,12 @@ fi
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
   echo "Machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')${gpu:+, $gpu}; date $(date -u +%Y-%m-%d)"
   echo
-  echo "Data: synthetic clustered (test/tap/clustered_vectors.py: 64 clusters, 12-dimensional latent subspaces, noise 0.02; float32, loaded by test/bench/merge_bench_data.py with binary COPY), L2, default index options; ground truth exact (float64)."
+  if [ "${MERGE_BENCH_DATA:-}" = overlapping ]; then
+    shape="16 overlapping clusters (centers within +-0.5), 64-dimensional latent subspaces"
+  else
+    shape="64 clusters, 12-dimensional latent subspaces"
+  fi
+  echo "Data: synthetic clustered (test/tap/clustered_vectors.py: $shape, noise 0.02; each load drawn with its own cluster weights; float32, loaded by test/bench/merge_bench_data.py with binary COPY), L2, default index options; ground truth exact (float64)."
   if [ -s "$out/worker_merges.log" ]; then
     echo
     echo "The GPU worker built and merged (its LOG lines at the end): the CPU seconds in the tables count the session's backend only, not the worker's computation."

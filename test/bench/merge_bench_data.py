@@ -29,8 +29,15 @@ QUERY_SEED = 999
 TOP = 10
 
 
+# MERGE_BENCH_DATA=overlapping: 16 clusters of 64 latent dimensions whose
+# centers lie within +-0.5, the hard data of docs/benchmarks.md; else the
+# default clusters.
+SHAPE = (dict(clusters=16, latent=64, spread=0.5)
+         if os.environ.get("MERGE_BENCH_DATA") == "overlapping" else {})
+
+
 def chunk_rows(chunk, dims, c):
-    return clustered_rows(chunk, dims, c).astype(np.float32)
+    return clustered_rows(chunk, dims, c, **SHAPE).astype(np.float32)
 
 
 def write_rows(chunk, dims, c):
@@ -57,7 +64,7 @@ def write_rows(chunk, dims, c):
 
 
 def write_queries(n, dims, chunk, chunks):
-    queries = clustered_rows(n, dims, QUERY_SEED).astype(np.float32).astype(np.float64)
+    queries = clustered_rows(n, dims, QUERY_SEED, **SHAPE).astype(np.float32).astype(np.float64)
     query_norms = np.einsum("qd,qd->q", queries, queries)
     top = min(TOP, chunk)
     best_dists = np.full((n, 0), np.inf)
@@ -97,7 +104,7 @@ def main():
     elif what == "fvecs":
         chunk, dims, chunks, n = (int(a) for a in sys.argv[2:6])
         write_fvecs(sys.argv[6], np.vstack([chunk_rows(chunk, dims, c) for c in range(1, chunks + 1)]))
-        write_fvecs(sys.argv[7], clustered_rows(n, dims, QUERY_SEED))
+        write_fvecs(sys.argv[7], clustered_rows(n, dims, QUERY_SEED, **SHAPE))
     else:
         sys.exit(__doc__)
 

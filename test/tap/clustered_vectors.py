@@ -20,21 +20,23 @@ LATENT = 12
 NOISE = 0.02
 
 
-def clustered_rows(rows, dims, seed, clusters=64):
-    """The rows (float64, rows x dims) that main() prints."""
+def clustered_rows(rows, dims, seed, clusters=64, latent=LATENT, spread=1.0):
+    """The rows (float64, rows x dims) that main() prints. latent and spread
+    (the centers' range) make harder data: 64 latent dimensions and centers
+    within +-0.5 give overlapping clusters of high intrinsic dimension."""
     shape = np.random.default_rng(12345)
-    centers = shape.uniform(-1.0, 1.0, size=(clusters, dims))
-    bases = shape.normal(0.0, 1.0 / np.sqrt(LATENT), size=(clusters, LATENT, dims))
+    centers = shape.uniform(-spread, spread, size=(clusters, dims))
+    bases = shape.normal(0.0, 1.0 / np.sqrt(latent), size=(clusters, latent, dims))
 
     rng = np.random.default_rng(seed)
     weights = rng.dirichlet(np.full(clusters, 2.0))
     labels = rng.choice(clusters, size=rows, p=weights)
-    latent = rng.normal(0.0, 1.0, size=(rows, LATENT))
+    coords = rng.normal(0.0, 1.0, size=(rows, latent))
     # each row's point of its subspace, one latent dimension at a time: the
-    # sums of an einsum over (rows, LATENT, dims), without that array in memory
+    # sums of an einsum over (rows, latent, dims), without that array in memory
     offsets = np.zeros((rows, dims))
-    for l in range(LATENT):
-        offsets += latent[:, l:l + 1] * bases[labels, l, :]
+    for l in range(latent):
+        offsets += coords[:, l:l + 1] * bases[labels, l, :]
     data = centers[labels] + offsets
     data += rng.normal(0.0, NOISE, size=(rows, dims))
     return data
