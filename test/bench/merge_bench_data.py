@@ -14,6 +14,9 @@
       same rows for tsdg-bench --merge-batches --data ROWS_FILE --queries
       QUERIES_FILE, which merges them in the order merge_bench.sh loads them.
 
+With MERGE_BENCH_DATA=overlapping in the environment, every mode draws the
+hard data (SHAPE below) instead of the default clusters.
+
 Binary COPY of float32 arrays built by numpy: formatting 2M x 128 numbers as
 text takes minutes in Python, this takes seconds.
 """
@@ -96,7 +99,7 @@ def write_fvecs(path, rows):
 
 
 def main():
-    what = sys.argv[1]
+    what = sys.argv[1] if len(sys.argv) > 1 else ""
     if what == "rows":
         write_rows(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
     elif what == "queries":
