@@ -321,7 +321,7 @@ KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const Knn
                           check_launch("start_merge_lists_kernel");
                         });
                       });
-  KnnGraph merged(n, k);
+  KnnGraph merged(n, k, KnnGraph::Unfilled{});  // the copies write it whole
   copy_to_host(merged.ids.data(), ws.ids.data(), merged.ids.size(), stream);
   copy_to_host(merged.dists.data(), ws.dists.data(), merged.dists.size(), stream);
   ctx.stream.synchronize();

@@ -502,7 +502,7 @@ void sort_lists(GnndWorkspace& ws, cudaStream_t stream) {
 KnnGraph download_sorted_lists(DeviceContext& ctx, GnndWorkspace& ws) {
   cudaStream_t stream = ctx.stream.get();
   sort_lists(ws, stream);
-  KnnGraph graph(ws.nodes, ws.k);
+  KnnGraph graph(ws.nodes, ws.k, KnnGraph::Unfilled{});  // the copies write it whole
   copy_to_host(graph.ids.data(), ws.ids.data(), graph.ids.size(), stream);
   copy_to_host(graph.dists.data(), ws.dists.data(), graph.dists.size(), stream);
   ctx.stream.synchronize();

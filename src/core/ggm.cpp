@@ -142,6 +142,8 @@ void merge_held(const DescentLists::Entry* refined, int k, const uint32_t* row_a
     out_ids[out] = all[i].second;
     out_dists[out++] = all[i].first;
   }
+  std::fill(out_ids + out, out_ids + k, kInvalidId);
+  std::fill(out_dists + out, out_dists + k, std::numeric_limits<float>::infinity());
 }
 
 // An old row's list as the incremental merge starts it at position s: its
@@ -289,7 +291,7 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
   const int ran = run_descent(local, metric, lists, options, control);
   control.add_done(n * (params.iterations - ran));
 
-  KnnGraph merged(n, k);
+  KnnGraph merged(n, k, KnnGraph::Unfilled{});
   parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
     for (int64_t s = begin; s < end; ++s) {
       const int64_t row = placement.row_at[s];
@@ -372,7 +374,7 @@ IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, KnnView o
   result.iterations = run_descent(local, metric, lists, options, control);
   control.add_done(n * (params.iterations - result.iterations));
 
-  result.graph = KnnGraph(n, k);
+  result.graph = KnnGraph(n, k, KnnGraph::Unfilled{});
   parallel_for(control, n, 1024, [&](int64_t begin, int64_t end, int) {
     for (int64_t s = begin; s < end; ++s) {
       const int64_t row = placement.row_at[s];

@@ -73,7 +73,7 @@ KnnGraph gnnd_build(MatrixView data, Metric metric, const GnndParams& params,
   const int ran = run_descent(local, metric, lists, options, control);
   control.add_done(n * (params.iterations - ran));  // iterations skipped after convergence
 
-  KnnGraph graph(n, params.k);
+  KnnGraph graph(n, params.k, KnnGraph::Unfilled{});
   parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
       const DescentLists::Entry* entries = lists.list(i);

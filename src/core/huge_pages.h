@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace tsdg {
@@ -29,6 +30,18 @@ struct HugePageAllocator {
   HugePageAllocator(const HugePageAllocator<U>&) {}
   T* allocate(size_t count) { return static_cast<T*>(allocate_huge_page_backed(count * sizeof(T))); }
   void deallocate(T* memory, size_t) { free_huge_page_backed(memory); }
+  // A vector sized without a value default-initialises its elements: plain
+  // values stay unwritten, for arrays that their caller fills whole on its
+  // threads (one thread's writing them first, a page fault at a time, takes
+  // longer than the computation that overwrites them).
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible<U>::value) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
   template <typename U>
   bool operator==(const HugePageAllocator<U>&) const { return true; }
   template <typename U>

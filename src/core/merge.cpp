@@ -8,6 +8,19 @@
 
 namespace tsdg {
 
+namespace {
+
+// rows lists of width values from src to the caller's dst on the pool's
+// threads: tens of MiB whose pages the caller's array maps on first write.
+template <typename T>
+void copy_rows(const RunControl& control, int64_t rows, int width, const T* src, T* dst) {
+  parallel_for(control, rows, 4096, [&](int64_t begin, int64_t end, int) {
+    std::copy(src + begin * width, src + end * width, dst + begin * width);
+  });
+}
+
+}  // namespace
+
 void merge_graph_incremental(const MergeInput& in, const MergeOutput& out, Metric metric,
                              const GnndParams& params, const DiversifyParams& diversify,
                              const RunControl& control) {
@@ -16,8 +29,8 @@ void merge_graph_incremental(const MergeInput& in, const MergeOutput& out, Metri
   const IncrementalMerge ggm =
       ggm_merge_incremental(in.data, in.split, KnnView(in.old_knn_ids, in.old_knn_dists, in.split, in.k),
                             *in.batch_knn, metric, params, control);
-  std::copy(ggm.graph.ids.begin(), ggm.graph.ids.end(), out.knn_ids);
-  if (out.knn_dists != nullptr) std::copy(ggm.graph.dists.begin(), ggm.graph.dists.end(), out.knn_dists);
+  copy_rows(control, n, ggm.graph.k, ggm.graph.ids.data(), out.knn_ids);
+  if (out.knn_dists != nullptr) copy_rows(control, n, ggm.graph.k, ggm.graph.dists.data(), out.knn_dists);
   control.set_phase(Phase::Diversify);
   set_knn_change(ggm.changed.data(), in, out);
   const std::vector<uint8_t> knn_change(out.knn_change, out.knn_change + n);
@@ -25,8 +38,8 @@ void merge_graph_incremental(const MergeInput& in, const MergeOutput& out, Metri
   const GraphView old_search{in.old_neighbors, in.old_lambdas, in.split, in.degree};
   const TsdgGraph search = diversify_tsdg_incremental(in.data, metric, ggm.graph, knn_change, old_search, diversify,
                                                       control, search_changed);
-  std::copy(search.neighbors.begin(), search.neighbors.end(), out.neighbors);
-  std::copy(search.lambdas.begin(), search.lambdas.end(), out.lambdas);
+  copy_rows(control, n, search.degree, search.neighbors.data(), out.neighbors);
+  copy_rows(control, n, search.degree, search.lambdas.data(), out.lambdas);
   std::copy(search_changed.begin(), search_changed.end(), out.search_changed);
 }
 

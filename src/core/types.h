@@ -58,6 +58,9 @@ struct KnnGraph {
   KnnGraph(int64_t n, int kk)
       : nodes(n), k(kk), ids(static_cast<size_t>(n) * kk, kInvalidId),
         dists(static_cast<size_t>(n) * kk, std::numeric_limits<float>::infinity()) {}
+  // Lists left unwritten, for a caller that writes every entry on its threads.
+  struct Unfilled {};
+  KnnGraph(int64_t n, int kk, Unfilled) : nodes(n), k(kk), ids(static_cast<size_t>(n) * kk), dists(static_cast<size_t>(n) * kk) {}
   const uint32_t* list(int64_t i) const { return ids.data() + i * k; }
   const float* list_dists(int64_t i) const { return dists.data() + i * k; }
 };
