@@ -33,10 +33,9 @@ struct TsdgBackend {
 };
 
 struct TsdgUnreachedJob {
-  std::vector<uint32_t> entries;  // a copy: the caller's may not outlive the call
+  std::unique_ptr<tsdg::UnreachedCheck> check;
   std::unique_ptr<tsdg::ThreadPool> pool;
   std::thread thread;
-  std::vector<uint32_t> rows;
   std::exception_ptr failure;
 };
 
@@ -90,6 +89,9 @@ constexpr double kParallelScanWork = 1e8;
 // thread pool.
 constexpr int64_t kParallelSummaryNodes = 100000;
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
+// Rounds of tsdg_unreached_job_finish_repairing: a second round gives the
+// rows whose first edge went to a list another edge changed a new one.
+constexpr int kUnreachedRepairRounds = 2;
 // A merge's copy of the old rows runs beside the new rows' GNND and the
 // uploads, which it slowed whatever its threads while it mapped its pages
 // ahead (on an H100 box the GNND's upload of 100k rows took 39-98 ms beside
@@ -918,19 +920,17 @@ TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim
             "neighbors and lambdas must not be NULL");
     require(entry_count >= 0 && (entry_count == 0 || entry_ids != nullptr),
             "entry_ids must not be NULL");
-    const tsdg::Metric m = to_metric(metric);
     auto job = std::make_unique<TsdgUnreachedJob>();
-    job->entries.assign(entry_ids, entry_ids + entry_count);
+    job->check = std::make_unique<tsdg::UnreachedCheck>(
+        tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, to_metric(metric), entry_ids,
+        entry_count, first, n, ef, lambda_limit);
     job->pool = std::make_unique<tsdg::ThreadPool>(0);
     TsdgUnreachedJob* running = job.get();
-    job->thread = std::thread([=] {
+    job->thread = std::thread([running] {
       try {
         tsdg::RunControl control;
         control.pool = running->pool.get();
-        running->rows = tsdg::unreached_rows(
-            tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, m,
-            running->entries.data(), static_cast<int>(running->entries.size()), first, n, ef,
-            lambda_limit, control);
+        running->check->run(control);
       } catch (...) {
         running->failure = std::current_exception();
       }
@@ -952,7 +952,30 @@ TsdgStatus tsdg_unreached_job_finish(TsdgUnreachedJob* job, uint32_t* rows_out, 
     require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
     require(count != nullptr, "count must not be NULL");
     if (job->failure) std::rethrow_exception(job->failure);
-    copy_unreached(job->rows, rows_out, max_rows, count);
+    copy_unreached(job->check->unreached(), rows_out, max_rows, count);
+  });
+}
+
+TsdgStatus tsdg_unreached_job_finish_repairing(TsdgUnreachedJob* job, uint32_t* neighbors, uint8_t* lambdas,
+                                               int degree, uint8_t* changed, uint32_t* rows_out,
+                                               int64_t max_rows, int64_t* count, int64_t* lists_changed,
+                                               TsdgError* error) {
+  std::unique_ptr<TsdgUnreachedJob> owned(job);
+  if (job != nullptr) job->thread.join();
+  return guarded(error, [&] {
+    require(job != nullptr, "job must not be NULL");
+    require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
+    require(count != nullptr && lists_changed != nullptr, "count and lists_changed must not be NULL");
+    require(changed != nullptr, "changed must not be NULL");
+    if (job->failure) std::rethrow_exception(job->failure);
+    tsdg::RunControl control;
+    control.pool = job->pool.get();
+    const int64_t n = job->check->nodes();
+    const std::vector<uint32_t> repaired =
+        job->check->repair(tsdg::GraphSpan{neighbors, lambdas, n, degree}, kUnreachedRepairRounds, control);
+    for (uint32_t node : repaired) changed[node] |= TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR;
+    *lists_changed = static_cast<int64_t>(repaired.size());
+    copy_unreached(job->check->unreached(), rows_out, max_rows, count);
   });
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <memory>
 
 #include "entry_points.h"
 #include "thread_pool.h"
@@ -283,13 +285,18 @@ namespace {
 // One walk of unreached_rows: true once it computes row's distance. The
 // rows of a node's new neighbors are prefetched before their distances are
 // computed; the pool takes them in list order, so the walk is the scans'.
+// A walk that does not reach its row ends with every node of its pool
+// expanded: *nearest gets the first of them (kInvalidId for an empty
+// graph). expanded, when not null, gets the nodes the walk expanded.
 bool walk_reaches(MatrixView data, GraphView graph, DistanceFn distance, const uint32_t* entries,
                   int entry_count, uint32_t row, int lambda_limit, VisitedTable& visited,
-                  CandidatePool& pool, std::vector<uint32_t>& fresh) {
+                  CandidatePool& pool, std::vector<uint32_t>& fresh, std::vector<uint32_t>* expanded,
+                  uint32_t* nearest) {
   const float* query = data.row(row);
   const SlackRule no_stop_rule;
   visited.next_query();
   pool.reset(pool.capacity());
+  if (expanded != nullptr) expanded->clear();
   for (int i = 0; i < entry_count; ++i) {
     if (entries[i] == row) return true;
     prefetch_row(data.row(entries[i]), data.dim);
@@ -301,6 +308,7 @@ bool walk_reaches(MatrixView data, GraphView graph, DistanceFn distance, const u
   fresh.resize(graph.degree);
   uint32_t node;
   while ((node = pool.pop_nearest_unexpanded(no_stop_rule)) != kInvalidId) {
+    if (expanded != nullptr) expanded->push_back(node);
     const uint32_t* list = graph.list(node);
     const uint8_t* lambdas = graph.list_lambdas(node);
     int count = 0;
@@ -314,15 +322,12 @@ bool walk_reaches(MatrixView data, GraphView graph, DistanceFn distance, const u
     }
     for (int j = 0; j < count; ++j) pool.push(fresh[j], distance(query, data.row(fresh[j]), data.dim));
   }
+  *nearest = pool.size() > 0 ? pool[0].id : kInvalidId;
   return false;
 }
 
-}  // namespace
-
-std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric metric,
-                                     const uint32_t* entries, int entry_count, int64_t first,
-                                     int64_t end, int ef, int lambda_limit,
-                                     const RunControl& control) {
+void check_walk_arguments(MatrixView data, GraphView graph, const uint32_t* entries, int entry_count,
+                          int64_t first, int64_t end, int ef) {
   if (data.rows != graph.nodes) {
     throw Error(Status::InvalidArgument, "unreached rows: row count and node count differ");
   }
@@ -335,30 +340,177 @@ std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric me
       throw Error(Status::InvalidArgument, "unreached rows: an entry point is out of range");
     }
   }
-  const DistanceFn distance = metric_distance_fn(metric);
+}
+
+// The walks of `count` rows (row_at(i)) on control's pool; on_missed(i,
+// worker, nearest) for each row not reached; expanded_of(i), when it
+// returns a vector, gets the nodes walk i expanded.
+template <typename RowAt, typename ExpandedOf, typename OnMissed>
+void walk_rows_on_pool(MatrixView data, GraphView graph, DistanceFn distance, const std::vector<uint32_t>& entries,
+                       int64_t count, int ef, int lambda_limit, const RunControl& control, RowAt row_at,
+                       ExpandedOf expanded_of, OnMissed on_missed) {
   const int workers = worker_count(control);
-  std::vector<std::vector<uint32_t>> missed(workers);
   std::vector<std::unique_ptr<VisitedTable>> visited(workers);
   std::vector<CandidatePool> pools(workers);
   std::vector<std::vector<uint32_t>> fresh(workers);
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, (end - first) / (4 * workers)));
-  parallel_for(control, end - first, chunk, [&](int64_t begin, int64_t stop, int worker) {
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, count / (4 * workers)));
+  parallel_for(control, count, chunk, [&](int64_t begin, int64_t stop, int worker) {
     if (!visited[worker]) {
       visited[worker] = std::make_unique<VisitedTable>(data.rows);
       pools[worker].reset(ef);
     }
     for (int64_t i = begin; i < stop; ++i) {
-      const uint32_t row = static_cast<uint32_t>(first + i);
-      if (!walk_reaches(data, graph, distance, entries, entry_count, row, lambda_limit,
-                        *visited[worker], pools[worker], fresh[worker])) {
-        missed[worker].push_back(row);
+      uint32_t nearest = kInvalidId;
+      if (!walk_reaches(data, graph, distance, entries.data(), static_cast<int>(entries.size()), row_at(i),
+                        lambda_limit, *visited[worker], pools[worker], fresh[worker], expanded_of(i), &nearest)) {
+        on_missed(i, worker, nearest);
       }
     }
   });
+}
+
+}  // namespace
+
+std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric metric,
+                                     const uint32_t* entries, int entry_count, int64_t first,
+                                     int64_t end, int ef, int lambda_limit,
+                                     const RunControl& control) {
+  check_walk_arguments(data, graph, entries, entry_count, first, end, ef);
+  std::vector<std::vector<uint32_t>> missed(worker_count(control));
+  walk_rows_on_pool(
+      data, graph, metric_distance_fn(metric), std::vector<uint32_t>(entries, entries + entry_count), end - first, ef,
+      lambda_limit, control, [first](int64_t i) { return static_cast<uint32_t>(first + i); },
+      [](int64_t) { return static_cast<std::vector<uint32_t>*>(nullptr); },
+      [&](int64_t i, int worker, uint32_t) { missed[worker].push_back(static_cast<uint32_t>(first + i)); });
   std::vector<uint32_t> rows;
   for (const std::vector<uint32_t>& part : missed) rows.insert(rows.end(), part.begin(), part.end());
   std::sort(rows.begin(), rows.end());
   return rows;
+}
+
+UnreachedCheck::UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries,
+                               int entry_count, int64_t first, int64_t end, int ef, int lambda_limit)
+    : data_(data), graph_(graph), distance_(metric_distance_fn(metric)), first_(first), end_(end), ef_(ef),
+      lambda_limit_(lambda_limit) {
+  check_walk_arguments(data, graph, entries, entry_count, first, end, ef);
+  entries_.assign(entries, entries + entry_count);
+}
+
+UnreachedCheck::~UnreachedCheck() = default;
+
+void UnreachedCheck::walk_rows(const std::vector<uint32_t>& rows, const RunControl& control) {
+  std::vector<std::vector<uint32_t>> missed(worker_count(control));
+  walk_rows_on_pool(
+      data_, graph_, distance_, entries_, static_cast<int64_t>(rows.size()), ef_, lambda_limit_, control,
+      [&](int64_t i) { return rows[i]; }, [&](int64_t i) { return &expanded_[rows[i] - first_]; },
+      [&](int64_t i, int worker, uint32_t nearest) {
+        nearest_found_[rows[i] - first_] = nearest;
+        missed[worker].push_back(rows[i]);
+      });
+  std::vector<uint32_t> still;
+  for (const std::vector<uint32_t>& part : missed) still.insert(still.end(), part.begin(), part.end());
+  std::sort(still.begin(), still.end());
+  // rows not walked again keep their outcome
+  std::vector<uint32_t> kept;
+  std::set_difference(unreached_.begin(), unreached_.end(), rows.begin(), rows.end(), std::back_inserter(kept));
+  unreached_.clear();
+  std::merge(kept.begin(), kept.end(), still.begin(), still.end(), std::back_inserter(unreached_));
+}
+
+void UnreachedCheck::run(const RunControl& control) {
+  expanded_.assign(end_ - first_, {});
+  nearest_found_.assign(end_ - first_, kInvalidId);
+  unreached_.clear();
+  std::vector<uint32_t> rows(end_ - first_);
+  for (int64_t i = 0; i < end_ - first_; ++i) rows[i] = static_cast<uint32_t>(first_ + i);
+  walk_rows(rows, control);
+}
+
+namespace {
+
+// Inserts row into node's list (graph's lists sorted by (λ, distance)) with
+// the λ stage 2 would give it among the list, unless that is past
+// lambda_limit; a full list drops its last entry that is not pinned. Returns
+// whether it inserted.
+bool insert_repair_edge(MatrixView data, GraphSpan graph, DistanceFn distance, uint32_t node, uint32_t row,
+                        int lambda_limit, const std::vector<uint32_t>& pinned) {
+  const int degree = graph.degree;
+  uint32_t* list = graph.list(node);
+  uint8_t* lambdas = graph.list_lambdas(node);
+  const float d = distance(data.row(node), data.row(row), data.dim);
+  std::vector<float> dists(degree, std::numeric_limits<float>::infinity());
+  int size = 0;
+  int lambda = 0;
+  for (; size < degree && list[size] != kInvalidId; ++size) {
+    if (list[size] == row) return false;
+    dists[size] = distance(data.row(node), data.row(list[size]), data.dim);
+    if (dists[size] < d && distance(data.row(list[size]), data.row(row), data.dim) < d) ++lambda;
+  }
+  if (lambda > lambda_limit || lambda > 255) return false;
+  if (size == degree) {
+    int drop = degree - 1;
+    while (drop >= 0 && std::find(pinned.begin(), pinned.end(), list[drop]) != pinned.end()) --drop;
+    if (drop < 0) return false;
+    for (int j = drop; j + 1 < size; ++j) {
+      list[j] = list[j + 1];
+      lambdas[j] = lambdas[j + 1];
+      dists[j] = dists[j + 1];
+    }
+    --size;
+  }
+  int at = size;
+  while (at > 0 && (lambdas[at - 1] > lambda || (lambdas[at - 1] == lambda && dists[at - 1] > d))) {
+    list[at] = list[at - 1];
+    lambdas[at] = lambdas[at - 1];
+    --at;
+  }
+  list[at] = row;
+  lambdas[at] = static_cast<uint8_t>(lambda);
+  return true;
+}
+
+}  // namespace
+
+std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const RunControl& control) {
+  if (graph.neighbors != graph_.neighbors || graph.lambdas != graph_.lambdas || graph.degree != graph_.degree) {
+    throw Error(Status::InvalidArgument, "unreached rows: repair of another graph than the one checked");
+  }
+  std::vector<uint32_t> changed;
+  // the rows given an edge into each changed list, which later edges keep
+  std::vector<std::pair<uint32_t, uint32_t>> edges;  // (node, row)
+  for (int round = 0; round < rounds && !unreached_.empty(); ++round) {
+    std::vector<uint32_t> changed_now;
+    for (uint32_t row : unreached_) {
+      const uint32_t node = nearest_found_[row - first_];
+      if (node == kInvalidId) continue;
+      std::vector<uint32_t> pinned;
+      for (const auto& [at, to] : edges) {
+        if (at == node) pinned.push_back(to);
+      }
+      if (!insert_repair_edge(data_, graph, distance_, node, row, lambda_limit_, pinned)) continue;
+      edges.emplace_back(node, row);
+      changed_now.push_back(node);
+    }
+    if (changed_now.empty()) break;
+    std::sort(changed_now.begin(), changed_now.end());
+    changed_now.erase(std::unique(changed_now.begin(), changed_now.end()), changed_now.end());
+    std::vector<uint8_t> is_changed(data_.rows, 0);
+    for (uint32_t node : changed_now) is_changed[node] = 1;
+    std::vector<uint32_t> again(unreached_);
+    for (int64_t i = 0; i < end_ - first_; ++i) {
+      const std::vector<uint32_t>& walk = expanded_[i];
+      if (std::any_of(walk.begin(), walk.end(), [&](uint32_t node) { return is_changed[node] != 0; })) {
+        again.push_back(static_cast<uint32_t>(first_ + i));
+      }
+    }
+    std::sort(again.begin(), again.end());
+    again.erase(std::unique(again.begin(), again.end()), again.end());
+    walk_rows(again, control);
+    std::vector<uint32_t> all;
+    std::set_union(changed.begin(), changed.end(), changed_now.begin(), changed_now.end(), std::back_inserter(all));
+    changed.swap(all);
+  }
+  return changed;
 }
 
 struct CpuSearchIndex::Scratch {

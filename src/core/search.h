@@ -65,6 +65,53 @@ std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric me
                                      int64_t end, int ef, int lambda_limit,
                                      const RunControl& control);
 
+// unreached_rows that can then repair the graph for the rows not reached. A
+// walk that misses its row has still expanded every node of its pool, the
+// nearest one found first among them: an edge from that node to the row
+// makes the walk reach it, as long as no list the walk read before changed.
+// So the check keeps the nodes each walk expanded; the repair adds those
+// edges, and walks again only the rows not reached and those whose walk
+// expanded a node whose list changed (every other walk reads the same lists
+// as before, so it still reaches its row). The graph's arrays are the
+// caller's and must stay as they are between run() and repair(), and until
+// the check is destroyed.
+class UnreachedCheck {
+ public:
+  UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries, int entry_count,
+                 int64_t first, int64_t end, int ef, int lambda_limit);
+  ~UnreachedCheck();
+  UnreachedCheck(const UnreachedCheck&) = delete;
+  UnreachedCheck& operator=(const UnreachedCheck&) = delete;
+
+  // Walks every row; unreached() then holds those not reached.
+  void run(const RunControl& control);
+  // For each row not reached, an edge into it in the list of the node its
+  // walk found nearest it: inserted in the list's (λ, distance) order with
+  // its λ counted as stage 2 counts it, the last entry not added here
+  // dropped when the list is full. Rows whose edge would be past the walk's
+  // λ limit stay as they are. Up to `rounds` rounds, each followed by the
+  // walks it can change. graph holds the arrays given at construction, now
+  // writable. Returns the nodes whose lists changed, ascending.
+  std::vector<uint32_t> repair(GraphSpan graph, int rounds, const RunControl& control);
+  // The rows not reached, ascending.
+  const std::vector<uint32_t>& unreached() const { return unreached_; }
+  int64_t nodes() const { return graph_.nodes; }
+
+ private:
+  struct Walker;
+  void walk_rows(const std::vector<uint32_t>& rows, const RunControl& control);
+
+  MatrixView data_;
+  GraphView graph_;
+  DistanceFn distance_;
+  std::vector<uint32_t> entries_;
+  int64_t first_, end_;
+  int ef_, lambda_limit_;
+  std::vector<std::vector<uint32_t>> expanded_;  // per row of [first, end): its walk's expanded nodes
+  std::vector<uint32_t> nearest_found_;          // per row: its walk's nearest node, for a row not reached
+  std::vector<uint32_t> unreached_;
+};
+
 // The bounded best-first candidate list: the ef best (distance, id) pairs seen,
 // ascending, each marked once expanded.
 class CandidatePool {

@@ -188,6 +188,7 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
 #define TSDG_CHANGED_KNN	1
 #define TSDG_CHANGED_GRAPH	2
 #define TSDG_CHANGED_LINK	4
+#define TSDG_CHANGED_REPAIR	8
 
 TsdgStatus	tsdg_merge_graph_incremental(TsdgBackend *backend, const float *rows,
 										 const TsdgResidentIndex *old_rows_index,
@@ -359,6 +360,23 @@ TsdgUnreachedJob *tsdg_unreached_job_start(const float *rows, int64_t n, int dim
 										   TsdgError *error);
 TsdgStatus	tsdg_unreached_job_finish(TsdgUnreachedJob *job, uint32_t *rows_out,
 									  int64_t max_rows, int64_t *count, TsdgError *error);
+
+/*
+ * tsdg_unreached_job_finish after a repair of the graph for the rows not
+ * reached: each gets an edge from the node its walk found nearest it (that
+ * node's list in its (lambda, distance) order, the last entry dropped when
+ * full), and the walks the new edges can change are walked again, for up
+ * to two rounds (UnreachedCheck in search.h). neighbors and lambdas are the
+ * arrays the job was started with, now writable; the lists it changes get
+ * TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR in changed[n], and their count
+ * goes to *lists_changed. The rows still not reached are written as by
+ * tsdg_unreached_job_finish.
+ */
+TsdgStatus	tsdg_unreached_job_finish_repairing(TsdgUnreachedJob *job, uint32_t *neighbors,
+												uint8_t *lambdas, int degree, uint8_t *changed,
+												uint32_t *rows_out, int64_t max_rows,
+												int64_t *count, int64_t *lists_changed,
+												TsdgError *error);
 
 /*
  * What the metapage needs of a resident index's graph: the count entry points

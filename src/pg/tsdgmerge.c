@@ -136,6 +136,8 @@ typedef struct TsdgMerge
 	TsdgWorkerCopy left_to_worker;
 	/* the search for the new rows the searches do not reach, while the pages are written */
 	TsdgUnreachedJob *unreached_job;
+	int64		lists_repaired; /* lists given an edge into such a row */
+	BlockNumber list_pages_repaired;	/* list pages written again for them */
 } TsdgMerge;
 
 static bool TsdgKnnPagesMayLagFor(const TsdgMetaPageData *meta, int64 n);
@@ -144,6 +146,8 @@ static void TsdgWriteNewRows(void *arg);
 static void TsdgWriteKnnPages(void *arg);
 static void TsdgWriteListPagesEarly(void *arg, int64 rows);
 static void TsdgFinishListPages(TsdgMerge *m, bool merged);
+static BlockNumber TsdgNewListPages(const TsdgMerge *m);
+static BlockNumber TsdgWriteListPagesAgain(TsdgMerge *m, uint8 flag, BlockNumber pages);
 
 void
 TsdgMergeInit(void)
@@ -1101,7 +1105,11 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 /*
  * The new rows the merged graph's searches do not reach, into m->new_meta,
  * once the search TsdgMergedEntryPoints started has them (none when the
- * worker's summary brought them).
+ * worker's summary brought them). A merge computed here first repairs its
+ * graph for them (tsdg_unreached_job_finish_repairing) and writes the list
+ * pages it changed again: most then are reached, and fewer rows cost every
+ * search an exact distance. A graph from the worker stays as the worker
+ * holds it, since the worker searches its own copy.
  */
 static void
 TsdgFinishUnreachedCheck(TsdgMerge *m)
@@ -1115,8 +1123,20 @@ TsdgFinishUnreachedCheck(TsdgMerge *m)
 	if (job == NULL)
 		return;
 	m->unreached_job = NULL;
-	status = tsdg_unreached_job_finish(job, nm->unreached, TSDG_MAX_UNREACHED, &unreached, &error);
-	TsdgCheckCore(m->index, status, &error);
+	if (m->segment.seg == NULL)
+	{
+		status = tsdg_unreached_job_finish_repairing(job, m->neighbors, m->lambdas, m->meta.degree,
+													 m->changed, nm->unreached, TSDG_MAX_UNREACHED,
+													 &unreached, &m->lists_repaired, &error);
+		TsdgCheckCore(m->index, status, &error);
+		if (m->lists_repaired > 0)
+			m->list_pages_repaired = TsdgWriteListPagesAgain(m, TSDG_CHANGED_REPAIR, TsdgNewListPages(m));
+	}
+	else
+	{
+		status = tsdg_unreached_job_finish(job, nm->unreached, TSDG_MAX_UNREACHED, &unreached, &error);
+		TsdgCheckCore(m->index, status, &error);
+	}
 	nm->unreached_count = (int32) Min(unreached, TSDG_MAX_UNREACHED);
 	if (unreached > TSDG_MAX_UNREACHED)
 		ereport(LOG,
@@ -1205,7 +1225,7 @@ TsdgWriteKnnPages(void *arg)
  * and links the graph's components (list pages are a third of a merge's time
  * into 2M rows, WAL-bound), by parallel workers and by this session
  * (tsdglistwriters.c). The few lists the linking changes are written again
- * after the answer (TsdgWriteRelinkedListPages).
+ * after the answer (TsdgWriteListPagesAgain).
  */
 static void
 TsdgWriteListPagesEarly(void *arg, int64 rows)
@@ -1246,34 +1266,37 @@ TsdgFinishListPages(TsdgMerge *m, bool merged)
 }
 
 /*
- * The list pages written early that hold a list the worker's linking
- * changed, written again.
+ * The first `pages` list pages of the new graph that hold a list marked
+ * `flag` in m->changed, written again (after the worker's component linking
+ * changed lists already written, or the repair for the unreached rows).
+ * Returns how many.
  */
-static void
-TsdgWriteRelinkedListPages(TsdgMerge *m)
+static BlockNumber
+TsdgWriteListPagesAgain(TsdgMerge *m, uint8 flag, BlockNumber pages)
 {
 	int64		n = m->n_old + m->n_new;
 	int			per_page = m->new_layout.lists_per_page;
-	BlockNumber pages = m->list_pages_early;
 	BlockNumber run_start = InvalidBlockNumber;
+	BlockNumber written = 0;
 
 	for (BlockNumber page_no = 0; page_no <= pages; page_no++)
 	{
-		bool		relinked = false;
+		bool		marked = false;
 
 		for (int64 id = (int64) page_no * per_page;
-			 page_no < pages && id < Min((int64) (page_no + 1) * per_page, n) && !relinked; id++)
-			relinked = (m->changed[id] & TSDG_CHANGED_LINK) != 0;
-		if (relinked && run_start == InvalidBlockNumber)
+			 page_no < pages && id < Min((int64) (page_no + 1) * per_page, n) && !marked; id++)
+			marked = (m->changed[id] & flag) != 0;
+		if (marked && run_start == InvalidBlockNumber)
 			run_start = page_no;
-		else if (!relinked && run_start != InvalidBlockNumber)
+		else if (!marked && run_start != InvalidBlockNumber)
 		{
 			TsdgWritePages(m->index, m->new_meta.list_start, run_start, page_no, TsdgFillRegionPage,
 						   &m->arrays);
-			m->list_pages_relinked += page_no - run_start;
+			written += page_no - run_start;
 			run_start = InvalidBlockNumber;
 		}
 	}
+	return written;
 }
 
 /*
@@ -1292,7 +1315,7 @@ TsdgWriteRegion(TsdgMerge *m)
 	TsdgPlaceRegion(m);
 	if (nm->region_blocks == 0)
 		return;
-	TsdgWriteRelinkedListPages(m);
+	m->list_pages_relinked = TsdgWriteListPagesAgain(m, TSDG_CHANGED_LINK, m->list_pages_early);
 	TsdgWritePages(m->index, nm->list_start, m->list_pages_early, list_pages, TsdgFillRegionPage,
 				   &m->arrays);
 	if (!m->knn_pages_written && !m->knn_pages_kept)
@@ -1668,7 +1691,7 @@ static void
 TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time entry_time)
 {
 	double		seconds[4];
-	char		notes[320];
+	char		notes[448];
 	int64		knn_changed = 0;
 	int64		graph_changed = 0;
 	int64		pages_changed = 0;
@@ -1710,6 +1733,10 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 				 "; %u of %u list pages written in %.2f s from the worker's first published lists (%u before its answer), by %d parallel workers and the session, %u of them again after its component linking",
 				 m->list_pages_early, TsdgNewListPages(m), m->list_pages_early_seconds,
 				 m->list_pages_at_answer, m->list_writers_launched, m->list_pages_relinked);
+	if (m->lists_repaired > 0)
+		snprintf(notes + strlen(notes), sizeof(notes) - strlen(notes),
+				 "; " INT64_FORMAT " lists given an edge into a new row their searches did not reach, %u list pages written again",
+				 m->lists_repaired, m->list_pages_repaired);
 	if (m->split < m->n_old)
 		snprintf(notes + strlen(notes), sizeof(notes) - strlen(notes),
 				 "; " INT64_FORMAT " nodes past the stored k-NN lists merged again",

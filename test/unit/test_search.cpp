@@ -312,6 +312,48 @@ TEST(Search, UnreachedRowsAreThoseTheirOwnSearchMisses) {
   EXPECT_LT(unreached.size(), static_cast<size_t>(n - first) / 2);
 }
 
+// The repair leaves the rows a full check of the repaired graph finds
+// unreached (its targeted walks miss none), far fewer than before, and
+// changes only the lists it names, each still in λ order.
+TEST(Search, RepairOfUnreachedRowsMatchesAFullCheck) {
+  Fixture f = make_fixture(3000, 16, 6, 10);
+  const TsdgGraph original = f.graph;
+  const int ef = 1;
+  const int64_t n = f.data.rows;
+  const int64_t first = 1000;
+  const std::vector<uint32_t> entries = select_entry_points(f.data.view(), GraphView::of(f.graph), 4, 7);
+  ThreadPool pool(3);
+  RunControl control;
+  control.pool = &pool;
+  UnreachedCheck check(f.data.view(), GraphView::of(f.graph), Metric::L2, entries.data(),
+                       static_cast<int>(entries.size()), first, n, ef, 255);
+  check.run(control);
+  const std::vector<uint32_t> before = check.unreached();
+  EXPECT_EQ(before, unreached_rows(f.data.view(), GraphView::of(original), Metric::L2, entries.data(),
+                                   static_cast<int>(entries.size()), first, n, ef, 255, RunControl{}));
+  ASSERT_GT(before.size(), 10u);
+
+  const std::vector<uint32_t> changed = check.repair(GraphSpan::of(f.graph), 2, control);
+  EXPECT_TRUE(std::is_sorted(changed.begin(), changed.end()));
+  EXPECT_FALSE(changed.empty());
+  EXPECT_EQ(check.unreached(), unreached_rows(f.data.view(), GraphView::of(f.graph), Metric::L2, entries.data(),
+                                              static_cast<int>(entries.size()), first, n, ef, 255, RunControl{}));
+  EXPECT_LT(check.unreached().size() * 4, before.size());
+
+  const int degree = f.graph.degree;
+  for (int64_t u = 0; u < n; ++u) {
+    const bool same = std::equal(&original.neighbors[u * degree], &original.neighbors[(u + 1) * degree],
+                                 &f.graph.neighbors[u * degree]) &&
+                      std::equal(&original.lambdas[u * degree], &original.lambdas[(u + 1) * degree],
+                                 &f.graph.lambdas[u * degree]);
+    EXPECT_EQ(!same, std::binary_search(changed.begin(), changed.end(), static_cast<uint32_t>(u))) << "node " << u;
+    if (same) continue;
+    for (int j = 1; j < degree && f.graph.neighbors[u * degree + j] != kInvalidId; ++j) {
+      EXPECT_LE(f.graph.lambdas[u * degree + j - 1], f.graph.lambdas[u * degree + j]) << "node " << u;
+    }
+  }
+}
+
 // A row no list points to is unreached at any ef unless it is an entry point.
 TEST(Search, RowWithoutInEdgesIsUnreached) {
   Fixture f = make_fixture(1500, 16, 6, 10);
