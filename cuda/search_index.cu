@@ -153,6 +153,21 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, M
 
 // On the device rather than the host: a host scan of the lists took 54-96 ms
 // of a 1.2M-node upload on the H100 machine (a merge waits for the upload).
+void CudaSearchIndex::lists_changed(const std::vector<uint32_t>& nodes) {
+  for (uint32_t node : nodes) {
+    if (node >= nodes_) throw Error(Status::InvalidArgument, "changed list of a node past the last");
+  }
+  std::lock_guard<std::mutex> guard(mutex_);
+  TSDG_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t stream = ctx_->stream.get();
+  for (uint32_t node : nodes) {
+    const size_t at = static_cast<size_t>(node) * degree_;
+    copy_to_device(neighbors_.data() + at, host_graph_.list(node), degree_, stream);
+    copy_to_device(lambdas_.data() + at, host_graph_.list_lambdas(node), degree_, stream);
+  }
+  ctx_->stream.synchronize();
+}
+
 void CudaSearchIndex::check_neighbor_ids(cudaStream_t stream) {
   constexpr int kThreads = 256;
   constexpr unsigned kMaxBlocks = 4096;

@@ -27,6 +27,8 @@ class CudaSearchIndex final : public SearchIndex {
   size_t memory_bytes() const override;
   int64_t node_count() const override { return nodes_; }
   const float* device_rows() const override { return data_.data(); }
+  // Copies the nodes' lists of the host graph it was made from up again.
+  void lists_changed(const std::vector<uint32_t>& nodes) override;
   std::vector<uint32_t> entry_points(const SearchParams& params,
                                      const RunControl& control) override;
   std::vector<uint32_t> unreached_rows(int64_t first, int64_t end, const SearchParams& params,

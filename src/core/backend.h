@@ -40,6 +40,10 @@ class SearchIndex {
                                                const RunControl& control) = 0;
   // The indexed rows (node_count() * dim) where they are on a GPU, else null.
   virtual const float* device_rows() const { return nullptr; }
+  // The lists of nodes changed in the host graph the index was made from:
+  // a GPU index copies them to the device; the CPU index reads the host
+  // arrays, which it only views.
+  virtual void lists_changed(const std::vector<uint32_t>& nodes) { (void)nodes; }
 
   // Per-node values that searches can answer with instead of node ids (for
   // PostgreSQL each row's heap TID): value_size bytes per node (at most

@@ -288,20 +288,24 @@ namespace {
 // A walk that does not reach its row ends with every node of its pool
 // expanded: *nearest gets the first of them (kInvalidId for an empty
 // graph). expanded, when not null, gets the nodes the walk expanded.
+// With stop_at_row false the walk passes the row by, as if it were not in
+// the graph, and always ends with *nearest: the nearest other node it found.
 bool walk_reaches(MatrixView data, GraphView graph, DistanceFn distance, const uint32_t* entries,
                   int entry_count, uint32_t row, int lambda_limit, VisitedTable& visited,
                   CandidatePool& pool, std::vector<uint32_t>& fresh, std::vector<uint32_t>* expanded,
-                  uint32_t* nearest) {
+                  uint32_t* nearest, bool stop_at_row = true) {
   const float* query = data.row(row);
   const SlackRule no_stop_rule;
   visited.next_query();
   pool.reset(pool.capacity());
   if (expanded != nullptr) expanded->clear();
+  visited.mark(row);  // offered only by the checks below
   for (int i = 0; i < entry_count; ++i) {
-    if (entries[i] == row) return true;
+    if (entries[i] == row && stop_at_row) return true;
     prefetch_row(data.row(entries[i]), data.dim);
   }
   for (int i = 0; i < entry_count; ++i) {
+    if (entries[i] == row) continue;
     visited.mark(entries[i]);
     pool.push(entries[i], distance(query, data.row(entries[i]), data.dim));
   }
@@ -315,8 +319,8 @@ bool walk_reaches(MatrixView data, GraphView graph, DistanceFn distance, const u
     for (int j = 0; j < graph.degree; ++j) {
       const uint32_t neighbor = list[j];
       if (neighbor == kInvalidId || lambdas[j] > lambda_limit) break;
+      if (neighbor == row && stop_at_row) return true;
       if (!visited.mark(neighbor)) continue;
-      if (neighbor == row) return true;
       prefetch_row(data.row(neighbor), data.dim);
       fresh[count++] = neighbor;
     }
@@ -348,7 +352,7 @@ void check_walk_arguments(MatrixView data, GraphView graph, const uint32_t* entr
 template <typename RowAt, typename ExpandedOf, typename OnMissed>
 void walk_rows_on_pool(MatrixView data, GraphView graph, DistanceFn distance, const std::vector<uint32_t>& entries,
                        int64_t count, int ef, int lambda_limit, const RunControl& control, RowAt row_at,
-                       ExpandedOf expanded_of, OnMissed on_missed) {
+                       ExpandedOf expanded_of, OnMissed on_missed, bool stop_at_row = true) {
   const int workers = worker_count(control);
   std::vector<std::unique_ptr<VisitedTable>> visited(workers);
   std::vector<CandidatePool> pools(workers);
@@ -362,7 +366,8 @@ void walk_rows_on_pool(MatrixView data, GraphView graph, DistanceFn distance, co
     for (int64_t i = begin; i < stop; ++i) {
       uint32_t nearest = kInvalidId;
       if (!walk_reaches(data, graph, distance, entries.data(), static_cast<int>(entries.size()), row_at(i),
-                        lambda_limit, *visited[worker], pools[worker], fresh[worker], expanded_of(i), &nearest)) {
+                        lambda_limit, *visited[worker], pools[worker], fresh[worker], expanded_of(i), &nearest,
+                        stop_at_row)) {
         on_missed(i, worker, nearest);
       }
     }
@@ -469,31 +474,72 @@ bool insert_repair_edge(MatrixView data, GraphSpan graph, DistanceFn distance, u
   return true;
 }
 
+// An edge into each of rows from nearest_of(row) (insert_repair_edge),
+// rows in order. edges holds the (node, row) edges added so far, which
+// later insertions keep; it gains the new ones. Returns the nodes whose
+// lists changed, ascending.
+template <typename NearestOf>
+std::vector<uint32_t> insert_repair_edges(MatrixView data, GraphSpan graph, DistanceFn distance,
+                                          const std::vector<uint32_t>& rows, NearestOf nearest_of, int lambda_limit,
+                                          std::vector<std::pair<uint32_t, uint32_t>>& edges) {
+  std::vector<uint32_t> changed;
+  for (uint32_t row : rows) {
+    const uint32_t node = nearest_of(row);
+    if (node == kInvalidId) continue;
+    std::vector<uint32_t> pinned;
+    for (const auto& [at, to] : edges) {
+      if (at == node) pinned.push_back(to);
+    }
+    if (!insert_repair_edge(data, graph, distance, node, row, lambda_limit, pinned)) continue;
+    edges.emplace_back(node, row);
+    changed.push_back(node);
+  }
+  std::sort(changed.begin(), changed.end());
+  changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+  return changed;
+}
+
 }  // namespace
+
+std::vector<uint32_t> repair_index_unreached(SearchIndex& index, MatrixView data, GraphSpan graph, Metric metric,
+                                             const SearchParams& params, int64_t first, int64_t end,
+                                             const std::vector<uint32_t>& unreached, std::vector<uint32_t>& changed,
+                                             const RunControl& control) {
+  const GraphView view{graph.neighbors, graph.lambdas, graph.nodes, graph.degree};
+  const std::vector<uint32_t> entries = index.entry_points(params, control);
+  check_walk_arguments(data, view, entries.data(), static_cast<int>(entries.size()), first, end, params.ef);
+  for (uint32_t row : unreached) {
+    if (row < first || row >= end) throw Error(Status::InvalidArgument, "unreached rows: a row out of range");
+  }
+  const DistanceFn distance = metric_distance_fn(metric);
+  std::vector<uint32_t> nearest(unreached.size(), kInvalidId);
+  walk_rows_on_pool(
+      data, view, distance, entries, static_cast<int64_t>(unreached.size()), params.ef, params.lambda_limit, control,
+      [&](int64_t i) { return unreached[i]; }, [](int64_t) { return static_cast<std::vector<uint32_t>*>(nullptr); },
+      [&](int64_t i, int, uint32_t found) { nearest[i] = found; }, /*stop_at_row=*/false);
+  std::vector<std::pair<uint32_t, uint32_t>> edges;
+  changed = insert_repair_edges(
+      data, graph, distance, unreached,
+      [&](uint32_t row) {
+        return nearest[std::lower_bound(unreached.begin(), unreached.end(), row) - unreached.begin()];
+      },
+      params.lambda_limit, edges);
+  if (changed.empty()) return unreached;
+  index.lists_changed(changed);
+  return index.unreached_rows(first, end, params, control);
+}
 
 std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const RunControl& control) {
   if (graph.neighbors != graph_.neighbors || graph.lambdas != graph_.lambdas || graph.degree != graph_.degree) {
     throw Error(Status::InvalidArgument, "unreached rows: repair of another graph than the one checked");
   }
   std::vector<uint32_t> changed;
-  // the rows given an edge into each changed list, which later edges keep
-  std::vector<std::pair<uint32_t, uint32_t>> edges;  // (node, row)
+  std::vector<std::pair<uint32_t, uint32_t>> edges;
   for (int round = 0; round < rounds && !unreached_.empty(); ++round) {
-    std::vector<uint32_t> changed_now;
-    for (uint32_t row : unreached_) {
-      const uint32_t node = nearest_found_[row - first_];
-      if (node == kInvalidId) continue;
-      std::vector<uint32_t> pinned;
-      for (const auto& [at, to] : edges) {
-        if (at == node) pinned.push_back(to);
-      }
-      if (!insert_repair_edge(data_, graph, distance_, node, row, lambda_limit_, pinned)) continue;
-      edges.emplace_back(node, row);
-      changed_now.push_back(node);
-    }
+    const std::vector<uint32_t> changed_now = insert_repair_edges(
+        data_, graph, distance_, unreached_, [&](uint32_t row) { return nearest_found_[row - first_]; },
+        lambda_limit_, edges);
     if (changed_now.empty()) break;
-    std::sort(changed_now.begin(), changed_now.end());
-    changed_now.erase(std::unique(changed_now.begin(), changed_now.end()), changed_now.end());
     std::vector<uint8_t> is_changed(data_.rows, 0);
     for (uint32_t node : changed_now) is_changed[node] = 1;
     std::vector<uint32_t> again(unreached_);

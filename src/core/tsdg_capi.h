@@ -393,6 +393,24 @@ TsdgStatus	tsdg_index_unreached_rows(TsdgResidentIndex *index, int64_t first, in
 									  int64_t *count, TsdgError *error);
 
 /*
+ * A repair of index's graph for the *count rows of unreached, those of
+ * [first, n) that tsdg_index_unreached_rows found (ascending): each gets an
+ * edge from the nearest other node the CPU's walk from the index's entry
+ * points finds, the index takes the changed lists (a GPU copies them up),
+ * and it looks [first, n) up again. rows, neighbors and lambdas are the
+ * host arrays the index was made from (neighbors and lambdas now
+ * writable), metric its metric. The rows still not reached replace those
+ * of unreached (up to max_rows of them; *count: all of them); changed[n]
+ * and *lists_changed as tsdg_unreached_job_finish_repairing's.
+ */
+TsdgStatus	tsdg_index_repair_unreached(TsdgResidentIndex *index, const float *rows,
+										uint32_t *neighbors, uint8_t *lambdas, int degree,
+										TsdgMetric metric, int64_t first, int ef, int lambda_limit,
+										uint32_t *unreached, int64_t max_rows, int64_t *count,
+										uint8_t *changed, int64_t *lists_changed,
+										TsdgError *error);
+
+/*
  * The context of the slack stop rule (paper 004): the distances offered are
  * this metric's comparison distances (squared L2 is compared by its root), the
  * rule guards the k best, and nn1_bound is d_nn1+ (the largest distance from a

@@ -635,13 +635,20 @@ ReplyOf(TsdgStatus status)
  * The rows [n - check->rows, n) of r, a merge's new rows, that its searches
  * at the check's ef do not reach: kept with r and scored exactly for every
  * search (MergeUnreachedIds, MergeUnreachedTids), so that a row just merged
- * is always found. False, with none kept, when they could not be found.
+ * is always found. With repair_changed (the merge's changed flags, whose
+ * graph r holds), the graph is first repaired for them
+ * (tsdg_index_repair_unreached): the lists it changes are marked
+ * TSDG_CHANGED_REPAIR there, for the session to write again, even when it
+ * fails. False, with none kept, when they could not be found.
  */
 static bool
-FindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, TsdgError *error)
+FindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repair_changed,
+			  TsdgError *error)
 {
 	int64		first = r->n - Min(check->rows, r->n);
 	int64		count = 0;
+	int64		found;
+	int64		lists_repaired = 0;
 	uint32	   *ids;
 	TimestampTz start = GetCurrentTimestamp();
 
@@ -655,6 +662,16 @@ FindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, TsdgError *erro
 	}
 	if (tsdg_index_unreached_rows(r->index, first, check->ef, check->lambda_limit, ids,
 								  r->n - first, &count, error) != TSDG_OK)
+	{
+		free(ids);
+		return false;
+	}
+	found = count;
+	if (repair_changed != NULL && count > 0 &&
+		tsdg_index_repair_unreached(r->index, r->rows, r->neighbors, r->lambdas, r->degree,
+									r->metric, first, check->ef, check->lambda_limit, ids,
+									r->n - first, &count, repair_changed, &lists_repaired,
+									error) != TSDG_OK)
 	{
 		free(ids);
 		return false;
@@ -687,10 +704,17 @@ FindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, TsdgError *erro
 	}
 	r->unreached = ids;
 	r->unreached_count = count;
-	ereport(LOG,
-			(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows of index %u/%u version " UINT64_FORMAT " are not reached by a search for their own vector at ef %d, searched exactly (%.3f s)",
-					(long long) count, (long long) (r->n - first), r->key.database,
-					r->key.relfilenode, r->key.graph_version, check->ef, SecondsSince(start))));
+	if (repair_changed != NULL && found > 0)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows of index %u/%u version " UINT64_FORMAT " are not reached by a search for their own vector at ef %d; %lld lists given an edge into them, then %lld not reached, searched exactly (%.3f s)",
+						(long long) found, (long long) (r->n - first), r->key.database,
+						r->key.relfilenode, r->key.graph_version, check->ef,
+						(long long) lists_repaired, (long long) count, SecondsSince(start))));
+	else
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows of index %u/%u version " UINT64_FORMAT " are not reached by a search for their own vector at ef %d, searched exactly (%.3f s)",
+						(long long) count, (long long) (r->n - first), r->key.database,
+						r->key.relfilenode, r->key.graph_version, check->ef, SecondsSince(start))));
 	return true;
 }
 
@@ -1316,7 +1340,7 @@ ServeLoad(TakenRequest *t)
 	graph.tids = TsdgBulkArray(map.address, header->tids);
 	graph.flags = TsdgBulkArray(map.address, header->flags);
 	status = AddResident(&args->key, &graph, NULL, &map, &error);
-	if (status == TSDG_OK && !FindUnreached(FindResident(&args->key), &args->check, &error))
+	if (status == TSDG_OK && !FindUnreached(FindResident(&args->key), &args->check, NULL, &error))
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: could not check which of the newest rows of index %u/%u its searches reach, some may not be found: %s",
 						args->key.database, args->key.relfilenode, error.message)));
@@ -1757,12 +1781,14 @@ KeepMergedGraph(const TsdgMergeArgs *args, MergeArrays *a, BulkMapping *map)
 /*
  * The metapage's summary of the merged graph, from its resident copy: the
  * entry points its searches start from, d_nn1+, and the new rows those
- * searches do not reach, which the copy keeps (FindUnreached). False when
- * the graph is not resident or something failed (LOG): the session then
- * computes the summary itself, with the pages' walk.
+ * searches do not reach after the graph's repair for them, which the copy
+ * keeps (FindUnreached; the lists the repair changes are marked in the
+ * merge's changed flags). False when the graph is not resident or
+ * something failed (LOG): the session then computes the summary itself,
+ * with the pages' walk.
  */
 static bool
-SummarizeMergedGraph(const TsdgMergeArgs *args, TsdgBuildSummary *summary)
+SummarizeMergedGraph(const TsdgMergeArgs *args, uint8 *changed, TsdgBuildSummary *summary)
 {
 	ResidentIndex *r = FindResident(&args->new_key);
 	uint32		entries[TSDG_SUMMARY_MAX_ENTRIES];
@@ -1773,7 +1799,7 @@ SummarizeMergedGraph(const TsdgMergeArgs *args, TsdgBuildSummary *summary)
 		return false;
 	if (tsdg_index_summary(r->index, TSDG_SUMMARY_MAX_ENTRIES, entries, &summary->nn1_bound,
 						   &error) != TSDG_OK ||
-		!FindUnreached(r, &args->check, &error))
+		!FindUnreached(r, &args->check, changed, &error))
 	{
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: no summary of the merged graph of index %u/%u, the session computes it: %s",
@@ -1929,7 +1955,7 @@ ServeMerge(TakenRequest *t)
 	summary = header->summary != 0 ? TsdgBulkArray(map.address, header->summary) : NULL;
 	KeepMergedGraph(args, &a, &map);
 	if (summary != NULL)
-		PublishSummary(t, summary, SummarizeMergedGraph(args, summary));
+		PublishSummary(t, summary, SummarizeMergedGraph(args, a.changed, summary));
 	PinListsOf(&args->new_key);
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	UnmapBulk(&map);

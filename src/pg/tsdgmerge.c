@@ -148,6 +148,7 @@ static void TsdgWriteListPagesEarly(void *arg, int64 rows);
 static void TsdgFinishListPages(TsdgMerge *m, bool merged);
 static BlockNumber TsdgNewListPages(const TsdgMerge *m);
 static BlockNumber TsdgWriteListPagesAgain(TsdgMerge *m, uint8 flag, BlockNumber pages);
+static void TsdgWriteRepairedListPages(TsdgMerge *m);
 
 void
 TsdgMergeInit(void)
@@ -1106,10 +1107,10 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
  * The new rows the merged graph's searches do not reach, into m->new_meta,
  * once the search TsdgMergedEntryPoints started has them (none when the
  * worker's summary brought them). A merge computed here first repairs its
- * graph for them (tsdg_unreached_job_finish_repairing) and writes the list
- * pages it changed again: most then are reached, and fewer rows cost every
- * search an exact distance. A graph from the worker stays as the worker
- * holds it, since the worker searches its own copy.
+ * graph for them (tsdg_unreached_job_finish_repairing), as the worker does
+ * its own: most then are reached, and fewer rows cost every search an
+ * exact distance. A graph the worker computed stays as the worker holds it
+ * when its summary failed: the check here then only lists the rows.
  */
 static void
 TsdgFinishUnreachedCheck(TsdgMerge *m)
@@ -1129,8 +1130,6 @@ TsdgFinishUnreachedCheck(TsdgMerge *m)
 													 m->changed, nm->unreached, TSDG_MAX_UNREACHED,
 													 &unreached, &m->lists_repaired, &error);
 		TsdgCheckCore(m->index, status, &error);
-		if (m->lists_repaired > 0)
-			m->list_pages_repaired = TsdgWriteListPagesAgain(m, TSDG_CHANGED_REPAIR, TsdgNewListPages(m));
 	}
 	else
 	{
@@ -1297,6 +1296,23 @@ TsdgWriteListPagesAgain(TsdgMerge *m, uint8 flag, BlockNumber pages)
 		}
 	}
 	return written;
+}
+
+/*
+ * The list pages holding a list that the repair for the unreached rows
+ * changed (here or on the worker, TSDG_CHANGED_REPAIR), written again: all
+ * list pages were written by then.
+ */
+static void
+TsdgWriteRepairedListPages(TsdgMerge *m)
+{
+	int64		n = m->n_old + m->n_new;
+
+	m->lists_repaired = 0;
+	for (int64 id = 0; id < n; id++)
+		m->lists_repaired += (m->changed[id] & TSDG_CHANGED_REPAIR) != 0;
+	if (m->lists_repaired > 0)
+		m->list_pages_repaired = TsdgWriteListPagesAgain(m, TSDG_CHANGED_REPAIR, TsdgNewListPages(m));
 }
 
 /*
@@ -1830,6 +1846,7 @@ TsdgMergeIndex(Relation index, bool wait)
 		}
 		INSTR_TIME_SET_CURRENT(entry_start);
 		TsdgFinishUnreachedCheck(&m);
+		TsdgWriteRepairedListPages(&m);
 		INSTR_TIME_SET_CURRENT(waited_check);
 		INSTR_TIME_ACCUM_DIFF(entry_time, waited_check, entry_start);
 		TsdgSwitchGraph(&m);

@@ -258,6 +258,30 @@ TEST(GpuSearch, UnreachedRowsOfBothKernels) {
   EXPECT_LE(differ, std::max<size_t>(2, walk.size() / 50));
 }
 
+// A GPU index's repair of its unreached rows puts the changed lists on the
+// device: it leaves the rows an index uploaded from the repaired host graph
+// misses, far fewer than before.
+TEST(GpuSearch, RepairedListsReachTheRows) {
+  TSDG_REQUIRE_GPU();
+  const SearchFixture& f = fixture();
+  TsdgGraph graph = f.graph;
+  auto gpu_index = gpu_backend.make_search_index(f.data.view(), graph, Metric::L2);
+  SearchParams params;
+  params.ef = 4;
+  const int64_t first = 20000;
+  const int64_t n = f.data.rows;
+  const std::vector<uint32_t> before = gpu_index->unreached_rows(first, n, params, cpu_control());
+  std::vector<uint32_t> changed;
+  const std::vector<uint32_t> after = repair_index_unreached(*gpu_index, f.data.view(), GraphSpan::of(graph), Metric::L2,
+                                                             params, first, n, before, changed, cpu_control());
+  auto uploaded = gpu_backend.make_search_index(f.data.view(), graph, Metric::L2);
+  EXPECT_EQ(after, uploaded->unreached_rows(first, n, params, cpu_control()));
+  std::printf("ef %d: %zu rows unreached, %zu after the repair of %zu lists\n", params.ef, before.size(), after.size(),
+              changed.size());
+  EXPECT_FALSE(changed.empty());
+  EXPECT_LT(after.size() * 4, before.size());
+}
+
 // An index whose first rows are copied from another index on the device
 // answers as one uploaded whole.
 TEST(GpuSearch, FirstRowsCopiedFromAnotherIndex) {

@@ -102,7 +102,7 @@ TEST(CApi, BuildUploadSearch) {
 
 // The merge's unreached rows, found on threads of their own while the
 // caller goes on, are the resident index's own, from the same entry points;
-// a job started on rows out of range fails at its finish.
+// a job cannot start on rows out of range.
 TEST(CApi, UnreachedRowsJob) {
   const SyntheticSpec spec = small_clustered_spec(8000, 24, 10, 31);
   const Matrix data = make_clustered(spec);
@@ -139,6 +139,52 @@ TEST(CApi, UnreachedRowsJob) {
                                  entries.data(), 256, data.rows + 1, 2, 255, &error);
   EXPECT_EQ(job, nullptr);
   EXPECT_NE(std::string(error.message).find("out of range"), std::string::npos) << error.message;
+}
+
+// A resident index's repair leaves fewer of its rows unreached, those its
+// own check finds on the repaired lists, and marks the lists it changed.
+TEST(CApi, ResidentIndexRepairsUnreachedRows) {
+  const SyntheticSpec spec = small_clustered_spec(8000, 24, 10, 31);
+  const Matrix data = make_clustered(spec);
+  const TsdgBuildParams params = small_params();
+  Built b = build(data, params);
+  const std::vector<uint32_t> original = b.neighbors;
+  TsdgError error;
+  TsdgResidentIndex* index = tsdg_index_upload(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                               b.neighbors.data(), b.lambdas.data(), params.degree, &error);
+  ASSERT_NE(index, nullptr) << error.message;
+  const int64_t first = 6000;
+  std::vector<uint32_t> rows(data.rows - first);
+  int64_t count = -1;
+  ASSERT_EQ(tsdg_index_unreached_rows(index, first, 2, 255, rows.data(), rows.size(), &count, &error), TSDG_OK);
+  const int64_t before = count;
+  ASSERT_GT(before, 5);
+  std::vector<uint8_t> changed(data.rows, 0);
+  int64_t lists = -1;
+  ASSERT_EQ(tsdg_index_repair_unreached(index, data.values.data(), b.neighbors.data(), b.lambdas.data(),
+                                        params.degree, TSDG_METRIC_L2, first, 2, 255, rows.data(), rows.size(),
+                                        &count, changed.data(), &lists, &error),
+            TSDG_OK)
+      << error.message;
+  EXPECT_LT(count * 2, before);
+  EXPECT_GT(lists, 0);
+  std::vector<uint32_t> again(data.rows - first);
+  int64_t again_count = -1;
+  ASSERT_EQ(tsdg_index_unreached_rows(index, first, 2, 255, again.data(), again.size(), &again_count, &error),
+            TSDG_OK);
+  EXPECT_EQ(again_count, count);
+  EXPECT_TRUE(std::equal(rows.begin(), rows.begin() + count, again.begin()));
+  int64_t marked = 0;
+  for (int64_t u = 0; u < data.rows; ++u) {
+    const bool differs = !std::equal(original.begin() + u * params.degree, original.begin() + (u + 1) * params.degree,
+                                     b.neighbors.begin() + u * params.degree);
+    marked += changed[u] != 0;
+    if (differs) {
+      EXPECT_EQ(changed[u], TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR) << "node " << u;
+    }
+  }
+  EXPECT_EQ(marked, lists);
+  tsdg_index_free(index);
 }
 
 TEST(CApi, IncrementalSearchFromEntryPoints) {
