@@ -371,8 +371,13 @@ std::vector<uint32_t> CudaSearchIndex::unreached_rows(int64_t first, int64_t end
   const MatrixView own{host_data_.row(first), end - first, dim_};
   SearchParams own_params = params;
   own_params.k = std::min(params.ef, kMaxOwnResults);
+  if (params.gpu_kernel != kKernelAuto && params.gpu_kernel != kKernelSmallBatch &&
+      params.gpu_kernel != kKernelLargeBatch) {
+    throw Error(Status::InvalidArgument, "unreached rows: gpu_kernel must be 0, 1 or 2");
+  }
   for (const int kernel : {kKernelSmallBatch, kKernelLargeBatch}) {
     if (kernel == kKernelSmallBatch && params.ef > kGpuSmallBatchMaxEf) continue;
+    if (params.gpu_kernel != kKernelAuto && kernel != params.gpu_kernel) continue;
     own_params.gpu_kernel = kernel;
     search_launches(own, own_params, RunControl{}, [&](int64_t launch_first, int64_t launch_rows, int k) {
       const size_t results = static_cast<size_t>(launch_rows) * k;

@@ -34,7 +34,7 @@ class SearchIndex {
   // their own vectors at params (ef, lambda_limit, entry_samples, seed) does
   // not reach, ascending: on the CPU its walk (tsdg::unreached_rows), which
   // the index pages' scans take too; on the GPU the rows either kernel
-  // misses.
+  // misses (with params.gpu_kernel 1 or 2, that kernel).
   virtual std::vector<uint32_t> unreached_rows(int64_t first, int64_t end,
                                                const SearchParams& params,
                                                const RunControl& control) = 0;

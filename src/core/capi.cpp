@@ -1000,23 +1000,23 @@ TsdgStatus tsdg_index_unreached_rows(TsdgResidentIndex* index, int64_t first, in
   });
 }
 
-TsdgStatus tsdg_index_repair_unreached(TsdgResidentIndex* index, const float* rows, uint32_t* neighbors,
-                                       uint8_t* lambdas, int degree, TsdgMetric metric, int64_t first, int ef,
-                                       int lambda_limit, uint32_t* unreached, int64_t max_rows, int64_t* count,
-                                       uint8_t* changed, int64_t* lists_changed, TsdgError* error) {
+TsdgStatus tsdg_index_unreached_rows_repaired(TsdgResidentIndex* index, const float* rows, uint32_t* neighbors,
+                                              uint8_t* lambdas, int degree, TsdgMetric metric, int64_t first,
+                                              int ef, int lambda_limit, uint32_t* rows_out, int64_t max_rows,
+                                              int64_t* count, int64_t* found, uint8_t* changed,
+                                              int64_t* lists_changed, TsdgError* error) {
   return guarded(error, [&] {
     require(index != nullptr, "index must not be NULL");
-    require(count != nullptr && lists_changed != nullptr, "count and lists_changed must not be NULL");
-    require(*count >= 0 && *count <= max_rows && (*count == 0 || unreached != nullptr),
-            "unreached must hold *count rows, at most max_rows");
+    require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
+    require(count != nullptr && found != nullptr && lists_changed != nullptr,
+            "count, found and lists_changed must not be NULL");
     require(rows != nullptr && neighbors != nullptr && lambdas != nullptr && changed != nullptr,
             "rows, neighbors, lambdas and changed must not be NULL");
     require(degree > 0, "degree must be positive");
     const int64_t n = index->index->node_count();
-    const std::vector<uint32_t> before(unreached, unreached + *count);
     std::unique_ptr<tsdg::ThreadPool> own_pool;
     tsdg::RunControl control = resident_search_control(index, n - first);
-    if (control.pool == nullptr && !before.empty()) {
+    if (control.pool == nullptr && n - first >= kParallelSearchBatch) {
       own_pool = std::make_unique<tsdg::ThreadPool>(0);
       control.pool = own_pool.get();
     }
@@ -1028,15 +1028,15 @@ TsdgStatus tsdg_index_repair_unreached(TsdgResidentIndex* index, const float* ro
     };
     std::vector<uint32_t> after;
     try {
-      after = tsdg::repair_index_unreached(
+      after = tsdg::unreached_rows_repaired(
           *index->index, tsdg::MatrixView{rows, n, index->dim}, tsdg::GraphSpan{neighbors, lambdas, n, degree},
-          to_metric(metric), resident_search_params(1, ef, lambda_limit), first, n, before, repaired, control);
+          to_metric(metric), resident_search_params(1, ef, lambda_limit), first, n, *found, repaired, control);
     } catch (...) {
       mark_repaired();
       throw;
     }
     mark_repaired();
-    copy_unreached(after, unreached, max_rows, count);
+    copy_unreached(after, rows_out, max_rows, count);
   });
 }
 

@@ -501,16 +501,18 @@ std::vector<uint32_t> insert_repair_edges(MatrixView data, GraphSpan graph, Dist
 
 }  // namespace
 
-std::vector<uint32_t> repair_index_unreached(SearchIndex& index, MatrixView data, GraphSpan graph, Metric metric,
-                                             const SearchParams& params, int64_t first, int64_t end,
-                                             const std::vector<uint32_t>& unreached, std::vector<uint32_t>& changed,
-                                             const RunControl& control) {
+std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView data, GraphSpan graph, Metric metric,
+                                              const SearchParams& params, int64_t first, int64_t end,
+                                              int64_t& found, std::vector<uint32_t>& changed,
+                                              const RunControl& control) {
   const GraphView view{graph.neighbors, graph.lambdas, graph.nodes, graph.degree};
   const std::vector<uint32_t> entries = index.entry_points(params, control);
   check_walk_arguments(data, view, entries.data(), static_cast<int>(entries.size()), first, end, params.ef);
-  for (uint32_t row : unreached) {
-    if (row < first || row >= end) throw Error(Status::InvalidArgument, "unreached rows: a row out of range");
-  }
+  SearchParams walk_as_cpu = params;
+  walk_as_cpu.gpu_kernel = kGpuKernelWalkingAsTheCpu;
+  const std::vector<uint32_t> unreached = index.unreached_rows(first, end, walk_as_cpu, control);
+  found = static_cast<int64_t>(unreached.size());
+  changed.clear();
   const DistanceFn distance = metric_distance_fn(metric);
   std::vector<uint32_t> nearest(unreached.size(), kInvalidId);
   walk_rows_on_pool(
@@ -524,8 +526,7 @@ std::vector<uint32_t> repair_index_unreached(SearchIndex& index, MatrixView data
         return nearest[std::lower_bound(unreached.begin(), unreached.end(), row) - unreached.begin()];
       },
       params.lambda_limit, edges);
-  if (changed.empty()) return unreached;
-  index.lists_changed(changed);
+  if (!changed.empty()) index.lists_changed(changed);
   return index.unreached_rows(first, end, params, control);
 }
 

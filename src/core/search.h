@@ -112,19 +112,25 @@ class UnreachedCheck {
   std::vector<uint32_t> unreached_;
 };
 
-// UnreachedCheck's repair for a search index whose own check found the
-// rows unreached (ascending, of [first, end)): on a GPU the rows either
-// kernel misses, walks it does not record. Each row gets an edge from the
-// nearest other node that the CPU's walk from the index's entry points
-// finds for it, the index takes the changed lists (lists_changed), and it
-// checks all of [first, end) again. graph: the host arrays the index was
-// made from, now writable, with data its rows. Returns the rows still not
-// reached, ascending; changed gets the nodes whose lists changed, also when
-// the index then throws.
-std::vector<uint32_t> repair_index_unreached(SearchIndex& index, MatrixView data, GraphSpan graph, Metric metric,
-                                             const SearchParams& params, int64_t first, int64_t end,
-                                             const std::vector<uint32_t>& unreached, std::vector<uint32_t>& changed,
-                                             const RunControl& control);
+// SearchParams::gpu_kernel of the GPU's large-batch kernel, which walks as
+// the CPU does (one expansion at a time from the same entries).
+constexpr int kGpuKernelWalkingAsTheCpu = 2;
+
+// index->unreached_rows after UnreachedCheck's repair for a search index,
+// whose walks are not recorded (on a GPU, the kernels'). The rows of
+// [first, end) that the large-batch kernel misses (on the CPU, its walk)
+// each get an edge from the nearest other node that the CPU's walk from
+// the index's entry points finds for them, which is where that kernel's
+// walk ends too; the index takes the changed lists (lists_changed), and its
+// full check (both kernels) of [first, end) on the repaired graph is the
+// answer, ascending. graph: the host arrays the index was made from, now
+// writable, with data its rows. found gets how many the first check
+// missed; changed the nodes whose lists changed, also when the index then
+// throws.
+std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView data, GraphSpan graph, Metric metric,
+                                              const SearchParams& params, int64_t first, int64_t end,
+                                              int64_t& found, std::vector<uint32_t>& changed,
+                                              const RunControl& control);
 
 // The bounded best-first candidate list: the ef best (distance, id) pairs seen,
 // ascending, each marked once expanded.

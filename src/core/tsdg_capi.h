@@ -393,22 +393,24 @@ TsdgStatus	tsdg_index_unreached_rows(TsdgResidentIndex *index, int64_t first, in
 									  int64_t *count, TsdgError *error);
 
 /*
- * A repair of index's graph for the *count rows of unreached, those of
- * [first, n) that tsdg_index_unreached_rows found (ascending): each gets an
- * edge from the nearest other node the CPU's walk from the index's entry
- * points finds, the index takes the changed lists (a GPU copies them up),
- * and it looks [first, n) up again. rows, neighbors and lambdas are the
+ * tsdg_index_unreached_rows after a repair of index's graph for the rows
+ * of [first, n) it misses: first the rows the GPU's large-batch kernel (on
+ * the CPU, its walk) misses, *found of them, each get an edge from the
+ * nearest other node the CPU's walk from the index's entry points finds;
+ * the index takes the changed lists (a GPU copies them up), then looks
+ * [first, n) up with both kernels. rows, neighbors and lambdas are the
  * host arrays the index was made from (neighbors and lambdas now
- * writable), metric its metric. The rows still not reached replace those
- * of unreached (up to max_rows of them; *count: all of them); changed[n]
- * and *lists_changed as tsdg_unreached_job_finish_repairing's.
+ * writable), metric its metric. rows_out, max_rows and *count as
+ * tsdg_index_unreached_rows's; changed[n] and *lists_changed as
+ * tsdg_unreached_job_finish_repairing's, set also when it fails.
  */
-TsdgStatus	tsdg_index_repair_unreached(TsdgResidentIndex *index, const float *rows,
-										uint32_t *neighbors, uint8_t *lambdas, int degree,
-										TsdgMetric metric, int64_t first, int ef, int lambda_limit,
-										uint32_t *unreached, int64_t max_rows, int64_t *count,
-										uint8_t *changed, int64_t *lists_changed,
-										TsdgError *error);
+TsdgStatus	tsdg_index_unreached_rows_repaired(TsdgResidentIndex *index, const float *rows,
+											   uint32_t *neighbors, uint8_t *lambdas, int degree,
+											   TsdgMetric metric, int64_t first, int ef,
+											   int lambda_limit, uint32_t *rows_out,
+											   int64_t max_rows, int64_t *count, int64_t *found,
+											   uint8_t *changed, int64_t *lists_changed,
+											   TsdgError *error);
 
 /*
  * The context of the slack stop rule (paper 004): the distances offered are

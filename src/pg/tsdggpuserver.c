@@ -637,7 +637,7 @@ ReplyOf(TsdgStatus status)
  * search (MergeUnreachedIds, MergeUnreachedTids), so that a row just merged
  * is always found. With repair_changed (the merge's changed flags, whose
  * graph r holds), the graph is first repaired for them
- * (tsdg_index_repair_unreached): the lists it changes are marked
+ * (tsdg_index_unreached_rows_repaired): the lists it changes are marked
  * TSDG_CHANGED_REPAIR there, for the session to write again, even when it
  * fails. False, with none kept, when they could not be found.
  */
@@ -647,7 +647,7 @@ FindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repair_c
 {
 	int64		first = r->n - Min(check->rows, r->n);
 	int64		count = 0;
-	int64		found;
+	int64		found = 0;
 	int64		lists_repaired = 0;
 	uint32	   *ids;
 	TimestampTz start = GetCurrentTimestamp();
@@ -660,18 +660,13 @@ FindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repair_c
 		strlcpy(error->message, "out of host memory", sizeof(error->message));
 		return false;
 	}
-	if (tsdg_index_unreached_rows(r->index, first, check->ef, check->lambda_limit, ids,
-								  r->n - first, &count, error) != TSDG_OK)
-	{
-		free(ids);
-		return false;
-	}
-	found = count;
-	if (repair_changed != NULL && count > 0 &&
-		tsdg_index_repair_unreached(r->index, r->rows, r->neighbors, r->lambdas, r->degree,
-									r->metric, first, check->ef, check->lambda_limit, ids,
-									r->n - first, &count, repair_changed, &lists_repaired,
-									error) != TSDG_OK)
+	if ((repair_changed == NULL ?
+		 tsdg_index_unreached_rows(r->index, first, check->ef, check->lambda_limit, ids,
+								   r->n - first, &count, error) :
+		 tsdg_index_unreached_rows_repaired(r->index, r->rows, r->neighbors, r->lambdas, r->degree,
+											r->metric, first, check->ef, check->lambda_limit, ids,
+											r->n - first, &count, &found, repair_changed,
+											&lists_repaired, error)) != TSDG_OK)
 	{
 		free(ids);
 		return false;
@@ -704,7 +699,7 @@ FindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repair_c
 	}
 	r->unreached = ids;
 	r->unreached_count = count;
-	if (repair_changed != NULL && found > 0)
+	if (repair_changed != NULL)
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows of index %u/%u version " UINT64_FORMAT " are not reached by a search for their own vector at ef %d; %lld lists given an edge into them, then %lld not reached, searched exactly (%.3f s)",
 						(long long) found, (long long) (r->n - first), r->key.database,

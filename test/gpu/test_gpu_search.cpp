@@ -258,9 +258,9 @@ TEST(GpuSearch, UnreachedRowsOfBothKernels) {
   EXPECT_LE(differ, std::max<size_t>(2, walk.size() / 50));
 }
 
-// A GPU index's repair of its unreached rows puts the changed lists on the
-// device: it leaves the rows an index uploaded from the repaired host graph
-// misses, far fewer than before.
+// A GPU index's repair of its unreached rows (those the large-batch kernel
+// misses) puts the changed lists on the device: it leaves the rows an index
+// uploaded from the repaired host graph misses, far fewer than before.
 TEST(GpuSearch, RepairedListsReachTheRows) {
   TSDG_REQUIRE_GPU();
   const SearchFixture& f = fixture();
@@ -272,8 +272,11 @@ TEST(GpuSearch, RepairedListsReachTheRows) {
   const int64_t n = f.data.rows;
   const std::vector<uint32_t> before = gpu_index->unreached_rows(first, n, params, cpu_control());
   std::vector<uint32_t> changed;
-  const std::vector<uint32_t> after = repair_index_unreached(*gpu_index, f.data.view(), GraphSpan::of(graph), Metric::L2,
-                                                             params, first, n, before, changed, cpu_control());
+  int64_t found = -1;
+  const std::vector<uint32_t> after = unreached_rows_repaired(*gpu_index, f.data.view(), GraphSpan::of(graph),
+                                                              Metric::L2, params, first, n, found, changed,
+                                                              cpu_control());
+  EXPECT_LE(found, static_cast<int64_t>(before.size()));
   auto uploaded = gpu_backend.make_search_index(f.data.view(), graph, Metric::L2);
   EXPECT_EQ(after, uploaded->unreached_rows(first, n, params, cpu_control()));
   std::printf("ef %d: %zu rows unreached, %zu after the repair of %zu lists\n", params.ef, before.size(), after.size(),

@@ -155,17 +155,17 @@ TEST(CApi, ResidentIndexRepairsUnreachedRows) {
   ASSERT_NE(index, nullptr) << error.message;
   const int64_t first = 6000;
   std::vector<uint32_t> rows(data.rows - first);
-  int64_t count = -1;
-  ASSERT_EQ(tsdg_index_unreached_rows(index, first, 2, 255, rows.data(), rows.size(), &count, &error), TSDG_OK);
-  const int64_t before = count;
+  int64_t before = -1;
+  ASSERT_EQ(tsdg_index_unreached_rows(index, first, 2, 255, rows.data(), rows.size(), &before, &error), TSDG_OK);
   ASSERT_GT(before, 5);
   std::vector<uint8_t> changed(data.rows, 0);
-  int64_t lists = -1;
-  ASSERT_EQ(tsdg_index_repair_unreached(index, data.values.data(), b.neighbors.data(), b.lambdas.data(),
-                                        params.degree, TSDG_METRIC_L2, first, 2, 255, rows.data(), rows.size(),
-                                        &count, changed.data(), &lists, &error),
+  int64_t count = -1, found = -1, lists = -1;
+  ASSERT_EQ(tsdg_index_unreached_rows_repaired(index, data.values.data(), b.neighbors.data(), b.lambdas.data(),
+                                               params.degree, TSDG_METRIC_L2, first, 2, 255, rows.data(),
+                                               rows.size(), &count, &found, changed.data(), &lists, &error),
             TSDG_OK)
       << error.message;
+  EXPECT_EQ(found, before);
   EXPECT_LT(count * 2, before);
   EXPECT_GT(lists, 0);
   std::vector<uint32_t> again(data.rows - first);
