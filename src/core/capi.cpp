@@ -689,6 +689,19 @@ tsdg::RunControl resident_search_control(TsdgResidentIndex* index, int64_t nq) {
   return control;
 }
 
+// A resident index's look-up of rows of its own by their vectors: the CPU's
+// walks, and the entry points, on host threads (a pool of its own in
+// own_pool when the index has none).
+tsdg::RunControl own_rows_control(TsdgResidentIndex* index, int64_t rows,
+                                  std::unique_ptr<tsdg::ThreadPool>& own_pool) {
+  tsdg::RunControl control = resident_search_control(index, rows);
+  if (control.pool == nullptr && rows >= kParallelSearchBatch) {
+    own_pool = std::make_unique<tsdg::ThreadPool>(0);
+    control.pool = own_pool.get();
+  }
+  return control;
+}
+
 }  // namespace
 
 TsdgStatus tsdg_index_search(TsdgResidentIndex* index, const float* queries, int64_t nq, int k,
@@ -906,6 +919,13 @@ void copy_unreached(const std::vector<uint32_t>& rows, uint32_t* out, int64_t ma
   *count = static_cast<int64_t>(rows.size());
 }
 
+// The repaired lists into changed[] (TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR)
+// and their count into *lists_changed.
+void mark_repaired(const std::vector<uint32_t>& repaired, uint8_t* changed, int64_t* lists_changed) {
+  for (uint32_t node : repaired) changed[node] |= TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR;
+  *lists_changed = static_cast<int64_t>(repaired.size());
+}
+
 }  // namespace
 
 TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim, TsdgMetric metric,
@@ -973,8 +993,7 @@ TsdgStatus tsdg_unreached_job_finish_repairing(TsdgUnreachedJob* job, uint32_t* 
     const int64_t n = job->check->nodes();
     const std::vector<uint32_t> repaired =
         job->check->repair(tsdg::GraphSpan{neighbors, lambdas, n, degree}, kUnreachedRepairRounds, control);
-    for (uint32_t node : repaired) changed[node] |= TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR;
-    *lists_changed = static_cast<int64_t>(repaired.size());
+    mark_repaired(repaired, changed, lists_changed);
     copy_unreached(job->check->unreached(), rows_out, max_rows, count);
   });
 }
@@ -987,13 +1006,8 @@ TsdgStatus tsdg_index_unreached_rows(TsdgResidentIndex* index, int64_t first, in
     require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
     require(count != nullptr, "count must not be NULL");
     const int64_t n = index->index->node_count();
-    // the entry points, and the CPU's walks, on the host threads
     std::unique_ptr<tsdg::ThreadPool> own_pool;
-    tsdg::RunControl control = resident_search_control(index, n - first);
-    if (control.pool == nullptr && n - first >= kParallelSearchBatch) {
-      own_pool = std::make_unique<tsdg::ThreadPool>(0);
-      control.pool = own_pool.get();
-    }
+    const tsdg::RunControl control = own_rows_control(index, n - first, own_pool);
     copy_unreached(index->index->unreached_rows(first, n, resident_search_params(1, ef, lambda_limit),
                                                 control),
                    rows_out, max_rows, count);
@@ -1015,27 +1029,19 @@ TsdgStatus tsdg_index_unreached_rows_repaired(TsdgResidentIndex* index, const fl
     require(degree > 0, "degree must be positive");
     const int64_t n = index->index->node_count();
     std::unique_ptr<tsdg::ThreadPool> own_pool;
-    tsdg::RunControl control = resident_search_control(index, n - first);
-    if (control.pool == nullptr && n - first >= kParallelSearchBatch) {
-      own_pool = std::make_unique<tsdg::ThreadPool>(0);
-      control.pool = own_pool.get();
-    }
+    const tsdg::RunControl control = own_rows_control(index, n - first, own_pool);
     std::vector<uint32_t> repaired;
-    // the lists changed are marked even when the index then fails to take them
-    const auto mark_repaired = [&] {
-      for (uint32_t node : repaired) changed[node] |= TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR;
-      *lists_changed = static_cast<int64_t>(repaired.size());
-    };
     std::vector<uint32_t> after;
     try {
       after = tsdg::unreached_rows_repaired(
           *index->index, tsdg::MatrixView{rows, n, index->dim}, tsdg::GraphSpan{neighbors, lambdas, n, degree},
           to_metric(metric), resident_search_params(1, ef, lambda_limit), first, n, *found, repaired, control);
     } catch (...) {
-      mark_repaired();
+      // the lists changed are marked even when the index then failed to take them
+      mark_repaired(repaired, changed, lists_changed);
       throw;
     }
-    mark_repaired();
+    mark_repaired(repaired, changed, lists_changed);
     copy_unreached(after, rows_out, max_rows, count);
   });
 }
