@@ -89,9 +89,6 @@ constexpr double kParallelScanWork = 1e8;
 // thread pool.
 constexpr int64_t kParallelSummaryNodes = 100000;
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
-// Rounds of tsdg_unreached_job_finish_repairing: a second round gives the
-// rows whose first edge went to a list another edge changed a new one.
-constexpr int kUnreachedRepairRounds = 2;
 // A merge's copy of the old rows runs beside the new rows' GNND and the
 // uploads, which it slowed whatever its threads while it mapped its pages
 // ahead (on an H100 box the GNND's upload of 100k rows took 39-98 ms beside
@@ -992,7 +989,7 @@ TsdgStatus tsdg_unreached_job_finish_repairing(TsdgUnreachedJob* job, uint32_t* 
     control.pool = job->pool.get();
     const int64_t n = job->check->nodes();
     const std::vector<uint32_t> repaired =
-        job->check->repair(tsdg::GraphSpan{neighbors, lambdas, n, degree}, kUnreachedRepairRounds, control);
+        job->check->repair(tsdg::GraphSpan{neighbors, lambdas, n, degree}, tsdg::kUnreachedRepairRounds, control);
     mark_repaired(repaired, changed, lists_changed);
     copy_unreached(job->check->unreached(), rows_out, max_rows, count);
   });

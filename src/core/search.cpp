@@ -349,10 +349,12 @@ void check_walk_arguments(MatrixView data, GraphView graph, const uint32_t* entr
 // The walks of `count` rows (row_at(i)) on control's pool; on_missed(i,
 // worker, nearest) for each row not reached; expanded_of(i), when it
 // returns a vector, gets the nodes walk i expanded.
-template <typename RowAt, typename ExpandedOf, typename OnMissed>
+// after_walk(i), when given, runs after walk i (to keep or drop its record).
+template <typename RowAt, typename ExpandedOf, typename OnMissed, typename AfterWalk = void (*)(int64_t)>
 void walk_rows_on_pool(MatrixView data, GraphView graph, DistanceFn distance, const std::vector<uint32_t>& entries,
                        int64_t count, int ef, int lambda_limit, const RunControl& control, RowAt row_at,
-                       ExpandedOf expanded_of, OnMissed on_missed, bool stop_at_row = true) {
+                       ExpandedOf expanded_of, OnMissed on_missed, bool stop_at_row = true,
+                       AfterWalk after_walk = [](int64_t) {}) {
   const int workers = worker_count(control);
   std::vector<std::unique_ptr<VisitedTable>> visited(workers);
   std::vector<CandidatePool> pools(workers);
@@ -370,6 +372,7 @@ void walk_rows_on_pool(MatrixView data, GraphView graph, DistanceFn distance, co
                         stop_at_row)) {
         on_missed(i, worker, nearest);
       }
+      after_walk(i);
     }
   });
 }
@@ -394,9 +397,10 @@ std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric me
 }
 
 UnreachedCheck::UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries,
-                               int entry_count, int64_t first, int64_t end, int ef, int lambda_limit)
+                               int entry_count, int64_t first, int64_t end, int ef, int lambda_limit,
+                               int64_t record_budget)
     : data_(data), graph_(graph), distance_(metric_distance_fn(metric)), first_(first), end_(end), ef_(ef),
-      lambda_limit_(lambda_limit) {
+      lambda_limit_(lambda_limit), record_budget_(record_budget) {
   check_walk_arguments(data, graph, entries, entry_count, first, end, ef);
   entries_.assign(entries, entries + entry_count);
 }
@@ -405,12 +409,33 @@ UnreachedCheck::~UnreachedCheck() = default;
 
 void UnreachedCheck::walk_rows(const std::vector<uint32_t>& rows, const RunControl& control) {
   std::vector<std::vector<uint32_t>> missed(worker_count(control));
+  // a record replaced gives its share of the budget back
+  for (uint32_t row : rows) {
+    std::vector<uint32_t>& walk = expanded_[row - first_];
+    recorded_ -= static_cast<int64_t>(walk.size());
+    std::vector<uint32_t>().swap(walk);
+  }
   walk_rows_on_pool(
       data_, graph_, distance_, entries_, static_cast<int64_t>(rows.size()), ef_, lambda_limit_, control,
-      [&](int64_t i) { return rows[i]; }, [&](int64_t i) { return &expanded_[rows[i] - first_]; },
+      [&](int64_t i) { return rows[i]; },
+      [&](int64_t i) {
+        // the row's previous record is gone: kept again when the budget allows
+        unrecorded_[rows[i] - first_] = 0;
+        return &expanded_[rows[i] - first_];
+      },
       [&](int64_t i, int worker, uint32_t nearest) {
         nearest_found_[rows[i] - first_] = nearest;
         missed[worker].push_back(rows[i]);
+      },
+      true, [&](int64_t i) {
+        std::vector<uint32_t>& walk = expanded_[rows[i] - first_];
+        if (recorded_.fetch_add(static_cast<int64_t>(walk.size())) + static_cast<int64_t>(walk.size()) <=
+            record_budget_) {
+          return;
+        }
+        recorded_ -= static_cast<int64_t>(walk.size());
+        std::vector<uint32_t>().swap(walk);
+        unrecorded_[rows[i] - first_] = 1;
       });
   std::vector<uint32_t> still;
   for (const std::vector<uint32_t>& part : missed) still.insert(still.end(), part.begin(), part.end());
@@ -424,6 +449,8 @@ void UnreachedCheck::walk_rows(const std::vector<uint32_t>& rows, const RunContr
 
 void UnreachedCheck::run(const RunControl& control) {
   expanded_.assign(end_ - first_, {});
+  unrecorded_.assign(end_ - first_, 0);
+  recorded_ = 0;
   nearest_found_.assign(end_ - first_, kInvalidId);
   unreached_.clear();
   std::vector<uint32_t> rows(end_ - first_);
@@ -508,6 +535,16 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
   const GraphView view{graph.neighbors, graph.lambdas, graph.nodes, graph.degree};
   const std::vector<uint32_t> entries = index.entry_points(params, control);
   check_walk_arguments(data, view, entries.data(), static_cast<int>(entries.size()), first, end, params.ef);
+  if (index.device_rows() == nullptr) {
+    // the CPU index's check is the walk UnreachedCheck records: the repair
+    // then walks again only the walks it can change
+    UnreachedCheck check(data, view, metric, entries.data(), static_cast<int>(entries.size()), first, end,
+                         params.ef, params.lambda_limit);
+    check.run(control);
+    found = static_cast<int64_t>(check.unreached().size());
+    changed = check.repair(graph, kUnreachedRepairRounds, control);
+    return check.unreached();
+  }
   SearchParams walk_as_cpu = params;
   walk_as_cpu.gpu_kernel = kGpuKernelWalkingAsTheCpu;
   const std::vector<uint32_t> unreached = index.unreached_rows(first, end, walk_as_cpu, control);
@@ -546,7 +583,8 @@ std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const 
     std::vector<uint32_t> again(unreached_);
     for (int64_t i = 0; i < end_ - first_; ++i) {
       const std::vector<uint32_t>& walk = expanded_[i];
-      if (std::any_of(walk.begin(), walk.end(), [&](uint32_t node) { return is_changed[node] != 0; })) {
+      if (unrecorded_[i] != 0 ||
+          std::any_of(walk.begin(), walk.end(), [&](uint32_t node) { return is_changed[node] != 0; })) {
         again.push_back(static_cast<uint32_t>(first_ + i));
       }
     }

@@ -65,6 +65,15 @@ std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric me
                                      int64_t end, int ef, int lambda_limit,
                                      const RunControl& control);
 
+// Rounds of UnreachedCheck::repair for a merge: a second round gives the
+// rows whose first edge went to a list another edge changed a new one.
+constexpr int kUnreachedRepairRounds = 2;
+
+// The expanded nodes UnreachedCheck keeps by default, in all: 256 MiB, so
+// that the check of a merge of millions of rows stays bounded; past the
+// budget a walk is not kept, and a repair walks its row again.
+constexpr int64_t kMaxRecordedExpansions = int64_t{64} << 20;
+
 // unreached_rows that can then repair the graph for the rows not reached. A
 // walk that misses its row has still expanded every node of its pool, the
 // nearest one found first among them: an edge from that node to the row
@@ -77,8 +86,11 @@ std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric me
 // the check is destroyed.
 class UnreachedCheck {
  public:
+  // record_budget: the expanded nodes it keeps in all; a walk past it is not
+  // kept, and a repair walks its row again.
   UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries, int entry_count,
-                 int64_t first, int64_t end, int ef, int lambda_limit);
+                 int64_t first, int64_t end, int ef, int lambda_limit,
+                 int64_t record_budget = kMaxRecordedExpansions);
   ~UnreachedCheck();
   UnreachedCheck(const UnreachedCheck&) = delete;
   UnreachedCheck& operator=(const UnreachedCheck&) = delete;
@@ -107,17 +119,22 @@ class UnreachedCheck {
   std::vector<uint32_t> entries_;
   int64_t first_, end_;
   int ef_, lambda_limit_;
+  int64_t record_budget_;
   std::vector<std::vector<uint32_t>> expanded_;  // per row of [first, end): its walk's expanded nodes
-  std::vector<uint32_t> nearest_found_;          // per row: its walk's nearest node, for a row not reached
+  std::vector<uint8_t> unrecorded_;  // per row: its walk was past the records' budget, walked again after a repair
+  std::atomic<int64_t> recorded_{0};
+  std::vector<uint32_t> nearest_found_;  // per row: its walk's nearest node, for a row not reached
   std::vector<uint32_t> unreached_;
 };
+
 
 // SearchParams::gpu_kernel of the GPU's large-batch kernel, which walks as
 // the CPU does (one expansion at a time from the same entries).
 constexpr int kGpuKernelWalkingAsTheCpu = 2;
 
-// index->unreached_rows after UnreachedCheck's repair for a search index,
-// whose walks are not recorded (on a GPU, the kernels'). The rows of
+// index->unreached_rows after UnreachedCheck's repair for a search index:
+// on the CPU exactly that (its check is the walk UnreachedCheck records);
+// on a GPU, whose kernels' walks are not recorded, otherwise. The rows of
 // [first, end) that the large-batch kernel misses (on the CPU, its walk)
 // each get an edge from the nearest other node that the CPU's walk from
 // the index's entry points finds for them, which is where that kernel's

@@ -394,11 +394,12 @@ TsdgStatus	tsdg_index_unreached_rows(TsdgResidentIndex *index, int64_t first, in
 
 /*
  * tsdg_index_unreached_rows after a repair of index's graph for the rows
- * of [first, n) it misses: first the rows the GPU's large-batch kernel (on
- * the CPU, its walk) misses, *found of them, each get an edge from the
- * nearest other node the CPU's walk from the index's entry points finds;
- * the index takes the changed lists (a GPU copies them up), then looks
- * [first, n) up with both kernels. rows, neighbors and lambdas are the
+ * of [first, n) it misses. On a GPU, the rows the large-batch kernel
+ * misses, *found of them, each get an edge from the nearest other node the
+ * CPU's walk from the index's entry points finds; the index copies the
+ * changed lists up, then looks [first, n) up with both kernels. On the CPU
+ * the repair is tsdg_unreached_job_finish_repairing's (*found: the rows
+ * its walk missed before it). rows, neighbors and lambdas are the
  * host arrays the index was made from (neighbors and lambdas now
  * writable), metric its metric. rows_out, max_rows and *count as
  * tsdg_index_unreached_rows's; changed[n] and *lists_changed as

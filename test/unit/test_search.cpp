@@ -314,8 +314,13 @@ TEST(Search, UnreachedRowsAreThoseTheirOwnSearchMisses) {
 
 // The repair leaves the rows a full check of the repaired graph finds
 // unreached (its targeted walks miss none), far fewer than before, and
-// changes only the lists it names, each still in λ order.
-TEST(Search, RepairOfUnreachedRowsMatchesAFullCheck) {
+// changes only the lists it names, each still in λ order; with every walk
+// kept, with none kept (all walked again), and with some kept.
+class UnreachedRepair : public ::testing::TestWithParam<int64_t> {};
+
+INSTANTIATE_TEST_SUITE_P(RecordBudgets, UnreachedRepair, ::testing::Values(kMaxRecordedExpansions, 0, 4000));
+
+TEST_P(UnreachedRepair, MatchesAFullCheck) {
   Fixture f = make_fixture(3000, 16, 6, 10);
   const TsdgGraph original = f.graph;
   const int ef = 1;
@@ -326,7 +331,7 @@ TEST(Search, RepairOfUnreachedRowsMatchesAFullCheck) {
   RunControl control;
   control.pool = &pool;
   UnreachedCheck check(f.data.view(), GraphView::of(f.graph), Metric::L2, entries.data(),
-                       static_cast<int>(entries.size()), first, n, ef, 255);
+                       static_cast<int>(entries.size()), first, n, ef, 255, GetParam());
   check.run(control);
   const std::vector<uint32_t> before = check.unreached();
   EXPECT_EQ(before, unreached_rows(f.data.view(), GraphView::of(original), Metric::L2, entries.data(),
