@@ -34,6 +34,8 @@ struct TsdgBackend {
 
 struct TsdgUnreachedJob {
   std::unique_ptr<tsdg::UnreachedCheck> check;
+  // the check at tsdg::kRepairNarrowEf for its repair, when ef is wider
+  std::unique_ptr<tsdg::UnreachedCheck> narrow;
   std::unique_ptr<tsdg::ThreadPool> pool;
   std::thread thread;
   std::exception_ptr failure;
@@ -941,12 +943,18 @@ TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim
     job->check = std::make_unique<tsdg::UnreachedCheck>(
         tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, to_metric(metric), entry_ids,
         entry_count, first, n, ef, lambda_limit);
+    if (ef > tsdg::kRepairNarrowEf) {
+      job->narrow = std::make_unique<tsdg::UnreachedCheck>(
+          tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, to_metric(metric), entry_ids,
+          entry_count, first, n, tsdg::kRepairNarrowEf, lambda_limit);
+    }
     job->pool = std::make_unique<tsdg::ThreadPool>(0);
     TsdgUnreachedJob* running = job.get();
     job->thread = std::thread([running] {
       try {
         tsdg::RunControl control;
         control.pool = running->pool.get();
+        if (running->narrow) running->narrow->run(control);
         running->check->run(control);
       } catch (...) {
         running->failure = std::current_exception();
@@ -988,8 +996,8 @@ TsdgStatus tsdg_unreached_job_finish_repairing(TsdgUnreachedJob* job, uint32_t* 
     tsdg::RunControl control;
     control.pool = job->pool.get();
     const int64_t n = job->check->nodes();
-    const std::vector<uint32_t> repaired =
-        job->check->repair(tsdg::GraphSpan{neighbors, lambdas, n, degree}, tsdg::kUnreachedRepairRounds, control);
+    const std::vector<uint32_t> repaired = tsdg::repair_at_both_efs(
+        job->narrow.get(), *job->check, tsdg::GraphSpan{neighbors, lambdas, n, degree}, control);
     mark_repaired(repaired, changed, lists_changed);
     copy_unreached(job->check->unreached(), rows_out, max_rows, count);
   });

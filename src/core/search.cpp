@@ -535,36 +535,83 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
   const GraphView view{graph.neighbors, graph.lambdas, graph.nodes, graph.degree};
   const std::vector<uint32_t> entries = index.entry_points(params, control);
   check_walk_arguments(data, view, entries.data(), static_cast<int>(entries.size()), first, end, params.ef);
+  const int narrow_ef = std::min(params.ef, kRepairNarrowEf);
+  changed.clear();
   if (index.device_rows() == nullptr) {
     // the CPU index's check is the walk UnreachedCheck records: the repair
     // then walks again only the walks it can change
-    UnreachedCheck check(data, view, metric, entries.data(), static_cast<int>(entries.size()), first, end,
-                         params.ef, params.lambda_limit);
-    check.run(control);
-    found = static_cast<int64_t>(check.unreached().size());
-    changed = check.repair(graph, kUnreachedRepairRounds, control);
-    return check.unreached();
+    const auto check_at = [&](int ef) {
+      auto check = std::make_unique<UnreachedCheck>(data, view, metric, entries.data(),
+                                                    static_cast<int>(entries.size()), first, end, ef,
+                                                    params.lambda_limit);
+      check->run(control);
+      return check;
+    };
+    const std::unique_ptr<UnreachedCheck> narrow = narrow_ef < params.ef ? check_at(narrow_ef) : nullptr;
+    const std::unique_ptr<UnreachedCheck> check = check_at(params.ef);
+    found = static_cast<int64_t>(check->unreached().size());
+    changed = repair_at_both_efs(narrow.get(), *check, graph, control);
+    return check->unreached();
   }
+  // The rows the large-batch kernel misses at ef and at the narrow ef, each
+  // given its edge from where the CPU's walk ends at the narrower ef of the
+  // two at which the kernel misses it.
   SearchParams walk_as_cpu = params;
   walk_as_cpu.gpu_kernel = kGpuKernelWalkingAsTheCpu;
-  const std::vector<uint32_t> unreached = index.unreached_rows(first, end, walk_as_cpu, control);
-  found = static_cast<int64_t>(unreached.size());
-  changed.clear();
+  std::vector<uint32_t> missed = index.unreached_rows(first, end, walk_as_cpu, control);
+  found = static_cast<int64_t>(missed.size());
+  std::vector<int> walk_ef(missed.size(), params.ef);
+  if (narrow_ef < params.ef) {
+    walk_as_cpu.ef = narrow_ef;
+    const std::vector<uint32_t> narrow = index.unreached_rows(first, end, walk_as_cpu, control);
+    std::vector<uint32_t> both;
+    std::set_union(missed.begin(), missed.end(), narrow.begin(), narrow.end(), std::back_inserter(both));
+    walk_ef.assign(both.size(), params.ef);
+    for (size_t i = 0; i < both.size(); ++i) {
+      if (std::binary_search(narrow.begin(), narrow.end(), both[i])) walk_ef[i] = narrow_ef;
+    }
+    missed.swap(both);
+  }
   const DistanceFn distance = metric_distance_fn(metric);
-  std::vector<uint32_t> nearest(unreached.size(), kInvalidId);
-  walk_rows_on_pool(
-      data, view, distance, entries, static_cast<int64_t>(unreached.size()), params.ef, params.lambda_limit, control,
-      [&](int64_t i) { return unreached[i]; }, [](int64_t) { return static_cast<std::vector<uint32_t>*>(nullptr); },
-      [&](int64_t i, int, uint32_t found) { nearest[i] = found; }, /*stop_at_row=*/false);
+  std::vector<uint32_t> nearest(missed.size(), kInvalidId);
+  for (const int ef : {narrow_ef, params.ef}) {
+    std::vector<uint32_t> rows;
+    std::vector<size_t> at;
+    for (size_t i = 0; i < missed.size(); ++i) {
+      if (walk_ef[i] == ef && nearest[i] == kInvalidId) {
+        rows.push_back(missed[i]);
+        at.push_back(i);
+      }
+    }
+    walk_rows_on_pool(
+        data, view, distance, entries, static_cast<int64_t>(rows.size()), ef, params.lambda_limit, control,
+        [&](int64_t i) { return rows[i]; }, [](int64_t) { return static_cast<std::vector<uint32_t>*>(nullptr); },
+        [&](int64_t i, int, uint32_t node) { nearest[at[i]] = node; }, /*stop_at_row=*/false);
+  }
   std::vector<std::pair<uint32_t, uint32_t>> edges;
   changed = insert_repair_edges(
-      data, graph, distance, unreached,
-      [&](uint32_t row) {
-        return nearest[std::lower_bound(unreached.begin(), unreached.end(), row) - unreached.begin()];
-      },
+      data, graph, distance, missed,
+      [&](uint32_t row) { return nearest[std::lower_bound(missed.begin(), missed.end(), row) - missed.begin()]; },
       params.lambda_limit, edges);
   if (!changed.empty()) index.lists_changed(changed);
   return index.unreached_rows(first, end, params, control);
+}
+
+void UnreachedCheck::lists_changed(const std::vector<uint32_t>& nodes, const RunControl& control) {
+  if (nodes.empty()) return;
+  std::vector<uint8_t> is_changed(data_.rows, 0);
+  for (uint32_t node : nodes) is_changed[node] = 1;
+  std::vector<uint32_t> again(unreached_);
+  for (int64_t i = 0; i < end_ - first_; ++i) {
+    const std::vector<uint32_t>& walk = expanded_[i];
+    if (unrecorded_[i] != 0 ||
+        std::any_of(walk.begin(), walk.end(), [&](uint32_t node) { return is_changed[node] != 0; })) {
+      again.push_back(static_cast<uint32_t>(first_ + i));
+    }
+  }
+  std::sort(again.begin(), again.end());
+  again.erase(std::unique(again.begin(), again.end()), again.end());
+  walk_rows(again, control);
 }
 
 std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const RunControl& control) {
@@ -578,24 +625,25 @@ std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const 
         data_, graph, distance_, unreached_, [&](uint32_t row) { return nearest_found_[row - first_]; },
         lambda_limit_, edges);
     if (changed_now.empty()) break;
-    std::vector<uint8_t> is_changed(data_.rows, 0);
-    for (uint32_t node : changed_now) is_changed[node] = 1;
-    std::vector<uint32_t> again(unreached_);
-    for (int64_t i = 0; i < end_ - first_; ++i) {
-      const std::vector<uint32_t>& walk = expanded_[i];
-      if (unrecorded_[i] != 0 ||
-          std::any_of(walk.begin(), walk.end(), [&](uint32_t node) { return is_changed[node] != 0; })) {
-        again.push_back(static_cast<uint32_t>(first_ + i));
-      }
-    }
-    std::sort(again.begin(), again.end());
-    again.erase(std::unique(again.begin(), again.end()), again.end());
-    walk_rows(again, control);
+    lists_changed(changed_now, control);
     std::vector<uint32_t> all;
     std::set_union(changed.begin(), changed.end(), changed_now.begin(), changed_now.end(), std::back_inserter(all));
     changed.swap(all);
   }
   return changed;
+}
+
+std::vector<uint32_t> repair_at_both_efs(UnreachedCheck* low, UnreachedCheck& high, GraphSpan graph,
+                                         const RunControl& control) {
+  std::vector<uint32_t> changed;
+  if (low != nullptr) {
+    changed = low->repair(graph, kUnreachedRepairRounds, control);
+    high.lists_changed(changed, control);
+  }
+  const std::vector<uint32_t> changed_high = high.repair(graph, kUnreachedRepairRounds, control);
+  std::vector<uint32_t> all;
+  std::set_union(changed.begin(), changed.end(), changed_high.begin(), changed_high.end(), std::back_inserter(all));
+  return all;
 }
 
 struct CpuSearchIndex::Scratch {

@@ -105,6 +105,9 @@ class UnreachedCheck {
   // walks it can change. graph holds the arrays given at construction, now
   // writable. Returns the nodes whose lists changed, ascending.
   std::vector<uint32_t> repair(GraphSpan graph, int rounds, const RunControl& control);
+  // After run(): the lists of nodes changed (by another check's repair):
+  // walks again the rows not reached and those whose walk read one of them.
+  void lists_changed(const std::vector<uint32_t>& nodes, const RunControl& control);
   // The rows not reached, ascending.
   const std::vector<uint32_t>& unreached() const { return unreached_; }
   int64_t nodes() const { return graph_.nodes; }
@@ -127,6 +130,19 @@ class UnreachedCheck {
   std::vector<uint32_t> unreached_;
 };
 
+
+// The repair of a merge's rows at two ef: rows reached at the merging
+// session's ef can still be missed by a narrower search (in a merge of 5k
+// rows into 50k, 55-122 missed at ef 10-40 against 9-35 of the same rows in
+// a fresh build, docs/benchmarks.md), so a merge also repairs the rows a
+// search at this ef misses, a LIMIT 10 search's narrowest pool.
+constexpr int kRepairNarrowEf = 10;
+
+// low's repair (may be null), which high (of the same graph and rows) is
+// told of, then high's; the nodes whose lists changed, ascending. Both
+// after run().
+std::vector<uint32_t> repair_at_both_efs(UnreachedCheck* low, UnreachedCheck& high, GraphSpan graph,
+                                         const RunControl& control);
 
 // SearchParams::gpu_kernel of the GPU's large-batch kernel, which walks as
 // the CPU does (one expansion at a time from the same entries).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bruteforce.h"
+#include "search.h"
 #include "synthetic.h"
 #include "tsdg_capi.h"
 #include "tsdg_test_graphs.h"
@@ -139,6 +140,52 @@ TEST(CApi, UnreachedRowsJob) {
                                  entries.data(), 256, data.rows + 1, 2, 255, &error);
   EXPECT_EQ(job, nullptr);
   EXPECT_NE(std::string(error.message).find("out of range"), std::string::npos) << error.message;
+}
+
+// A job's repair at an ef wider than kRepairNarrowEf also repairs the rows
+// a search at that narrow ef misses: both checks on the repaired graph then
+// miss few rows, and the rows it reports are a full check's at its ef.
+TEST(CApi, UnreachedRowsJobRepairsAtTheNarrowEfToo) {
+  const SyntheticSpec spec = small_clustered_spec(8000, 24, 10, 31);
+  const Matrix data = make_clustered(spec);
+  const TsdgBuildParams params = small_params();
+  Built b = build(data, params);
+  TsdgError error;
+  std::vector<uint32_t> entries(4);
+  ASSERT_EQ(tsdg_select_entry_points(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                     b.neighbors.data(), params.degree, 4, entries.data(), &error),
+            TSDG_OK);
+  const int64_t first = 6000;
+  const int wide_ef = 3 * tsdg::kRepairNarrowEf;
+  const auto unreached_at = [&](int ef) {
+    TsdgUnreachedJob* job = tsdg_unreached_job_start(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                                     b.neighbors.data(), b.lambdas.data(), params.degree,
+                                                     entries.data(), 4, first, ef, 255, &error);
+    EXPECT_NE(job, nullptr) << error.message;
+    std::vector<uint32_t> rows(data.rows - first);
+    int64_t count = -1;
+    EXPECT_EQ(tsdg_unreached_job_finish(job, rows.data(), rows.size(), &count, &error), TSDG_OK);
+    rows.resize(std::max<int64_t>(count, 0));
+    return rows;
+  };
+  const size_t narrow_before = unreached_at(tsdg::kRepairNarrowEf).size();
+  ASSERT_GT(narrow_before, 20u);
+
+  TsdgUnreachedJob* job = tsdg_unreached_job_start(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                                   b.neighbors.data(), b.lambdas.data(), params.degree,
+                                                   entries.data(), 4, first, wide_ef, 255, &error);
+  ASSERT_NE(job, nullptr) << error.message;
+  std::vector<uint8_t> changed(data.rows, 0);
+  std::vector<uint32_t> rows(data.rows - first);
+  int64_t count = -1, lists = -1;
+  ASSERT_EQ(tsdg_unreached_job_finish_repairing(job, b.neighbors.data(), b.lambdas.data(), params.degree,
+                                                changed.data(), rows.data(), rows.size(), &count, &lists, &error),
+            TSDG_OK)
+      << error.message;
+  rows.resize(count);
+  EXPECT_EQ(rows, unreached_at(wide_ef));
+  EXPECT_GE(lists, static_cast<int64_t>(narrow_before) / 2);
+  EXPECT_LT(unreached_at(tsdg::kRepairNarrowEf).size() * 4, narrow_before);
 }
 
 // A resident index's repair leaves fewer of its rows unreached, those its
