@@ -62,6 +62,7 @@ struct TsdgSearch {
   char message[TSDG_ERROR_MESSAGE_LEN] = {0};
 };
 
+static_assert(tsdg::kRepairNarrowEf == TSDG_REPAIR_NARROW_EF, "the C API names the core's narrow repair ef");
 static_assert(static_cast<int>(tsdg::Phase::KnnGraph) == TSDG_PHASE_KNN_GRAPH &&
                   static_cast<int>(tsdg::Phase::Diversify) == TSDG_PHASE_DIVERSIFY &&
                   static_cast<int>(tsdg::Phase::Merge) == TSDG_PHASE_MERGE &&

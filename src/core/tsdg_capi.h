@@ -362,11 +362,19 @@ TsdgStatus	tsdg_unreached_job_finish(TsdgUnreachedJob *job, uint32_t *rows_out,
 									  int64_t max_rows, int64_t *count, TsdgError *error);
 
 /*
+ * A repair at an ef wider than this also repairs the rows a walk at this ef
+ * misses, so that narrower searches find the new rows too.
+ */
+#define TSDG_REPAIR_NARROW_EF	10
+
+/*
  * tsdg_unreached_job_finish after a repair of the graph for the rows not
  * reached: each gets an edge from the node its walk found nearest it (that
  * node's list in its (lambda, distance) order, the last entry dropped when
  * full), and the walks the new edges can change are walked again, for up
- * to two rounds (UnreachedCheck in search.h). neighbors and lambdas are the
+ * to two rounds (UnreachedCheck in search.h); at an ef wider than
+ * TSDG_REPAIR_NARROW_EF, first for the rows a walk at that ef misses (the
+ * job looked for both). neighbors and lambdas are the
  * arrays the job was started with, now writable; the lists it changes get
  * TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR in changed[n], and their count
  * goes to *lists_changed. The rows still not reached are written as by

@@ -701,10 +701,11 @@ FindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repair_c
 	r->unreached_count = count;
 	if (repair_changed != NULL)
 		ereport(LOG,
-				(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows of index %u/%u version " UINT64_FORMAT " are not reached by the walk for their own vector at ef %d (the large-batch kernel's, or the CPU's); %lld lists given an edge into them, then %lld not reached by a search, searched exactly (%.3f s)",
+				(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows of index %u/%u version " UINT64_FORMAT " are not reached by the walk for their own vector at ef %d (the large-batch kernel's, or the CPU's); %lld lists given an edge into those and the rows a walk at ef %d misses, then %lld not reached by a search, searched exactly (%.3f s)",
 						(long long) found, (long long) (r->n - first), r->key.database,
 						r->key.relfilenode, r->key.graph_version, check->ef,
-						(long long) lists_repaired, (long long) count, SecondsSince(start))));
+						(long long) lists_repaired, Min(check->ef, TSDG_REPAIR_NARROW_EF),
+						(long long) count, SecondsSince(start))));
 	else
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows of index %u/%u version " UINT64_FORMAT " are not reached by a search for their own vector at ef %d, searched exactly (%.3f s)",
