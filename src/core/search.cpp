@@ -501,6 +501,13 @@ bool insert_repair_edge(MatrixView data, GraphSpan graph, DistanceFn distance, u
   return true;
 }
 
+// The ids in either of two ascending lists, ascending.
+std::vector<uint32_t> sorted_union(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+  std::vector<uint32_t> both;
+  std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+  return both;
+}
+
 // An edge into each of rows from nearest_of(row) (insert_repair_edge),
 // rows in order. edges holds the (node, row) edges added so far, which
 // later insertions keep; it gains the new ones. Returns the nodes whose
@@ -560,25 +567,20 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
   walk_as_cpu.gpu_kernel = kGpuKernelWalkingAsTheCpu;
   std::vector<uint32_t> missed = index.unreached_rows(first, end, walk_as_cpu, control);
   found = static_cast<int64_t>(missed.size());
-  std::vector<int> walk_ef(missed.size(), params.ef);
+  std::vector<uint32_t> narrow;
   if (narrow_ef < params.ef) {
     walk_as_cpu.ef = narrow_ef;
-    const std::vector<uint32_t> narrow = index.unreached_rows(first, end, walk_as_cpu, control);
-    std::vector<uint32_t> both;
-    std::set_union(missed.begin(), missed.end(), narrow.begin(), narrow.end(), std::back_inserter(both));
-    walk_ef.assign(both.size(), params.ef);
-    for (size_t i = 0; i < both.size(); ++i) {
-      if (std::binary_search(narrow.begin(), narrow.end(), both[i])) walk_ef[i] = narrow_ef;
-    }
-    missed.swap(both);
+    narrow = index.unreached_rows(first, end, walk_as_cpu, control);
+    missed = sorted_union(missed, narrow);
   }
   const DistanceFn distance = metric_distance_fn(metric);
   std::vector<uint32_t> nearest(missed.size(), kInvalidId);
-  for (const int ef : {narrow_ef, params.ef}) {
+  for (const bool at_narrow_ef : {true, false}) {
+    const int ef = at_narrow_ef ? narrow_ef : params.ef;
     std::vector<uint32_t> rows;
     std::vector<size_t> at;
     for (size_t i = 0; i < missed.size(); ++i) {
-      if (walk_ef[i] == ef && nearest[i] == kInvalidId) {
+      if (std::binary_search(narrow.begin(), narrow.end(), missed[i]) == at_narrow_ef) {
         rows.push_back(missed[i]);
         at.push_back(i);
       }
@@ -626,9 +628,7 @@ std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const 
         lambda_limit_, edges);
     if (changed_now.empty()) break;
     lists_changed(changed_now, control);
-    std::vector<uint32_t> all;
-    std::set_union(changed.begin(), changed.end(), changed_now.begin(), changed_now.end(), std::back_inserter(all));
-    changed.swap(all);
+    changed = sorted_union(changed, changed_now);
   }
   return changed;
 }
@@ -640,10 +640,7 @@ std::vector<uint32_t> repair_at_both_efs(UnreachedCheck* low, UnreachedCheck& hi
     changed = low->repair(graph, kUnreachedRepairRounds, control);
     high.lists_changed(changed, control);
   }
-  const std::vector<uint32_t> changed_high = high.repair(graph, kUnreachedRepairRounds, control);
-  std::vector<uint32_t> all;
-  std::set_union(changed.begin(), changed.end(), changed_high.begin(), changed_high.end(), std::back_inserter(all));
-  return all;
+  return sorted_union(changed, high.repair(graph, kUnreachedRepairRounds, control));
 }
 
 struct CpuSearchIndex::Scratch {
