@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -1036,18 +1037,20 @@ TsdgStatus tsdg_index_unreached_rows_repaired(TsdgResidentIndex* index, const fl
     const int64_t n = index->index->node_count();
     std::unique_ptr<tsdg::ThreadPool> own_pool;
     const tsdg::RunControl control = own_rows_control(index, n - first, own_pool);
+    // Each list is marked before it is written, also when the index then
+    // fails to take it or this process dies: the session that shares changed[]
+    // writes every marked list's page again. The fence keeps the mark's store
+    // ahead of the list's for the session, a reader in another process.
+    const tsdg::BeforeListChange mark_first = [changed](uint32_t node) {
+      changed[node] |= TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR;
+      std::atomic_thread_fence(std::memory_order_release);
+    };
     std::vector<uint32_t> repaired;
-    std::vector<uint32_t> after;
-    try {
-      after = tsdg::unreached_rows_repaired(
-          *index->index, tsdg::MatrixView{rows, n, index->dim}, tsdg::GraphSpan{neighbors, lambdas, n, degree},
-          to_metric(metric), resident_search_params(1, ef, lambda_limit), first, n, *found, repaired, control);
-    } catch (...) {
-      // the lists changed are marked even when the index then failed to take them
-      mark_repaired(repaired, changed, lists_changed);
-      throw;
-    }
-    mark_repaired(repaired, changed, lists_changed);
+    const std::vector<uint32_t> after = tsdg::unreached_rows_repaired(
+        *index->index, tsdg::MatrixView{rows, n, index->dim}, tsdg::GraphSpan{neighbors, lambdas, n, degree},
+        to_metric(metric), resident_search_params(1, ef, lambda_limit), first, n, *found, repaired, control,
+        mark_first);
+    *lists_changed = static_cast<int64_t>(repaired.size());
     copy_unreached(after, rows_out, max_rows, count);
   });
 }

@@ -465,7 +465,8 @@ namespace {
 // lambda_limit; a full list drops its last entry that is not pinned. Returns
 // whether it inserted.
 bool insert_repair_edge(MatrixView data, GraphSpan graph, DistanceFn distance, uint32_t node, uint32_t row,
-                        int lambda_limit, const std::vector<uint32_t>& pinned) {
+                        int lambda_limit, const std::vector<uint32_t>& pinned,
+                        const BeforeListChange& before_change) {
   const int degree = graph.degree;
   uint32_t* list = graph.list(node);
   uint8_t* lambdas = graph.list_lambdas(node);
@@ -479,10 +480,14 @@ bool insert_repair_edge(MatrixView data, GraphSpan graph, DistanceFn distance, u
     if (dists[size] < d && distance(data.row(list[size]), data.row(row), data.dim) < d) ++lambda;
   }
   if (lambda > lambda_limit || lambda > 255) return false;
+  int drop = -1;  // the entry a full list drops
   if (size == degree) {
-    int drop = degree - 1;
+    drop = degree - 1;
     while (drop >= 0 && std::find(pinned.begin(), pinned.end(), list[drop]) != pinned.end()) --drop;
     if (drop < 0) return false;
+  }
+  if (before_change) before_change(node);
+  if (drop >= 0) {
     for (int j = drop; j + 1 < size; ++j) {
       list[j] = list[j + 1];
       lambdas[j] = lambdas[j + 1];
@@ -515,7 +520,8 @@ std::vector<uint32_t> sorted_union(const std::vector<uint32_t>& a, const std::ve
 template <typename NearestOf>
 std::vector<uint32_t> insert_repair_edges(MatrixView data, GraphSpan graph, DistanceFn distance,
                                           const std::vector<uint32_t>& rows, NearestOf nearest_of, int lambda_limit,
-                                          std::vector<std::pair<uint32_t, uint32_t>>& edges) {
+                                          std::vector<std::pair<uint32_t, uint32_t>>& edges,
+                                          const BeforeListChange& before_change) {
   std::vector<uint32_t> changed;
   for (uint32_t row : rows) {
     const uint32_t node = nearest_of(row);
@@ -524,7 +530,7 @@ std::vector<uint32_t> insert_repair_edges(MatrixView data, GraphSpan graph, Dist
     for (const auto& [at, to] : edges) {
       if (at == node) pinned.push_back(to);
     }
-    if (!insert_repair_edge(data, graph, distance, node, row, lambda_limit, pinned)) continue;
+    if (!insert_repair_edge(data, graph, distance, node, row, lambda_limit, pinned, before_change)) continue;
     edges.emplace_back(node, row);
     changed.push_back(node);
   }
@@ -538,7 +544,7 @@ std::vector<uint32_t> insert_repair_edges(MatrixView data, GraphSpan graph, Dist
 std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView data, GraphSpan graph, Metric metric,
                                               const SearchParams& params, int64_t first, int64_t end,
                                               int64_t& found, std::vector<uint32_t>& changed,
-                                              const RunControl& control) {
+                                              const RunControl& control, const BeforeListChange& before_change) {
   const GraphView view{graph.neighbors, graph.lambdas, graph.nodes, graph.degree};
   const std::vector<uint32_t> entries = index.entry_points(params, control);
   check_walk_arguments(data, view, entries.data(), static_cast<int>(entries.size()), first, end, params.ef);
@@ -557,7 +563,7 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
     const std::unique_ptr<UnreachedCheck> narrow = narrow_ef < params.ef ? check_at(narrow_ef) : nullptr;
     const std::unique_ptr<UnreachedCheck> check = check_at(params.ef);
     found = static_cast<int64_t>(check->unreached().size());
-    changed = repair_at_both_efs(narrow.get(), *check, graph, control);
+    changed = repair_at_both_efs(narrow.get(), *check, graph, control, before_change);
     return check->unreached();
   }
   // The rows the large-batch kernel misses at ef and at the narrow ef, each
@@ -594,7 +600,7 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
   changed = insert_repair_edges(
       data, graph, distance, missed,
       [&](uint32_t row) { return nearest[std::lower_bound(missed.begin(), missed.end(), row) - missed.begin()]; },
-      params.lambda_limit, edges);
+      params.lambda_limit, edges, before_change);
   if (!changed.empty()) index.lists_changed(changed);
   return index.unreached_rows(first, end, params, control);
 }
@@ -616,7 +622,8 @@ void UnreachedCheck::lists_changed(const std::vector<uint32_t>& nodes, const Run
   walk_rows(again, control);
 }
 
-std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const RunControl& control) {
+std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const RunControl& control,
+                                             const BeforeListChange& before_change) {
   if (graph.neighbors != graph_.neighbors || graph.lambdas != graph_.lambdas || graph.degree != graph_.degree) {
     throw Error(Status::InvalidArgument, "unreached rows: repair of another graph than the one checked");
   }
@@ -625,7 +632,7 @@ std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const 
   for (int round = 0; round < rounds && !unreached_.empty(); ++round) {
     const std::vector<uint32_t> changed_now = insert_repair_edges(
         data_, graph, distance_, unreached_, [&](uint32_t row) { return nearest_found_[row - first_]; },
-        lambda_limit_, edges);
+        lambda_limit_, edges, before_change);
     if (changed_now.empty()) break;
     lists_changed(changed_now, control);
     changed = sorted_union(changed, changed_now);
@@ -634,13 +641,13 @@ std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const 
 }
 
 std::vector<uint32_t> repair_at_both_efs(UnreachedCheck* low, UnreachedCheck& high, GraphSpan graph,
-                                         const RunControl& control) {
+                                         const RunControl& control, const BeforeListChange& before_change) {
   std::vector<uint32_t> changed;
   if (low != nullptr) {
-    changed = low->repair(graph, kUnreachedRepairRounds, control);
+    changed = low->repair(graph, kUnreachedRepairRounds, control, before_change);
     high.lists_changed(changed, control);
   }
-  return sorted_union(changed, high.repair(graph, kUnreachedRepairRounds, control));
+  return sorted_union(changed, high.repair(graph, kUnreachedRepairRounds, control, before_change));
 }
 
 struct CpuSearchIndex::Scratch {

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -74,6 +75,12 @@ constexpr int kUnreachedRepairRounds = 2;
 // budget a walk is not kept, and a repair walks its row again.
 constexpr int64_t kMaxRecordedExpansions = int64_t{64} << 20;
 
+// Called with a node just before a repair writes its list. Lists that
+// another process reads while they are repaired (the worker's, in a merge's
+// shared segment) are marked changed there first: a list that differs is
+// then marked, even when the process dies between the two writes.
+using BeforeListChange = std::function<void(uint32_t node)>;
+
 // unreached_rows that can then repair the graph for the rows not reached. A
 // walk that misses its row has still expanded every node of its pool, the
 // nearest one found first among them: an edge from that node to the row
@@ -104,7 +111,8 @@ class UnreachedCheck {
   // λ limit stay as they are. Up to `rounds` rounds, each followed by the
   // walks it can change. graph holds the arrays given at construction, now
   // writable. Returns the nodes whose lists changed, ascending.
-  std::vector<uint32_t> repair(GraphSpan graph, int rounds, const RunControl& control);
+  std::vector<uint32_t> repair(GraphSpan graph, int rounds, const RunControl& control,
+                               const BeforeListChange& before_change = {});
   // After run(): the lists of nodes changed (by another check's repair):
   // walks again the rows not reached and those whose walk read one of them.
   void lists_changed(const std::vector<uint32_t>& nodes, const RunControl& control);
@@ -142,7 +150,7 @@ constexpr int kRepairNarrowEf = 10;
 // told of, then high's; the nodes whose lists changed, ascending. Both
 // after run().
 std::vector<uint32_t> repair_at_both_efs(UnreachedCheck* low, UnreachedCheck& high, GraphSpan graph,
-                                         const RunControl& control);
+                                         const RunControl& control, const BeforeListChange& before_change = {});
 
 // SearchParams::gpu_kernel of the GPU's large-batch kernel, which walks as
 // the CPU does (one expansion at a time from the same entries).
@@ -159,11 +167,11 @@ constexpr int kGpuKernelWalkingAsTheCpu = 2;
 // answer, ascending. graph: the host arrays the index was made from, now
 // writable, with data its rows. found gets how many the first check
 // missed; changed the nodes whose lists changed, also when the index then
-// throws.
+// throws; before_change sees each of them before its list is written.
 std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView data, GraphSpan graph, Metric metric,
                                               const SearchParams& params, int64_t first, int64_t end,
                                               int64_t& found, std::vector<uint32_t>& changed,
-                                              const RunControl& control);
+                                              const RunControl& control, const BeforeListChange& before_change);
 
 // The bounded best-first candidate list: the ef best (distance, id) pairs seen,
 // ascending, each marked once expanded.

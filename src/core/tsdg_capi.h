@@ -411,7 +411,10 @@ TsdgStatus	tsdg_index_unreached_rows(TsdgResidentIndex *index, int64_t first, in
  * host arrays the index was made from (neighbors and lambdas now
  * writable), metric its metric. rows_out, max_rows and *count as
  * tsdg_index_unreached_rows's; changed[n] and *lists_changed as
- * tsdg_unreached_job_finish_repairing's, set also when it fails.
+ * tsdg_unreached_job_finish_repairing's. Each list is marked in changed[]
+ * before it is written, so that a process sharing changed[] and the lists
+ * finds every changed list marked, also when this call fails or its
+ * process dies halfway (*lists_changed is set only on success).
  */
 TsdgStatus	tsdg_index_unreached_rows_repaired(TsdgResidentIndex *index, const float *rows,
 											   uint32_t *neighbors, uint8_t *lambdas, int degree,

@@ -138,6 +138,7 @@ typedef struct TsdgMerge
 	TsdgUnreachedJob *unreached_job;
 	int64		lists_repaired; /* lists given an edge into such a row */
 	BlockNumber list_pages_repaired;	/* list pages written again for them */
+	bool		worker_summary_failed;	/* the summary computed here instead */
 } TsdgMerge;
 
 static bool TsdgKnnPagesMayLagFor(const TsdgMetaPageData *meta, int64 n);
@@ -1764,6 +1765,7 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 					RelationGetRelationName(m->index), m->n_old, m->n_new,
 					(int64) m->meta.node_count - m->n_old,
 					seconds[0], seconds[1], seconds[2],
+					m->worker_summary_failed ? " (the worker's summary failed: computed here)" :
 					m->segment.summary_pid != 0 ? " (waiting for the worker's)" : "", seconds[3]),
 			 errdetail("Old lists changed: " INT64_FORMAT " k-NN, " INT64_FORMAT " search; "
 					   "list pages of old nodes with a changed search list: " INT64_FORMAT " of " INT64_FORMAT "; "
@@ -1838,6 +1840,7 @@ TsdgMergeIndex(Relation index, bool wait)
 			INSTR_TIME_SET_CURRENT(entry_start);
 			if (!TsdgWorkerMergeSummary(&m.segment, &m.new_meta))
 			{
+				m.worker_summary_failed = true;
 				TsdgReadLeftRows(&m);
 				TsdgMergedEntryPoints(&m, metric);
 			}

@@ -260,7 +260,8 @@ TEST(GpuSearch, UnreachedRowsOfBothKernels) {
 
 // A GPU index's repair of its unreached rows (those the large-batch kernel
 // misses) puts the changed lists on the device: it leaves the rows an index
-// uploaded from the repaired host graph misses, far fewer than before.
+// uploaded from the repaired host graph misses, far fewer than before. It
+// names each list it changes before it writes it.
 TEST(GpuSearch, RepairedListsReachTheRows) {
   TSDG_REQUIRE_GPU();
   const SearchFixture& f = fixture();
@@ -272,10 +273,22 @@ TEST(GpuSearch, RepairedListsReachTheRows) {
   const int64_t n = f.data.rows;
   const std::vector<uint32_t> before = gpu_index->unreached_rows(first, n, params, cpu_control());
   std::vector<uint32_t> changed;
+  std::vector<uint32_t> named;  // each list as the repair names it, before it writes it
+  const int degree = graph.degree;
+  const auto list_as_built = [&](uint32_t u) {
+    return std::equal(&f.graph.neighbors[u * degree], &f.graph.neighbors[(u + 1) * degree],
+                      &graph.neighbors[u * degree]);
+  };
   int64_t found = -1;
-  const std::vector<uint32_t> after = unreached_rows_repaired(*gpu_index, f.data.view(), GraphSpan::of(graph),
-                                                              Metric::L2, params, first, n, found, changed,
-                                                              cpu_control());
+  const std::vector<uint32_t> after = unreached_rows_repaired(
+      *gpu_index, f.data.view(), GraphSpan::of(graph), Metric::L2, params, first, n, found, changed, cpu_control(),
+      [&](uint32_t node) {
+        if (std::find(named.begin(), named.end(), node) != named.end()) return;
+        EXPECT_TRUE(list_as_built(node)) << "node " << node << " written before it was named";
+        named.push_back(node);
+      });
+  std::sort(named.begin(), named.end());
+  EXPECT_EQ(named, changed);
   EXPECT_LE(found, static_cast<int64_t>(before.size()));
   auto uploaded = gpu_backend.make_search_index(f.data.view(), graph, Metric::L2);
   EXPECT_EQ(after, uploaded->unreached_rows(first, n, params, cpu_control()));

@@ -12,7 +12,9 @@
 # cancelled while the worker computes it
 # stops the worker's computation; a worker killed (SIGKILL) during a merge
 # leaves the merge to the session, which completes it on the CPU with a
-# correct index; the restarted worker merges an index with deleted nodes.
+# correct index; a worker killed during its summary of the merged graph
+# leaves the summary to the session; the restarted worker merges an index
+# with deleted nodes.
 # Runs the worker with the core's CPU backend (any machine)
 # unless TSDG_WORKER_BACKEND says otherwise.
 # Usage: worker_merge.sh WORKDIR (starts its own cluster on port 54410).
@@ -283,6 +285,44 @@ fi
 finds_itself items $((next - load_rows)) "$next" "merged on the CPU after the worker was killed"
 finds_itself items 1 1000 "old rows after the merge on the CPU"
 echo "fallback: $(log_lines "$from" | grep -o 'falls back to the CPU.*' | head -1)"
+
+# 4b. The worker killed during its summary of the merged graph, after its
+# answer, while it looks the merged rows up and repairs its graph for those
+# it does not reach (a wide ef makes that last): the session computes the
+# summary with the pages' walk and writes again every list the worker's
+# repair had marked (the worker marks a list before it writes it), so each
+# row of the load is found first at the merging ef. A kill that comes after
+# the summary leaves nothing to check: the load is merged again until one
+# lands in it.
+killed_in_summary=0
+for attempt in 1 2 3; do
+  wait_for_worker_or_skip "$backend" || fail "the worker did not come back"
+  load items "$next" "$load_rows" $((20 + attempt))
+  from=$(wc -l < "$dir/server.log")
+  sql -At -c "SET log_min_messages = debug1" -c "SET tsdg.ef_search = 400" \
+    -c "SELECT tsdg_merge('items_idx')" >"$dir/killed_summary.out" 2>&1 &
+  merge_session=$!
+  wait_for_log "$from" "pg_tsdg GPU worker: merged index" || fail "the worker never answered the merge"
+  kill -9 "$(status worker_pid)"
+  wait "$merge_session" || fail "the merge failed when the worker was killed in its summary: $(cat "$dir/killed_summary.out")"
+  [ "$(cat "$dir/killed_summary.out")" = "$load_rows" ] ||
+    fail "the merge with the worker killed in its summary returned $(cat "$dir/killed_summary.out")"
+  missed=$(sql -At -c "SET enable_seqscan = off; SET tsdg.device = cpu; SET tsdg.ef_search = 400;
+    SELECT count(*) FROM (SELECT id, v FROM items WHERE id >= $next AND id < $((next + load_rows))) p
+    WHERE (SELECT t.id FROM items t ORDER BY t.v <-> p.v LIMIT 1) <> p.id")
+  [ "$missed" = 0 ] || fail "$missed rows of a load whose worker was killed in its summary are not found first"
+  next=$((next + load_rows))
+  if logged "$from" "the worker's summary failed: computed here"; then
+    killed_in_summary=1
+    echo "killed in its summary (attempt $attempt): $(log_lines "$from" | grep -o "list pages of old nodes.*" | head -1)"
+    break
+  fi
+  logged "$from" "pg_tsdg GPU worker: summary of the merged graph of index" ||
+    fail "the worker neither finished its summary nor left it to the session"
+  echo "attempt $attempt: the worker finished its summary before the kill"
+done
+[ "$killed_in_summary" = 1 ] || fail "no kill landed in the worker's summary in 3 attempts"
+finds_itself items 1 "$next" "the graph after the worker was killed in its summary" 25
 
 # 5. The restarted worker merges again, for VACUUM, with deleted nodes: the
 # session sends the repaired k-NN lists with their distances and which lists

@@ -314,8 +314,9 @@ TEST(Search, UnreachedRowsAreThoseTheirOwnSearchMisses) {
 
 // The repair leaves the rows a full check of the repaired graph finds
 // unreached (its targeted walks miss none), far fewer than before, and
-// changes only the lists it names, each still in λ order; with every walk
-// kept, with none kept (all walked again), and with some kept.
+// changes only the lists it names, each still in λ order, each named to
+// the caller before it is first written; with every walk kept, with none
+// kept (all walked again), and with some kept.
 class UnreachedRepair : public ::testing::TestWithParam<int64_t> {};
 
 INSTANTIATE_TEST_SUITE_P(RecordBudgets, UnreachedRepair, ::testing::Values(kMaxRecordedExpansions, 0, 4000));
@@ -338,19 +339,29 @@ TEST_P(UnreachedRepair, MatchesAFullCheck) {
                                    static_cast<int>(entries.size()), first, n, ef, 255, RunControl{}));
   ASSERT_GT(before.size(), 10u);
 
-  const std::vector<uint32_t> changed = check.repair(GraphSpan::of(f.graph), 2, control);
+  const int degree = f.graph.degree;
+  std::vector<uint32_t> named;
+  const auto list_as_built = [&](uint32_t u) {
+    return std::equal(&original.neighbors[u * degree], &original.neighbors[(u + 1) * degree],
+                      &f.graph.neighbors[u * degree]) &&
+           std::equal(&original.lambdas[u * degree], &original.lambdas[(u + 1) * degree],
+                      &f.graph.lambdas[u * degree]);
+  };
+  const std::vector<uint32_t> changed = check.repair(GraphSpan::of(f.graph), 2, control, [&](uint32_t node) {
+    if (std::find(named.begin(), named.end(), node) != named.end()) return;
+    EXPECT_TRUE(list_as_built(node)) << "node " << node << " written before it was named";
+    named.push_back(node);
+  });
+  std::sort(named.begin(), named.end());
+  EXPECT_EQ(named, changed);
   EXPECT_TRUE(std::is_sorted(changed.begin(), changed.end()));
   EXPECT_FALSE(changed.empty());
   EXPECT_EQ(check.unreached(), unreached_rows(f.data.view(), GraphView::of(f.graph), Metric::L2, entries.data(),
                                               static_cast<int>(entries.size()), first, n, ef, 255, RunControl{}));
   EXPECT_LT(check.unreached().size() * 4, before.size());
 
-  const int degree = f.graph.degree;
   for (int64_t u = 0; u < n; ++u) {
-    const bool same = std::equal(&original.neighbors[u * degree], &original.neighbors[(u + 1) * degree],
-                                 &f.graph.neighbors[u * degree]) &&
-                      std::equal(&original.lambdas[u * degree], &original.lambdas[(u + 1) * degree],
-                                 &f.graph.lambdas[u * degree]);
+    const bool same = list_as_built(static_cast<uint32_t>(u));
     EXPECT_EQ(!same, std::binary_search(changed.begin(), changed.end(), static_cast<uint32_t>(u))) << "node " << u;
     if (same) continue;
     for (int j = 1; j < degree && f.graph.neighbors[u * degree + j] != kInvalidId; ++j) {
