@@ -56,6 +56,12 @@ INSERT INTO merge_items SELECT i, merge_vec(i) FROM generate_series(5501, 5600) 
 SELECT rows, pending FROM tsdg_index_info('merge_idx');
 SELECT id FROM merge_items ORDER BY v <-> merge_vec(5555) LIMIT 1;
 
+-- a merge that does not fit in maintenance_work_mem fails and leaves them pending
+SET maintenance_work_mem = '1MB';
+SELECT tsdg_merge('merge_idx');
+RESET maintenance_work_mem;
+SELECT rows, pending FROM tsdg_index_info('merge_idx');
+
 -- VACUUM below the threshold leaves the pending rows alone
 DELETE FROM merge_items WHERE id % 10 = 0;
 SET tsdg.merge_threshold = 100000;

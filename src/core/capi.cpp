@@ -933,7 +933,12 @@ TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim
                                            const uint32_t* neighbors, const uint8_t* lambdas,
                                            int degree, const uint32_t* entry_ids, int entry_count,
                                            int64_t first, int ef, int lambda_limit,
-                                           TsdgError* error) {
+                                           int64_t record_bytes, TsdgError* error) {
+  // per row and check: its walk's record (an empty vector and its heap
+  // block's header once it holds nodes), its nearest node and its flag
+  static_assert(2 * (sizeof(std::vector<uint32_t>) + 16 + sizeof(uint32_t) + sizeof(uint8_t)) <=
+                    TSDG_UNREACHED_JOB_ROW_BYTES,
+                "TSDG_UNREACHED_JOB_ROW_BYTES covers both checks' per-row state");
   try {
     validate_rows(rows, n, dim);
     require(degree > 0, "degree must be positive");
@@ -941,14 +946,19 @@ TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim
             "neighbors and lambdas must not be NULL");
     require(entry_count >= 0 && (entry_count == 0 || entry_ids != nullptr),
             "entry_ids must not be NULL");
+    require(record_bytes >= 0, "record_bytes must not be negative");
+    // A record's vector may hold twice the nodes it keeps.
+    const int checks = ef > tsdg::kRepairNarrowEf ? 2 : 1;
+    const int64_t record_budget = std::min<int64_t>(
+        tsdg::kMaxRecordedExpansions, record_bytes / (checks * 2 * static_cast<int64_t>(sizeof(uint32_t))));
     auto job = std::make_unique<TsdgUnreachedJob>();
     job->check = std::make_unique<tsdg::UnreachedCheck>(
         tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, to_metric(metric), entry_ids,
-        entry_count, first, n, ef, lambda_limit);
-    if (ef > tsdg::kRepairNarrowEf) {
+        entry_count, first, n, ef, lambda_limit, record_budget);
+    if (checks == 2) {
       job->narrow = std::make_unique<tsdg::UnreachedCheck>(
           tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, to_metric(metric), entry_ids,
-          entry_count, first, n, tsdg::kRepairNarrowEf, lambda_limit);
+          entry_count, first, n, tsdg::kRepairNarrowEf, lambda_limit, record_budget);
     }
     job->pool = std::make_unique<tsdg::ThreadPool>(0);
     TsdgUnreachedJob* running = job.get();

@@ -348,16 +348,21 @@ TsdgStatus	tsdg_graph_nn1_bound(const float *rows, int64_t n, int dim, TsdgMetri
  * tsdg_unreached_job_finish, which waits, writes the first max_rows of the
  * rows, ascending, to rows_out and how many there are, all of them, to
  * *count (rows_out may be NULL with max_rows 0: to drop them), and frees
- * the job.
+ * the job. The job holds about TSDG_UNREACHED_JOB_ROW_BYTES per row of
+ * [first, n), and at most record_bytes besides for the walks it keeps for
+ * tsdg_unreached_job_finish_repairing (past them, a repair walks rows
+ * again instead).
  */
 typedef struct TsdgUnreachedJob TsdgUnreachedJob;
+
+#define TSDG_UNREACHED_JOB_ROW_BYTES 96
 
 TsdgUnreachedJob *tsdg_unreached_job_start(const float *rows, int64_t n, int dim,
 										   TsdgMetric metric, const uint32_t *neighbors,
 										   const uint8_t *lambdas, int degree,
 										   const uint32_t *entry_ids, int entry_count,
 										   int64_t first, int ef, int lambda_limit,
-										   TsdgError *error);
+										   int64_t record_bytes, TsdgError *error);
 TsdgStatus	tsdg_unreached_job_finish(TsdgUnreachedJob *job, uint32_t *rows_out,
 									  int64_t max_rows, int64_t *count, TsdgError *error);
 

@@ -517,17 +517,27 @@ TsdgMergeRows(const TsdgMetaPageData *meta)
 			   (int64) meta->node_count);
 }
 
+/*
+ * Bytes a merge holds in this backend: its rows' arrays, and the check of
+ * its new rows besides the walks it keeps for the repair (those get what
+ * maintenance_work_mem leaves, TsdgMergedEntryPoints).
+ */
+static double
+TsdgMergeBytes(const TsdgMetaPageData *meta)
+{
+	return (double) TsdgMergeRows(meta) * TsdgMergeBytesPerRow(meta) +
+		(double) meta->pending_count * TSDG_UNREACHED_JOB_ROW_BYTES;
+}
+
 static bool
 TsdgMergeFits(const TsdgMetaPageData *meta)
 {
-	return (double) TsdgMergeRows(meta) * TsdgMergeBytesPerRow(meta) <=
-		(double) maintenance_work_mem * 1024.0;
+	return TsdgMergeBytes(meta) <= (double) maintenance_work_mem * 1024.0;
 }
 
 static void
 TsdgCheckMergeMemory(Relation index, const TsdgMetaPageData *meta)
 {
-	Size		per_row = TsdgMergeBytesPerRow(meta);
 	int64		rows = TsdgMergeRows(meta);
 
 	if (!TsdgMergeFits(meta))
@@ -535,10 +545,10 @@ TsdgCheckMergeMemory(Relation index, const TsdgMetaPageData *meta)
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("merging tsdg index \"%s\" does not fit in maintenance_work_mem (%d kB)",
 						RelationGetRelationName(index), maintenance_work_mem),
-				 errdetail("The merge holds %lld rows, about %zu bytes each.",
-						   (long long) rows, per_row),
+				 errdetail("The merge holds %lld rows, about %.0f bytes each.",
+						   (long long) rows, TsdgMergeBytes(meta) / Max(rows, 1)),
 				 errhint("Raise maintenance_work_mem to at least %.0f MB.",
-						 rows * (double) per_row / (1024.0 * 1024.0) + 1)));
+						 TsdgMergeBytes(meta) / (1024.0 * 1024.0) + 1)));
 }
 
 /*
@@ -1080,6 +1090,7 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 	TsdgError	error;
 	TsdgStatus	status;
 	uint32		entries[TSDG_MAX_ENTRY_POINTS];
+	double		record_bytes;
 
 	nm->entry_count = 0;
 	nm->nn1_bound = 0;
@@ -1095,11 +1106,16 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 								  &nm->nn1_bound, &error);
 	TsdgCheckCore(m->index, status, &error);
 
-	/* the walk of this backend's scans and of the CPU worker's, at tsdg.ef_search */
+	/*
+	 * the walk of this backend's scans and of the CPU worker's, at
+	 * tsdg.ef_search; the walks it keeps for the repair get what
+	 * maintenance_work_mem leaves
+	 */
+	record_bytes = Max(0.0, (double) maintenance_work_mem * 1024.0 - TsdgMergeBytes(&m->meta));
 	m->unreached_job = tsdg_unreached_job_start(m->rows, n, m->dims, metric, m->neighbors,
 												m->lambdas, degree, nm->entry_points,
 												nm->entry_count, m->n_old, tsdg_ef_search,
-												tsdg_lambda_search, &error);
+												tsdg_lambda_search, (int64) record_bytes, &error);
 	if (m->unreached_job == NULL)
 		TsdgCheckCore(m->index, TSDG_ERR_OUT_OF_MEMORY, &error);
 }
@@ -1907,7 +1923,7 @@ TsdgVacuumMerge(IndexVacuumInfo *info)
 		ereport(WARNING,
 				(errmsg("tsdg index \"%s\" not merged: the merge needs about %.0f MB of maintenance_work_mem",
 						RelationGetRelationName(info->index),
-						TsdgMergeRows(&meta) * (double) TsdgMergeBytesPerRow(&meta) / (1024.0 * 1024.0) + 1),
+						TsdgMergeBytes(&meta) / (1024.0 * 1024.0) + 1),
 				 errhint("Raise maintenance_work_mem (autovacuum_work_mem for autovacuum), or run tsdg_merge() with more.")));
 		return;
 	}

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ constexpr int kIndexEntryPoints = 256;
 // index's default tsdg.ef_search, no λ limit (tsdg.lambda_search's default).
 constexpr int kIndexEfSearch = 100;
 constexpr int kNoLambdaLimit = 255;
+// the check's walks all kept, as the session keeps them when
+// maintenance_work_mem has room for them
+constexpr int64_t kUnboundedRecords = std::numeric_limits<int64_t>::max();
 
 struct Clocks {
   double wall;
@@ -180,7 +184,8 @@ int64_t unreached_check(MatrixView rows, const IndexGraph& graph, int degree, in
   TsdgError error;
   TsdgUnreachedJob* job = tsdg_unreached_job_start(
       rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, graph.neighbors.data(), graph.lambdas.data(), degree,
-      graph.entries.data(), static_cast<int>(graph.entries.size()), first, kIndexEfSearch, kNoLambdaLimit, &error);
+      graph.entries.data(), static_cast<int>(graph.entries.size()), first, kIndexEfSearch, kNoLambdaLimit,
+      kUnboundedRecords, &error);
   if (job == nullptr) throw Error(Status::OutOfMemory, std::string("unreached check: ") + error.message);
   int64_t count = 0;
   check(tsdg_unreached_job_finish(job, nullptr, 0, &count, &error), error, "unreached check");

@@ -17,6 +17,9 @@
 namespace tsdg {
 namespace {
 
+// record_bytes of tsdg_unreached_job_start that keeps every walk
+constexpr int64_t kAllRecords = int64_t{1} << 40;
+
 using testing::small_clustered_spec;
 
 struct Built {
@@ -116,7 +119,7 @@ TEST(CApi, UnreachedRowsJob) {
             TSDG_OK);
   TsdgUnreachedJob* job = tsdg_unreached_job_start(
       data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, b.neighbors.data(), b.lambdas.data(),
-      params.degree, entries.data(), 256, 6000, 2, 255, &error);
+      params.degree, entries.data(), 256, 6000, 2, 255, kAllRecords, &error);
   ASSERT_NE(job, nullptr) << error.message;
   std::vector<uint32_t> rows(2000);
   int64_t count = -1;
@@ -137,15 +140,20 @@ TEST(CApi, UnreachedRowsJob) {
 
   job = tsdg_unreached_job_start(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
                                  b.neighbors.data(), b.lambdas.data(), params.degree,
-                                 entries.data(), 256, data.rows + 1, 2, 255, &error);
+                                 entries.data(), 256, data.rows + 1, 2, 255, kAllRecords, &error);
   EXPECT_EQ(job, nullptr);
   EXPECT_NE(std::string(error.message).find("out of range"), std::string::npos) << error.message;
 }
 
 // A job's repair at an ef wider than kRepairNarrowEf also repairs the rows
 // a search at that narrow ef misses: both checks on the repaired graph then
-// miss few rows, and the rows it reports are a full check's at its ef.
-TEST(CApi, UnreachedRowsJobRepairsAtTheNarrowEfToo) {
+// miss few rows, and the rows it reports are a full check's at its ef; with
+// room for every walk's record, for none, and for some.
+class UnreachedRowsJobRecords : public ::testing::TestWithParam<int64_t> {};
+
+INSTANTIATE_TEST_SUITE_P(RecordBytes, UnreachedRowsJobRecords, ::testing::Values(kAllRecords, 0, 64 << 10));
+
+TEST_P(UnreachedRowsJobRecords, RepairsAtTheNarrowEfToo) {
   const SyntheticSpec spec = small_clustered_spec(8000, 24, 10, 31);
   const Matrix data = make_clustered(spec);
   const TsdgBuildParams params = small_params();
@@ -160,7 +168,7 @@ TEST(CApi, UnreachedRowsJobRepairsAtTheNarrowEfToo) {
   const auto unreached_at = [&](int ef) {
     TsdgUnreachedJob* job = tsdg_unreached_job_start(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
                                                      b.neighbors.data(), b.lambdas.data(), params.degree,
-                                                     entries.data(), 4, first, ef, 255, &error);
+                                                     entries.data(), 4, first, ef, 255, kAllRecords, &error);
     EXPECT_NE(job, nullptr) << error.message;
     std::vector<uint32_t> rows(data.rows - first);
     int64_t count = -1;
@@ -173,7 +181,7 @@ TEST(CApi, UnreachedRowsJobRepairsAtTheNarrowEfToo) {
 
   TsdgUnreachedJob* job = tsdg_unreached_job_start(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
                                                    b.neighbors.data(), b.lambdas.data(), params.degree,
-                                                   entries.data(), 4, first, wide_ef, 255, &error);
+                                                   entries.data(), 4, first, wide_ef, 255, GetParam(), &error);
   ASSERT_NE(job, nullptr) << error.message;
   std::vector<uint8_t> changed(data.rows, 0);
   std::vector<uint32_t> rows(data.rows - first);
