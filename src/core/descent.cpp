@@ -121,6 +121,9 @@ class Descent {
     // row's own side can meet a NEW sample; the others would only take slots.
     const bool split = options_.split > 0;
     const auto side = [&](uint32_t v) { return static_cast<int64_t>(v) >= options_.split; };
+    const int first_side_old = split && options_.first_side_old_samples > 0
+                                   ? std::min(p, options_.first_side_old_samples)
+                                   : p;
     std::vector<int64_t> fresh(worker_count(control_), 0);
     parallel_for(control_, data_.rows, 4096, [&](int64_t begin, int64_t end, int worker) {
       int64_t count = 0;
@@ -129,6 +132,7 @@ class Descent {
         uint8_t* flags = lists_.flags(s);
         uint32_t* new_out = samples_.new_list(s);
         uint32_t* old_out = samples_.old_list(s);
+        const int old_p = split && !side(static_cast<uint32_t>(s)) ? first_side_old : p;
         int new_n = 0, old_n = 0;
         for (int j = 0; j < k && entries[j].id != kInvalidId; ++j) {
           if (flags[j] & DescentLists::kFresh) ++count;
@@ -141,7 +145,7 @@ class Descent {
             }
           } else {
             flags[j] = 0;
-            if (old_n < p && (!split || side(entries[j].id) == side(static_cast<uint32_t>(s)))) {
+            if (old_n < old_p && (!split || side(entries[j].id) == side(static_cast<uint32_t>(s)))) {
               old_out[old_n++] = entries[j].id;
             }
           }

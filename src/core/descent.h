@@ -85,6 +85,10 @@ struct DescentOptions {
   // When positive, rows [0, split) and [split, n) are two sides whose own
   // lists are final (GGM): only pairs across the sides are cross-matched.
   int64_t split = 0;
+  // With a split: the forward OLD samples of a row of the first side, when
+  // positive and under samples (each row of the second side still takes
+  // samples).
+  int first_side_old_samples = 0;
   uint64_t seed = 42;  // varies where the reverse sampling starts
   // Run the joins in region_order (see there); off when the rows are already
   // stored in that order.

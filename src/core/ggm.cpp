@@ -369,6 +369,7 @@ IncrementalMerge ggm_merge_incremental(MatrixView data, int64_t split, KnnView o
   options.min_update_rate = incremental_merge_update_rate(params.min_update_rate, split, batch, k);
   options.seed = params.seed;
   options.split = split;
+  options.first_side_old_samples = kMergeOldRowOldSamples;
   options.order_joins_by_region = false;
   IncrementalMerge result;
   result.iterations = run_descent(local, metric, lists, options, control);
