@@ -261,13 +261,14 @@ template <class StartLists>
 int refine_across_sides(DeviceContext& ctx, GnndWorkspace& ws, const float* rows, int dim,
                         int64_t split, const uint32_t* original_ids, const float* original_dists,
                         Metric metric, const GnndParams& params, const RunControl& control,
-                        StartLists start_lists) {
+                        int first_side_old_samples, StartLists start_lists) {
   cudaStream_t stream = ctx.stream.get();
   PhaseTrace trace("ggm ", stream);
   ws.clear(stream);
   start_lists(ws.view());
   trace.mark("start lists");
-  const int iterations = run_gnnd_iterations(ctx, ws, rows, dim, metric, params, split, control);
+  const int iterations =
+      run_gnnd_iterations(ctx, ws, rows, dim, metric, params, split, control, first_side_old_samples);
   trace.mark("refinement");
   const int width = merge_sort_width(ws.k);
   const size_t shared_bytes = static_cast<size_t>(kMergeWarpsPerBlock) * 2 * width * sizeof(float);
@@ -312,7 +313,7 @@ KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const Knn
   copy_to_device(original_dists.data(), original.dists.data(), original.dists.size(), stream);
   GnndWorkspace ws(n, k, p);
   refine_across_sides(ctx, ws, rows.values.data(), data.dim, split, original_ids.data(),
-                      original_dists.data(), metric, params, control, [&](KnnListsView lists) {
+                      original_dists.data(), metric, params, control, 0, [&](KnnListsView lists) {
                         dispatch_metric(metric, [&](auto tag) {
                           constexpr Metric M = decltype(tag)::value;
                           start_merge_lists_kernel<M><<<warp_per_list_grid(n), 256, 0, stream>>>(
@@ -337,7 +338,7 @@ int ggm_merge_incremental_resident(DeviceContext& ctx, GnndWorkspace& ws, const 
   merge.min_update_rate = incremental_merge_update_rate(params.min_update_rate, split, n - split, ws.k);
   cudaStream_t stream = ctx.stream.get();
   return refine_across_sides(ctx, ws, rows, dim, split, original_ids, original_dists, metric, merge,
-                             control, [&](KnnListsView lists) {
+                             control, kMergeOldRowOldSamples, [&](KnnListsView lists) {
                                dispatch_metric(metric, [&](auto tag) {
                                  constexpr Metric M = decltype(tag)::value;
                                  start_incremental_lists_kernel<M><<<warp_per_list_grid(n), 256, 0, stream>>>(

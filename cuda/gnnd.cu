@@ -60,8 +60,11 @@ __global__ void fill_random_lists_kernel(KnnListsView lists, int64_t nodes, cons
 }
 
 // A warp per list: the p closest NEW and the p closest OLD entries become the
-// forward samples; the sampled NEW entries are marked OLD.
+// forward samples; the sampled NEW entries are marked OLD. A node below
+// capped_end takes only the capped_old closest of its OLD entries below
+// capped_end.
 __global__ void sample_lists_kernel(KnnListsView lists, int64_t nodes, int samples,
+                                    int64_t capped_end, int capped_old,
                                     uint32_t* new_samples, uint32_t* old_samples, int* forward_new,
                                     int* forward_old, int* total_new, int* total_old) {
   extern __shared__ unsigned char shared_raw[];
@@ -78,24 +81,30 @@ __global__ void sample_lists_kernel(KnnListsView lists, int64_t nodes, int sampl
   }
   __syncwarp();
   const int stride = 2 * samples;
+  const bool capped = node < capped_end;
+  const int old_limit = capped ? capped_old : samples;
+  // an entry the node may sample: its OLD ones past capped_end cannot meet its NEW samples
+  const auto eligible = [&](uint32_t entry) {
+    return entry_valid(entry) && (entry_new(entry) || !capped || entry_id(entry) < capped_end);
+  };
   int new_count = 0;
   int old_count = 0;
   for (int i0 = 0; i0 < k; i0 += kWarpSize) {
     const int i = i0 + lane_id();
     const uint32_t entry = i < k ? ids[i] : kInvalidId;
-    const bool valid = entry_valid(entry);
+    const bool valid = eligible(entry);
     const bool is_new = entry_new(entry);
     int rank = 0;
     if (valid) {
       for (int j = 0; j < k; ++j) {
         const uint32_t other = ids[j];
-        if (entry_valid(other) && entry_new(other) == is_new &&
+        if (eligible(other) && entry_new(other) == is_new &&
             pair_less(dists[j], entry_id(other), dists[i], entry_id(entry))) {
           ++rank;
         }
       }
     }
-    if (valid && rank < samples) {
+    if (valid && rank < (is_new ? samples : old_limit)) {
       if (is_new) {
         new_samples[node * stride + rank] = entry_id(entry);
         lists.ids[base + i] = entry_id(entry);  // sampled: OLD from now on
@@ -108,7 +117,7 @@ __global__ void sample_lists_kernel(KnnListsView lists, int64_t nodes, int sampl
   }
   if (lane_id() == 0) {
     forward_new[node] = total_new[node] = min(new_count, samples);
-    forward_old[node] = total_old[node] = min(old_count, samples);
+    forward_old[node] = total_old[node] = min(old_count, old_limit);
   }
 }
 
@@ -443,18 +452,20 @@ void fill_random_lists(GnndWorkspace& ws, const float* data, int dim, Metric met
 
 int run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data, int dim,
                         Metric metric, const GnndParams& params, int64_t split,
-                        const RunControl& control) {
+                        const RunControl& control, int first_side_old_samples) {
   cudaStream_t stream = ctx.stream.get();
   const int p = ws.samples;
   const size_t list_shared = static_cast<size_t>(kListWarpsPerBlock) * 2 * ws.k * sizeof(float);
   const double stop_below = params.min_update_rate * static_cast<double>(ws.nodes) * ws.k;
   control.set_total(params.iterations);
   PhaseTrace trace(split >= 0 ? "ggm " : "gnnd", stream);
+  const int64_t capped_end = split >= 0 && first_side_old_samples > 0 ? split : 0;
   int iteration = 0;
   while (iteration < params.iterations) {
     control.throw_if_cancelled();
     sample_lists_kernel<<<grid_for(ws.nodes, kListWarpsPerBlock), kListWarpsPerBlock * kWarpSize,
-                          list_shared, stream>>>(ws.view(), ws.nodes, p, ws.new_samples.data(),
+                          list_shared, stream>>>(ws.view(), ws.nodes, p, capped_end,
+                                                 std::min(p, first_side_old_samples), ws.new_samples.data(),
                                                  ws.old_samples.data(), ws.forward_new.data(),
                                                  ws.forward_old.data(), ws.total_new.data(),
                                                  ws.total_old.data());

@@ -48,10 +48,13 @@ void fill_random_lists(GnndWorkspace& ws, const float* data, int dim, Metric met
 
 // GNND iterations until the update rate falls under params.min_update_rate
 // or params.iterations are done; returns how many ran. split >= 0: only pairs
-// with one node below split and one at or above it are matched (GGM).
+// with one node below split and one at or above it are matched (GGM); with
+// first_side_old_samples > 0 too, a node below split takes at most that many
+// forward OLD samples, from its OLD entries below split (the incremental
+// merge's old rows, ggm.h's kMergeOldRowOldSamples).
 int run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data, int dim,
                         Metric metric, const GnndParams& params, int64_t split,
-                        const RunControl& control);
+                        const RunControl& control, int first_side_old_samples = 0);
 
 // ggm.cu: the incremental GGM (ggm.h) on device rows (n = ws.nodes rows,
 // [0, split) indexed) and original lists (n * ws.k, global ids, sorted): the
