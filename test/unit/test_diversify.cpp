@@ -153,6 +153,43 @@ TEST(Diversify, ComponentLinkingMarksTheListsItChanges) {
   EXPECT_LE(marked, bridges);
 }
 
+// Blobs joined only by an edge late in some lists are one component: the
+// linking, which unites the first edges of every list before the others,
+// adds no bridge (and changes no list) there, and bridges them once that
+// edge is gone.
+TEST(Diversify, ComponentsJoinedByLaterEdgesNeedNoBridge) {
+  const int per_blob = 100;
+  const int degree = 6;
+  Matrix data(3 * per_blob, 2);
+  TsdgGraph chains(data.rows, degree);
+  for (int64_t i = 0; i < data.rows; ++i) {
+    data.row(i)[0] = static_cast<float>(i % per_blob) + 1000.0f * static_cast<float>(i / per_blob);
+    data.row(i)[1] = 0.0f;
+    int count = 0;
+    for (const int64_t j : {i - 1, i + 1}) {
+      if (j >= 0 && j < data.rows && j / per_blob == i / per_blob) {
+        chains.neighbors[i * degree + count] = static_cast<uint32_t>(j);
+        chains.lambdas[i * degree + count++] = 1;
+      }
+    }
+  }
+  // the middle of each blob points, third in its list (after its two chain
+  // edges), to the next blob's
+  for (int blob = 0; blob + 1 < 3; ++blob) {
+    const int64_t from = blob * per_blob + per_blob / 2;
+    chains.neighbors[from * degree + 2] = static_cast<uint32_t>(from + per_blob);
+    chains.lambdas[from * degree + 2] = 2;
+  }
+  TsdgGraph linked = chains;
+  ThreadPool pool(3);
+  RunControl control;
+  control.pool = &pool;
+  EXPECT_EQ(connect_components(data.view(), GraphSpan::of(linked), control), 0);
+  EXPECT_EQ(linked.neighbors, chains.neighbors);
+  chains.neighbors[(per_blob + per_blob / 2) * degree + 2] = kInvalidId;
+  EXPECT_GE(connect_components(data.view(), GraphSpan::of(chains), control), 2);
+}
+
 TEST(Diversify, SameResultOnAThreadPool) {
   const Matrix data = make_clustered(small_clustered_spec(2000, 16, 8, 11));
   const RunControl inline_control;
