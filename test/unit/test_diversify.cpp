@@ -119,13 +119,11 @@ TEST(Diversify, SeparateClustersAreBridged) {
   EXPECT_EQ(std::count(reached.begin(), reached.end(), true), data.rows);
 }
 
-// The component linking marks in relinked exactly the lists it changes
-// (a merge writes those pages again, tsdg_capi.h): three blobs, each a chain
-// whose lists stay inside it, joined by the bridges it adds.
-TEST(Diversify, ComponentLinkingMarksTheListsItChanges) {
-  const int per_blob = 100;
-  const int degree = 4;
-  Matrix data(3 * per_blob, 2);
+// Three blobs of per_blob points on a line, 1000 apart, into data, and their
+// graph of the given degree: each blob a chain (a point's lists name the
+// points before and after it in its blob), no list leaving its blob.
+TsdgGraph three_blob_chains(int per_blob, int degree, Matrix& data) {
+  data = Matrix(3 * per_blob, 2);
   TsdgGraph chains(data.rows, degree);
   for (int64_t i = 0; i < data.rows; ++i) {
     data.row(i)[0] = static_cast<float>(i % per_blob) + 1000.0f * static_cast<float>(i / per_blob);
@@ -138,6 +136,17 @@ TEST(Diversify, ComponentLinkingMarksTheListsItChanges) {
       }
     }
   }
+  return chains;
+}
+
+// The component linking marks in relinked exactly the lists it changes
+// (a merge writes those pages again, tsdg_capi.h): three blobs, each a chain
+// whose lists stay inside it, joined by the bridges it adds.
+TEST(Diversify, ComponentLinkingMarksTheListsItChanges) {
+  const int per_blob = 100;
+  const int degree = 4;
+  Matrix data;
+  TsdgGraph chains = three_blob_chains(per_blob, degree, data);
   TsdgGraph linked = chains;
   std::vector<uint8_t> relinked(data.rows, 0);
   const int64_t bridges = connect_components(data.view(), GraphSpan::of(linked), RunControl{}, relinked.data());
@@ -160,19 +169,8 @@ TEST(Diversify, ComponentLinkingMarksTheListsItChanges) {
 TEST(Diversify, ComponentsJoinedByLaterEdgesNeedNoBridge) {
   const int per_blob = 100;
   const int degree = 6;
-  Matrix data(3 * per_blob, 2);
-  TsdgGraph chains(data.rows, degree);
-  for (int64_t i = 0; i < data.rows; ++i) {
-    data.row(i)[0] = static_cast<float>(i % per_blob) + 1000.0f * static_cast<float>(i / per_blob);
-    data.row(i)[1] = 0.0f;
-    int count = 0;
-    for (const int64_t j : {i - 1, i + 1}) {
-      if (j >= 0 && j < data.rows && j / per_blob == i / per_blob) {
-        chains.neighbors[i * degree + count] = static_cast<uint32_t>(j);
-        chains.lambdas[i * degree + count++] = 1;
-      }
-    }
-  }
+  Matrix data;
+  TsdgGraph chains = three_blob_chains(per_blob, degree, data);
   // the middle of each blob points, third in its list (after its two chain
   // edges), to the next blob's
   for (int blob = 0; blob + 1 < 3; ++blob) {
