@@ -24,6 +24,11 @@ constexpr int kFirstRoundLinks = 4;
 constexpr int64_t kMaxCompared = 2048;
 // Component means are computed while they fit in this many doubles.
 constexpr int64_t kMaxMeanValues = int64_t{1} << 24;
+// Members a component's mean and representative are taken from at most: a
+// merge that leaves a few nodes apart from a giant component then reads a
+// few thousand rows, not every row (2M of 128 floats took the GPU worker's
+// host 0.4 s a merge, docs/benchmarks.md).
+constexpr int64_t kMaxSampledMembers = 4096;
 // The edges of each list united before the roots are written down
 // (component_ids).
 constexpr int kSpanningEdges = 2;
@@ -125,10 +130,12 @@ std::vector<int64_t> component_ids(GraphSpan graph, int64_t* count, const RunCon
   return ids;
 }
 
-// Each component's member nearest its mean, or its first member when the
-// means would not fit in memory. The sums are split by dimensions and the
-// search for the nearest member by rows among the threads, each sum added in
-// row order and ties going to the smaller node, as one thread would.
+// Each component's member nearest its mean, both taken over at most
+// kMaxSampledMembers of its members (evenly spaced in node order), or its
+// first member when the means would not fit in memory. The sums are split
+// by dimensions and the search for the nearest member by members among the
+// threads, each sum added in node order and ties going to the smaller node,
+// as one thread would.
 std::vector<uint32_t> representatives(MatrixView data, const std::vector<int64_t>& component,
                                       int64_t count, DistanceFn l2, const RunControl& control) {
   std::vector<uint32_t> chosen(count, kInvalidId);
@@ -136,14 +143,27 @@ std::vector<uint32_t> representatives(MatrixView data, const std::vector<int64_t
     chosen[component[u]] = static_cast<uint32_t>(u);
   }
   if (count * data.dim > kMaxMeanValues) return chosen;
-  std::vector<double> sums(static_cast<size_t>(count) * data.dim, 0.0);
   std::vector<int64_t> sizes(count, 0);
   for (int64_t u = 0; u < data.rows; ++u) ++sizes[component[u]];
+  std::vector<uint32_t> sampled;
+  std::vector<int64_t> sampled_sizes(count, 0);
+  {
+    std::vector<int64_t> seen(count, 0);
+    for (int64_t u = 0; u < data.rows; ++u) {
+      const int64_t c = component[u];
+      const int64_t stride = (sizes[c] + kMaxSampledMembers - 1) / kMaxSampledMembers;
+      if (seen[c]++ % stride != 0) continue;
+      sampled.push_back(static_cast<uint32_t>(u));
+      ++sampled_sizes[c];
+    }
+  }
+  const auto members = static_cast<int64_t>(sampled.size());
+  std::vector<double> sums(static_cast<size_t>(count) * data.dim, 0.0);
   constexpr int kDimsPerTask = 16;  // a cache line of floats
   parallel_for(control, (data.dim + kDimsPerTask - 1) / kDimsPerTask, 1, [&](int64_t begin, int64_t end, int) {
     const int first = static_cast<int>(begin) * kDimsPerTask;
     const int last = std::min(data.dim, static_cast<int>(end) * kDimsPerTask);
-    for (int64_t u = 0; u < data.rows; ++u) {
+    for (const uint32_t u : sampled) {
       double* sum = &sums[component[u] * data.dim];
       const float* row = data.row(u);
       for (int j = first; j < last; ++j) sum[j] += row[j];
@@ -152,21 +172,22 @@ std::vector<uint32_t> representatives(MatrixView data, const std::vector<int64_t
   std::vector<float> mean(static_cast<size_t>(count) * data.dim);
   for (int64_t c = 0; c < count; ++c) {
     for (int j = 0; j < data.dim; ++j) {
-      mean[c * data.dim + j] = static_cast<float>(sums[c * data.dim + j] / sizes[c]);
+      mean[c * data.dim + j] = static_cast<float>(sums[c * data.dim + j] / sampled_sizes[c]);
     }
   }
   const int workers = worker_count(control);
   std::vector<float> best(static_cast<size_t>(workers) * count, std::numeric_limits<float>::infinity());
   std::vector<uint32_t> best_node(static_cast<size_t>(workers) * count, kInvalidId);
-  parallel_for(control, data.rows, 1 << 14, [&](int64_t begin, int64_t end, int worker) {
+  parallel_for(control, members, 1 << 14, [&](int64_t begin, int64_t end, int worker) {
     float* mine = &best[static_cast<size_t>(worker) * count];
     uint32_t* mine_node = &best_node[static_cast<size_t>(worker) * count];
-    for (int64_t u = begin; u < end; ++u) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint32_t u = sampled[i];
       const int64_t c = component[u];
       const float d = l2(&mean[c * data.dim], data.row(u), data.dim);
       if (d < mine[c] || (d == mine[c] && u < mine_node[c])) {
         mine[c] = d;
-        mine_node[c] = static_cast<uint32_t>(u);
+        mine_node[c] = u;
       }
     }
   });

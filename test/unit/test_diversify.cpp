@@ -90,6 +90,32 @@ TEST(Diversify, ReverseEdgesMakeTheGraphMostlySymmetric) {
   EXPECT_GT(static_cast<double>(symmetric) / edges.size(), 0.8);
 }
 
+// The nodes reached from node 0 along the graph's edges (either_way: along
+// them in both directions, the components the linking joins).
+int64_t reached_from_first(const TsdgGraph& graph, bool either_way) {
+  std::vector<std::vector<uint32_t>> next(graph.nodes);
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    for (int j = 0; j < graph.degree && graph.list(u)[j] != kInvalidId; ++j) {
+      next[u].push_back(graph.list(u)[j]);
+      if (either_way) next[graph.list(u)[j]].push_back(static_cast<uint32_t>(u));
+    }
+  }
+  std::vector<bool> reached(graph.nodes, false);
+  std::vector<uint32_t> frontier{0};
+  reached[0] = true;
+  while (!frontier.empty()) {
+    const uint32_t u = frontier.back();
+    frontier.pop_back();
+    for (const uint32_t v : next[u]) {
+      if (!reached[v]) {
+        reached[v] = true;
+        frontier.push_back(v);
+      }
+    }
+  }
+  return std::count(reached.begin(), reached.end(), true);
+}
+
 // Three far apart blobs: no k-NN list leaves its blob, so only the
 // connectivity step can join them; every node must be reachable from node 0.
 TEST(Diversify, SeparateClustersAreBridged) {
@@ -102,21 +128,7 @@ TEST(Diversify, SeparateClustersAreBridged) {
   }
   const TsdgGraph graph = tsdg_graph_of(data, 10, DiversifyParams{12, 1.2f, 10});
   expect_list_invariants(graph, 10);
-  std::vector<bool> reached(data.rows, false);
-  std::vector<uint32_t> frontier{0};
-  reached[0] = true;
-  while (!frontier.empty()) {
-    const uint32_t u = frontier.back();
-    frontier.pop_back();
-    for (int j = 0; j < graph.degree && graph.list(u)[j] != kInvalidId; ++j) {
-      const uint32_t v = graph.list(u)[j];
-      if (!reached[v]) {
-        reached[v] = true;
-        frontier.push_back(v);
-      }
-    }
-  }
-  EXPECT_EQ(std::count(reached.begin(), reached.end(), true), data.rows);
+  EXPECT_EQ(reached_from_first(graph, false), data.rows);
 }
 
 // Three blobs of per_blob points on a line, 1000 apart, into data, and their
@@ -186,6 +198,18 @@ TEST(Diversify, ComponentsJoinedByLaterEdgesNeedNoBridge) {
   EXPECT_EQ(linked.neighbors, chains.neighbors);
   chains.neighbors[(per_blob + per_blob / 2) * degree + 2] = kInvalidId;
   EXPECT_GE(connect_components(data.view(), GraphSpan::of(chains), control), 2);
+}
+
+// Components larger than the members their mean is sampled from are linked
+// as well: three chains of 5,000 points end as one component.
+TEST(Diversify, LinksComponentsLargerThanTheirMeanSample) {
+  Matrix data;
+  TsdgGraph chains = three_blob_chains(5000, 4, data);
+  ThreadPool pool(3);
+  RunControl control;
+  control.pool = &pool;
+  EXPECT_GE(connect_components(data.view(), GraphSpan::of(chains), control), 4);
+  EXPECT_EQ(reached_from_first(chains, true), data.rows);
 }
 
 TEST(Diversify, SameResultOnAThreadPool) {
