@@ -151,8 +151,6 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, M
   trace.mark("norms and d_nn1+");
 }
 
-// On the device rather than the host: a host scan of the lists took 54-96 ms
-// of a 1.2M-node upload on the H100 machine (a merge waits for the upload).
 void CudaSearchIndex::lists_changed(const std::vector<uint32_t>& nodes) {
   for (uint32_t node : nodes) {
     if (node >= nodes_) throw Error(Status::InvalidArgument, "changed list of a node past the last");
@@ -168,6 +166,8 @@ void CudaSearchIndex::lists_changed(const std::vector<uint32_t>& nodes) {
   ctx_->stream.synchronize();
 }
 
+// On the device rather than the host: a host scan of the lists took 54-96 ms
+// of a 1.2M-node upload on the H100 machine (a merge waits for the upload).
 void CudaSearchIndex::check_neighbor_ids(cudaStream_t stream) {
   constexpr int kThreads = 256;
   constexpr unsigned kMaxBlocks = 4096;

@@ -34,9 +34,7 @@ struct TsdgBackend {
 };
 
 struct TsdgUnreachedJob {
-  std::unique_ptr<tsdg::UnreachedCheck> check;
-  // the check at tsdg::kRepairNarrowEf for its repair, when ef is wider
-  std::unique_ptr<tsdg::UnreachedCheck> narrow;
+  std::unique_ptr<tsdg::RepairChecks> checks;
   std::unique_ptr<tsdg::ThreadPool> pool;
   std::thread thread;
   std::exception_ptr failure;
@@ -920,11 +918,16 @@ void copy_unreached(const std::vector<uint32_t>& rows, uint32_t* out, int64_t ma
   *count = static_cast<int64_t>(rows.size());
 }
 
-// The repaired lists into changed[] (TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR)
-// and their count into *lists_changed.
-void mark_repaired(const std::vector<uint32_t>& repaired, uint8_t* changed, int64_t* lists_changed) {
-  for (uint32_t node : repaired) changed[node] |= TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR;
-  *lists_changed = static_cast<int64_t>(repaired.size());
+// Marks each list a repair changes in changed[] (TSDG_CHANGED_GRAPH |
+// TSDG_CHANGED_REPAIR) before the repair writes it, also when the call then
+// fails or its process dies: a session that shares changed[] writes every
+// marked list's page again. The fence keeps the mark's store ahead of the
+// list's for such a reader in another process.
+tsdg::BeforeListChange marking_repaired(uint8_t* changed) {
+  return [changed](uint32_t node) {
+    changed[node] |= TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR;
+    std::atomic_thread_fence(std::memory_order_release);
+  };
 }
 
 }  // namespace
@@ -947,27 +950,18 @@ TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim
     require(entry_count >= 0 && (entry_count == 0 || entry_ids != nullptr),
             "entry_ids must not be NULL");
     require(record_bytes >= 0, "record_bytes must not be negative");
-    // A record's vector may hold twice the nodes it keeps.
-    const int checks = ef > tsdg::kRepairNarrowEf ? 2 : 1;
-    const int64_t record_budget = std::min<int64_t>(
-        tsdg::kMaxRecordedExpansions, record_bytes / (checks * 2 * static_cast<int64_t>(sizeof(uint32_t))));
     auto job = std::make_unique<TsdgUnreachedJob>();
-    job->check = std::make_unique<tsdg::UnreachedCheck>(
+    // A record's vector may hold twice the nodes it keeps.
+    job->checks = std::make_unique<tsdg::RepairChecks>(
         tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, to_metric(metric), entry_ids,
-        entry_count, first, n, ef, lambda_limit, record_budget);
-    if (checks == 2) {
-      job->narrow = std::make_unique<tsdg::UnreachedCheck>(
-          tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, to_metric(metric), entry_ids,
-          entry_count, first, n, tsdg::kRepairNarrowEf, lambda_limit, record_budget);
-    }
+        entry_count, first, n, ef, lambda_limit, record_bytes / (2 * static_cast<int64_t>(sizeof(uint32_t))));
     job->pool = std::make_unique<tsdg::ThreadPool>(0);
     TsdgUnreachedJob* running = job.get();
     job->thread = std::thread([running] {
       try {
         tsdg::RunControl control;
         control.pool = running->pool.get();
-        if (running->narrow) running->narrow->run(control);
-        running->check->run(control);
+        running->checks->run(control);
       } catch (...) {
         running->failure = std::current_exception();
       }
@@ -989,7 +983,7 @@ TsdgStatus tsdg_unreached_job_finish(TsdgUnreachedJob* job, uint32_t* rows_out, 
     require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
     require(count != nullptr, "count must not be NULL");
     if (job->failure) std::rethrow_exception(job->failure);
-    copy_unreached(job->check->unreached(), rows_out, max_rows, count);
+    copy_unreached(job->checks->wide->unreached(), rows_out, max_rows, count);
   });
 }
 
@@ -1007,11 +1001,11 @@ TsdgStatus tsdg_unreached_job_finish_repairing(TsdgUnreachedJob* job, uint32_t* 
     if (job->failure) std::rethrow_exception(job->failure);
     tsdg::RunControl control;
     control.pool = job->pool.get();
-    const int64_t n = job->check->nodes();
-    const std::vector<uint32_t> repaired = tsdg::repair_at_both_efs(
-        job->narrow.get(), *job->check, tsdg::GraphSpan{neighbors, lambdas, n, degree}, control);
-    mark_repaired(repaired, changed, lists_changed);
-    copy_unreached(job->check->unreached(), rows_out, max_rows, count);
+    const int64_t n = job->checks->wide->nodes();
+    const std::vector<uint32_t> repaired = job->checks->repair(tsdg::GraphSpan{neighbors, lambdas, n, degree},
+                                                               control, marking_repaired(changed));
+    *lists_changed = static_cast<int64_t>(repaired.size());
+    copy_unreached(job->checks->wide->unreached(), rows_out, max_rows, count);
   });
 }
 
@@ -1047,19 +1041,11 @@ TsdgStatus tsdg_index_unreached_rows_repaired(TsdgResidentIndex* index, const fl
     const int64_t n = index->index->node_count();
     std::unique_ptr<tsdg::ThreadPool> own_pool;
     const tsdg::RunControl control = own_rows_control(index, n - first, own_pool);
-    // Each list is marked before it is written, also when the index then
-    // fails to take it or this process dies: the session that shares changed[]
-    // writes every marked list's page again. The fence keeps the mark's store
-    // ahead of the list's for the session, a reader in another process.
-    const tsdg::BeforeListChange mark_first = [changed](uint32_t node) {
-      changed[node] |= TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR;
-      std::atomic_thread_fence(std::memory_order_release);
-    };
     std::vector<uint32_t> repaired;
     const std::vector<uint32_t> after = tsdg::unreached_rows_repaired(
         *index->index, tsdg::MatrixView{rows, n, index->dim}, tsdg::GraphSpan{neighbors, lambdas, n, degree},
         to_metric(metric), resident_search_params(1, ef, lambda_limit), first, n, *found, repaired, control,
-        mark_first);
+        marking_repaired(changed));
     *lists_changed = static_cast<int64_t>(repaired.size());
     copy_unreached(after, rows_out, max_rows, count);
   });

@@ -553,18 +553,12 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
   if (index.device_rows() == nullptr) {
     // the CPU index's check is the walk UnreachedCheck records: the repair
     // then walks again only the walks it can change
-    const auto check_at = [&](int ef) {
-      auto check = std::make_unique<UnreachedCheck>(data, view, metric, entries.data(),
-                                                    static_cast<int>(entries.size()), first, end, ef,
-                                                    params.lambda_limit);
-      check->run(control);
-      return check;
-    };
-    const std::unique_ptr<UnreachedCheck> narrow = narrow_ef < params.ef ? check_at(narrow_ef) : nullptr;
-    const std::unique_ptr<UnreachedCheck> check = check_at(params.ef);
-    found = static_cast<int64_t>(check->unreached().size());
-    changed = repair_at_both_efs(narrow.get(), *check, graph, control, before_change);
-    return check->unreached();
+    RepairChecks checks(data, view, metric, entries.data(), static_cast<int>(entries.size()), first, end,
+                        params.ef, params.lambda_limit);
+    checks.run(control);
+    found = static_cast<int64_t>(checks.wide->unreached().size());
+    changed = checks.repair(graph, control, before_change);
+    return checks.wide->unreached();
   }
   // The rows the large-batch kernel misses at ef and at the narrow ef, each
   // given its edge from where the CPU's walk ends at the narrower ef of the
@@ -640,14 +634,32 @@ std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const 
   return changed;
 }
 
-std::vector<uint32_t> repair_at_both_efs(UnreachedCheck* low, UnreachedCheck& high, GraphSpan graph,
-                                         const RunControl& control, const BeforeListChange& before_change) {
-  std::vector<uint32_t> changed;
-  if (low != nullptr) {
-    changed = low->repair(graph, kUnreachedRepairRounds, control, before_change);
-    high.lists_changed(changed, control);
+RepairChecks::RepairChecks(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries,
+                           int entry_count, int64_t first, int64_t end, int ef, int lambda_limit,
+                           int64_t record_budget) {
+  const bool with_narrow = ef > kRepairNarrowEf;
+  const int64_t budget = std::min(kMaxRecordedExpansions, record_budget / (with_narrow ? 2 : 1));
+  wide = std::make_unique<UnreachedCheck>(data, graph, metric, entries, entry_count, first, end, ef, lambda_limit,
+                                          budget);
+  if (with_narrow) {
+    narrow = std::make_unique<UnreachedCheck>(data, graph, metric, entries, entry_count, first, end,
+                                              kRepairNarrowEf, lambda_limit, budget);
   }
-  return sorted_union(changed, high.repair(graph, kUnreachedRepairRounds, control, before_change));
+}
+
+void RepairChecks::run(const RunControl& control) {
+  if (narrow) narrow->run(control);
+  wide->run(control);
+}
+
+std::vector<uint32_t> RepairChecks::repair(GraphSpan graph, const RunControl& control,
+                                           const BeforeListChange& before_change) {
+  std::vector<uint32_t> changed;
+  if (narrow) {
+    changed = narrow->repair(graph, kUnreachedRepairRounds, control, before_change);
+    wide->lists_changed(changed, control);
+  }
+  return sorted_union(changed, wide->repair(graph, kUnreachedRepairRounds, control, before_change));
 }
 
 struct CpuSearchIndex::Scratch {

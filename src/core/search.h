@@ -146,11 +146,23 @@ class UnreachedCheck {
 // search at this ef misses, a LIMIT 10 search's narrowest pool.
 constexpr int kRepairNarrowEf = 10;
 
-// low's repair (may be null), which high (of the same graph and rows) is
-// told of, then high's; the nodes whose lists changed, ascending. Both
-// after run().
-std::vector<uint32_t> repair_at_both_efs(UnreachedCheck* low, UnreachedCheck& high, GraphSpan graph,
-                                         const RunControl& control, const BeforeListChange& before_change = {});
+// The checks of a merge's repair at ef: wide at ef and, when ef is wider
+// than kRepairNarrowEf, narrow at kRepairNarrowEf (else null), of the same
+// graph and rows. record_budget: the expanded nodes they keep in all, each
+// at most kMaxRecordedExpansions.
+struct RepairChecks {
+  RepairChecks(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries, int entry_count,
+               int64_t first, int64_t end, int ef, int lambda_limit,
+               int64_t record_budget = 2 * kMaxRecordedExpansions);
+  void run(const RunControl& control);
+  // After run(): narrow's repair, which wide is told of, then wide's; the
+  // nodes whose lists changed, ascending.
+  std::vector<uint32_t> repair(GraphSpan graph, const RunControl& control,
+                               const BeforeListChange& before_change = {});
+
+  std::unique_ptr<UnreachedCheck> narrow;
+  std::unique_ptr<UnreachedCheck> wide;
+};
 
 // SearchParams::gpu_kernel of the GPU's large-batch kernel, which walks as
 // the CPU does (one expansion at a time from the same entries).

@@ -148,7 +148,8 @@ static void TsdgWriteKnnPages(void *arg);
 static void TsdgWriteListPagesEarly(void *arg, int64 rows);
 static void TsdgFinishListPages(TsdgMerge *m, bool merged);
 static BlockNumber TsdgNewListPages(const TsdgMerge *m);
-static BlockNumber TsdgWriteListPagesAgain(TsdgMerge *m, uint8 flag, BlockNumber pages);
+static BlockNumber TsdgWriteListPagesAgain(TsdgMerge *m, uint8 flag, BlockNumber pages,
+										   int64 *lists_marked);
 static void TsdgWriteRepairedListPages(TsdgMerge *m);
 
 void
@@ -1143,9 +1144,12 @@ TsdgFinishUnreachedCheck(TsdgMerge *m)
 	m->unreached_job = NULL;
 	if (m->segment.seg == NULL)
 	{
+		/* the lists it marks are counted with the worker's where their pages are written again */
+		int64		lists_marked;
+
 		status = tsdg_unreached_job_finish_repairing(job, m->neighbors, m->lambdas, m->meta.degree,
 													 m->changed, nm->unreached, TSDG_MAX_UNREACHED,
-													 &unreached, &m->lists_repaired, &error);
+													 &unreached, &lists_marked, &error);
 		TsdgCheckCore(m->index, status, &error);
 	}
 	else
@@ -1285,23 +1289,32 @@ TsdgFinishListPages(TsdgMerge *m, bool merged)
  * The first `pages` list pages of the new graph that hold a list marked
  * `flag` in m->changed, written again (after the worker's component linking
  * changed lists already written, or the repair for the unreached rows).
- * Returns how many.
+ * Returns how many; *lists_marked, when given, gets the marked lists.
  */
 static BlockNumber
-TsdgWriteListPagesAgain(TsdgMerge *m, uint8 flag, BlockNumber pages)
+TsdgWriteListPagesAgain(TsdgMerge *m, uint8 flag, BlockNumber pages, int64 *lists_marked)
 {
 	int64		n = m->n_old + m->n_new;
 	int			per_page = m->new_layout.lists_per_page;
 	BlockNumber run_start = InvalidBlockNumber;
 	BlockNumber written = 0;
 
+	if (lists_marked != NULL)
+		*lists_marked = 0;
 	for (BlockNumber page_no = 0; page_no <= pages; page_no++)
 	{
 		bool		marked = false;
 
 		for (int64 id = (int64) page_no * per_page;
-			 page_no < pages && id < Min((int64) (page_no + 1) * per_page, n) && !marked; id++)
-			marked = (m->changed[id] & flag) != 0;
+			 page_no < pages && id < Min((int64) (page_no + 1) * per_page, n) &&
+			 (lists_marked != NULL || !marked); id++)
+		{
+			if ((m->changed[id] & flag) == 0)
+				continue;
+			marked = true;
+			if (lists_marked != NULL)
+				(*lists_marked)++;
+		}
 		if (marked && run_start == InvalidBlockNumber)
 			run_start = page_no;
 		else if (!marked && run_start != InvalidBlockNumber)
@@ -1323,13 +1336,8 @@ TsdgWriteListPagesAgain(TsdgMerge *m, uint8 flag, BlockNumber pages)
 static void
 TsdgWriteRepairedListPages(TsdgMerge *m)
 {
-	int64		n = m->n_old + m->n_new;
-
-	m->lists_repaired = 0;
-	for (int64 id = 0; id < n; id++)
-		m->lists_repaired += (m->changed[id] & TSDG_CHANGED_REPAIR) != 0;
-	if (m->lists_repaired > 0)
-		m->list_pages_repaired = TsdgWriteListPagesAgain(m, TSDG_CHANGED_REPAIR, TsdgNewListPages(m));
+	m->list_pages_repaired = TsdgWriteListPagesAgain(m, TSDG_CHANGED_REPAIR, TsdgNewListPages(m),
+													 &m->lists_repaired);
 }
 
 /*
@@ -1348,7 +1356,7 @@ TsdgWriteRegion(TsdgMerge *m)
 	TsdgPlaceRegion(m);
 	if (nm->region_blocks == 0)
 		return;
-	m->list_pages_relinked = TsdgWriteListPagesAgain(m, TSDG_CHANGED_LINK, m->list_pages_early);
+	m->list_pages_relinked = TsdgWriteListPagesAgain(m, TSDG_CHANGED_LINK, m->list_pages_early, NULL);
 	TsdgWritePages(m->index, nm->list_start, m->list_pages_early, list_pages, TsdgFillRegionPage,
 				   &m->arrays);
 	if (!m->knn_pages_written && !m->knn_pages_kept)
