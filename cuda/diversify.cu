@@ -6,7 +6,9 @@
 //   occlusion_rank_kernel   stage 2: forward + closest reverse edges (<= 2R),
 //                           occlusion factors (Inequation 1), sort by (λ, distance),
 //                           drop λ > λ0, keep R
-// then, on the host, the components are linked as on the CPU (connectivity.h).
+// then the components are linked as on the CPU (connectivity.h), the host
+// adding the bridges and the device scanning the lists (graph_scan.h) where
+// they fit on it whole.
 // The same rules, bounds and tie-breaks as the CPU diversify_tsdg.
 #include <cub/cub.cuh>
 
@@ -16,6 +18,7 @@
 #include "connectivity.h"
 #include "distance.cuh"
 #include "gpu_algorithms.h"
+#include "graph_scan.h"
 #include "pairwise.cuh"
 #include "phase_trace.h"
 #include "warp_primitives.cuh"
@@ -293,6 +296,9 @@ void diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_ro
   const size_t pruned_bytes = static_cast<size_t>(n) * k * (4 + 4 + 8) + static_cast<size_t>(n) * 24;
   const size_t batch_bytes = static_cast<size_t>(batch) * ((knn.on_device ? 0 : k * 8) + degree * 5);
   require_device_memory(pruned_bytes + batch_bytes, "diversification of this graph");
+  // stage 2's lists stay on the device whole for the component scans
+  const size_t scanned_bytes = static_cast<size_t>(n - batch) * degree * 4 + DeviceGraphScan::scratch_bytes(n);
+  const bool scan_on_device = pruned_bytes + batch_bytes + scanned_bytes <= usable_device_memory();
   control.set_total(2 * n);
   PhaseTrace trace("diversify", stream);
 
@@ -363,7 +369,7 @@ void diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_ro
   reverse_keys.release();
   trace.mark("reverse edges (CSR, sorted)", reverse_total);
 
-  DeviceBuffer<uint32_t> out_ids(static_cast<size_t>(batch) * degree);
+  DeviceBuffer<uint32_t> out_ids(static_cast<size_t>(scan_on_device ? n : batch) * degree);
   DeviceBuffer<uint8_t> out_lambdas(static_cast<size_t>(batch) * degree);
   if (relinked != nullptr) {
     // a merge's lists go out batch by batch, each counted as it is there
@@ -373,24 +379,31 @@ void diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_ro
   for (int64_t first = 0; first < n; first += batch) {
     control.throw_if_cancelled();
     const int64_t count = std::min(batch, n - first);
+    uint32_t* batch_out_ids = out_ids.data() + (scan_on_device ? first * degree : 0);
     dispatch_metric(metric, [&](auto tag) {
       constexpr Metric M = decltype(tag)::value;
       occlusion_rank_kernel<M><<<static_cast<unsigned>(count), kThreads, 0, stream>>>(
           pruned_ids.data(), pruned_dists.data(), pruned_count.data(), k, offsets.data(),
           sorted_keys.data(), first, device_rows, data.dim, degree, params.lambda0,
-          out_ids.data(), out_lambdas.data());
+          batch_out_ids, out_lambdas.data());
       check_launch("occlusion_rank_kernel");
     });
-    copy_to_host(graph.list(first), out_ids.data(), static_cast<size_t>(count) * degree, stream);
+    copy_to_host(graph.list(first), batch_out_ids, static_cast<size_t>(count) * degree, stream);
     copy_to_host(graph.list_lambdas(first), out_lambdas.data(), static_cast<size_t>(count) * degree, stream);
     ctx.stream.synchronize();
     control.add_done(count);
     if (relinked != nullptr) control.wake_poll();
   }
   trace.mark("stage 2 + download");
-  // The same bridges between components as the CPU path (on the host).
-  const int64_t bridges = connect_components(data, graph, control, relinked);
-  trace.mark("connect components (host)", bridges);
+  // The same bridges between components as the CPU path.
+  if (scan_on_device) {
+    DeviceGraphScan scan(stream, out_ids.data(), n, degree);
+    const int64_t bridges = connect_components(data, graph, control, relinked, &scan);
+    trace.mark("connect components (device scans)", bridges);
+  } else {
+    const int64_t bridges = connect_components(data, graph, control, relinked);
+    trace.mark("connect components (host)", bridges);
+  }
 }
 
 }  // namespace

@@ -57,79 +57,6 @@ class DisjointSets {
   std::vector<int64_t> parent_;
 };
 
-// Dense component ids (0..count-1, numbered by their smallest node). The
-// threads unite the lists' edges in one forest in which a root is only ever
-// linked, by compare-and-swap, under a smaller root: every set ends rooted at
-// its smallest node whatever the threads' order, so the ids do not depend on
-// the thread count. The first kSpanningEdges of each list join most nodes;
-// then every node's root is written down, and an edge of the rest is united
-// only where its ends' roots differ there: on 2M nodes of degree 32, nearly
-// every edge is then one load instead of two walks up the forest.
-std::vector<int64_t> component_ids(GraphSpan graph, int64_t* count, const RunControl& control) {
-  const int64_t n = graph.nodes;
-  std::vector<std::atomic<uint32_t>> parent(n);
-  parallel_for(control, n, 1 << 16, [&](int64_t begin, int64_t end, int) {
-    for (int64_t u = begin; u < end; ++u) parent[u].store(static_cast<uint32_t>(u), std::memory_order_relaxed);
-  });
-  const auto find = [&](uint32_t x) {
-    for (;;) {
-      uint32_t p = parent[x].load(std::memory_order_acquire);
-      if (p == x) return x;
-      const uint32_t grandparent = parent[p].load(std::memory_order_acquire);
-      if (grandparent != p) parent[x].compare_exchange_weak(p, grandparent, std::memory_order_acq_rel);
-      x = grandparent;
-    }
-  };
-  const auto unite = [&](uint32_t a, uint32_t b) {
-    for (;;) {
-      a = find(a);
-      b = find(b);
-      if (a == b) return;
-      if (a < b) std::swap(a, b);
-      uint32_t expected = a;
-      if (parent[a].compare_exchange_strong(expected, b, std::memory_order_acq_rel)) return;
-    }
-  };
-  const auto unite_edges = [&](int first, int end_edge, const std::vector<uint32_t>* root_of) {
-    parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
-      for (int64_t u = begin; u < end; ++u) {
-        const uint32_t* list = graph.list(u);
-        const uint32_t own_root = root_of != nullptr ? (*root_of)[u] : kInvalidId;
-        for (int j = first; j < end_edge && list[j] != kInvalidId; ++j) {
-          // roots written down before these unions: equal ones are one set still
-          if (root_of != nullptr && (*root_of)[list[j]] == own_root) continue;
-          unite(static_cast<uint32_t>(u), list[j]);
-        }
-      }
-    });
-  };
-  std::vector<uint32_t> root_of(n);
-  // each node's root into root_of; whether any is not node 0
-  const auto write_roots = [&] {
-    std::atomic<bool> apart{false};
-    parallel_for(control, n, 1 << 14, [&](int64_t begin, int64_t end, int) {
-      bool seen_apart = false;
-      for (int64_t u = begin; u < end; ++u) {
-        root_of[u] = find(static_cast<uint32_t>(u));
-        seen_apart = seen_apart || root_of[u] != 0;
-      }
-      if (seen_apart) apart.store(true, std::memory_order_relaxed);
-    });
-    return apart.load(std::memory_order_relaxed);
-  };
-  const int spanning = std::min(graph.degree, kSpanningEdges);
-  unite_edges(0, spanning, nullptr);
-  // every node under node 0: the rest of the edges cannot join anything
-  if (write_roots() && spanning < graph.degree) {
-    unite_edges(spanning, graph.degree, &root_of);
-    write_roots();
-  }
-  std::vector<int64_t> ids(n);
-  *count = 0;
-  for (int64_t u = 0; u < n; ++u) ids[u] = root_of[u] == u ? (*count)++ : ids[root_of[u]];
-  return ids;
-}
-
 // Each component's member nearest its mean, both taken over at most
 // kMaxSampledMembers of its members (evenly spaced in node order), or its
 // first member when the means would not fit in memory. The sums are split
@@ -229,13 +156,81 @@ void add_bridge(GraphSpan graph, uint32_t from, uint32_t to) {
 
 }  // namespace
 
-int64_t connect_components(MatrixView data, GraphSpan graph, const RunControl& control, uint8_t* relinked) {
-  if (graph.nodes <= 1 || graph.degree <= 0) return 0;
-  // Bridges follow the geometry of the rows, so L2 for every metric.
-  const DistanceFn l2 = distance_kernels().l2_squared;
-  int64_t added = 0;
-  // A node no list points to cannot be found at all: its nearest neighbor
-  // links back to it.
+// The threads unite the lists' edges in one forest in which a root is only ever
+// linked, by compare-and-swap, under a smaller root: every set ends rooted at
+// its smallest node whatever the threads' order, so the ids do not depend on
+// the thread count. The first kSpanningEdges of each list join most nodes;
+// then every node's root is written down, and an edge of the rest is united
+// only where its ends' roots differ there: on 2M nodes of degree 32, nearly
+// every edge is then one load instead of two walks up the forest.
+std::vector<int64_t> HostGraphScan::component_ids(GraphSpan graph, int64_t* count, const RunControl& control) {
+  const int64_t n = graph.nodes;
+  std::vector<std::atomic<uint32_t>> parent(n);
+  parallel_for(control, n, 1 << 16, [&](int64_t begin, int64_t end, int) {
+    for (int64_t u = begin; u < end; ++u) parent[u].store(static_cast<uint32_t>(u), std::memory_order_relaxed);
+  });
+  const auto find = [&](uint32_t x) {
+    for (;;) {
+      uint32_t p = parent[x].load(std::memory_order_acquire);
+      if (p == x) return x;
+      const uint32_t grandparent = parent[p].load(std::memory_order_acquire);
+      if (grandparent != p) parent[x].compare_exchange_weak(p, grandparent, std::memory_order_acq_rel);
+      x = grandparent;
+    }
+  };
+  const auto unite = [&](uint32_t a, uint32_t b) {
+    for (;;) {
+      a = find(a);
+      b = find(b);
+      if (a == b) return;
+      if (a < b) std::swap(a, b);
+      uint32_t expected = a;
+      if (parent[a].compare_exchange_strong(expected, b, std::memory_order_acq_rel)) return;
+    }
+  };
+  const auto unite_edges = [&](int first, int end_edge, const std::vector<uint32_t>* root_of) {
+    parallel_for(control, n, 4096, [&](int64_t begin, int64_t end, int) {
+      for (int64_t u = begin; u < end; ++u) {
+        const uint32_t* list = graph.list(u);
+        const uint32_t own_root = root_of != nullptr ? (*root_of)[u] : kInvalidId;
+        for (int j = 0; j < end_edge && list[j] != kInvalidId; ++j) {
+          // a list that ends before first has nothing past it
+          if (j < first) continue;
+          // roots written down before these unions: equal ones are one set still
+          if (root_of != nullptr && (*root_of)[list[j]] == own_root) continue;
+          unite(static_cast<uint32_t>(u), list[j]);
+        }
+      }
+    });
+  };
+  std::vector<uint32_t> root_of(n);
+  // each node's root into root_of; whether any is not node 0
+  const auto write_roots = [&] {
+    std::atomic<bool> apart{false};
+    parallel_for(control, n, 1 << 14, [&](int64_t begin, int64_t end, int) {
+      bool seen_apart = false;
+      for (int64_t u = begin; u < end; ++u) {
+        root_of[u] = find(static_cast<uint32_t>(u));
+        seen_apart = seen_apart || root_of[u] != 0;
+      }
+      if (seen_apart) apart.store(true, std::memory_order_relaxed);
+    });
+    return apart.load(std::memory_order_relaxed);
+  };
+  const int spanning = std::min(graph.degree, kSpanningEdges);
+  unite_edges(0, spanning, nullptr);
+  // every node under node 0: the rest of the edges cannot join anything
+  if (write_roots() && spanning < graph.degree) {
+    unite_edges(spanning, graph.degree, &root_of);
+    write_roots();
+  }
+  std::vector<int64_t> ids(n);
+  *count = 0;
+  for (int64_t u = 0; u < n; ++u) ids[u] = root_of[u] == u ? (*count)++ : ids[root_of[u]];
+  return ids;
+}
+
+std::vector<uint32_t> HostGraphScan::unpointed_nodes(GraphSpan graph, const RunControl& control) {
   std::vector<std::atomic<uint8_t>> pointed_to(graph.nodes);
   parallel_for(control, graph.nodes, 1 << 16, [&](int64_t begin, int64_t end, int) {
     for (int64_t v = begin; v < end; ++v) pointed_to[v].store(0, std::memory_order_relaxed);
@@ -248,17 +243,41 @@ int64_t connect_components(MatrixView data, GraphSpan graph, const RunControl& c
       }
     }
   });
+  std::vector<uint32_t> unpointed;
   for (int64_t v = 0; v < graph.nodes; ++v) {
-    const uint32_t nearest = graph.list(v)[0];
-    if (pointed_to[v].load(std::memory_order_relaxed) != 0 || nearest == kInvalidId) continue;
-    add_bridge(graph, nearest, static_cast<uint32_t>(v));
-    if (relinked != nullptr) relinked[nearest] = 1;
+    if (pointed_to[v].load(std::memory_order_relaxed) == 0) unpointed.push_back(static_cast<uint32_t>(v));
+  }
+  return unpointed;
+}
+
+int64_t connect_components(MatrixView data, GraphSpan graph, const RunControl& control, uint8_t* relinked,
+                           GraphScan* scan) {
+  if (graph.nodes <= 1 || graph.degree <= 0) return 0;
+  HostGraphScan host_scan;
+  if (scan == nullptr) scan = &host_scan;
+  // Bridges follow the geometry of the rows, so L2 for every metric.
+  const DistanceFn l2 = distance_kernels().l2_squared;
+  int64_t added = 0;
+  std::vector<uint32_t> changed;
+  const auto bridge = [&](uint32_t from, uint32_t to) {
+    add_bridge(graph, from, to);
+    changed.push_back(from);
+    if (relinked != nullptr) relinked[from] = 1;
     ++added;
+  };
+  // A node no list points to cannot be found at all: its nearest neighbor
+  // links back to it.
+  for (const uint32_t v : scan->unpointed_nodes(graph, control)) {
+    const uint32_t nearest = graph.list(v)[0];
+    if (nearest != kInvalidId) bridge(nearest, v);
   }
   for (int round = 0; round < kMaxRounds; ++round) {
     control.throw_if_cancelled();
+    // a full list gives up an edge for a bridge, which can split a component
+    scan->lists_changed(graph, changed);
+    changed.clear();
     int64_t count = 0;
-    const std::vector<int64_t> component = component_ids(graph, &count, control);
+    const std::vector<int64_t> component = scan->component_ids(graph, &count, control);
     if (count <= 1) break;
     const std::vector<uint32_t> rep = representatives(data, component, count, l2, control);
     const int64_t stride = std::max<int64_t>(1, count / kMaxCompared);
@@ -283,10 +302,8 @@ int64_t connect_components(MatrixView data, GraphSpan graph, const RunControl& c
         const uint32_t here = greedy_descent(data, view, data.row(there), rep[c], l2);
         // A bridge added earlier in this round can lead both descents to one node.
         if (here == there) continue;
-        add_bridge(graph, here, there);
-        add_bridge(graph, there, here);
-        if (relinked != nullptr) relinked[here] = relinked[there] = 1;
-        added += 2;
+        bridge(here, there);
+        bridge(there, here);
       }
     }
   }

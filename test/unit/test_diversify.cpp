@@ -200,6 +200,30 @@ TEST(Diversify, ComponentsJoinedByLaterEdgesNeedNoBridge) {
   EXPECT_GE(connect_components(data.view(), GraphSpan::of(chains), control), 2);
 }
 
+// A list ends at its first kInvalidId: an id after it joins nothing, also
+// where the list ends before the edges united first (the host's scan once
+// read past such an end).
+TEST(Diversify, ComponentIdsStopAtTheListEnd) {
+  TsdgGraph graph(4, 4);
+  std::fill(graph.neighbors.begin(), graph.neighbors.end(), kInvalidId);
+  const GraphSpan span = GraphSpan::of(graph);
+  span.list(0)[0] = 1;
+  span.list(0)[2] = 3;  // past the end of list 0
+  span.list(1)[0] = 0;
+  span.list(2)[0] = 3;
+  span.list(3)[0] = 2;
+  ThreadPool pool(2);
+  RunControl control;
+  control.pool = &pool;
+  HostGraphScan scan;
+  int64_t count = 0;
+  EXPECT_EQ(scan.component_ids(span, &count, control), (std::vector<int64_t>{0, 0, 1, 1}));
+  EXPECT_EQ(count, 2);
+  EXPECT_TRUE(scan.unpointed_nodes(span, control).empty());
+  span.list(1)[0] = kInvalidId;
+  EXPECT_EQ(scan.unpointed_nodes(span, control), (std::vector<uint32_t>{0}));
+}
+
 // Components larger than the members their mean is sampled from are linked
 // as well: three chains of 5,000 points end as one component.
 TEST(Diversify, LinksComponentsLargerThanTheirMeanSample) {
