@@ -45,12 +45,14 @@ void check_merge_input(const MergeInput& in, int k, int degree) {
 std::vector<uint32_t> nearest_seed_pivots(DeviceContext& ctx, MatrixView data, const float* old_rows,
                                           int64_t split, Metric metric, uint64_t seed, const RunControl& control) {
   const int64_t batch = data.rows - split;
+  PhaseTrace trace("merge seed pivots", ctx.stream.get());
   const std::vector<uint32_t> pivot_rows = merge_seed_pivots(split, seed);
   Matrix pivots(static_cast<int64_t>(pivot_rows.size()), data.dim);
   for (size_t i = 0; i < pivot_rows.size(); ++i) {
     const float* row = old_rows + static_cast<size_t>(pivot_rows[i]) * data.dim;
     std::copy(row, row + data.dim, pivots.row(static_cast<int64_t>(i)));
   }
+  trace.mark("rows gathered", static_cast<long long>(pivot_rows.size()));
   std::vector<uint32_t> nearest(batch);
   std::vector<float> dists(batch);
   RunControl without_progress = control;  // the merge's progress counts its own steps
@@ -58,6 +60,7 @@ std::vector<uint32_t> nearest_seed_pivots(DeviceContext& ctx, MatrixView data, c
   without_progress.progress_total = nullptr;
   exact_knn(ctx, pivots.view(), data.slice(split, batch), metric, 1, nearest.data(), dists.data(),
             without_progress);
+  trace.mark("nearest to each batch row");
   for (uint32_t& p : nearest) p = pivot_rows[p];
   return nearest;
 }
