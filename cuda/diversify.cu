@@ -286,7 +286,7 @@ void validate(MatrixView data, const KnnGraph& knn, const DiversifyParams& param
 // (in row order), and the linking marks in relinked the lists it changes.
 void diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
                      const KnnLists& knn, const DiversifyParams& params, const RunControl& control,
-                     GraphSpan graph, uint8_t* relinked) {
+                     GraphSpan graph, uint8_t* relinked, const std::function<void()>& before_stage_two) {
   const int64_t n = data.rows;
   const int k = knn.k;
   const int degree = params.degree;
@@ -371,6 +371,7 @@ void diversify_lists(DeviceContext& ctx, MatrixView data, const float* device_ro
 
   DeviceBuffer<uint32_t> out_ids(static_cast<size_t>(scan_on_device ? n : batch) * degree);
   DeviceBuffer<uint8_t> out_lambdas(static_cast<size_t>(batch) * degree);
+  if (before_stage_two) before_stage_two();
   if (relinked != nullptr) {
     // a merge's lists go out batch by batch, each counted as it is there
     control.set_total(n);
@@ -415,7 +416,7 @@ TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const Kn
   DeviceMatrix rows = DeviceMatrix::upload(data, ctx.stream.get());
   TsdgGraph graph(data.rows, params.degree);
   diversify_lists(ctx, data, rows.values.data(), metric, KnnLists{knn.ids.data(), knn.dists.data(), knn.k, false},
-                  params, control, GraphSpan::of(graph), nullptr);
+                  params, control, GraphSpan::of(graph), nullptr, {});
   return graph;
 }
 
@@ -431,13 +432,13 @@ TsdgGraph diversify_resident(DeviceContext& ctx, MatrixView data, const float* d
 void diversify_resident_into(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
                              const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
                              const DiversifyParams& params, const RunControl& control, GraphSpan graph,
-                             uint8_t* relinked) {
+                             uint8_t* relinked, const std::function<void()>& before_stage_two) {
   check_params(k, params);
   if (graph.nodes != data.rows || graph.degree != params.degree) {
     throw Error(Status::InvalidArgument, "diversify: the output lists do not match the rows and degree");
   }
   diversify_lists(ctx, data, device_rows, metric, KnnLists{device_knn_ids, device_knn_dists, k, true}, params,
-                  control, graph, relinked);
+                  control, graph, relinked, before_stage_two);
 }
 
 }  // namespace tsdg::cuda

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "device_memory.h"
 #include "merge.h"
@@ -80,11 +81,12 @@ TsdgGraph diversify_resident(DeviceContext& ctx, MatrixView data, const float* d
 // The same into lists the caller owns (a merge's output); with relinked
 // (graph.nodes flags, may be null), the lists go out in Phase::Link, its
 // progress counting those in graph (in row order), and the component linking
-// marks the lists it changes after that.
+// marks the lists it changes after that. before_stage_two (may be empty)
+// runs between the stages, before any list goes out.
 void diversify_resident_into(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
                              const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
                              const DiversifyParams& params, const RunControl& control, GraphSpan graph,
-                             uint8_t* relinked);
+                             uint8_t* relinked, const std::function<void()>& before_stage_two = {});
 
 // index_merge.cu: a merge's computation (merge.h) with the rows and the
 // lists on the device from the old lists' distances through GGM and both

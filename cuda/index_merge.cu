@@ -139,8 +139,10 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   ws.old_samples.release();
   // The merged k-NN lists go to the host from a thread and a stream of their
   // own while the device diversifies them: the 0.5 GB of 2M lists took 40 ms
-  // on an H100 before the diversification could start. (A release above
-  // would wait for the copy: freeing device memory synchronizes.)
+  // on an H100 before the diversification could start. That thread enters
+  // Phase::Diversify once they are there (the caller may write them out from
+  // then on, merge.h); stage 2 waits for it, as Phase::Link follows. (A
+  // release above would wait for the copy: freeing device memory synchronizes.)
   std::future<void> knn_to_host = std::async(std::launch::async, [&] {
     TSDG_CUDA_CHECK(cudaSetDevice(ctx.device));
     Stream copies;
@@ -148,13 +150,13 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
     if (out.knn_dists != nullptr) copy_to_host(out.knn_dists, ws.dists.data(), entries, copies.get());
     copies.synchronize();
     set_knn_change(lists_changed_by_batch(out.knn_ids, n, k, split, RunControl{}).data(), in, out);
+    control.set_phase(Phase::Diversify);
   });
 
-  control.set_phase(Phase::Diversify);
   wait_for_old_rows(in);  // the component linking reads them on the host
   diversify_resident_into(ctx, in.data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), k, diversify,
-                          control, GraphSpan{out.neighbors, out.lambdas, n, diversify.degree}, out.relinked);
-  knn_to_host.get();
+                          control, GraphSpan{out.neighbors, out.lambdas, n, diversify.degree}, out.relinked,
+                          [&] { knn_to_host.get(); });
   set_search_changed(in, out, control);
   trace.mark("diversify + search lists to the host");
 }

@@ -262,8 +262,10 @@ TEST(GpuMerge, MatchesTheCpuMerge) {
 // changes after that (tsdg_capi.h: the session writes the list pages as they
 // come and those again afterwards). On well separated clusters, which the
 // linking must bridge, every list as it was when counted is the final one
-// but for those marked.
-TEST(GpuMerge, PublishesItsSearchListsBeforeTheLinking) {
+// but for those marked. The k-NN lists and their change flags are final once
+// the merge enters Phase::Diversify (the session writes the k-NN pages from
+// then on).
+TEST(GpuMerge, PublishesItsListsOnlyWhenFinal) {
   TSDG_REQUIRE_GPU();
   const int64_t split = 20000;
   const int64_t rows = 21000;
@@ -288,6 +290,10 @@ TEST(GpuMerge, PublishesItsSearchListsBeforeTheLinking) {
   out.relinked = relinked.data();
   struct Published {
     const TsdgGraph* search;
+    const MergeOutput* out;
+    int64_t knn_entries = 0;
+    std::vector<uint32_t> knn_ids;  // as they were when Phase::Diversify was first seen
+    std::vector<uint8_t> knn_change;
     std::atomic<int> phase{0};
     std::atomic<int64_t> done{0};
     std::atomic<int64_t> total{0};
@@ -295,6 +301,8 @@ TEST(GpuMerge, PublishesItsSearchListsBeforeTheLinking) {
     int64_t rows = 0;  // the lists counted so far
   } published;
   published.search = &search;
+  published.out = &out;
+  published.knn_entries = rows * params.k;
   published.lists = TsdgGraph(rows, diversify.degree);
   RunControl control;
   control.phase = &published.phase;
@@ -303,7 +311,12 @@ TEST(GpuMerge, PublishesItsSearchListsBeforeTheLinking) {
   control.poll_now_arg = &published;
   control.poll_now = [](void* arg) {
     auto* p = static_cast<Published*>(arg);
-    if (p->phase.load() != static_cast<int>(Phase::Link)) return;
+    const int phase = p->phase.load();
+    if (p->knn_ids.empty() && (phase == static_cast<int>(Phase::Diversify) || phase == static_cast<int>(Phase::Link))) {
+      p->knn_ids.assign(p->out->knn_ids, p->out->knn_ids + p->knn_entries);
+      p->knn_change.assign(p->out->knn_change, p->out->knn_change + p->search->nodes);
+    }
+    if (phase != static_cast<int>(Phase::Link)) return;
     const int64_t done = p->done.load();
     const int degree = p->search->degree;
     for (int64_t u = p->rows; u < done; ++u) {
@@ -314,6 +327,9 @@ TEST(GpuMerge, PublishesItsSearchListsBeforeTheLinking) {
   };
   gpu_backend.merge_graph(in, out, Metric::L2, params, diversify, control);
   ASSERT_EQ(published.rows, rows) << "not every list was counted before the merge returned";
+  EXPECT_TRUE(std::equal(knn.ids.begin(), knn.ids.end(), published.knn_ids.begin(), published.knn_ids.end()))
+      << "the k-NN lists changed after Phase::Diversify";
+  EXPECT_EQ(published.knn_change, knn_change) << "the k-NN change flags changed after Phase::Diversify";
   int64_t marked = 0;
   for (int64_t u = 0; u < rows; ++u) {
     marked += relinked[u];
