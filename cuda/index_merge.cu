@@ -39,27 +39,46 @@ void check_merge_input(const MergeInput& in, int k, int degree) {
   }
 }
 
+__global__ void gather_rows_kernel(const float* rows, int dim, const uint32_t* picked, int64_t count,
+                                   float* out) {
+  const int64_t at = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (at >= count * dim) return;
+  out[at] = rows[static_cast<int64_t>(picked[at / dim]) * dim + at % dim];
+}
+
 // For every batch row, the nearest of the merge's seed pivots (ggm.h), as
-// indexed rows: the brute force of the batch against the pivots, read from
-// old_rows (the indexed rows, wherever they are ready).
-std::vector<uint32_t> nearest_seed_pivots(DeviceContext& ctx, MatrixView data, const float* old_rows,
+// indexed rows: the brute force of the batch against the pivots, gathered
+// from the merge's rows on the device (on the worker's host, from its copy
+// of the old rows, the gather took 25-35 ms for 7.4k pivots; H100 runs CD
+// and CE, docs/benchmarks.md).
+std::vector<uint32_t> nearest_seed_pivots(DeviceContext& ctx, MatrixView data, const float* device_rows,
                                           int64_t split, Metric metric, uint64_t seed, const RunControl& control) {
   const int64_t batch = data.rows - split;
-  PhaseTrace trace("merge seed pivots", ctx.stream.get());
+  cudaStream_t stream = ctx.stream.get();
+  PhaseTrace trace("merge seed pivots", stream);
   const std::vector<uint32_t> pivot_rows = merge_seed_pivots(split, seed);
-  Matrix pivots(static_cast<int64_t>(pivot_rows.size()), data.dim);
-  for (size_t i = 0; i < pivot_rows.size(); ++i) {
-    const float* row = old_rows + static_cast<size_t>(pivot_rows[i]) * data.dim;
-    std::copy(row, row + data.dim, pivots.row(static_cast<int64_t>(i)));
+  const auto count = static_cast<int64_t>(pivot_rows.size());
+  DeviceBuffer<uint32_t> picked(pivot_rows.size());
+  DeviceBuffer<float> pivots(static_cast<size_t>(count) * data.dim);
+  DeviceBuffer<float> norms(metric == Metric::L2 ? pivot_rows.size() : 0);
+  copy_to_device(picked.data(), pivot_rows.data(), pivot_rows.size(), stream);
+  if (count > 0) {
+    constexpr int kThreads = 256;
+    const int64_t values = count * data.dim;
+    gather_rows_kernel<<<static_cast<unsigned>((values + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        device_rows, data.dim, picked.data(), count, pivots.data());
+    check_launch("gather_rows_kernel");
+    if (metric == Metric::L2) compute_squared_norms(pivots.data(), count, data.dim, norms.data(), stream);
   }
-  trace.mark("rows gathered", static_cast<long long>(pivot_rows.size()));
+  trace.mark("rows gathered on the device", static_cast<long long>(count));
   std::vector<uint32_t> nearest(batch);
   std::vector<float> dists(batch);
   RunControl without_progress = control;  // the merge's progress counts its own steps
   without_progress.progress_done = nullptr;
   without_progress.progress_total = nullptr;
-  exact_knn(ctx, pivots.view(), data.slice(split, batch), metric, 1, nearest.data(), dists.data(),
-            without_progress);
+  const ResidentRows resident{pivots.data(), metric == Metric::L2 ? norms.data() : nullptr};
+  exact_knn(ctx, MatrixView{nullptr, count, data.dim}, data.slice(split, batch), metric, 1, nearest.data(),
+            dists.data(), without_progress, &resident);
   trace.mark("nearest to each batch row");
   for (uint32_t& p : nearest) p = pivot_rows[p];
   return nearest;
@@ -111,8 +130,7 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
 
   DeviceBuffer<uint32_t> batch_starts(batch);
   const std::vector<uint32_t> starts =
-      nearest_seed_pivots(ctx, in.data, in.old_rows_source != nullptr ? in.old_rows_source : in.data.data, split,
-                          metric, params.seed, control);
+      nearest_seed_pivots(ctx, in.data, rows.values.data(), split, metric, params.seed, control);
   copy_to_device(batch_starts.data(), starts.data(), starts.size(), stream);
   trace.mark("batch rows' start rows");
 
