@@ -3,8 +3,11 @@
 #include <atomic>
 #include <set>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "bruteforce.h"
+#include "descent.h"
 #include "knn_graph_test_util.h"
 #include "gnnd.h"
 #include "recall.h"
@@ -135,6 +138,25 @@ TEST(Gnnd, CancelsMidBuildAndReportsProgress) {
   canceller.join();
   EXPECT_EQ(total.load(), 20000 * 1001);
   EXPECT_LT(done.load(), 20000 * 10);
+}
+
+// Floyd's draw gives count distinct values below range, past the count
+// where it keeps them in a set as below it, also where every value is drawn.
+TEST(Descent, DrawDistinctValuesBelowTheRange) {
+  for (const auto& [range, count] : std::vector<std::pair<uint64_t, int>>{
+           {100, 10}, {64, 64}, {1000000, 3000}, {3000, 3000}, {5000, 4999}}) {
+    uint64_t state = 42;
+    std::vector<uint32_t> drawn(count);
+    draw_distinct(state, range, count, drawn.data());
+    const std::set<uint32_t> values(drawn.begin(), drawn.end());
+    EXPECT_EQ(values.size(), static_cast<size_t>(count)) << "range " << range << " count " << count;
+    EXPECT_LT(*values.rbegin(), range);
+    uint64_t again_state = 42;
+    std::vector<uint32_t> again(count);
+    draw_distinct(again_state, range, count, again.data());
+    EXPECT_EQ(again, drawn);
+    EXPECT_EQ(again_state, state);
+  }
 }
 
 }  // namespace
