@@ -48,9 +48,7 @@ __global__ void gather_rows_kernel(const float* rows, int dim, const uint32_t* p
 
 // For every batch row, the nearest of the merge's seed pivots (ggm.h), as
 // indexed rows: the brute force of the batch against the pivots, gathered
-// from the merge's rows on the device (on the worker's host, from its copy
-// of the old rows, the gather took 25-35 ms for 7.4k pivots; H100 runs CD
-// and CE, docs/benchmarks.md).
+// from the merge's rows on the device.
 std::vector<uint32_t> nearest_seed_pivots(DeviceContext& ctx, MatrixView data, const float* device_rows,
                                           int64_t split, Metric metric, uint64_t seed, const RunControl& control) {
   const int64_t batch = data.rows - split;

@@ -23,8 +23,8 @@ class GraphScan {
   // The nodes no list points to, ascending. A list ends at its first
   // kInvalidId.
   virtual std::vector<uint32_t> unpointed_nodes(GraphSpan graph, const RunControl& control) = 0;
-  // Component ids 0..*count-1 numbered by their smallest node; empty when
-  // *count is 1.
+  // Component ids 0..*count-1 numbered by their smallest node (may be
+  // empty when *count is 1).
   virtual std::vector<int64_t> component_ids(GraphSpan graph, int64_t* count, const RunControl& control) = 0;
   // Lists graph has had written since the last scan.
   virtual void lists_changed(GraphSpan graph, const std::vector<uint32_t>& lists) = 0;

@@ -444,24 +444,31 @@ void DescentLists::insert(uint32_t u, uint32_t v, float d) {
 }
 
 void draw_distinct(uint64_t& state, uint64_t range, int count, uint32_t* out) {
-  // Past a few dozen draws the values drawn go in a hash set: the scan of
-  // all of them made the 7.4k seed pivots of a merge into 1.9M take 17-28 ms.
-  constexpr int kScannedDraws = 64;
-  std::unordered_set<uint32_t> drawn_set;
-  if (count > kScannedDraws) drawn_set.reserve(static_cast<size_t>(count) * 2);
-  int drawn = 0;
-  for (uint64_t j = range - count; j < range; ++j) {
-    state += 0x9e3779b97f4a7c15ULL;
-    const auto t = static_cast<uint32_t>(mix(state) % (j + 1));
-    bool taken = false;
-    if (count > kScannedDraws) {
-      taken = !drawn_set.insert(t).second;
-      if (taken) drawn_set.insert(static_cast<uint32_t>(j));
-    } else {
-      for (int i = 0; i < drawn; ++i) taken = taken || out[i] == t;
+  const auto draw = [&](auto&& taken) {
+    int drawn = 0;
+    for (uint64_t j = range - count; j < range; ++j) {
+      state += 0x9e3779b97f4a7c15ULL;
+      const auto t = static_cast<uint32_t>(mix(state) % (j + 1));
+      out[drawn] = taken(t, drawn) ? static_cast<uint32_t>(j) : t;
+      ++drawn;
     }
-    out[drawn++] = taken ? static_cast<uint32_t>(j) : t;
+  };
+  // Past a few dozen draws the values drawn go in a hash set: scanning them
+  // all made the 7.4k seed pivots of a merge into 1.9M take 17-28 ms.
+  constexpr int kScannedDraws = 64;
+  if (count <= kScannedDraws) {
+    draw([&](uint32_t t, int drawn) { return std::find(out, out + drawn, t) != out + drawn; });
+    return;
   }
+  std::unordered_set<uint32_t> values;
+  values.reserve(static_cast<size_t>(count) * 2);
+  const uint64_t first_j = range - count;
+  draw([&](uint32_t t, int drawn) {
+    // Floyd's j of this draw is new: no earlier draw can have taken it
+    const bool taken = !values.insert(t).second;
+    if (taken) values.insert(static_cast<uint32_t>(first_j + drawn));
+    return taken;
+  });
 }
 
 void check_gnnd_params(MatrixView data, const GnndParams& params) {
