@@ -152,10 +152,7 @@ std::vector<int64_t> DeviceGraphScan::component_ids(GraphSpan graph, int64_t* co
   std::vector<uint32_t> root_of(static_cast<size_t>(nodes_));
   copy_to_host(root_of.data(), parent_.data(), root_of.size(), stream_);
   TSDG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  std::vector<int64_t> ids(static_cast<size_t>(nodes_));
-  int64_t next = 0;
-  for (int64_t u = 0; u < nodes_; ++u) ids[u] = root_of[u] == u ? next++ : ids[root_of[u]];
-  return ids;
+  return component_ids_of_roots(root_of, count);
 }
 
 void DeviceGraphScan::lists_changed(GraphSpan graph, const std::vector<uint32_t>& lists) {

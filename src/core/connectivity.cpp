@@ -156,6 +156,13 @@ void add_bridge(GraphSpan graph, uint32_t from, uint32_t to) {
 
 }  // namespace
 
+std::vector<int64_t> component_ids_of_roots(const std::vector<uint32_t>& root_of, int64_t* count) {
+  std::vector<int64_t> ids(root_of.size());
+  *count = 0;
+  for (size_t u = 0; u < root_of.size(); ++u) ids[u] = root_of[u] == u ? (*count)++ : ids[root_of[u]];
+  return ids;
+}
+
 // The threads unite the lists' edges in one forest in which a root is only ever
 // linked, by compare-and-swap, under a smaller root: every set ends rooted at
 // its smallest node whatever the threads' order, so the ids do not depend on
@@ -224,10 +231,7 @@ std::vector<int64_t> HostGraphScan::component_ids(GraphSpan graph, int64_t* coun
     unite_edges(spanning, graph.degree, &root_of);
     write_roots();
   }
-  std::vector<int64_t> ids(n);
-  *count = 0;
-  for (int64_t u = 0; u < n; ++u) ids[u] = root_of[u] == u ? (*count)++ : ids[root_of[u]];
-  return ids;
+  return component_ids_of_roots(root_of, count);
 }
 
 std::vector<uint32_t> HostGraphScan::unpointed_nodes(GraphSpan graph, const RunControl& control) {

@@ -30,6 +30,10 @@ class GraphScan {
   virtual void lists_changed(GraphSpan graph, const std::vector<uint32_t>& lists) = 0;
 };
 
+// Component ids 0..*count-1 from each node's root, where a root is its
+// component's smallest node (both scans root their sets so).
+std::vector<int64_t> component_ids_of_roots(const std::vector<uint32_t>& root_of, int64_t* count);
+
 class HostGraphScan final : public GraphScan {
  public:
   std::vector<uint32_t> unpointed_nodes(GraphSpan graph, const RunControl& control) override;
