@@ -147,8 +147,10 @@ std::vector<int64_t> DeviceGraphScan::component_ids(GraphSpan graph, int64_t* co
   unsigned long long roots = 0;
   copy_to_host(&roots, root_count_.data(), 1, stream_);
   TSDG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  *count = static_cast<int64_t>(roots);
-  if (roots <= 1) return {};
+  if (roots <= 1) {
+    *count = static_cast<int64_t>(roots);
+    return {};
+  }
   std::vector<uint32_t> root_of(static_cast<size_t>(nodes_));
   copy_to_host(root_of.data(), parent_.data(), root_of.size(), stream_);
   TSDG_CUDA_CHECK(cudaStreamSynchronize(stream_));
