@@ -59,10 +59,18 @@ __global__ void fill_random_lists_kernel(KnnListsView lists, int64_t nodes, cons
   }
 }
 
+constexpr int kMaxSegments = (kMaxGnndK + kSegmentSize - 1) / kSegmentSize;
+
+// The bits below bit `count` (count 0 to 32).
+__device__ __forceinline__ unsigned low_bits(int count) { return count >= 32 ? kFullMask : (1u << count) - 1u; }
+
 // A warp per list: the p closest NEW and the p closest OLD entries become the
 // forward samples; the sampled NEW entries are marked OLD. A node below
 // capped_end takes only the capped_old closest of its OLD entries below
-// capped_end.
+// capped_end. An entry's rank among the entries of its kind comes from the
+// list's segments, each sorted by (distance, id) (knn_lists.cuh): within
+// its own segment its lane, in another a binary search, the kind's entries
+// counted by a ballot mask of each segment.
 __global__ void sample_lists_kernel(KnnListsView lists, int64_t nodes, int samples,
                                     int64_t capped_end, int capped_old,
                                     uint32_t* new_samples, uint32_t* old_samples, int* forward_new,
@@ -72,50 +80,63 @@ __global__ void sample_lists_kernel(KnnListsView lists, int64_t nodes, int sampl
   const int64_t node = static_cast<int64_t>(blockIdx.x) * kListWarpsPerBlock + warp_in_block;
   if (node >= nodes) return;
   const int k = lists.k;
+  const int lane = lane_id();
   float* dists = reinterpret_cast<float*>(shared_raw) + static_cast<size_t>(warp_in_block) * 2 * k;
-  uint32_t* ids = reinterpret_cast<uint32_t*>(dists + k);
+  uint32_t* ids = reinterpret_cast<uint32_t*>(dists + k);  // without the NEW flag
   const int64_t base = node * k;
-  for (int i = lane_id(); i < k; i += kWarpSize) {
-    dists[i] = lists.dists[base + i];
-    ids[i] = lists.ids[base + i];
-  }
-  __syncwarp();
   const int stride = 2 * samples;
   const bool capped = node < capped_end;
   const int old_limit = capped ? capped_old : samples;
-  // an entry the node may sample: its OLD ones past capped_end cannot meet its NEW samples
-  const auto eligible = [&](uint32_t entry) {
-    return entry_valid(entry) && (entry_new(entry) || !capped || entry_id(entry) < capped_end);
-  };
+  uint32_t entries[kMaxSegments];
+  unsigned new_masks[kMaxSegments];
+  unsigned old_masks[kMaxSegments];
+#pragma unroll
+  for (int s = 0; s < kMaxSegments; ++s) {
+    const int i = s * kSegmentSize + lane;
+    entries[s] = i < k ? lists.ids[base + i] : kInvalidId;
+    if (i < k) {
+      dists[i] = lists.dists[base + i];
+      ids[i] = entry_id(entries[s]);
+    }
+    // an entry the node may sample: its OLD ones past capped_end cannot meet its NEW samples
+    const bool is_new = entry_new(entries[s]);
+    const bool valid = entry_valid(entries[s]) && (is_new || !capped || entry_id(entries[s]) < capped_end);
+    new_masks[s] = __ballot_sync(kFullMask, valid && is_new);
+    old_masks[s] = __ballot_sync(kFullMask, valid && !is_new);
+  }
+  __syncwarp();
   int new_count = 0;
   int old_count = 0;
-  for (int i0 = 0; i0 < k; i0 += kWarpSize) {
-    const int i = i0 + lane_id();
-    const uint32_t entry = i < k ? ids[i] : kInvalidId;
-    const bool valid = eligible(entry);
+#pragma unroll
+  for (int s = 0; s < kMaxSegments; ++s) {
+    const int i = s * kSegmentSize + lane;
+    const uint32_t entry = entries[s];
     const bool is_new = entry_new(entry);
-    int rank = 0;
-    if (valid) {
-      for (int j = 0; j < k; ++j) {
-        const uint32_t other = ids[j];
-        if (eligible(other) && entry_new(other) == is_new &&
-            pair_less(dists[j], entry_id(other), dists[i], entry_id(entry))) {
-          ++rank;
+    const unsigned own_kind = is_new ? new_masks[s] : old_masks[s];
+    if ((own_kind >> lane) & 1u) {
+      int rank = __popc(own_kind & low_bits(lane));
+#pragma unroll
+      for (int t = 0; t < kMaxSegments; ++t) {
+        const unsigned kind = is_new ? new_masks[t] : old_masks[t];
+        if (t == s || kind == 0) continue;
+        const int first = t * kSegmentSize;
+        const int before = rank_in_sorted(dists + first, ids + first, min(kSegmentSize, k - first), dists[i],
+                                          ids[i], false);
+        rank += __popc(kind & low_bits(before));
+      }
+      if (rank < (is_new ? samples : old_limit)) {
+        if (is_new) {
+          new_samples[node * stride + rank] = entry_id(entry);
+          lists.ids[base + i] = entry_id(entry);  // sampled: OLD from now on
+        } else {
+          old_samples[node * stride + rank] = entry_id(entry);
         }
       }
     }
-    if (valid && rank < (is_new ? samples : old_limit)) {
-      if (is_new) {
-        new_samples[node * stride + rank] = entry_id(entry);
-        lists.ids[base + i] = entry_id(entry);  // sampled: OLD from now on
-      } else {
-        old_samples[node * stride + rank] = entry_id(entry);
-      }
-    }
-    new_count += __popc(__ballot_sync(kFullMask, valid && is_new));
-    old_count += __popc(__ballot_sync(kFullMask, valid && !is_new));
+    new_count += __popc(new_masks[s]);
+    old_count += __popc(old_masks[s]);
   }
-  if (lane_id() == 0) {
+  if (lane == 0) {
     forward_new[node] = total_new[node] = min(new_count, samples);
     forward_old[node] = total_old[node] = min(old_count, old_limit);
   }

@@ -221,7 +221,8 @@ void CudaSearchIndex::prepare_entries(int count, uint64_t seed, const RunControl
 
 bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& params,
                                       const RunControl& control,
-                                      const std::function<void(int64_t, int64_t, int)>& deliver) {
+                                      const std::function<void(int64_t, int64_t, int)>& deliver,
+                                      int64_t own_row_first, bool stops_at_own_row) {
   if (queries.dim != dim_) throw Error(Status::InvalidArgument, "query dimension differs from the index");
   if (params.k < 1 || params.k > 1024) throw Error(Status::InvalidArgument, "GPU search supports 1 <= k <= 1024");
   if (params.gpu_kernel < kKernelAuto || params.gpu_kernel > kKernelExactScan) {
@@ -248,11 +249,16 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
     control.throw_if_cancelled();
     const int64_t rows = std::min(kMaxRowsPerLaunch, queries.rows - first);
     reserve_batch(rows, k);
-    copy_to_device(queries_.data(), queries.row(first), static_cast<size_t>(rows) * dim_, stream);
-    trace.mark("queries to the device", rows);
+    const float* launch_queries = queries_.data();
+    if (own_row_first >= 0) {
+      launch_queries = data_.data() + (own_row_first + first) * dim_;
+    } else {
+      copy_to_device(queries_.data(), queries.row(first), static_cast<size_t>(rows) * dim_, stream);
+      trace.mark("queries to the device", rows);
+    }
     SearchLaunch launch{g,
                         metric_,
-                        queries_.data(),
+                        launch_queries,
                         rows,
                         k,
                         ef,
@@ -261,7 +267,8 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
                         entry_count_,
                         StopRule{params.slack, std::max(1, k), nn1_bound_, metric_ == Metric::L2},
                         result_ids_.data(),
-                        result_dists_.data()};
+                        result_dists_.data(),
+                        own_row_first >= 0 && stops_at_own_row ? own_row_first + first : -1};
     if (small_batch) {
       launch_small_batch_search(launch, params.gpu_search_width, stream);
     } else {
@@ -367,6 +374,10 @@ std::vector<uint32_t> CudaSearchIndex::unreached_rows(int64_t first, int64_t end
   // of 100k rows merged into 1.6M-1.9M on an H100 they missed the same rows
   // but one (docs/benchmarks.md), so its misses stand for the CPU's too,
   // whose walk would take four times as long on the host threads.
+  // A search may end once it finds its own row where that row is the
+  // nearest any search can find (L2, cosine): an inner product's own row
+  // may yet fall out of the first results.
+  const bool stops_at_own_row = metric_ != Metric::InnerProduct;
   std::vector<uint32_t> rows;
   const MatrixView own{host_data_.row(first), end - first, dim_};
   SearchParams own_params = params;
@@ -379,16 +390,19 @@ std::vector<uint32_t> CudaSearchIndex::unreached_rows(int64_t first, int64_t end
     if (kernel == kKernelSmallBatch && params.ef > kGpuSmallBatchMaxEf) continue;
     if (params.gpu_kernel != kKernelAuto && kernel != params.gpu_kernel) continue;
     own_params.gpu_kernel = kernel;
-    search_launches(own, own_params, RunControl{}, [&](int64_t launch_first, int64_t launch_rows, int k) {
-      const size_t results = static_cast<size_t>(launch_rows) * k;
-      copy_to_host(pinned_ids_.data(), result_ids_.data(), results, ctx_->stream.get());
-      ctx_->stream.synchronize();
-      for (int64_t q = 0; q < launch_rows; ++q) {
-        const uint32_t row = static_cast<uint32_t>(first + launch_first + q);
-        const uint32_t* found = pinned_ids_.data() + q * k;
-        if (std::find(found, found + k, row) == found + k) rows.push_back(row);
-      }
-    });
+    search_launches(
+        own, own_params, RunControl{},
+        [&](int64_t launch_first, int64_t launch_rows, int k) {
+          const size_t results = static_cast<size_t>(launch_rows) * k;
+          copy_to_host(pinned_ids_.data(), result_ids_.data(), results, ctx_->stream.get());
+          ctx_->stream.synchronize();
+          for (int64_t q = 0; q < launch_rows; ++q) {
+            const uint32_t row = static_cast<uint32_t>(first + launch_first + q);
+            const uint32_t* found = pinned_ids_.data() + q * k;
+            if (std::find(found, found + k, row) == found + k) rows.push_back(row);
+          }
+        },
+        first, stops_at_own_row);
     trace.mark(kernel == kKernelSmallBatch ? "small-batch kernel" : "large-batch kernel",
                static_cast<long long>(rows.size()));
   }

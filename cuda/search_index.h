@@ -51,8 +51,12 @@ class CudaSearchIndex final : public SearchIndex {
   // after each, deliver(first, rows, k) takes the launch's results from
   // result_ids_ / result_dists_ (on the stream). False where the call is not
   // for the graph kernels (the exact scan), which it leaves to the caller.
+  // own_row_first >= 0: the queries are the rows from it on, read from the
+  // device's copy (queries gives their count), and with stops_at_own_row
+  // each search ends once it finds its own row (SearchLaunch).
   bool search_launches(MatrixView queries, const SearchParams& params, const RunControl& control,
-                       const std::function<void(int64_t, int64_t, int)>& deliver);
+                       const std::function<void(int64_t, int64_t, int)>& deliver, int64_t own_row_first = -1,
+                       bool stops_at_own_row = false);
   // The CPU search's navigating entry points for (count, seed), on the device
   // (computed on control's pool, when it has one).
   void prepare_entries(int count, uint64_t seed, const RunControl& control);

@@ -25,6 +25,11 @@ struct SearchLaunch {
   StopRule stop;
   uint32_t* ids;  // device, rows * k
   float* dists;   // device, rows * k
+  // >= 0: query q is the vector of row own_row_first + q, and its search
+  // ends as soon as it scores that row (the unreached-row checks, L2 and
+  // cosine: a row found at distance 0 stays among the best, so the rest of
+  // the walk could not lose it)
+  int64_t own_row_first = -1;
 };
 
 // One warp-sized block per query, started from the navigating entry set:

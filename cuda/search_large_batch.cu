@@ -30,6 +30,13 @@ struct LargeBatchLayout {
   }
 };
 
+// Whether the count candidates in cand_ids (shared) hold the query's own
+// row (SearchLaunch::own_row_first); warp-uniform.
+__device__ __forceinline__ bool holds_own_row(const uint32_t* cand_ids, int count, int64_t own_row) {
+  const int lane = lane_id();
+  return own_row >= 0 && __any_sync(kFullMask, lane < count && cand_ids[lane] == static_cast<uint32_t>(own_row));
+}
+
 // Distances of the count candidates in cand_ids (shared) into cand_dists.
 template <Metric M>
 __device__ __forceinline__ void team_distances(const DeviceGraph& g, const float* query,
@@ -175,10 +182,13 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
   // enters R; those that stay in R start C. With well separated clusters the
   // best of a few random nodes (Alg. 2, lines 1-4) often lies in the wrong
   // cluster, which the graph rarely leaves.
+  const int64_t own_row = launch.own_row_first >= 0 ? launch.own_row_first + query_index : -1;
+  bool own_found = false;
   for (int first = 0; first < launch.entry_count; first += kWarpSize) {
     const int count = min(kWarpSize, launch.entry_count - first);
     if (lane < count) cand_ids[lane] = launch.entries[first + lane];
     __syncwarp();
+    own_found |= holds_own_row(cand_ids, count, own_row);
     team_distances<M>(g, query, cand_ids, cand_dists, count);
     merge_into_best(best_dists, best_ids, spare_dists, spare_ids, ef, cand_dists, cand_ids, count);
   }
@@ -188,7 +198,7 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
 
   const int best_k_index = min(launch.stop.k, ef) - 1;
   const int max_hops = 4 * ef + 64;
-  for (int hop = 0; hop < max_hops; ++hop) {
+  for (int hop = 0; hop < max_hops && !own_found; ++hop) {
     float u_dist;
     const uint32_t u = queue_pop(queue_dists, queue_ids, queue_sizes, u_dist);
     if (u == kInvalidId) break;
@@ -210,6 +220,7 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
       if (fresh) cand_ids[__popc(fresh_mask & ((1u << lane) - 1u))] = e;
       __syncwarp();
       const int count = __popc(fresh_mask);
+      own_found |= holds_own_row(cand_ids, count, own_row);
       team_distances<M>(g, query, cand_ids, cand_dists, count);
       const float worst_before = best_dists[ef - 1];
       const uint32_t worst_id_before = best_ids[ef - 1];

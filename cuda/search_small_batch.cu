@@ -157,6 +157,7 @@ __global__ void __launch_bounds__(kBeamThreads)
   __shared__ int expand_count;
   __shared__ int cand_count;
   __shared__ int hash_fill;
+  __shared__ int own_found;  // SearchLaunch::own_row_first
   const DeviceGraph& g = launch.graph;
   const int64_t query_index = blockIdx.x;
   const int dim_padded = (g.dim + 3) & ~3;
@@ -178,7 +179,12 @@ __global__ void __launch_bounds__(kBeamThreads)
     pool.expanded[i] = 1;  // never picked
   }
   for (int i = threadIdx.x; i < kHashSlots; i += blockDim.x) hash[i] = kInvalidId;
-  if (threadIdx.x == 0) hash_fill = 0;
+  if (threadIdx.x == 0) {
+    hash_fill = 0;
+    own_found = 0;
+  }
+  const uint32_t own_row = launch.own_row_first >= 0 ? static_cast<uint32_t>(launch.own_row_first + query_index)
+                                                     : kInvalidId;
   load_query(launch.queries + query_index * g.dim, g.dim, query);  // ends with a barrier
 
   // The navigating entry set (the CPU and large-batch searches' entries)
@@ -190,7 +196,10 @@ __global__ void __launch_bounds__(kBeamThreads)
     const int chunk = min(kMaxCandidates, launch.entry_count - first);
     if (threadIdx.x < chunk) {
       const uint32_t e = launch.entries[first + threadIdx.x];
-      if (hash_insert(hash, &hash_fill, e)) cand_ids[atomicAdd(&cand_count, 1)] = e;
+      if (hash_insert(hash, &hash_fill, e)) {
+        cand_ids[atomicAdd(&cand_count, 1)] = e;
+        if (e == own_row) own_found = 1;
+      }
     }
     __syncthreads();
     const int count = cand_count;
@@ -203,7 +212,7 @@ __global__ void __launch_bounds__(kBeamThreads)
   const int lane = lane_id();
   const int best_k_index = min(launch.stop.k, pool_size) - 1;
   const int max_steps = 4 * pool_size / width + 32;
-  for (int step = 0; step < max_steps; ++step) {
+  for (int step = 0; step < max_steps && own_found == 0; ++step) {
     // Warp 0 takes the width best nodes not expanded yet.
     if (warp == 0) {
       int taken = 0;
@@ -236,7 +245,10 @@ __global__ void __launch_bounds__(kBeamThreads)
       const int64_t slot = static_cast<int64_t>(expand_ids[t / g.degree]) * g.degree + t % g.degree;
       const uint32_t e = g.neighbors[slot];
       if (e == kInvalidId || g.lambdas[slot] > launch.lambda_limit) continue;
-      if (hash_insert(hash, &hash_fill, e)) cand_ids[atomicAdd(&cand_count, 1)] = e;
+      if (hash_insert(hash, &hash_fill, e)) {
+        cand_ids[atomicAdd(&cand_count, 1)] = e;
+        if (e == own_row) own_found = 1;
+      }
     }
     __syncthreads();
     const int count = cand_count;
