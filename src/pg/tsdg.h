@@ -14,10 +14,15 @@
  *                       few comparisons, and the same ids index the arrays a
  *                       GPU holds. Rows never move: a merge appends the new
  *                       ones to the last extent's room or to a new extent.
- *   list pages          the graph: node i's search list {neighbors[R]
- *                       (uint32), lambdas[R] (uint8)} is record
+ *   list pages          the graph: node i's search list {neighbors[R],
+ *                       lambdas[R] (uint8)} is record
  *                       i % lists_per_page of block list_start +
- *                       i / lists_per_page, followed by the k-NN pages.
+ *                       i / lists_per_page, followed by the k-NN pages. A
+ *                       neighbor id takes 3 bytes (little-endian, 0xFFFFFF
+ *                       for none) in a graph of fewer than 2^24 - 1 nodes,
+ *                       else 4 (TsdgListIdBytes): list pages are all WAL,
+ *                       rewritten by every merge, and at R = 32 the 3-byte
+ *                       ids put 63 lists on a page instead of 51.
  *   pending pages       rows inserted since the last merge, a list linked
  *                       through the special space, searched exactly.
  * Row, list and k-NN records are packed after the page header (no line
@@ -106,9 +111,10 @@
  * Format 1: metapage, node pages, pending pages. Format 2 added the k-NN
  * pages and the merge fields. Format 3 keeps the rows apart from the lists
  * (see above). Format 4 lets the k-NN pages lag behind the graph (see
- * above).
+ * above). Format 5 stores 3-byte neighbor ids in graphs of fewer than
+ * 2^24 - 1 nodes.
  */
-#define TSDG_FORMAT_VERSION		4
+#define TSDG_FORMAT_VERSION		5
 
 /* "no block" in the merge fields of the metapage, as nbtree's P_NONE */
 #define TSDG_NO_BLOCK			0
@@ -319,9 +325,6 @@ typedef struct TsdgPendingHeader
 } TsdgPendingHeader;
 
 #define TsdgRecordVector(rec)	((float *) ((char *) (rec) + sizeof(TsdgNodeHeader)))
-/* a list record: neighbor ids, then their lambdas */
-#define TsdgListNeighbors(rec)	((uint32 *) (rec))
-#define TsdgListLambdas(rec, degree) ((uint8 *) (rec) + sizeof(uint32) * (degree))
 
 /* Shape and place of the records of one index, from its metapage. */
 typedef struct TsdgLayout
@@ -330,6 +333,7 @@ typedef struct TsdgLayout
 	int			degree;
 	Size		row_size;
 	int			rows_per_page;
+	int			list_id_bytes;	/* TsdgListIdBytes of the graph's node count */
 	Size		list_size;
 	int			lists_per_page;
 	BlockNumber list_start;
@@ -342,13 +346,15 @@ typedef struct TsdgLayout
 /* tsdgutils.c */
 extern int	TsdgMaxDimensions(void);
 extern void TsdgCheckDimensions(Relation index, int dims);
-extern void TsdgInitLayout(TsdgLayout *layout, int dims, int degree);
+extern int	TsdgListIdBytes(int64 nodes);
+extern void TsdgInitLayout(TsdgLayout *layout, int dims, int degree, int64 nodes);
 extern void TsdgLayoutFromMeta(TsdgLayout *layout, const TsdgMetaPageData *meta);
 extern BlockNumber TsdgRowBlock(const TsdgLayout *layout, uint32 id);
 extern char *TsdgRowRecord(const TsdgLayout *layout, Page page, uint32 id);
 extern uint32 TsdgRowPageEnd(const TsdgLayout *layout, uint32 id, uint32 limit);
 extern BlockNumber TsdgListBlock(const TsdgLayout *layout, uint32 id);
 extern char *TsdgListRecord(const TsdgLayout *layout, Page page, uint32 id);
+extern void TsdgListRead(const TsdgLayout *layout, const char *rec, uint32 *neighbors, uint8 *lambdas);
 extern BlockNumber TsdgPagesFor(int64 records, int per_page);
 extern int	TsdgKnnPerPage(int k);
 extern void TsdgFillRowPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,

@@ -506,7 +506,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs.count);
 	scanned_at = GetCurrentTimestamp();
 
-	TsdgInitLayout(&layout, bs.dims, bs.params.degree);
+	TsdgInitLayout(&layout, bs.dims, bs.params.degree, bs.count);
 	TsdgFillMeta(&meta, &bs, &layout);
 
 	if (bs.count > 0)
@@ -604,7 +604,7 @@ tsdgbuildempty(Relation index)
 	bs.metric = TsdgIndexMetric(index);
 	TsdgParamsFromOptions(index, &bs.params);
 	bs.dims = TsdgIndexTypmodDims(index);
-	TsdgInitLayout(&layout, bs.dims, bs.params.degree);
+	TsdgInitLayout(&layout, bs.dims, bs.params.degree, 0);
 	TsdgFillMeta(&meta, &bs, &layout);
 
 	page = (Page) palloc(BLCKSZ);

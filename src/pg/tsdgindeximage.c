@@ -54,10 +54,8 @@ TsdgReadIndexImage(Relation index, const TsdgMetaPageData *meta, TsdgIndexImage 
 		{
 			char	   *rec = TsdgListRecord(&layout, page, id);
 
-			memcpy(image->neighbors + (Size) id * layout.degree, TsdgListNeighbors(rec),
-				   sizeof(uint32) * layout.degree);
-			memcpy(image->lambdas + (Size) id * layout.degree, TsdgListLambdas(rec, layout.degree),
-				   layout.degree);
+			TsdgListRead(&layout, rec, image->neighbors + (Size) id * layout.degree,
+						 image->lambdas + (Size) id * layout.degree);
 		}
 		UnlockReleaseBuffer(buf);
 		CHECK_FOR_INTERRUPTS();

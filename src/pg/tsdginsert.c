@@ -40,7 +40,7 @@ TsdgAppendPending(Relation index, ItemPointer heap_tid, const float *vec, int di
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("vector has %d dimensions, index \"%s\" has %d",
 						dims, RelationGetRelationName(index), meta->dims)));
-	TsdgInitLayout(&layout, dims, meta->degree);
+	TsdgInitLayout(&layout, dims, meta->degree, meta->node_count);
 
 	if (BlockNumberIsValid(meta->pending_tail))
 	{

@@ -630,10 +630,8 @@ TsdgReadOldLists(TsdgMerge *m, const TsdgOldGraph *g)
 
 			if (self == TSDG_INVALID_ID)
 				continue;
-			memcpy(m->old_neighbors + (int64) self * meta->degree, TsdgListNeighbors(rec),
-				   sizeof(uint32) * meta->degree);
-			memcpy(m->old_lambdas + (int64) self * meta->degree, TsdgListLambdas(rec, meta->degree),
-				   sizeof(uint8) * meta->degree);
+			TsdgListRead(&m->layout, rec, m->old_neighbors + (int64) self * meta->degree,
+						 m->old_lambdas + (int64) self * meta->degree);
 		}
 		UnlockReleaseBuffer(buf);
 		CHECK_FOR_INTERRUPTS();
@@ -1070,7 +1068,7 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 		m->lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
 											sizeof(uint8) * Max(n, 1) * params.degree);
 	}
-	TsdgInitLayout(&m->new_layout, m->dims, m->meta.degree);
+	TsdgInitLayout(&m->new_layout, m->dims, m->meta.degree, n);
 	m->arrays = (TsdgGraphArrays) {&m->new_layout, n, m->tids, m->rows, m->neighbors, m->lambdas,
 	m->knn_ids, m->k};
 	if (n > 0)

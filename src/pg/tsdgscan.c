@@ -170,9 +170,7 @@ TsdgReadNeighbors(Relation index, TsdgScanOpaque so, uint32 id)
 
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
 	rec = TsdgListRecord(&so->layout, BufferGetPage(buf), id);
-	memcpy(so->list_ids, TsdgListNeighbors(rec), sizeof(uint32) * so->layout.degree);
-	memcpy(so->list_lambdas, TsdgListLambdas(rec, so->layout.degree),
-		   sizeof(uint8) * so->layout.degree);
+	TsdgListRead(&so->layout, rec, so->list_ids, so->list_lambdas);
 	UnlockReleaseBuffer(buf);
 
 	/* lists are padded at the end */

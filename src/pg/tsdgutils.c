@@ -32,10 +32,20 @@ TsdgRowSize(int dims)
 	return TYPEALIGN(sizeof(float), sizeof(TsdgNodeHeader) + sizeof(float) * dims);
 }
 
-static Size
-TsdgListSize(int degree)
+/* 3-byte ids leave 0xFFFFFF for TSDG_INVALID_ID */
+#define TSDG_SHORT_ID_NONE		0xFFFFFF
+
+/* bytes per neighbor id in the list records of a graph of this many nodes */
+int
+TsdgListIdBytes(int64 nodes)
 {
-	return TYPEALIGN(sizeof(uint32), (sizeof(uint32) + sizeof(uint8)) * degree);
+	return nodes < TSDG_SHORT_ID_NONE ? 3 : (int) sizeof(uint32);
+}
+
+static Size
+TsdgListSize(int degree, int id_bytes)
+{
+	return TYPEALIGN(sizeof(uint32), (id_bytes + sizeof(uint8)) * degree);
 }
 
 /* a row record and a pending record (the smaller page: it has special space) fit one page */
@@ -60,16 +70,17 @@ TsdgCheckDimensions(Relation index, int dims)
 				 errhint("A row must fit in one %d-byte page.", BLCKSZ)));
 }
 
-/* the record shapes; the caller places the rows and lists */
+/* the record shapes of a graph of this many nodes; the caller places the rows and lists */
 void
-TsdgInitLayout(TsdgLayout *layout, int dims, int degree)
+TsdgInitLayout(TsdgLayout *layout, int dims, int degree, int64 nodes)
 {
 	MemSet(layout, 0, sizeof(TsdgLayout));
 	layout->dims = dims;
 	layout->degree = degree;
 	layout->row_size = TsdgRowSize(dims);
 	layout->rows_per_page = (int) (TSDG_RECORD_PAGE_SPACE / layout->row_size);
-	layout->list_size = TsdgListSize(degree);
+	layout->list_id_bytes = TsdgListIdBytes(nodes);
+	layout->list_size = TsdgListSize(degree, layout->list_id_bytes);
 	layout->lists_per_page = (int) (TSDG_RECORD_PAGE_SPACE / layout->list_size);
 	layout->list_start = InvalidBlockNumber;
 	layout->pending_size = TYPEALIGN(sizeof(float),
@@ -80,7 +91,7 @@ TsdgInitLayout(TsdgLayout *layout, int dims, int degree)
 void
 TsdgLayoutFromMeta(TsdgLayout *layout, const TsdgMetaPageData *meta)
 {
-	TsdgInitLayout(layout, meta->dims, meta->degree);
+	TsdgInitLayout(layout, meta->dims, meta->degree, meta->node_count);
 	if (meta->node_count > 0 &&
 		(layout->row_size != meta->row_size || layout->rows_per_page != meta->rows_per_page ||
 		 layout->list_size != meta->list_size || layout->lists_per_page != meta->lists_per_page ||
@@ -149,6 +160,46 @@ TsdgListRecord(const TsdgLayout *layout, Page page, uint32 id)
 	return PageGetContents(page) + layout->list_size * (id % layout->lists_per_page);
 }
 
+/* A list record's neighbor ids (TSDG_INVALID_ID padded) and their lambdas, R each. */
+void
+TsdgListRead(const TsdgLayout *layout, const char *rec, uint32 *neighbors, uint8 *lambdas)
+{
+	int			degree = layout->degree;
+	const uint8 *ids = (const uint8 *) rec;
+
+	if (layout->list_id_bytes == sizeof(uint32))
+		memcpy(neighbors, ids, sizeof(uint32) * degree);
+	else
+		for (int j = 0; j < degree; j++, ids += 3)
+		{
+			uint32		id = ids[0] | ((uint32) ids[1] << 8) | ((uint32) ids[2] << 16);
+
+			neighbors[j] = id == TSDG_SHORT_ID_NONE ? TSDG_INVALID_ID : id;
+		}
+	memcpy(lambdas, rec + layout->list_id_bytes * degree, degree);
+}
+
+static void
+TsdgListWrite(const TsdgLayout *layout, char *rec, const uint32 *neighbors, const uint8 *lambdas)
+{
+	int			degree = layout->degree;
+	uint8	   *ids = (uint8 *) rec;
+
+	if (layout->list_id_bytes == sizeof(uint32))
+		memcpy(ids, neighbors, sizeof(uint32) * degree);
+	else
+		for (int j = 0; j < degree; j++, ids += 3)
+		{
+			uint32		id = neighbors[j] == TSDG_INVALID_ID ? TSDG_SHORT_ID_NONE : neighbors[j];
+
+			Assert(id <= TSDG_SHORT_ID_NONE);
+			ids[0] = (uint8) id;
+			ids[1] = (uint8) (id >> 8);
+			ids[2] = (uint8) (id >> 16);
+		}
+	memcpy(rec + layout->list_id_bytes * degree, lambdas, degree);
+}
+
 BlockNumber
 TsdgPagesFor(int64 records, int per_page)
 {
@@ -193,8 +244,7 @@ TsdgFillListPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
 		char	   *rec = (char *) page + ((PageHeader) page)->pd_lower;
 
 		MemSet(rec, 0, layout->list_size);
-		memcpy(TsdgListNeighbors(rec), neighbors + (Size) id * degree, sizeof(uint32) * degree);
-		memcpy(TsdgListLambdas(rec, degree), lambdas + (Size) id * degree, degree);
+		TsdgListWrite(layout, rec, neighbors + (Size) id * degree, lambdas + (Size) id * degree);
 		((PageHeader) page)->pd_lower += layout->list_size;
 	}
 }
