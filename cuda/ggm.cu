@@ -15,6 +15,7 @@
 #include "ggm.h"
 #include "gnnd_workspace.h"
 #include "gpu_algorithms.h"
+#include "knn_lists.cuh"
 #include "phase_trace.h"
 #include "warp_primitives.cuh"
 

@@ -16,6 +16,7 @@
 #include "distance.cuh"
 #include "gnnd_workspace.h"
 #include "gpu_algorithms.h"
+#include "knn_lists.cuh"
 #include "pairwise.cuh"
 #include "phase_trace.h"
 #include "warp_primitives.cuh"
@@ -471,12 +472,20 @@ void fill_random_lists(GnndWorkspace& ws, const float* data, int dim, Metric met
   });
 }
 
+void sample_lists(GnndWorkspace& ws, int64_t capped_end, int capped_old, cudaStream_t stream) {
+  const size_t list_shared = static_cast<size_t>(kListWarpsPerBlock) * 2 * ws.k * sizeof(float);
+  sample_lists_kernel<<<grid_for(ws.nodes, kListWarpsPerBlock), kListWarpsPerBlock * kWarpSize, list_shared,
+                        stream>>>(ws.view(), ws.nodes, ws.samples, capped_end, capped_old, ws.new_samples.data(),
+                                  ws.old_samples.data(), ws.forward_new.data(), ws.forward_old.data(),
+                                  ws.total_new.data(), ws.total_old.data());
+  check_launch("sample_lists_kernel");
+}
+
 int run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data, int dim,
                         Metric metric, const GnndParams& params, int64_t split,
                         const RunControl& control, int first_side_old_samples) {
   cudaStream_t stream = ctx.stream.get();
   const int p = ws.samples;
-  const size_t list_shared = static_cast<size_t>(kListWarpsPerBlock) * 2 * ws.k * sizeof(float);
   const double stop_below = params.min_update_rate * static_cast<double>(ws.nodes) * ws.k;
   control.set_total(params.iterations);
   PhaseTrace trace(split >= 0 ? "ggm " : "gnnd", stream);
@@ -484,13 +493,7 @@ int run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data
   int iteration = 0;
   while (iteration < params.iterations) {
     control.throw_if_cancelled();
-    sample_lists_kernel<<<grid_for(ws.nodes, kListWarpsPerBlock), kListWarpsPerBlock * kWarpSize,
-                          list_shared, stream>>>(ws.view(), ws.nodes, p, capped_end,
-                                                 std::min(p, first_side_old_samples), ws.new_samples.data(),
-                                                 ws.old_samples.data(), ws.forward_new.data(),
-                                                 ws.forward_old.data(), ws.total_new.data(),
-                                                 ws.total_old.data());
-    check_launch("sample_lists_kernel");
+    sample_lists(ws, capped_end, std::min(p, first_side_old_samples), stream);
     trace.mark("sample");
     add_reverse_samples_kernel<<<grid_for(ws.nodes * p, 256), 256, 0, stream>>>(
         ws.nodes, p, ws.new_samples.data(), ws.forward_new.data(), ws.total_new.data());

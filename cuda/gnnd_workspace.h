@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "device_memory.h"
-#include "knn_lists.cuh"
+#include "knn_lists_layout.h"
 #include "params.h"
 #include "run_control.h"
 #include "types.h"
@@ -45,6 +45,12 @@ int checked_sample_count(const GnndParams& params);
 // Lists of random distinct nodes (self excluded), all NEW (Algorithm 1, lines 1-5).
 void fill_random_lists(GnndWorkspace& ws, const float* data, int dim, Metric metric, uint64_t seed,
                        cudaStream_t stream);
+
+// Each list's forward samples: its p closest NEW and p closest OLD entries,
+// the sampled NEW ones marked OLD; a node below capped_end takes at most
+// capped_old OLD samples, from its OLD entries below capped_end. Each
+// segment must be sorted by (distance, id), as the inserts keep them.
+void sample_lists(GnndWorkspace& ws, int64_t capped_end, int capped_old, cudaStream_t stream);
 
 // GNND iterations until the update rate falls under params.min_update_rate
 // or params.iterations are done; returns how many ran. split >= 0: only pairs

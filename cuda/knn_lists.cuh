@@ -9,15 +9,12 @@
 #include <cstdint>
 
 #include "distance.cuh"
+#include "knn_lists_layout.h"
 #include "warp_primitives.cuh"
 
 namespace tsdg::cuda {
 
-constexpr uint32_t kNewFlag = 0x80000000u;
-constexpr uint32_t kIdMask = 0x7fffffffu;
-constexpr int kSegmentSize = kWarpSize;
-
-__host__ __device__ inline int segment_count(int k) { return (k + kSegmentSize - 1) / kSegmentSize; }
+static_assert(kSegmentSize == kWarpSize, "a warp inserts into a segment, a lane an entry");
 
 __device__ __forceinline__ bool entry_valid(uint32_t entry) { return entry != kInvalidId; }
 __device__ __forceinline__ bool entry_new(uint32_t entry) {
@@ -26,14 +23,6 @@ __device__ __forceinline__ bool entry_new(uint32_t entry) {
 __device__ __forceinline__ uint32_t entry_id(uint32_t entry) {
   return entry == kInvalidId ? kInvalidId : (entry & kIdMask);
 }
-
-struct KnnListsView {
-  uint32_t* ids;   // nodes * k, flagged
-  float* dists;    // nodes * k
-  int* locks;      // nodes * segment_count(k)
-  int k;
-  int segments;
-};
 
 // Inserts candidate at distance d into node's list unless it is already there
 // or not closer than the segment's worst entry; all lanes of a warp call it
