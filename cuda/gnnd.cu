@@ -2,8 +2,9 @@
 //   sample_lists        p closest NEW and p closest OLD per list (sampled NEW become OLD)
 //   add_reverse_samples reverse samples appended with atomics up to 2p
 //   dedupe_samples      a warp per sample list drops repeated ids
-//   cross_match         a block per node: NEW-NEW distances with the triangular
-//                       thread mapping, NEW-OLD as a 16x16-thread tiled product,
+//   cross_match         a block of four warps per node: NEW-NEW distances with
+//                       the triangular thread mapping, NEW-OLD 2 x 2 entries a
+//                       thread (in a merge only the pairs across the split),
 //                       both in shared memory over tiles of 32 dimensions; then
 //                       a warp-shuffle arg-min per sample and one insertion of
 //                       that nearest pair into the segmented lists
@@ -24,10 +25,11 @@
 namespace tsdg::cuda {
 namespace {
 
-constexpr int kCrossThreads = 256;
+// A cross-match block is four warps: most of a merge's lists have few
+// samples, and the kernel waits on its rows' gathers, so more lists in
+// flight pay more than more threads a list.
+constexpr int kCrossThreads = 128;
 constexpr int kDimTile = 32;
-constexpr int kTile = 16;  // the NEW-OLD product tile is kTile x kTile threads
-constexpr int kMaxNewNewPairs = kMaxSamplesPerList * (kMaxSamplesPerList - 1) / 2;
 constexpr int kListWarpsPerBlock = 4;
 
 __global__ void clear_lists_kernel(uint32_t* ids, float* dists, int64_t entries, int* locks,
@@ -188,57 +190,106 @@ __device__ __forceinline__ bool same_side(uint32_t a, uint32_t b, int64_t split)
   return split >= 0 && ((static_cast<int64_t>(a) < split) == (static_cast<int64_t>(b) < split));
 }
 
-constexpr int kMaxTasks = 3 * kMaxSamplesPerList;  // 2 per NEW sample, 1 per OLD sample
-constexpr int kBlockSide = 2 * kTile;  // the NEW-OLD product runs in 32 x 32 blocks
-
+// A block's shared memory for up to kCapacity (2p) NEW and OLD samples:
+// sized to p, so that more blocks share an SM.
+template <int kCapacity>
 struct CrossMatchShared {
-  uint32_t new_ids[kMaxSamplesPerList];
-  uint32_t old_ids[kMaxSamplesPerList];
-  float new_rows[kMaxSamplesPerList][kDimTile + 1];
-  float old_rows[kMaxSamplesPerList][kDimTile + 1];
-  float new_new[kMaxNewNewPairs];                          // at u(u-1)/2 + v, u > v
-  float new_old[kMaxSamplesPerList * kMaxSamplesPerList];  // at u * 64 + o
-  uint32_t task_owner[kMaxTasks];
-  uint32_t task_candidate[kMaxTasks];
-  float task_dist[kMaxTasks];
-  int passing[kMaxTasks];
+  static constexpr int kTasks = 3 * kCapacity;  // 2 per NEW sample, 1 per OLD sample
+  uint32_t new_ids[kCapacity];
+  uint32_t old_ids[kCapacity];
+  float new_rows[kCapacity][kDimTile + 1];
+  float old_rows[kCapacity][kDimTile + 1];
+  float new_new[kCapacity * (kCapacity - 1) / 2];  // at u(u-1)/2 + v, u > v
+  float new_old[kCapacity * kCapacity];            // at u * kCapacity + o
+  uint32_t task_owner[kTasks];
+  uint32_t task_candidate[kTasks];
+  float task_dist[kTasks];
+  int passing[kTasks];
   int passing_count;
+  int new_sides;  // bit 0: a NEW sample below split, bit 1: one at or past it
+  int old_count;
   unsigned int updates;
 };
+
+// In a merge (split >= 0) only pairs across split are matched. When every
+// NEW sample lies on one side, as GGM's lists make them (a list only gains
+// nodes of the other side, flagged NEW, and starts with its own side's
+// entries OLD), no NEW-NEW pair is across and the OLD samples on that same
+// side meet no NEW one: the block then keeps only the OLD samples of the
+// other side and skips the NEW-NEW pairs. Returns whether it skips them;
+// shared.old_count is the OLD samples kept. Block-wide.
+template <int kCapacity>
+__device__ bool keep_only_pairs_across(CrossMatchShared<kCapacity>& shared, int new_count, int old_count,
+                                       int64_t split) {
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    shared.new_sides = 0;
+    shared.old_count = old_count;
+  }
+  __syncthreads();
+  if (split < 0) return false;
+  if (tid < new_count) atomicOr(&shared.new_sides, static_cast<int64_t>(shared.new_ids[tid]) < split ? 1 : 2);
+  __syncthreads();
+  const int new_sides = shared.new_sides;
+  if (new_sides == 3) return false;
+  if (tid < kWarpSize) {
+    const bool new_below = new_sides == 1;
+    uint32_t ids[kCapacity / kWarpSize];
+    bool keep[kCapacity / kWarpSize];
+#pragma unroll
+    for (int r = 0; r < kCapacity / kWarpSize; ++r) {
+      const int i = r * kWarpSize + tid;
+      ids[r] = i < old_count ? shared.old_ids[i] : kInvalidId;
+      keep[r] = i < old_count && (static_cast<int64_t>(ids[r]) < split) != new_below;
+    }
+    __syncwarp();
+    int kept = 0;
+#pragma unroll
+    for (int r = 0; r < kCapacity / kWarpSize; ++r) {
+      const unsigned mask = __ballot_sync(kFullMask, keep[r]);
+      if (keep[r]) shared.old_ids[kept + __popc(mask & ((1u << tid) - 1u))] = ids[r];
+      kept += __popc(mask);
+    }
+    if (tid == 0) shared.old_count = kept;
+  }
+  __syncthreads();
+  return true;
+}
 
 // A block per node: the cross-matching of its NEW and OLD samples and the
 // selective update of the lists of those samples. Partial distances are
 // accumulated in shared memory, one slot per thread, so that few registers
 // are live and several blocks share an SM.
-template <Metric M>
-__global__ void __launch_bounds__(kCrossThreads, 4)
+template <Metric M, int kCapacity>
+__global__ void __launch_bounds__(kCrossThreads, 8)
     cross_match_kernel(KnnListsView lists, int64_t nodes, const float* data, int dim, int samples,
                        const uint32_t* new_samples, const uint32_t* old_samples,
                        const int* total_new, const int* total_old, int64_t split,
                        unsigned long long* updates) {
-  __shared__ CrossMatchShared shared;
+  __shared__ CrossMatchShared<kCapacity> shared;
   const int64_t node = blockIdx.x;
   if (node >= nodes) return;
   const int stride = 2 * samples;
   const int new_count = min(total_new[node], stride);
-  const int old_count = min(total_old[node], stride);
+  const int sampled_old = min(total_old[node], stride);
   if (new_count == 0) return;
   const int tid = threadIdx.x;
   if (tid < new_count) shared.new_ids[tid] = new_samples[node * stride + tid];
-  if (tid < old_count) shared.old_ids[tid] = old_samples[node * stride + tid];
+  if (tid < sampled_old) shared.old_ids[tid] = old_samples[node * stride + tid];
   if (tid == 0) {
     shared.updates = 0;
     shared.passing_count = 0;
   }
-  const int pair_count = new_count * (new_count - 1) / 2;
+  const bool across_only = keep_only_pairs_across(shared, new_count, sampled_old, split);
+  const int old_count = shared.old_count;
+  if (across_only && old_count == 0) return;  // no pair across
+  const int pair_count = across_only ? 0 : new_count * (new_count - 1) / 2;
   for (int t = tid; t < pair_count; t += kCrossThreads) shared.new_new[t] = 0.0f;
-  for (int t = tid; t < new_count * kMaxSamplesPerList; t += kCrossThreads) shared.new_old[t] = 0.0f;
+  for (int t = tid; t < new_count * kCapacity; t += kCrossThreads) shared.new_old[t] = 0.0f;
   __syncthreads();
 
-  const int row_in_tile = tid / kTile;
-  const int col_in_tile = tid % kTile;
-  const int new_blocks = (new_count + kBlockSide - 1) / kBlockSide;
-  const int old_blocks = (old_count + kBlockSide - 1) / kBlockSide;
+  const int new_half = (new_count + 1) / 2;
+  const int old_half = (old_count + 1) / 2;
   for (int d0 = 0; d0 < dim; d0 += kDimTile) {
     for (int idx = tid; idx < (new_count + old_count) * kDimTile; idx += kCrossThreads) {
       const int r = idx / kDimTile;
@@ -265,18 +316,20 @@ __global__ void __launch_bounds__(kCrossThreads, 4)
       }
       shared.new_new[t] += sum;
     }
-    // NEW-OLD: a tiled product, 16 x 16 threads each owning 2 x 2 entries of a
-    // 32 x 32 block.
-    for (int block = 0; block < new_blocks * old_blocks; ++block) {
-      const int new_base = (block / old_blocks) * kBlockSide;
-      const int old_base = (block % old_blocks) * kBlockSide;
+    // NEW-OLD: each thread owns 2 x 2 entries, NEW u and u + new_half
+    // against OLD o and o + old_half, so that only the pairs there are take
+    // threads, and a warp's threads read distinct OLD rows (conflict-free:
+    // rows are 33 floats apart).
+    for (int t = tid; t < new_half * old_half; t += kCrossThreads) {
+      const int u = t / old_half;
+      const int o = t % old_half;
       float sum[2][2] = {};
 #pragma unroll 8
       for (int c = 0; c < kDimTile; ++c) {
-        const float n0 = shared.new_rows[new_base + row_in_tile][c];
-        const float n1 = shared.new_rows[new_base + row_in_tile + kTile][c];
-        const float o0 = shared.old_rows[old_base + col_in_tile][c];
-        const float o1 = shared.old_rows[old_base + col_in_tile + kTile][c];
+        const float n0 = shared.new_rows[u][c];
+        const float n1 = shared.new_rows[u + new_half][c];
+        const float o0 = shared.old_rows[o][c];
+        const float o1 = shared.old_rows[o + old_half][c];
         sum[0][0] += distance_term<M>(n0, o0);
         sum[0][1] += distance_term<M>(n0, o1);
         sum[1][0] += distance_term<M>(n1, o0);
@@ -286,9 +339,9 @@ __global__ void __launch_bounds__(kCrossThreads, 4)
       for (int a = 0; a < 2; ++a) {
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
-          const int u = new_base + row_in_tile + a * kTile;
-          const int o = old_base + col_in_tile + b * kTile;
-          if (u < new_count && o < old_count) shared.new_old[u * kMaxSamplesPerList + o] += sum[a][b];
+          const int nu = u + a * new_half;
+          const int no = o + b * old_half;
+          if (nu < new_count && no < old_count) shared.new_old[nu * kCapacity + no] += sum[a][b];
         }
       }
     }
@@ -303,9 +356,9 @@ __global__ void __launch_bounds__(kCrossThreads, 4)
     const uint32_t b = shared.new_ids[v];
     shared.new_new[t] = (a == b || same_side(a, b, split)) ? INFINITY : finish_distance<M>(shared.new_new[t]);
   }
-  for (int t = tid; t < new_count * kMaxSamplesPerList; t += kCrossThreads) {
-    const int u = t / kMaxSamplesPerList;
-    const int o = t % kMaxSamplesPerList;
+  for (int t = tid; t < new_count * kCapacity; t += kCrossThreads) {
+    const int u = t / kCapacity;
+    const int o = t % kCapacity;
     if (o >= old_count) continue;
     const uint32_t x = shared.new_ids[u];
     const uint32_t y = shared.old_ids[o];
@@ -318,7 +371,8 @@ __global__ void __launch_bounds__(kCrossThreads, 4)
   const int warp = tid / kWarpSize;
   const int lane = lane_id();
   const int tasks = 2 * new_count + old_count;
-  for (int task = warp; task < tasks; task += kCrossThreads / kWarpSize) {
+  const int first_task = across_only ? new_count : 0;  // the NEW-NEW tasks
+  for (int task = first_task + warp; task < tasks; task += kCrossThreads / kWarpSize) {
     uint32_t owner;
     int candidates;
     if (task < new_count) {
@@ -341,10 +395,10 @@ __global__ void __launch_bounds__(kCrossThreads, 4)
         d = shared.new_new[triangle_index(task, j)];
         id = shared.new_ids[j];
       } else if (task < 2 * new_count) {
-        d = shared.new_old[(task - new_count) * kMaxSamplesPerList + j];
+        d = shared.new_old[(task - new_count) * kCapacity + j];
         id = shared.old_ids[j];
       } else {
-        d = shared.new_old[j * kMaxSamplesPerList + (task - 2 * new_count)];
+        d = shared.new_old[j * kCapacity + (task - 2 * new_count)];
         id = shared.new_ids[j];
       }
       if (pair_less(d, id, best, best_id)) {
@@ -362,7 +416,7 @@ __global__ void __launch_bounds__(kCrossThreads, 4)
   __syncthreads();
   // The unlocked look at each target segment's worst entry, all tasks at
   // once, so that only the pairs that can enter a list queue for a lock.
-  for (int task = tid; task < tasks; task += kCrossThreads) {
+  for (int task = first_task + tid; task < tasks; task += kCrossThreads) {
     const uint32_t candidate = shared.task_candidate[task];
     if (candidate == kInvalidId) continue;
     const int segment = static_cast<int>(candidate % static_cast<uint32_t>(lists.segments));
@@ -511,9 +565,16 @@ int run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data
     TSDG_CUDA_CHECK(cudaMemsetAsync(ws.updates.data(), 0, sizeof(unsigned long long), stream));
     dispatch_metric(metric, [&](auto tag) {
       constexpr Metric M = decltype(tag)::value;
-      cross_match_kernel<M><<<static_cast<unsigned>(ws.nodes), kCrossThreads, 0, stream>>>(
-          ws.view(), ws.nodes, data, dim, p, ws.new_samples.data(), ws.old_samples.data(),
-          ws.total_new.data(), ws.total_old.data(), split, ws.updates.data());
+      const auto launch = [&](auto kernel) {
+        kernel<<<static_cast<unsigned>(ws.nodes), kCrossThreads, 0, stream>>>(
+            ws.view(), ws.nodes, data, dim, p, ws.new_samples.data(), ws.old_samples.data(),
+            ws.total_new.data(), ws.total_old.data(), split, ws.updates.data());
+      };
+      if (2 * p <= kMaxSamplesPerList / 2) {
+        launch(cross_match_kernel<M, kMaxSamplesPerList / 2>);
+      } else {
+        launch(cross_match_kernel<M, kMaxSamplesPerList>);
+      }
       check_launch("cross_match_kernel");
     });
     unsigned long long updates = 0;
