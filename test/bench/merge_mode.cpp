@@ -1,5 +1,8 @@
 #include "merge_mode.h"
 
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include <algorithm>
@@ -9,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.h"
 #include "bench_report.h"
 #include "bruteforce.h"
 #include "dataset_io.h"
@@ -73,11 +77,33 @@ void check(TsdgStatus status, const TsdgError& error, const char* what) {
   if (status != TSDG_OK) throw Error(Status::Internal, std::string(what) + ": " + error.message);
 }
 
+// This program links pg_tsdg_cuda.so by name (its other modes call the
+// backend directly), and a library that --cuda-library loads beside it would
+// call the linked one's exported functions, kernels included: an A/B of two
+// builds would time one. Refuses a --cuda-library that is not the linked one.
+void check_linked_cuda_library([[maybe_unused]] const std::string& requested) {
+#ifdef TSDG_HAVE_CUDA
+  Dl_info linked;
+  if (dladdr(reinterpret_cast<void*>(&tsdg_cuda_create_backend), &linked) == 0 || linked.dli_fname == nullptr) return;
+  char linked_path[PATH_MAX];
+  char requested_path[PATH_MAX];
+  if (realpath(linked.dli_fname, linked_path) == nullptr || realpath(requested.c_str(), requested_path) == nullptr) {
+    return;  // a name, not a path: the search finds the linked one
+  }
+  if (std::string(linked_path) != requested_path) {
+    throw Error(Status::InvalidArgument, std::string("--cuda-library ") + requested_path +
+                                             " is not the pg_tsdg_cuda.so this program is linked to (" + linked_path +
+                                             "), whose functions it would call: set LD_LIBRARY_PATH to its directory");
+  }
+#endif
+}
+
 // The backend the index's C API calls run on, as the GPU worker loads it
 // (--backend cuda: --cuda-library), or NULL for the CPU.
 TsdgBackend* load_backend(const BenchOptions& o) {
   if (o.backend == "cpu") return nullptr;
   if (o.backend != "cuda") throw Error(Status::InvalidArgument, "--backend must be cpu or cuda");
+  check_linked_cuda_library(o.cuda_library);
   TsdgError error;
   TsdgBackend* backend = tsdg_backend_load(o.cuda_library.c_str(), 0, &error);
   if (backend == nullptr) throw Error(Status::DeviceError, std::string("cuda: ") + error.message);
