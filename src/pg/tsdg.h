@@ -29,8 +29,9 @@
  * pointers, no special space, as contrib/bloom does), pd_lower ends the last.
  *
  * The rows are kept apart from the lists because a merge changes most lists
- * but no old row: it rewrites the lists (a fifth of a 128-dimension node's
- * bytes with its k-NN ids) and appends rows, instead of copying every vector.
+ * but no old row: it rewrites the lists (128 of a 128-dimension node's 904
+ * bytes with its k-NN ids, at R = 32 and build_k = 64) and appends rows,
+ * instead of copying every vector.
  * A row must fit one page as a row record and as a pending record (whose
  * page has 8 bytes of special space), so the largest dimension an index
  * supports is (BLCKSZ - 24 - 8 - 8) / 4: 2038 with 8 kB pages
