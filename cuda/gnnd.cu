@@ -67,6 +67,21 @@ constexpr int kMaxSegments = (kMaxGnndK + kSegmentSize - 1) / kSegmentSize;
 // The bits below bit `count` (count 0 to 32).
 __device__ __forceinline__ unsigned low_bits(int count) { return count >= 32 ? kFullMask : (1u << count) - 1u; }
 
+// Writes to list, from its start and in order (round by round, lane by
+// lane), the values the warp keeps; returns how many. Warp-wide.
+template <int kRounds>
+__device__ __forceinline__ int warp_compact(uint32_t* list, const uint32_t (&values)[kRounds],
+                                            const bool (&keep)[kRounds]) {
+  int kept = 0;
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const unsigned mask = __ballot_sync(kFullMask, keep[r]);
+    if (keep[r]) list[kept + __popc(mask & low_bits(lane_id()))] = values[r];
+    kept += __popc(mask);
+  }
+  return kept;
+}
+
 // A warp per list: the p closest NEW and the p closest OLD entries become the
 // forward samples; the sampled NEW entries are marked OLD. A node below
 // capped_end takes only the capped_old closest of its OLD entries below
@@ -176,13 +191,7 @@ __global__ void dedupe_samples_kernel(int64_t nodes, int samples, uint32_t* samp
     for (int j = 0; j < i && keep[r]; ++j) keep[r] = list[j] != values[r];
   }
   __syncwarp();
-  int kept = 0;
-#pragma unroll
-  for (int r = 0; r < kMaxSamplesPerList / kWarpSize; ++r) {
-    const unsigned mask = __ballot_sync(kFullMask, keep[r]);
-    if (keep[r]) list[kept + __popc(mask & ((1u << lane_id()) - 1u))] = values[r];
-    kept += __popc(mask);
-  }
+  const int kept = warp_compact(list, values, keep);
   if (lane_id() == 0) total[node] = kept;
 }
 
@@ -243,13 +252,7 @@ __device__ bool keep_only_pairs_across(CrossMatchShared<kCapacity>& shared, int 
       keep[r] = i < old_count && (static_cast<int64_t>(ids[r]) < split) != new_below;
     }
     __syncwarp();
-    int kept = 0;
-#pragma unroll
-    for (int r = 0; r < kCapacity / kWarpSize; ++r) {
-      const unsigned mask = __ballot_sync(kFullMask, keep[r]);
-      if (keep[r]) shared.old_ids[kept + __popc(mask & ((1u << tid) - 1u))] = ids[r];
-      kept += __popc(mask);
-    }
+    const int kept = warp_compact(shared.old_ids, ids, keep);
     if (tid == 0) shared.old_count = kept;
   }
   __syncthreads();
