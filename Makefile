@@ -10,19 +10,21 @@ BUILD_TYPE ?= Release
 CORE_LIB = $(BUILD_DIR)/libtsdg_core.a
 CUDA_BACKEND = $(BUILD_DIR)/pg_tsdg_cuda.so
 
-OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/pg/*.c)))
+PG_SOURCE_DIRS = src/pg src/pg/am src/pg/merge src/pg/sql src/pg/worker \
+	src/pg/worker/client src/pg/worker/server
+OBJS = $(patsubst %.c,%.o,$(sort $(foreach d,$(PG_SOURCE_DIRS),$(wildcard $(d)/*.c))))
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 INSTALL_SQL_PARTS = $(sort $(wildcard sql/install/*.sql))
 
-PG_CPPFLAGS = -I$(srcdir)/src/core -I$(srcdir)/src/pg
+PG_CPPFLAGS = -I$(srcdir)/src/core/api $(foreach d,$(PG_SOURCE_DIRS),-I$(srcdir)/$(d))
 # PostgreSQL's headers are not clean under -Wextra's unused-parameter and
 # sign-compare checks; everything else is an error in our own code.
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \
 	-Wno-missing-field-initializers -Wno-cast-function-type $(TSDG_EXTRA_CFLAGS)
 SHLIB_LINK = $(CORE_LIB) -lstdc++ -lm -lpthread -ldl $(TSDG_EXTRA_LDFLAGS)
 
-REGRESS = $(filter-out $(EXTENSION)--%,$(basename $(notdir $(sort $(wildcard sql/*.sql)))))
-REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
+REGRESS = $(basename $(notdir $(sort $(wildcard test/regress/sql/*.sql))))
+REGRESS_OPTS = --inputdir=test/regress --load-extension=$(EXTENSION)
 EXTRA_CLEAN = $(DATA_built) results regression.diffs regression.out
 
 PG_CONFIG ?= pg_config
@@ -40,7 +42,7 @@ core:
 $(CORE_LIB): core
 # PGXS tracks no header dependencies unless PostgreSQL was configured with
 # --enable-depend: rebuild the glue when a header it includes changes.
-$(OBJS): $(wildcard src/pg/*.h) src/core/tsdg_capi.h
+$(OBJS): $(foreach d,$(PG_SOURCE_DIRS),$(wildcard $(d)/*.h)) src/core/api/tsdg_capi.h
 $(shlib): $(CORE_LIB)
 
 install: install-cuda-backend

@@ -2,7 +2,7 @@
 """Searches of an index with many pending rows (issue 7, item 4), against the running
 server named by PGHOST/PGPORT/PGUSER (test/gpu/pg_worker_run.sh pending starts it):
 
-  * synthetic clustered rows (test/bench/sqlbench/dataset.py's model): an index built
+  * synthetic clustered rows (bench/sqlbench/dataset.py's model): an index built
     by the worker on the first --rows, then --pending more rows loaded with COPY,
     which stay pending (autovacuum is off, no merge runs);
   * the same searches three ways, side by side: the worker searching its copy of the

@@ -3,7 +3,7 @@
 server named by PGHOST/PGPORT/PGUSER (test/gpu/pg_worker_run.sh starts it):
 
   * synthetic clustered rows (overlapping clusters, high intrinsic dimension; the
-    model of test/bench/sqlbench/dataset.py) loaded with COPY BINARY;
+    model of bench/sqlbench/dataset.py) loaded with COPY BINARY;
   * CREATE INDEX on the GPU worker and on the CPU (tsdg.device = cpu) of the same
     table, each timed end to end, recall@10 of both at default search settings
     (they must agree within 0.01);

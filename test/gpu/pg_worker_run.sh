@@ -16,7 +16,7 @@
 #   pending: (not part of all) test/gpu/pg_pending_bench.py: searches of an index of ROWS
 #          with PENDING (default 100k) pending rows: the worker's copy of them, each
 #          session's own scan, the CPU path; one session, pgbench, tsdg_search_batch.
-#   merge: (not part of all) issue 7's GPU merge benchmark, test/bench/merge_bench.sh
+#   merge: (not part of all) issue 7's GPU merge benchmark, bench/merge_bench.sh
 #          against this server: CHUNK x (BASE_CHUNKS + LOADS) rows (default 100k x
 #          (10 + 10)), an index built on the GPU on the first 1M, then 10 loads of 100k
 #          each merged on the GPU worker; a fresh GPU CREATE INDEX on all 2M rows as
@@ -109,7 +109,7 @@ if [ "$mode" = merge ]; then
   echo "== merge benchmark"
   PATH=$PGBIN:$PATH TSDG_BENCH_EXTERNAL=1 TSDG_BENCH_SERVER_LOG=/tmp/pg.log \
     CHUNK=${CHUNK:-100000} BASE_CHUNKS=${BASE_CHUNKS:-10} LOADS=${LOADS:-10} \
-    timeout "${MERGE_BENCH_TIMEOUT:-530}" bash test/bench/merge_bench.sh "$OUT" >"$OUT/merge_bench.log" 2>&1 ||
+    timeout "${MERGE_BENCH_TIMEOUT:-530}" bash bench/merge_bench.sh "$OUT" >"$OUT/merge_bench.log" 2>&1 ||
     { echo "merge benchmark: FAILED or cut short"; tail -30 "$OUT/merge_bench.log"; failed=1; }
   [ -f "$OUT/merge_bench.md" ] && cat "$OUT/merge_bench.md"
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SQL benchmark suite (test/bench/run.sh) at a tiny size against the test
+# The SQL benchmark suite (bench/run.sh) at a tiny size against the test
 # cluster (PGHOST/PGPORT from scripts/test.sh): the exact scan must find exactly
 # the numpy ground truth (so COPY, ids and the brute force agree), the tsdg index
 # must reach recall@10 0.9 at ef 64, and the JSON, table and plots must be
@@ -9,7 +9,7 @@ out=$1/sql_bench_smoke
 db=tsdg_bench_smoke
 trap 'psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1' EXIT
 
-bash "$TSDG_ROOT/test/bench/run.sh" --dbname "$db" --out "$out" --rows 4000 --dim 32 \
+bash "$TSDG_ROOT/bench/run.sh" --dbname "$db" --out "$out" --rows 4000 --dim 32 \
   --intrinsic-dim 8 --queries 100 --exact-queries 30 --clients 1,2 --ef 10,64 \
   --seconds 1 --exact-seconds 1 >"$out.log" 2>&1 || { tail -30 "$out.log"; echo "FAIL: the suite failed"; exit 1; }
 

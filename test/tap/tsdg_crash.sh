@@ -33,7 +33,7 @@ expect_same() {
   echo "same answers after a crash $what"
 }
 
-sql -v seed=0.5 -v rows=5000 -f "$(dirname "$0")/random_items.sql"
+sql -v seed=0.5 -v rows=5000 -f "$(dirname "$0")/../support/random_items.sql"
 sql <<'SQL'
 CREATE INDEX items_idx ON items USING tsdg (v vector_l2_ops);
 CREATE UNLOGGED TABLE scratch (id int, v vector(16));

@@ -16,8 +16,8 @@ sql() { psql -X -q -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 sql -c "CREATE EXTENSION pg_tsdg"
 
-"$py" "$(dirname "$0")/clustered_vectors.py" $rows 128 1 > "$work/recall_items.tsv"
-"$py" "$(dirname "$0")/clustered_vectors.py" $queries 128 2 > "$work/recall_queries.tsv"
+"$py" "$(dirname "$0")/../support/clustered_vectors.py" $rows 128 1 > "$work/recall_items.tsv"
+"$py" "$(dirname "$0")/../support/clustered_vectors.py" $queries 128 2 > "$work/recall_queries.tsv"
 sql -c "CREATE TABLE items (id int PRIMARY KEY, v vector(128))" \
     -c "CREATE TABLE queries (id int PRIMARY KEY, v vector(128))" \
     -c "\\copy items FROM '$work/recall_items.tsv'" \

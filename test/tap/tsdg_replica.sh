@@ -46,7 +46,7 @@ compare() {
   echo "replica answers the same $1"
 }
 
-sql -h "$primary" -p 54341 -v seed=0.25 -v rows=4000 -f "$(dirname "$0")/random_items.sql"
+sql -h "$primary" -p 54341 -v seed=0.25 -v rows=4000 -f "$(dirname "$0")/../support/random_items.sql"
 sql -h "$primary" -p 54341 <<'SQL'
 CREATE INDEX items_l2 ON items USING tsdg (v vector_l2_ops);
 SQL

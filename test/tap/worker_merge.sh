@@ -31,7 +31,7 @@ log_lines() { tail -n +"$(($1 + 1))" "$dir/server.log"; }
 # whole: grep -q would leave tail a broken pipe, which pipefail counts)
 logged() { log_lines "$1" | grep -c -- "$2" >/dev/null; }
 py=$(numpy_python)
-gen="$(dirname "$0")/clustered_vectors.py"
+gen="$(dirname "$0")/../support/clustered_vectors.py"
 status() { sql -At -c "SELECT $1 FROM tsdg_gpu_status()"; }
 
 # loads rows [$2, $2 + $3) of the data (seed $4) into table $1

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The SQL benchmark suite in one command.
-#   test/bench/run.sh [sql_bench.py options]
+#   bench/run.sh [sql_bench.py options]
 # Without connection options it builds and installs the extension, starts a private
 # cluster (port $TSDG_BENCH_PORT, default 54338) and stops it at the end. With --dsn, or
 # with PGHOST set (as on the GPU machine after pg-on-device.sh), it uses that server.
 # Results land in --out (default bench-out/): results.json, results.md, *.png.
 # TSDG_BENCH_SKIP_BUILD=1 benchmarks the extension already installed, without building.
-source "$(dirname "$0")/../../scripts/common.sh"
+source "$(dirname "$0")/../scripts/common.sh"
 
 # Debian's python3 has numpy and matplotlib (install_dependencies); a python3 earlier on
 # PATH (pyenv, a venv) may not.
 python=python3
 if /usr/bin/python3 -c 'import numpy, matplotlib' 2>/dev/null; then python=/usr/bin/python3; fi
-bench=("$python" "$TSDG_ROOT/test/bench/sql_bench.py")
+bench=("$python" "$TSDG_ROOT/bench/sql_bench.py")
 
 existing_server=${PGHOST:+yes}
 for arg in "$@"; do

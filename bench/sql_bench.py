@@ -4,7 +4,7 @@ latency percentiles, build time and index size, measured through SQL the way a u
 runs it (COPY, CREATE INDEX, ORDER BY embedding <-> q LIMIT 10 from pgbench clients).
 
 Runs against the server named by the PG* environment variables or --dsn (see
-test/bench/run.sh, which starts a private cluster). Writes results.json, results.md,
+bench/run.sh, which starts a private cluster). Writes results.json, results.md,
 recall_qps.png and build.png under --out.
 """
 import argparse
@@ -255,7 +255,7 @@ def main(argv):
     meter.finish()
 
     results = {
-        "suite": "pg_tsdg SQL benchmark (test/bench/sql_bench.py)",
+        "suite": "pg_tsdg SQL benchmark (bench/sql_bench.py)",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": " ".join(shlex.quote(a) for a in [sys.argv[0]] + list(argv)),
         "machine": machine(),

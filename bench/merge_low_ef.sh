@@ -7,14 +7,14 @@
 #
 # usage: merge_low_ef.sh   (starts its own cluster on $TSDG_BENCH_PORT,
 # default 54371; prints "label|count" lines)
-source "$(dirname "$0")/../../scripts/common.sh"
+source "$(dirname "$0")/../scripts/common.sh"
 port=${TSDG_BENCH_PORT:-54371}
 work=$(mktemp -d /tmp/merge-low-ef.XXXXXX)
 chmod 755 "$work"
 trap 'stop_cluster "$work"' EXIT
 start_cluster "$work" "$port" "maintenance_work_mem = 1GB" >/dev/null
 py=$(numpy_python)
-gen="$(dirname "$0")/../tap/clustered_vectors.py"
+gen="$(dirname "$0")/../test/support/clustered_vectors.py"
 sql() { psql -X -q -p "$port" -h "$work" -d postgres -v ON_ERROR_STOP=1 "$@"; }
 load_first=100000   # load L's ids start at L * load_first
 

@@ -19,7 +19,7 @@
 # merge_bench (dropped and created), and reads the server's log from
 # TSDG_BENCH_SERVER_LOG when set. The merges and builds then go wherever
 # that server sends them: through its GPU worker when it has one.
-source "$(dirname "$0")/../../scripts/common.sh"
+source "$(dirname "$0")/../scripts/common.sh"
 out=$(realpath -m "${1:-merge-bench-out}")
 port=${TSDG_BENCH_PORT:-54337}
 external=${TSDG_BENCH_EXTERNAL:-0}
@@ -40,7 +40,7 @@ if [ "$external" = 1 ]; then
   server_log=${TSDG_BENCH_SERVER_LOG:-}
   psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS merge_bench" -c "CREATE DATABASE merge_bench"
   export PGDATABASE=merge_bench
-  command="TSDG_BENCH_EXTERNAL=1 CHUNK=$chunk BASE_CHUNKS=$base_chunks LOADS=$loads bash test/bench/merge_bench.sh"
+  command="TSDG_BENCH_EXTERNAL=1 CHUNK=$chunk BASE_CHUNKS=$base_chunks LOADS=$loads bash bench/merge_bench.sh"
   server="the running server at ${PGHOST:-localhost}:${PGPORT:-5432} (tsdg.worker_backend $(psql -X -At -c "SHOW tsdg.worker_backend" 2>/dev/null || echo ?))"
 else
   trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
@@ -49,7 +49,7 @@ else
     "track_wal_io_timing = on" \
     ${TSDG_BENCH_CONF:+"$TSDG_BENCH_CONF"}
   server_log=$work/server.log
-  command="bash test/bench/merge_bench.sh"
+  command="bash bench/merge_bench.sh"
   server="its own cluster${TSDG_BENCH_CONF:+ ($TSDG_BENCH_CONF)}"
 fi
 log_from=$( [ -n "$server_log" ] && wc -l <"$server_log" || echo 0)
@@ -65,7 +65,7 @@ with_cpu() {
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 bench_start=$(now)
-gen="$TSDG_ROOT/test/bench/merge_bench_data.py"
+gen="$TSDG_ROOT/bench/merge_bench_data.py"
 py=$(numpy_python)
 # bench tables: no autovacuum, whose VACUUM would merge the loads before tsdg_merge() does
 no_autovacuum="WITH (autovacuum_enabled = off)"
@@ -257,7 +257,7 @@ fi
   else
     shape="64 clusters, 12-dimensional latent subspaces"
   fi
-  echo "Data: synthetic clustered (test/tap/clustered_vectors.py: $shape, noise 0.02; each load drawn with its own cluster weights; float32, loaded by test/bench/merge_bench_data.py with binary COPY), L2, default index options; ground truth exact (float64)."
+  echo "Data: synthetic clustered (test/support/clustered_vectors.py: $shape, noise 0.02; each load drawn with its own cluster weights; float32, loaded by bench/merge_bench_data.py with binary COPY), L2, default index options; ground truth exact (float64)."
   if [ -s "$out/worker_merges.log" ]; then
     echo
     echo "The GPU worker built and merged (its LOG lines at the end): the CPU seconds in the tables count the session's backend only, not the worker's computation."

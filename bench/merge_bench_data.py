@@ -2,7 +2,7 @@
 """The data of merge_bench.sh, written for COPY without per-number text.
 
   merge_bench_data.py rows CHUNK DIMS C
-      chunk C (1-based) of the rows: CHUNK rows of test/tap/clustered_vectors.py
+      chunk C (1-based) of the rows: CHUNK rows of test/support/clustered_vectors.py
       drawn with seed C, as a binary COPY stream of (id int, chunk int,
       v vector(DIMS)), ids (C - 1) * CHUNK + 1 ... C * CHUNK.
   merge_bench_data.py queries N DIMS CHUNK CHUNKS
@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tap"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "support"))
 from clustered_vectors import clustered_rows  # noqa: E402
 
 QUERY_SEED = 999

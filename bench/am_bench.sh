@@ -2,11 +2,11 @@
 # Benchmark of the tsdg access method on the CPU path: CREATE INDEX time,
 # index size, and recall@10 with single-client QPS of ORDER BY <-> LIMIT 10
 # over a sweep of tsdg.ef_search, next to the exact sequential scan in the same
-# run. Data: synthetic clustered rows (test/tap/clustered_vectors.py).
+# run. Data: synthetic clustered rows (test/support/clustered_vectors.py).
 #
-# usage: test/bench/am_bench.sh [ROWS] [QUERIES]   (defaults 200000, 200)
+# usage: bench/am_bench.sh [ROWS] [QUERIES]   (defaults 200000, 200)
 # Starts its own cluster on port 54343 in a temp dir; prints a Markdown table.
-source "$(dirname "$0")/../../scripts/common.sh"
+source "$(dirname "$0")/../scripts/common.sh"
 rows=${1:-200000}
 queries=${2:-200}
 dims=128
@@ -16,8 +16,8 @@ chmod 755 "$work"
 trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
 start_cluster "$work" 54343 "shared_buffers = '1GB'" "maintenance_work_mem = '2GB'" "max_parallel_workers_per_gather = 0"
 
-"$py" "$TSDG_ROOT/test/tap/clustered_vectors.py" "$rows" $dims 1 > "$work/items.tsv"
-"$py" "$TSDG_ROOT/test/tap/clustered_vectors.py" "$queries" $dims 2 > "$work/queries.tsv"
+"$py" "$TSDG_ROOT/test/support/clustered_vectors.py" "$rows" $dims 1 > "$work/items.tsv"
+"$py" "$TSDG_ROOT/test/support/clustered_vectors.py" "$queries" $dims 2 > "$work/queries.tsv"
 psql -X -q -v ON_ERROR_STOP=1 \
   -c "CREATE EXTENSION pg_tsdg" \
   -c "CREATE TABLE items (id int PRIMARY KEY, v vector($dims))" \
