@@ -1,12 +1,24 @@
 # PGXS build of the extension. The C++ core (and the CUDA backend when nvcc is
 # found) are built by CMake into $(BUILD_DIR); this file links the core into the
 # PostgreSQL module and installs the CUDA backend next to it.
+#
+#   make && make install        the extension alone (PGXS, CMake, a C++ compiler)
+#   make check-unit             also builds and runs the core's unit tests (GoogleTest)
+#   TSDG_DEVELOPER=1 make       warnings are errors, tests and bench tools built too
+#   TSDG_CMAKE_OPTIONS=...      more CMake options (e.g. -DTSDG_WITH_CUDA=OFF)
 EXTENSION = pg_tsdg
 EXTVERSION = 0.1.0
 MODULE_big = pg_tsdg
 
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
+TSDG_DEVELOPER ?=
+ifeq ($(TSDG_DEVELOPER),1)
+TSDG_CMAKE_DEVELOPER = -DTSDG_WITH_TESTS=ON -DTSDG_WERROR=ON
+TSDG_WERROR_CFLAGS = -Werror
+else
+TSDG_CMAKE_DEVELOPER = -DTSDG_WITH_TESTS=OFF -DTSDG_WERROR=OFF
+endif
 CORE_LIB = $(BUILD_DIR)/libtsdg_core.a
 CUDA_BACKEND = $(BUILD_DIR)/pg_tsdg_cuda.so
 
@@ -18,8 +30,8 @@ INSTALL_SQL_PARTS = $(sort $(wildcard sql/install/*.sql))
 
 PG_CPPFLAGS = -I$(srcdir)/src/core/api $(foreach d,$(PG_SOURCE_DIRS),-I$(srcdir)/$(d))
 # PostgreSQL's headers are not clean under -Wextra's unused-parameter and
-# sign-compare checks; everything else is an error in our own code.
-PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \
+# sign-compare checks; everything else is an error in developer builds.
+PG_CFLAGS = -Wall -Wextra $(TSDG_WERROR_CFLAGS) -Wno-unused-parameter -Wno-sign-compare \
 	-Wno-missing-field-initializers -Wno-cast-function-type $(TSDG_EXTRA_CFLAGS)
 SHLIB_LINK = $(CORE_LIB) -lstdc++ -lm -lpthread -ldl $(TSDG_EXTRA_LDFLAGS)
 
@@ -34,12 +46,23 @@ include $(PGXS)
 $(DATA_built): $(INSTALL_SQL_PARTS)
 	cat $^ > $@
 
-.PHONY: core
-core:
-	cmake -S $(srcdir) -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
-	cmake --build $(BUILD_DIR) -j$(shell nproc)
+# CMake is configured again only when the options change; the module is
+# relinked only when the core library changed.
+TSDG_CMAKE_ARGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(TSDG_CMAKE_DEVELOPER) $(TSDG_CMAKE_OPTIONS)
+$(BUILD_DIR)/cmake-args: FORCE
+	@mkdir -p $(BUILD_DIR)
+	@echo '$(TSDG_CMAKE_ARGS)' | cmp -s - $@ || echo '$(TSDG_CMAKE_ARGS)' > $@
 
-$(CORE_LIB): core
+$(BUILD_DIR)/CMakeCache.txt: $(BUILD_DIR)/cmake-args
+	cmake -S $(srcdir) -B $(BUILD_DIR) $(TSDG_CMAKE_ARGS) >/dev/null
+
+.PHONY: FORCE core check-unit
+core $(CORE_LIB): $(BUILD_DIR)/CMakeCache.txt FORCE
+	@cmake --build $(BUILD_DIR) -j$(shell nproc)
+
+check-unit:
+	$(MAKE) TSDG_DEVELOPER=1 core
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(shell nproc)
 # PGXS tracks no header dependencies unless PostgreSQL was configured with
 # --enable-depend: rebuild the glue when a header it includes changes.
 $(OBJS): $(foreach d,$(PG_SOURCE_DIRS),$(wildcard $(d)/*.h)) src/core/api/tsdg_capi.h

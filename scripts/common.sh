@@ -4,8 +4,16 @@ set -euo pipefail
 
 TSDG_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_MAJOR=15
+# TSDG_PG_PREFIX: a private copy of the system's PostgreSQL to install into and
+# run from, so that several checkouts can test side by side on one machine.
+TSDG_PG_PREFIX=${TSDG_PG_PREFIX:-}
+if [ -n "$TSDG_PG_PREFIX" ]; then
+  PGBIN=$TSDG_PG_PREFIX/usr/lib/postgresql/$PG_MAJOR/bin
+fi
 PGBIN=${PGBIN:-/usr/lib/postgresql/$PG_MAJOR/bin}  # override to build against another install
 export PATH=$PGBIN:$PATH
+# TSDG_PORT_OFFSET moves every port the tests listen on, likewise.
+TSDG_PORT_OFFSET=${TSDG_PORT_OFFSET:-0}
 
 log() { printf '\n== %s\n' "$*"; }
 
@@ -31,9 +39,21 @@ install_dependencies() {
 
 build_and_install() {
   log "building"
+  # warnings are errors here, and the tests and bench tools are built
+  export TSDG_DEVELOPER=1
   make -s --no-print-directory -C "$TSDG_ROOT" -j"$(nproc)"
-  log "installing into $(pg_config --pkglibdir)"
-  make -s --no-print-directory -C "$TSDG_ROOT" install >/dev/null
+  if [ -n "$TSDG_PG_PREFIX" ]; then
+    if [ ! -x "$PGBIN/postgres" ]; then
+      mkdir -p "$TSDG_PG_PREFIX/usr/lib" "$TSDG_PG_PREFIX/usr/share"
+      cp -a /usr/lib/postgresql "$TSDG_PG_PREFIX/usr/lib/"
+      cp -a /usr/share/postgresql "$TSDG_PG_PREFIX/usr/share/"
+    fi
+    log "installing into $TSDG_PG_PREFIX"
+    make -s --no-print-directory -C "$TSDG_ROOT" install DESTDIR="$TSDG_PG_PREFIX" >/dev/null
+  else
+    log "installing into $(pg_config --pkglibdir)"
+    make -s --no-print-directory -C "$TSDG_ROOT" install >/dev/null
+  fi
 }
 
 # The cluster belongs to an unprivileged user: PostgreSQL refuses to run as root.
@@ -60,7 +80,7 @@ as_cluster_user() {
 
 # start_cluster DIR PORT [extra postgresql.conf lines...]
 start_cluster() {
-  local dir=$1 port=$2
+  local dir=$1 port=$(( $2 + TSDG_PORT_OFFSET ))
   shift 2
   if ! id "$CLUSTER_USER" >/dev/null 2>&1; then useradd --create-home "$CLUSTER_USER"; fi
   mkdir -p "$dir"
@@ -83,6 +103,9 @@ start_cluster() {
   fi
   export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 }
+
+# The port a test names, moved by TSDG_PORT_OFFSET.
+test_port() { echo $(( $1 + TSDG_PORT_OFFSET )); }
 
 # The cluster of a worker script (test/tap/worker_*.sh) in $dir on $port:
 # pg_tsdg's worker on the backend TSDG_WORKER_BACKEND names (by default the
