@@ -29,6 +29,7 @@
 
 #include "access/relscan.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "utils/float.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -631,6 +632,8 @@ tsdggettuple(IndexScanDesc scan, ScanDirection dir)
 
 	if (!so->started)
 	{
+		/* idx_scan of pg_stat_user_indexes, as the core's access methods count */
+		pgstat_count_index_scan(scan->indexRelation);
 		TsdgStartScan(scan);
 		so->started = true;
 	}

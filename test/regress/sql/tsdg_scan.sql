@@ -106,6 +106,14 @@ SELECT count(*), count(DISTINCT id), count(DISTINCT ctid)
 	FROM (SELECT id, ctid FROM ts ORDER BY v <-> '[20,20,20,20]') s;
 SELECT count(*) FROM ts WHERE v IS NOT NULL;
 
+-- idx_scan of pg_stat_user_indexes counts each scan, as for the core's indexes
+SELECT pg_stat_force_next_flush();
+SELECT idx_scan AS scans_before FROM pg_stat_user_indexes WHERE indexrelname = 'ts_l2' \gset
+SELECT count(*) FROM (SELECT id FROM ts ORDER BY v <-> '[0,0,1,1]' LIMIT 3) s;
+SELECT count(*) FROM (SELECT id FROM ts ORDER BY v <-> '[1,0,1,1]' LIMIT 3) s;
+SELECT pg_stat_force_next_flush();
+SELECT idx_scan - :scans_before AS scans_counted FROM pg_stat_user_indexes WHERE indexrelname = 'ts_l2';
+
 RESET enable_seqscan;
 DROP TABLE ts;
 DROP FUNCTION exact_ids, index_ids, overlap;

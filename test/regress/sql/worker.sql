@@ -7,11 +7,15 @@ SET client_min_messages = warning;
 
 -- the shape of the status row
 SELECT unnest(string_to_array(pg_get_function_arguments('tsdg_gpu_status'::regproc), ', ')) AS column;
+-- (without the preload there is no worker: its columns are NULL)
 SELECT state IN ('not preloaded', 'stopped', 'starting', 'ready', 'busy', 'no gpu', 'disabled') AS known_state,
-	jsonb_typeof(cached_indexes) AS cached_type,
-	queue_depth >= 0 AS queue_ok,
-	batches >= 0 AND fallbacks >= 0 AS counters_ok,
-	(batches = 0) = (mean_batch_size IS NULL) AS mean_defined
+	CASE WHEN state = 'not preloaded' THEN cached_indexes IS NULL
+		 ELSE jsonb_typeof(cached_indexes) = 'array' END AS cached_ok,
+	CASE WHEN state = 'not preloaded' THEN queue_depth IS NULL ELSE queue_depth >= 0 END AS queue_ok,
+	CASE WHEN state = 'not preloaded' THEN batches IS NULL AND fallbacks IS NULL
+		 ELSE batches >= 0 AND fallbacks >= 0 END AS counters_ok,
+	CASE WHEN state = 'not preloaded' THEN mean_batch_size IS NULL
+		 ELSE (batches = 0) = (mean_batch_size IS NULL) END AS mean_defined
 FROM tsdg_gpu_status();
 
 CREATE TABLE wb (id int, v vector(8));

@@ -60,11 +60,6 @@ TsdgDefineWorkerGucs(void)
 							"It waits only while fewer queries are queued than sessions sent queries lately.",
 							&tsdg_batch_wait_us, 100, 0, 100000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("tsdg.batch_memory",
-							"Sets the shared memory kept for the batches of tsdg_search_batch.",
-							"One session's batch at a time uses it instead of creating a shared memory segment; 0 turns it off.",
-							&tsdg_batch_memory_mb, 32, 0, INT_MAX / 2,
-							PGC_POSTMASTER, GUC_UNIT_MB, NULL, NULL, NULL);
 	DefineCustomIntVariable("tsdg.worker_timeout_ms",
 							"Sets how long a session waits for the GPU worker before it searches on the CPU.",
 							NULL,
@@ -80,16 +75,34 @@ TsdgDefineWorkerGucs(void)
 							"Least recently used indexes are dropped for a new one to stay under it, and pending rows past it are left to the sessions' own scans; 0 leaves only the device's own limit.",
 							&tsdg_gpu_memory_limit_mb, 0, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MB, NULL, NULL, NULL);
+}
+
+/*
+ * Settings read once, by the postmaster, to size shared memory and start the
+ * worker. PostgreSQL ends a session that defines a PGC_POSTMASTER setting
+ * after startup, so a session that loads pg_tsdg on its own (no preload, no
+ * worker to configure) defines them as reloadable instead: postgresql.conf
+ * may still set them, for a later restart with the preload, without a
+ * warning in every session.
+ */
+static void
+TsdgDefinePostmasterGucs(GucContext context)
+{
+	DefineCustomIntVariable("tsdg.batch_memory",
+							"Sets the shared memory kept for the batches of tsdg_search_batch.",
+							"One session's batch at a time uses it instead of creating a shared memory segment; 0 turns it off.",
+							&tsdg_batch_memory_mb, 32, 0, INT_MAX / 2,
+							context, GUC_UNIT_MB, NULL, NULL, NULL);
 	DefineCustomEnumVariable("tsdg.worker_backend",
 							 "Sets the backend the GPU worker runs: cuda, or cpu to run the worker path without a GPU.",
 							 NULL,
 							 &tsdg_worker_backend, TSDG_WORKER_BACKEND_CUDA, tsdg_worker_backend_options,
-							 PGC_POSTMASTER, 0, NULL, NULL, NULL);
+							 context, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("tsdg.gpu_device",
 							"Sets the number of the GPU the worker uses.",
 							NULL,
 							&tsdg_gpu_device_number, 0, 0, 64,
-							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+							context, 0, NULL, NULL, NULL);
 }
 
 static void
@@ -114,7 +127,11 @@ TsdgWorkerInit(void)
 {
 	TsdgDefineWorkerGucs();
 	if (!process_shared_preload_libraries_in_progress)
+	{
+		TsdgDefinePostmasterGucs(PGC_SIGHUP);
 		return;
+	}
+	TsdgDefinePostmasterGucs(PGC_POSTMASTER);
 	TsdgIpcRequestShmem();
 	TsdgRegisterWorker();
 }
