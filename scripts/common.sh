@@ -22,7 +22,7 @@ install_dependencies() {
   local pkg
   for pkg in postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-contrib \
              build-essential cmake libgtest-dev libhnswlib-dev python3 python3-numpy \
-             python3-matplotlib; do
+             python3-matplotlib libipc-run-perl; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ ${#need[@]} -gt 0 ]; then
@@ -59,7 +59,6 @@ build_and_install() {
 # The cluster belongs to an unprivileged user: PostgreSQL refuses to run as root.
 CLUSTER_USER=${CLUSTER_USER:-$( [ "$(id -u)" -eq 0 ] && echo tsdgrun || id -un )}
 
-# Runs from /, since the cluster user may not be allowed into the caller's directory.
 # A Python that has numpy: the system's (python3-numpy) here, the one on PATH
 # elsewhere (the GPU machine's /usr/bin/python3 has none).
 numpy_python() {
@@ -70,6 +69,7 @@ numpy_python() {
   echo python3
 }
 
+# Runs from /, since the cluster user may not be allowed into the caller's directory.
 as_cluster_user() {
   if [ "$(id -un)" = "$CLUSTER_USER" ]; then
     (cd / && "$@")
@@ -78,11 +78,15 @@ as_cluster_user() {
   fi
 }
 
+ensure_cluster_user() {
+  if ! id "$CLUSTER_USER" >/dev/null 2>&1; then useradd --create-home "$CLUSTER_USER"; fi
+}
+
 # start_cluster DIR PORT [extra postgresql.conf lines...]
 start_cluster() {
   local dir=$1 port=$(( $2 + TSDG_PORT_OFFSET ))
   shift 2
-  if ! id "$CLUSTER_USER" >/dev/null 2>&1; then useradd --create-home "$CLUSTER_USER"; fi
+  ensure_cluster_user
   mkdir -p "$dir"
   chown "$CLUSTER_USER" "$dir"
   # C.UTF-8 is built into glibc: no locale to install, and the same sort order everywhere
@@ -104,39 +108,41 @@ start_cluster() {
   export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 }
 
-# The port a test names, moved by TSDG_PORT_OFFSET.
-test_port() { echo $(( $1 + TSDG_PORT_OFFSET )); }
-
-# The cluster of a worker script (test/tap/worker_*.sh) in $dir on $port:
-# pg_tsdg's worker on the backend TSDG_WORKER_BACKEND names (by default the
-# core's CPU backend, so that any machine runs the scripts), autovacuum off,
-# LOG lines in $dir/server.log, stopped at exit; the arguments are more
-# configuration lines. Sets backend, and defines sql and fail for the script.
-start_worker_cluster() {
-  backend=${TSDG_WORKER_BACKEND:-cpu}
-  start_cluster "$dir" "$port" "autovacuum = off" "tsdg.worker_backend = $backend" \
-    "log_min_messages = log" "$@"
-  trap 'stop_cluster "$dir"' EXIT
-  sql() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
-  fail() { echo "FAIL: $*"; tail -30 "$dir/server.log"; exit 1; }
-}
-
-# Waits until the GPU worker of the cluster (PGHOST/PGPORT) is ready; a worker
-# that found no GPU makes the calling test skip (exit 0). Returns 1 when the
-# worker is not ready after 30 s.
-wait_for_worker_or_skip() {
-  local backend=$1 state=""
-  for _ in $(seq 1 300); do
-    state=$(psql -X -At -c "SELECT state FROM tsdg_gpu_status()" 2>/dev/null)
-    [ "$state" = ready ] && return 0
-    [ "$state" = "no gpu" ] && { echo "SKIP: no GPU for tsdg.worker_backend = $backend"; exit 0; }
-    sleep 0.1
-  done
-  echo "the worker is not ready after 30 s: $state"
-  return 1
-}
-
 stop_cluster() {
   local dir=$1
   as_cluster_user pg_ctl -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+}
+
+# run_tap_tests DIR [TEST.pl...]: the TAP tests (by default every test/t/*.pl)
+# through prove, as the cluster user since each test starts its own servers
+# with PostgreSQL::Test::Cluster, which picks free ports itself. DIR holds
+# their data directories, sockets and logs (DIR/tmp_check/log); the log of
+# each failed test is printed.
+run_tap_tests() {
+  local dir=$1 pgxs
+  shift
+  local tests=() t
+  # absolute: prove runs from /, where the cluster user may read
+  for t in "$@"; do tests+=("$(realpath "$t")"); done
+  [ ${#tests[@]} -gt 0 ] || tests=("$TSDG_ROOT"/test/t/*.pl)
+  pgxs=$(dirname "$(dirname "$(pg_config --pgxs)")")
+  ensure_cluster_user
+  mkdir -p "$dir"
+  chown "$CLUSTER_USER" "$dir"
+  # one port lock directory for every checkout on this machine, so that
+  # concurrent runs do not pick the same free port
+  mkdir -p -m 1777 /tmp/pg_tsdg_test_ports
+  if as_cluster_user env PATH="$PATH" TESTDIR="$dir" TMPDIR="$dir" \
+       PG_TEST_PORT_DIR=/tmp/pg_tsdg_test_ports PG_REGRESS="$pgxs/test/regress/pg_regress" \
+       prove -I "$pgxs/test/perl" -I "$TSDG_ROOT/test/support" "${tests[@]}"; then
+    return 0
+  fi
+  local log
+  for log in "$dir"/tmp_check/log/regress_log_*; do
+    if grep -q ' not ok \|# Looks like\|BAIL' "$log"; then
+      log "$log"
+      tail -60 "$log"
+    fi
+  done
+  return 1
 }

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, runs the unit tests
-# (ctest), the pg_regress suite and the script tests against a private cluster
-# started with shared_preload_libraries = 'pg_tsdg'. Exits non-zero on any failure.
+# (ctest), the pg_regress suite against a private cluster started with
+# shared_preload_libraries = 'pg_tsdg' and again against a stock one without
+# it (where each session loads the library itself; TSDG_TEST_NO_PRELOAD=0
+# leaves that run out), and the TAP tests (test/t, each on servers of its
+# own). Exits non-zero on any failure.
 source "$(dirname "$0")/common.sh"
 cd "$TSDG_ROOT"
 
@@ -14,24 +17,27 @@ ctest --test-dir build --output-on-failure -j"$(nproc)"
 work=$(mktemp -d /tmp/pg_tsdg_test.XXXXXX)
 chmod 755 "$work"
 port=${TSDG_TEST_PORT:-54329}
-trap 'stop_cluster "$work"; [ -n "${KEEP_TEST_DIR:-}" ] || rm -rf "$work"' EXIT
-log "starting a private cluster in $work"
-start_cluster "$work" "$port"
+trap 'stop_cluster "$work/preload"; stop_cluster "$work/no_preload"; [ -n "${KEEP_TEST_DIR:-}" ] || rm -rf "$work"' EXIT
 
-log "pg_regress suite"
-if ! make installcheck; then
-  cat regression.diffs 2>/dev/null | head -200
-  exit 1
+# regress DIR PORT [postgresql.conf lines...]: the pg_regress suite against
+# a cluster of its own in DIR
+regress() {
+  local dir=$1
+  start_cluster "$@"
+  if ! make installcheck; then
+    cat regression.diffs 2>/dev/null | head -200
+    return 1
+  fi
+  stop_cluster "$dir"
+}
+
+log "pg_regress suite, pg_tsdg preloaded"
+regress "$work/preload" "$port"
+if [ "${TSDG_TEST_NO_PRELOAD:-1}" = 1 ]; then
+  log "pg_regress suite, pg_tsdg not preloaded"
+  regress "$work/no_preload" $((port + 1)) "shared_preload_libraries = ''"
 fi
 
-failed=0
-for t in test/tap/*.sh; do
-  [ -e "$t" ] || continue
-  log "script test $t"
-  if ! bash "$t" "$work"; then
-    echo "FAILED: $t"
-    failed=$((failed + 1))
-  fi
-done
-[ "$failed" -eq 0 ] || { echo "$failed script test(s) failed"; exit 1; }
+log "TAP tests (test/t)"
+run_tap_tests "$work/tap"
 log "all tests passed"
