@@ -41,7 +41,10 @@ build_and_install() {
   log "building"
   # warnings are errors here, and the tests and bench tools are built
   export TSDG_DEVELOPER=1
-  make -s --no-print-directory -C "$TSDG_ROOT" -j"$(nproc)"
+  # against the install the private copy is made of: the copy has no headers
+  local pg_config=()
+  [ -z "$TSDG_PG_PREFIX" ] || pg_config=(PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config")
+  make -s --no-print-directory -C "$TSDG_ROOT" -j"$(nproc)" "${pg_config[@]}"
   if [ -n "$TSDG_PG_PREFIX" ]; then
     if [ ! -x "$PGBIN/postgres" ]; then
       mkdir -p "$TSDG_PG_PREFIX/usr/lib" "$TSDG_PG_PREFIX/usr/share"
@@ -49,7 +52,7 @@ build_and_install() {
       cp -a /usr/share/postgresql "$TSDG_PG_PREFIX/usr/share/"
     fi
     log "installing into $TSDG_PG_PREFIX"
-    make -s --no-print-directory -C "$TSDG_ROOT" install DESTDIR="$TSDG_PG_PREFIX" >/dev/null
+    make -s --no-print-directory -C "$TSDG_ROOT" install DESTDIR="$TSDG_PG_PREFIX" "${pg_config[@]}" >/dev/null
   else
     log "installing into $(pg_config --pkglibdir)"
     make -s --no-print-directory -C "$TSDG_ROOT" install >/dev/null
