@@ -28,7 +28,7 @@ namespace bench {
 namespace {
 
 // What the index computes besides the graph after a build or a merge
-// (src/pg/tsdgbuild.c, tsdgmerge.c): the metapage's navigating set (as many
+// (src/pg/am/tsdgbuild.c, src/pg/merge/tsdgmerge.c): the metapage's navigating set (as many
 // entries as TSDG_MAX_ENTRY_POINTS) and d_nn1+.
 constexpr int kIndexEntryPoints = 256;
 // The walk of the check for merged rows the searches do not reach: the
@@ -201,7 +201,7 @@ int64_t self_lookup_misses(MatrixView data, const IndexGraph& graph, int degree,
   return misses;
 }
 
-// The check tsdg_merge runs beside its page writes (src/pg/tsdgmerge.c):
+// The check tsdg_merge runs beside its page writes (src/pg/merge/tsdgmergecompute.c):
 // rows [first, rows.rows) looked up by their own vector the way the pages'
 // scans walk. Returns the rows not reached; *seconds gets its wall time.
 int64_t unreached_check(MatrixView rows, const IndexGraph& graph, int degree, int64_t first,

@@ -273,7 +273,7 @@ typedef struct TsdgMetaPageData
 
 	/*
 	 * The rows of the last merge that the search for their own vector does
-	 * not reach at the merging session's tsdg.ef_search (tsdgmerge.c). Every
+	 * not reach at the merging session's tsdg.ef_search (tsdgmergecompute.c). Every
 	 * search also scores them exactly (tsdgscan.c, the worker), so that a row
 	 * just merged is found however far out it lies. The merge checked its
 	 * last unreached_checked nodes (its new rows); 0 in a build and in an
@@ -471,6 +471,16 @@ extern void tsdgbuildempty(Relation index);
 extern bool tsdginsert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 					   Relation heap, IndexUniqueCheck checkUnique, bool indexUnchanged,
 					   IndexInfo *indexInfo);
+/* where TsdgNewPendingBuffer took its page from, for TsdgTookPendingPage */
+typedef struct TsdgPendingPageSource
+{
+	BlockNumber free_head_after;	/* the free list without the page */
+	int			free_extent;	/* the free extent it was the first block of, or -1 */
+} TsdgPendingPageSource;
+
+extern Buffer TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta,
+								   TsdgPendingPageSource *source);
+extern void TsdgTookPendingPage(TsdgMetaPageData *meta, const TsdgPendingPageSource *source);
 
 /* tsdgscan.c */
 extern IndexScanDesc tsdgbeginscan(Relation index, int nkeys, int norderbys);
@@ -508,16 +518,6 @@ extern int	tsdg_merge_threshold;
 extern double tsdg_merge_scale_factor;
 extern double tsdg_merge_knn_lag;
 extern void TsdgMergeInit(void);
-/* where TsdgNewPendingBuffer took its page from, for TsdgTookPendingPage */
-typedef struct TsdgPendingPageSource
-{
-	BlockNumber free_head_after;	/* the free list without the page */
-	int			free_extent;	/* the free extent it was the first block of, or -1 */
-} TsdgPendingPageSource;
-
-extern Buffer TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta,
-								   TsdgPendingPageSource *source);
-extern void TsdgTookPendingPage(TsdgMetaPageData *meta, const TsdgPendingPageSource *source);
 extern void TsdgVacuumMerge(IndexVacuumInfo *info);
 
 #endif							/* TSDG_H */

@@ -1,7 +1,8 @@
 /*
  * aminsert for tsdg: a new row goes to the tail of the pending list, whose
  * rows every scan searches exactly until a merge moves them into the graph
- * (a new page comes from the free list that merges fill, else the end).
+ * (a new page comes from the free list that merges fill, a free extent, else
+ * the end; a merge's detach of the pending list takes its page the same way).
  * The metapage lock serializes inserts; each one is a single GenericXLog
  * record over the metapage, the tail page and, when the tail is full, a new
  * page.
@@ -12,6 +13,50 @@
 #include "utils/rel.h"
 
 #include "tsdg.h"
+
+/*
+ * A page for pending rows, exclusively locked: the head of the free list
+ * when there is one, else the first block of a free extent (zeroed), else a
+ * new page. The caller holds the metapage locked exclusively, initializes
+ * the page with a full image, and applies *source to the metapage
+ * (TsdgTookPendingPage) in the record that does.
+ */
+Buffer
+TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta, TsdgPendingPageSource *source)
+{
+	Buffer		buf;
+
+	source->free_head_after = meta->free_head;
+	source->free_extent = -1;
+	if (meta->free_head != TSDG_NO_BLOCK)
+	{
+		buf = ReadBuffer(index, meta->free_head);
+		LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+		source->free_head_after = TsdgPageGetOpaque(BufferGetPage(buf))->next;
+		if (source->free_head_after == InvalidBlockNumber)
+			source->free_head_after = TSDG_NO_BLOCK;
+		return buf;
+	}
+	for (int e = 0; e < TSDG_MAX_FREE_EXTENTS; e++)
+		if (meta->free_extents[e].blocks > 0)
+		{
+			source->free_extent = e;
+			return ReadBufferExtended(index, MAIN_FORKNUM, meta->free_extents[e].start,
+									  RBM_ZERO_AND_LOCK, NULL);
+		}
+	return TsdgNewBuffer(index, MAIN_FORKNUM);
+}
+
+void
+TsdgTookPendingPage(TsdgMetaPageData *meta, const TsdgPendingPageSource *source)
+{
+	meta->free_head = source->free_head_after;
+	if (source->free_extent >= 0)
+	{
+		meta->free_extents[source->free_extent].start++;
+		meta->free_extents[source->free_extent].blocks--;
+	}
+}
 
 static void
 TsdgAppendPending(Relation index, ItemPointer heap_tid, const float *vec, int dims)

@@ -450,7 +450,7 @@ TsdgStartScan(IndexScanDesc scan)
 	/*
 	 * The metapage stays pinned until the scan ends: a merge reuses the
 	 * pages of the graph this scan reads only once no such pin is left
-	 * (tsdgmerge.c).
+	 * (tsdgmergeswitch.c).
 	 */
 	so->meta_pin = ReadBuffer(scan->indexRelation, TSDG_METAPAGE_BLKNO);
 	TsdgReadMeta(scan->indexRelation, &so->meta);

@@ -382,7 +382,7 @@ TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *functio
 	/*
 	 * The metapage stays pinned while the pages are read, as by an index
 	 * scan: a merge reuses the pages of the graph read here only once no
-	 * such pin is left (tsdgmerge.c).
+	 * such pin is left (tsdgmergeswitch.c).
 	 */
 	meta_pin = ReadBuffer(call->index, TSDG_METAPAGE_BLKNO);
 	TsdgReadMeta(call->index, &call->meta);

@@ -274,7 +274,7 @@ typedef enum TsdgWorkerMerge
 } TsdgWorkerMerge;
 
 /*
- * A merge's graph computed by the worker (tsdgmerge.c's TsdgMergeComputeGraph,
+ * A merge's graph computed by the worker (tsdgmergecompute.c's TsdgMergeComputeGraph,
  * same arguments): the inputs travel in a shared memory segment, the merged
  * k-NN ids, search graph and changed flags come back into the caller's
  * arrays. When the arrays are those of mseg (not NULL), nothing is copied,

@@ -1,0 +1,264 @@
+/*
+ * A merge's computation: the merged k-NN lists and search graph, by the GPU
+ * worker when it takes the merge, else by the core on this session's CPU
+ * threads; then the merged graph's entry points, d_nn1+ and the new rows its
+ * searches do not reach. Runs in the session that merges; the worker's part
+ * is requested through tsdgoffload.c.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+
+#include "tsdgmerge.h"
+
+static bool
+TsdgMergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
+{
+	return InterruptPending && (QueryCancelPending || ProcDiePending);
+}
+
+static void
+TsdgCheckCore(Relation index, TsdgStatus status, const TsdgError *error)
+{
+	if (status == TSDG_OK)
+		return;
+	if (status == TSDG_ERR_CANCELLED)
+		CHECK_FOR_INTERRUPTS();
+	ereport(ERROR,
+			(errcode(status == TSDG_ERR_OUT_OF_MEMORY ? ERRCODE_OUT_OF_MEMORY :
+					 status == TSDG_ERR_CANCELLED ? ERRCODE_QUERY_CANCELED :
+					 ERRCODE_INTERNAL_ERROR),
+			 errmsg("merging tsdg index \"%s\" failed: %s",
+					RelationGetRelationName(index), error->message)));
+}
+
+/*
+ * What the metapage will say of the merged graph, set before it is computed:
+ * the worker keeps its copy under that key (TsdgIndexKey), and the switch
+ * writes the same values. The timestamp tells this merge's graph from one a
+ * failed merge of the same graph_version left on the worker.
+ */
+void
+TsdgStampMergedGraph(TsdgMerge *m)
+{
+	m->new_meta.graph_version = m->meta.graph_version + 1;
+	m->new_meta.node_count = (uint32) (m->n_old + m->n_new);
+	m->new_meta.deleted_count = 0;
+	m->new_meta.last_merge = GetCurrentTimestamp();
+	m->new_meta.unreached_checked = (uint32) m->n_new;
+}
+
+/*
+ * The seam of the merge computation: (old rows, their k-NN lists, their
+ * search lists, new rows) in, (merged k-NN lists, new search graph, which
+ * lists changed) out; see tsdg_merge_graph_incremental. m->rows holds
+ * n_old + n_new rows, old first (the old ones, and with TSDG_COPY_GRAPH the
+ * old lists, not read yet when m->left_to_worker); old_knn_dists may be
+ * NULL. The GPU worker computes it when it can take it (on the GPU: the same
+ * incremental merge with GNND, the old lists' distances and GGM on the
+ * device), as it builds for CREATE INDEX, and keeps the merged graph for the
+ * searches after the switch and for the next merge; else, or when the worker
+ * fails or dies meanwhile, this backend computes it on the CPU, after reading
+ * what it left to the worker. Either way the pages are written by this
+ * backend afterwards, so a merge is as crash-safe on the worker as on the
+ * CPU.
+ */
+static void
+TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *params)
+{
+	TsdgWorkerMerge outcome;
+	TsdgError	error;
+	TsdgStatus	status;
+	int64		n = m->n_old + m->n_new;
+
+	outcome = TsdgWorkerMergeGraph(m->index, &m->segment, &m->meta, m->left_to_worker,
+								   &m->new_meta, m->tids, m->rows, m->split, n - m->split, m->dims,
+								   metric, params, m->old_knn_ids, m->old_knn_dists,
+								   m->old_neighbors, m->old_lambdas, m->old_changed, m->knn_ids,
+								   m->neighbors, m->lambdas, m->changed);
+	TsdgFinishListPages(m, outcome == TSDG_WORKER_MERGED);
+	if (outcome != TSDG_WORKER_MERGED && m->left_to_worker != TSDG_COPY_NONE)
+	{
+		/* the worker dropped its copy, or gave up: what was left to it is read after all */
+		TsdgReadLeftGraph(m);
+		if (outcome == TSDG_WORKER_NEEDS_OLD_GRAPH)
+			outcome = TsdgWorkerMergeGraph(m->index, &m->segment, &m->meta, TSDG_COPY_NONE,
+										   &m->new_meta, m->tids, m->rows, m->split, n - m->split,
+										   m->dims, metric, params, m->old_knn_ids,
+										   m->old_knn_dists, m->old_neighbors, m->old_lambdas,
+										   m->old_changed, m->knn_ids, m->neighbors, m->lambdas,
+										   m->changed);
+		TsdgFinishListPages(m, outcome == TSDG_WORKER_MERGED);
+	}
+	if (outcome == TSDG_WORKER_MERGED)
+		return;
+	/* the worker's lists, if written, are not those of this merge */
+	m->knn_pages_written = false;
+	m->list_pages_early = 0;
+	if (m->knn_pages_kept && m->region_placed)
+	{
+		/*
+		 * Placed for the list pages only: placed again, for the k-NN pages
+		 * too. Blocks appended for it stay unused until REINDEX, as after a
+		 * cancelled merge.
+		 */
+		m->region_placed = false;
+	}
+	m->knn_pages_kept = false;
+	status = tsdg_merge_graph_incremental(NULL, m->rows, NULL, NULL, m->split, n - m->split, m->dims, metric,
+										  params, m->old_knn_ids, m->old_knn_dists,
+										  m->old_neighbors, m->old_lambdas, m->old_changed,
+										  m->knn_ids, NULL, m->neighbors, m->lambdas, m->changed,
+										  TsdgMergePoll, NULL, &error);
+	TsdgCheckCore(m->index, status, &error);
+}
+
+/*
+ * Whether a merge on the worker may leave the k-NN pages as they are: it
+ * renumbers nothing (no deleted nodes), the pages hold some lists (their
+ * width was checked when they were read), and the nodes past them stay
+ * within tsdg.merge_knn_lag of a merged graph of n nodes (true for n, true
+ * for fewer).
+ */
+bool
+TsdgKnnPagesMayLagFor(const TsdgMetaPageData *meta, int64 n)
+{
+	uint32		stored = TsdgStoredKnnNodes(meta);
+
+	return meta->deleted_count == 0 && stored > 0 &&
+		(double) (n - stored) <= tsdg_merge_knn_lag * (double) n;
+}
+
+/* the merged k-NN lists and search graph */
+void
+TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
+{
+	int64		n = m->n_old + m->n_new;
+	TsdgBuildParams params;
+
+	TsdgMergeParams(&m->meta, &params);
+	if (m->segment.seg != NULL)
+	{
+		/*
+		 * The segment has no k-NN lists when they could lag with all the
+		 * pending rows the merge might take; it took no more. The local
+		 * array is for a merge on the CPU should the worker fail.
+		 */
+		m->knn_ids = m->segment.knn_ids != NULL ? m->segment.knn_ids :
+			MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(n, 1) * m->k);
+		m->changed = m->segment.changed;
+		m->neighbors = m->segment.neighbors;
+		m->lambdas = m->segment.lambdas;
+		m->knn_pages_kept = TsdgKnnPagesMayLagFor(&m->meta, n);
+		Assert(m->knn_pages_kept || m->segment.knn_ids != NULL);
+		m->segment.while_merging = TsdgWriteNewRows;
+		m->segment.knn_ready = m->knn_pages_kept ? NULL : TsdgWriteKnnPages;
+		m->segment.lists_ready = TsdgWriteListPagesEarly;
+		m->segment.hook_arg = m;
+	}
+	else
+	{
+		m->knn_ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(n, 1) * m->k);
+		m->changed = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint8) * Max(n, 1));
+		m->neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
+											  sizeof(uint32) * Max(n, 1) * params.degree);
+		m->lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
+											sizeof(uint8) * Max(n, 1) * params.degree);
+	}
+	TsdgInitLayout(&m->new_layout, m->dims, m->meta.degree, n);
+	m->arrays = (TsdgGraphArrays) {&m->new_layout, n, m->tids, m->rows, m->neighbors, m->lambdas,
+	m->knn_ids, m->k};
+	if (n > 0)
+		TsdgMergeComputeGraph(m, metric, &params);
+}
+
+/*
+ * Entry points and d_nn1+ of the merged graph into m->new_meta, and the
+ * search for the new rows the searches do not reach started beside the page
+ * writes (TsdgFinishUnreachedCheck).
+ */
+void
+TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
+{
+	TsdgMetaPageData *nm = &m->new_meta;
+	int64		n = m->n_old + m->n_new;
+	int			degree = m->meta.degree;
+	TsdgError	error;
+	TsdgStatus	status;
+	uint32		entries[TSDG_MAX_ENTRY_POINTS];
+	double		record_bytes;
+
+	nm->entry_count = 0;
+	nm->nn1_bound = 0;
+	if (n == 0)
+		return;
+	status = tsdg_select_entry_points(m->rows, n, m->dims, metric, m->neighbors, degree,
+									  TSDG_MAX_ENTRY_POINTS, entries, &error);
+	TsdgCheckCore(m->index, status, &error);
+	for (int i = 0; i < TSDG_MAX_ENTRY_POINTS; i++)
+		if (entries[i] != TSDG_INVALID_ID)
+			nm->entry_points[nm->entry_count++] = entries[i];
+	status = tsdg_graph_nn1_bound(m->rows, n, m->dims, metric, m->neighbors, degree,
+								  &nm->nn1_bound, &error);
+	TsdgCheckCore(m->index, status, &error);
+
+	/*
+	 * the walk of this backend's scans and of the CPU worker's, at
+	 * tsdg.ef_search; the walks it keeps for the repair get what
+	 * maintenance_work_mem leaves
+	 */
+	record_bytes = Max(0.0, (double) maintenance_work_mem * 1024.0 - TsdgMergeBytes(&m->meta));
+	m->unreached_job = tsdg_unreached_job_start(m->rows, n, m->dims, metric, m->neighbors,
+												m->lambdas, degree, nm->entry_points,
+												nm->entry_count, m->n_old, tsdg_ef_search,
+												tsdg_lambda_search, (int64) record_bytes, &error);
+	if (m->unreached_job == NULL)
+		TsdgCheckCore(m->index, TSDG_ERR_OUT_OF_MEMORY, &error);
+}
+
+/*
+ * The new rows the merged graph's searches do not reach, into m->new_meta,
+ * once the search TsdgMergedEntryPoints started has them (none when the
+ * worker's summary brought them). A merge computed here first repairs its
+ * graph for them (tsdg_unreached_job_finish_repairing), as the worker does
+ * its own: most then are reached, and fewer rows cost every search an
+ * exact distance. A graph the worker computed stays as the worker holds it
+ * when its summary failed: the check here then only lists the rows.
+ */
+void
+TsdgFinishUnreachedCheck(TsdgMerge *m)
+{
+	TsdgMetaPageData *nm = &m->new_meta;
+	TsdgUnreachedJob *job = m->unreached_job;
+	int64		unreached;
+	TsdgError	error;
+	TsdgStatus	status;
+
+	if (job == NULL)
+		return;
+	m->unreached_job = NULL;
+	if (m->segment.seg == NULL)
+	{
+		/* the lists it marks are counted with the worker's where their pages are written again */
+		int64		lists_marked;
+
+		status = tsdg_unreached_job_finish_repairing(job, m->neighbors, m->lambdas, m->meta.degree,
+													 m->changed, nm->unreached, TSDG_MAX_UNREACHED,
+													 &unreached, &lists_marked, &error);
+		TsdgCheckCore(m->index, status, &error);
+	}
+	else
+	{
+		status = tsdg_unreached_job_finish(job, nm->unreached, TSDG_MAX_UNREACHED, &unreached, &error);
+		TsdgCheckCore(m->index, status, &error);
+	}
+	nm->unreached_count = (int32) Min(unreached, TSDG_MAX_UNREACHED);
+	if (unreached > TSDG_MAX_UNREACHED)
+		ereport(LOG,
+				(errmsg("tsdg index \"%s\": %lld of the %lld rows merged are not reached by a search for their own vector at tsdg.ef_search %d; the first %d are searched exactly",
+						RelationGetRelationName(m->index), (long long) unreached,
+						(long long) m->n_new, tsdg_ef_search, TSDG_MAX_UNREACHED)));
+}
