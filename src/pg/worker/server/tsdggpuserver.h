@@ -1,0 +1,154 @@
+/*
+ * What the files of the GPU server process share (tsdggpuserver.c and the
+ * files of its requests: tsdgservercache.c, tsdgserversearch.c,
+ * tsdgserverbuild.c, tsdgservermerge.c): a request taken from its slot, the
+ * mapping of its segment, the resident indexes. Nothing here runs in a
+ * session.
+ */
+#ifndef TSDG_GPU_SERVER_H
+#define TSDG_GPU_SERVER_H
+
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "tsdgipc.h"
+#include "tsdgworker.h"
+
+/* the device's backend; NULL: the core's CPU backend */
+extern TsdgBackend *TsdgDeviceBackend;
+extern volatile sig_atomic_t TsdgServerShutdownRequested;
+
+typedef struct BulkMapping
+{
+	dsm_handle	handle;
+	void	   *impl_private;
+	void	   *address;
+	Size		size;
+} BulkMapping;
+
+typedef struct ResidentIndex
+{
+	bool		used;
+	TsdgIndexKey key;
+	TsdgResidentIndex *index;
+	int64		n;
+	int			dims;
+	TsdgMetric	metric;
+	ItemPointerData *tids;		/* n, for batch answers */
+	uint8	   *flags;			/* n node flags, NULL when none is deleted */
+	/*
+	 * host arrays: the rows and the search graph, which the search index
+	 * reads (the CPU's searches, the GPU's entry points), and for the next
+	 * merge the k-NN lists when the worker built or merged the graph itself
+	 * (knn_ids NULL for a shipped image)
+	 */
+	float	   *rows;
+	uint32	   *neighbors;
+	uint8	   *lambdas;
+	int			degree;
+	uint32	   *knn_ids;
+	int			knn_k;
+	/* the request's segment the arrays above lie in; address NULL: malloc'd copies */
+	BulkMapping segment;
+	/* rows and knn_ids where they are the worker's own (TsdgTakeHostArray), or NULL */
+	float	   *owned_rows;
+	uint32	   *owned_knn_ids;
+	/* the page-locked pages of knn_ids (the next merge uploads them), or NULL */
+	void	   *pinned_lists;
+	/*
+	 * the index's pending rows at pending_epoch, in list order (NULL until a
+	 * session sends some), with their heap TIDs (malloc'd)
+	 */
+	TsdgExactSet *pending;
+	ItemPointerData *pending_tids;
+	int64		pending_capacity;
+	uint64		pending_epoch;
+	BlockNumber pending_end_block;	/* where the last of them lies (TsdgPendingArgs) */
+	int			pending_end_offset;
+	/*
+	 * the newest rows its searches do not reach (TsdgFindUnreached), ascending
+	 * (malloc'd), and their rows, scored exactly for every search; NULL
+	 * when none
+	 */
+	uint32	   *unreached;
+	int64		unreached_count;
+	TsdgExactSet *unreached_set;
+	int64		bytes;
+	TimestampTz loaded_at;
+	TimestampTz last_used;
+} ResidentIndex;
+
+/* a request taken out of its slot for this batch */
+typedef struct TakenRequest
+{
+	TsdgRequestSlot *slot;
+	TsdgRequestSlot copy;		/* without the payload */
+	float	   *query;			/* inline searches */
+	bool		done;
+} TakenRequest;
+
+/* a graph to make resident (TsdgAddResident says who owns its arrays afterwards) */
+typedef struct ResidentGraph
+{
+	const float *rows;
+	int64		n;
+	int			dims;
+	TsdgMetric	metric;
+	int			degree;
+	const uint32 *neighbors;
+	const uint8 *lambdas;
+	const uint32 *knn_ids;		/* n * knn_k, or NULL */
+	int			knn_k;
+	const ItemPointerData *tids;
+	const uint8 *flags;			/* NULL: none deleted */
+	/* rows, knn_ids where they are the worker's own (TsdgTakeHostArray); or NULL */
+	float	   *own_rows;
+	uint32	   *own_knn_ids;
+	/*
+	 * the graph whose rows are the first same_rows_n of rows (a merge's old
+	 * graph, when the worker's copy gave them), or NULL
+	 */
+	const TsdgIndexKey *same_rows_key;
+	int64		same_rows_n;
+} ResidentGraph;
+
+typedef struct BuildPollState
+{
+	TakenRequest *request;
+} BuildPollState;
+
+/* tsdggpuserver.c */
+extern bool TsdgMapBulk(const TsdgRequestSlot *request, BulkMapping *map);
+extern TsdgReply TsdgReplyOf(TsdgStatus status);
+extern double TsdgSecondsSince(TimestampTz start);
+extern void TsdgUnmapBulk(BulkMapping *map);
+
+/* tsdgservercache.c */
+extern TsdgStatus TsdgAddResident(const TsdgIndexKey *key, const ResidentGraph *g,
+								  const TsdgIndexKey *keep, BulkMapping *map, TsdgError *error);
+extern void *TsdgCopyOut(const void *src, Size bytes);
+extern void TsdgDropOlderGraphs(const ResidentIndex *r);
+extern void TsdgEvictAll(const char *why);
+extern ResidentIndex *TsdgFindResident(const TsdgIndexKey *key);
+extern bool TsdgFindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check,
+							  uint8 *repair_changed, TsdgError *error);
+extern ResidentIndex *TsdgLeastRecentlyUsed(void);
+extern void TsdgPinListsOf(const TsdgIndexKey *key);
+extern bool TsdgPromiseLoad(const TsdgIndexKey *key);
+extern void TsdgServeLoad(TakenRequest *t);
+extern void TsdgServePendingRows(TakenRequest *t);
+
+/* tsdgserversearch.c */
+extern void TsdgServeSearchBatch(TakenRequest *t);
+extern void TsdgServeSearchGroup(TakenRequest *taken, int ntaken, int first);
+
+/* tsdgserverbuild.c */
+extern bool TsdgPollBuildRequest(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total);
+extern void TsdgPublishSummary(TakenRequest *t, TsdgBuildSummary *summary, bool ok);
+extern void TsdgServeBuild(TakenRequest *t);
+
+/* tsdgservermerge.c */
+extern void TsdgServeMerge(TakenRequest *t);
+
+#endif							/* TSDG_GPU_SERVER_H */

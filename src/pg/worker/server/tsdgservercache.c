@@ -1,0 +1,664 @@
+/*
+ * The GPU server's resident indexes (runs in the GPU server process): the
+ * graphs it holds on the device and in host memory, keyed by the metapage
+ * they came from, their memory bound and least-recently-used eviction, the
+ * promises that let one session ship a missing index while the others search
+ * on the CPU, the loads of shipped index images, the copies of the indexes'
+ * pending rows, and the newest rows a graph's searches do not reach, which
+ * every search scores exactly.
+ */
+#include "postgres.h"
+
+#include <unistd.h>
+
+#include "utils/timestamp.h"
+
+#include "tsdggpuserver.h"
+
+/* a load promised to a session expires if it never arrives */
+#define TSDG_LOAD_PROMISE_US	(60 * 1000000L)
+#define TSDG_MAX_PROMISES		16
+
+typedef struct LoadPromise
+{
+	TsdgIndexKey key;
+	TimestampTz promised_at;
+} LoadPromise;
+
+static ResidentIndex residents[TSDG_MAX_CACHED_INDEXES];
+static LoadPromise promises[TSDG_MAX_PROMISES];
+
+/* ---- the resident indexes ---- */
+
+/* a resident index's memory: its graph's and its pending rows' copy */
+static int64
+ResidentBytes(const ResidentIndex *r)
+{
+	return r->bytes + (r->pending != NULL ? (int64) tsdg_exact_set_memory_bytes(r->pending) : 0);
+}
+
+/* the memory of every resident index */
+static int64
+ResidentBytesInAll(void)
+{
+	int64		used = 0;
+
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		used += residents[i].used ? ResidentBytes(&residents[i]) : 0;
+	return used;
+}
+
+static void
+PublishResidents(void)
+{
+	int			count = 0;
+	int64		used = 0;
+	int64		pending_rows[TSDG_MAX_CACHED_INDEXES];
+	int64		bytes[TSDG_MAX_CACHED_INDEXES];
+
+	/* asked outside the spinlock: the GPU's copy takes a lock of its own */
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	{
+		pending_rows[i] = residents[i].used && residents[i].pending != NULL ?
+			tsdg_exact_set_size(residents[i].pending) : 0;
+		bytes[i] = residents[i].used ? ResidentBytes(&residents[i]) : 0;
+	}
+	SpinLockAcquire(&TsdgShared->mutex);
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	{
+		TsdgCachedIndexInfo *info;
+
+		if (!residents[i].used)
+			continue;
+		info = &TsdgShared->cached[count++];
+		info->key = residents[i].key;
+		info->with_knn = residents[i].knn_ids != NULL;
+		info->pending_rows = pending_rows[i];
+		info->pending_epoch = residents[i].pending_epoch;
+		info->pending_end_block = residents[i].pending_end_block;
+		info->pending_end_offset = residents[i].pending_end_offset;
+		info->bytes = bytes[i];
+		info->loaded_at = residents[i].loaded_at;
+		info->last_used = residents[i].last_used;
+		used += info->bytes;
+	}
+	TsdgShared->cached_count = count;
+	TsdgShared->memory_used = used;
+	SpinLockRelease(&TsdgShared->mutex);
+	if (TsdgDeviceBackend != NULL)
+		TsdgPublishDeviceMemory();
+}
+
+ResidentIndex *
+TsdgFindResident(const TsdgIndexKey *key)
+{
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		if (residents[i].used && TsdgIndexKeysEqual(&residents[i].key, key))
+			return &residents[i];
+	return NULL;
+}
+
+/* the host arrays of a resident index, and its slot cleared */
+static void
+ReleaseResidentArrays(ResidentIndex *r)
+{
+	TsdgError	error;
+
+	if (r->pinned_lists != NULL &&
+		tsdg_backend_unpin_host_memory(TsdgDeviceBackend, r->pinned_lists, &error) != TSDG_OK)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker could not unlock the pages of a dropped index: %s",
+						error.message)));
+	TsdgGiveBackHostArray(r->owned_rows);
+	TsdgGiveBackHostArray(r->owned_knn_ids);
+	if (r->segment.address != NULL)
+		TsdgUnmapBulk(&r->segment);
+	else
+	{
+		free(r->tids);
+		free(r->flags);
+		if (r->rows != r->owned_rows)
+			free(r->rows);
+		free(r->neighbors);
+		free(r->lambdas);
+		if (r->knn_ids != r->owned_knn_ids)
+			free(r->knn_ids);
+	}
+	if (r->pending != NULL)
+		tsdg_exact_set_free(r->pending);
+	free(r->pending_tids);
+	if (r->unreached_set != NULL)
+		tsdg_exact_set_free(r->unreached_set);
+	free(r->unreached);
+	memset(r, 0, sizeof(ResidentIndex));
+}
+
+static void
+FreeResident(ResidentIndex *r, const char *why)
+{
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: dropped index %u/%u version " UINT64_FORMAT " (%lld MB): %s",
+					r->key.database, r->key.relfilenode, r->key.graph_version,
+					(long long) (r->bytes >> 20), why)));
+	tsdg_index_free(r->index);
+	ReleaseResidentArrays(r);
+}
+
+ResidentIndex *
+TsdgLeastRecentlyUsed(void)
+{
+	ResidentIndex *lru = NULL;
+
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		if (residents[i].used && (lru == NULL || residents[i].last_used < lru->last_used))
+			lru = &residents[i];
+	return lru;
+}
+
+/* Makes room for bytes more under tsdg.gpu_memory_limit and for a free entry. */
+static void
+EvictFor(int64 bytes)
+{
+	int64		limit = TsdgShared->memory_limit_bytes;
+	int64		used = ResidentBytesInAll();
+	bool		free_entry = false;
+
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		free_entry |= !residents[i].used;
+	while ((limit > 0 && used + bytes > limit) || !free_entry)
+	{
+		ResidentIndex *lru = TsdgLeastRecentlyUsed();
+
+		if (lru == NULL)
+			break;
+		used -= ResidentBytes(lru);
+		FreeResident(lru, "least recently used, to make room under tsdg.gpu_memory_limit");
+		free_entry = true;
+	}
+}
+
+void
+TsdgEvictAll(const char *why)
+{
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		if (residents[i].used)
+			FreeResident(&residents[i], why);
+	PublishResidents();
+}
+
+static int64
+ResidentBytesEstimate(int64 n, int dims, int degree)
+{
+	/* the rows, the graph, and a heap TID and flags byte per node */
+	return n * ((int64) sizeof(float) * dims + (int64) (sizeof(uint32) + sizeof(uint8)) * degree +
+				(int64) sizeof(ItemPointerData) + 1);
+}
+
+void *
+TsdgCopyOut(const void *src, Size bytes)
+{
+	void	   *dst = malloc(Max(bytes, 1));
+
+	if (dst != NULL && bytes > 0)
+		memcpy(dst, src, bytes);
+	return dst;
+}
+
+/*
+ * Page-locks the pages of r's k-NN lists, which the next merge of the graph
+ * uploads whole (0.5 GB at 2M rows): from pageable memory the GPU copies them
+ * through a staging buffer. Failing only costs that speed.
+ */
+static void
+PinResidentLists(ResidentIndex *r, Size bytes)
+{
+	uintptr_t	page = (uintptr_t) sysconf(_SC_PAGESIZE);
+	uintptr_t	start = (uintptr_t) r->knn_ids & ~(page - 1);
+	uintptr_t	end = ((uintptr_t) r->knn_ids + bytes + page - 1) & ~(page - 1);
+	TsdgError	error;
+
+	if (bytes == 0)
+		return;
+	if (tsdg_backend_pin_host_memory(TsdgDeviceBackend, (void *) start, end - start, &error) == TSDG_OK)
+		r->pinned_lists = (void *) start;
+	else
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker could not page-lock a graph's k-NN lists: %s",
+						error.message),
+				 errdetail("The next merge of the graph uploads them through a staging buffer.")));
+}
+
+/* the resident index g's first rows may be copied from, unless it was evicted meanwhile */
+static const TsdgResidentIndex *
+SameRowsIndex(const ResidentGraph *g)
+{
+	ResidentIndex *same = g->same_rows_key != NULL ? TsdgFindResident(g->same_rows_key) : NULL;
+
+	return same != NULL && same->n == g->same_rows_n && same->dims == g->dims ? same->index : NULL;
+}
+
+/*
+ * Makes graph g resident under key. The other graphs of the index are
+ * dropped as stale, except keep (not NULL): the graph a merge read, which
+ * searches use until the session switches the metapage to this one. When g's
+ * arrays lie in the request's segment *map (a DSM segment, not the batch
+ * area), the resident takes that mapping over instead of copying them (the
+ * session's detach then leaves the memory to this process; on failure it is
+ * released), and *map is cleared; else they are copied. Its own arrays
+ * (own_rows, own_knn_ids) are taken over either way, and given back on
+ * failure. On failure returns the status with error filled.
+ */
+TsdgStatus
+TsdgAddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndexKey *keep,
+			BulkMapping *map, TsdgError *error)
+{
+	ResidentIndex *r = NULL;
+	int64		n = g->n;
+	int64		estimate = ResidentBytesEstimate(n, g->dims, g->degree);
+	TimestampTz start = GetCurrentTimestamp();
+	bool		any_deleted = false;
+	ItemPointerData no_tid;
+
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		if (residents[i].used && residents[i].key.database == key->database &&
+			residents[i].key.relfilenode == key->relfilenode &&
+			(keep == NULL || !TsdgIndexKeysEqual(&residents[i].key, keep)))
+			FreeResident(&residents[i], "a newer graph of the index replaces it");
+	EvictFor(estimate);
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES && r == NULL; i++)
+		if (!residents[i].used)
+			r = &residents[i];
+	Assert(r != NULL);
+
+	memset(r, 0, sizeof(ResidentIndex));
+	for (int64 i = 0; g->flags != NULL && i < n && !any_deleted; i++)
+		any_deleted = (g->flags[i] & TSDG_NODE_DELETED) != 0;
+	r->knn_k = g->knn_k;
+	r->owned_rows = g->own_rows;
+	r->owned_knn_ids = g->own_knn_ids;
+	if (map != NULL && map->address != NULL && map->address != TsdgBatchAreaBase)
+	{
+		r->segment = *map;
+		map->address = NULL;
+		r->tids = (ItemPointerData *) g->tids;
+		r->flags = any_deleted ? (uint8 *) g->flags : NULL;
+		r->rows = (float *) g->rows;
+		r->neighbors = (uint32 *) g->neighbors;
+		r->lambdas = (uint8 *) g->lambdas;
+		r->knn_ids = (uint32 *) g->knn_ids;
+	}
+	else
+	{
+		r->tids = TsdgCopyOut(g->tids, sizeof(ItemPointerData) * n);
+		if (any_deleted)
+			r->flags = TsdgCopyOut(g->flags, n);
+		/* the GPU index reads the host rows when it picks its entry points */
+		r->rows = g->own_rows != NULL ? g->own_rows : TsdgCopyOut(g->rows, sizeof(float) * n * g->dims);
+		r->neighbors = TsdgCopyOut(g->neighbors, sizeof(uint32) * n * g->degree);
+		r->lambdas = TsdgCopyOut(g->lambdas, n * g->degree);
+		if (g->knn_ids != NULL)
+			r->knn_ids = g->own_knn_ids != NULL ? g->own_knn_ids :
+				TsdgCopyOut(g->knn_ids, sizeof(uint32) * n * g->knn_k);
+	}
+	if (r->tids == NULL || (any_deleted && r->flags == NULL) || r->rows == NULL ||
+		r->neighbors == NULL || r->lambdas == NULL ||
+		(g->knn_ids != NULL && r->knn_ids == NULL))
+	{
+		strlcpy(error->message, "out of host memory for the index copy", sizeof(error->message));
+		ReleaseResidentArrays(r);
+		return TSDG_ERR_OUT_OF_MEMORY;
+	}
+
+	r->index = tsdg_index_upload_after(TsdgDeviceBackend, SameRowsIndex(g), r->rows, n, g->dims,
+									   g->metric, r->neighbors, r->lambdas, g->degree, error);
+	if (r->index == NULL && TsdgLeastRecentlyUsed() != NULL)
+	{
+		/* the device may be full of other indexes: drop them and try again */
+		TsdgEvictAll("device out of memory for a new index");
+		r->index = tsdg_index_upload_after(TsdgDeviceBackend, SameRowsIndex(g), r->rows, n, g->dims,
+										   g->metric, r->neighbors, r->lambdas, g->degree, error);
+	}
+	if (r->index == NULL)
+	{
+		ReleaseResidentArrays(r);
+		return strstr(error->message, "memory") != NULL ? TSDG_ERR_OUT_OF_MEMORY : TSDG_ERR_DEVICE;
+	}
+	/* batches are answered with heap TIDs, mapped where the results are */
+	ItemPointerSetInvalid(&no_tid);
+	if (tsdg_index_set_payload(r->index, r->tids, sizeof(ItemPointerData), r->flags,
+							   TSDG_NODE_DELETED, &no_tid, error) != TSDG_OK)
+	{
+		tsdg_index_free(r->index);
+		r->index = NULL;
+		ReleaseResidentArrays(r);
+		return strstr(error->message, "memory") != NULL ? TSDG_ERR_OUT_OF_MEMORY : TSDG_ERR_DEVICE;
+	}
+
+	r->used = true;
+	r->key = *key;
+	r->n = n;
+	r->dims = g->dims;
+	r->metric = g->metric;
+	r->degree = g->degree;
+	r->bytes = (int64) tsdg_index_memory_bytes(r->index);
+	r->loaded_at = r->last_used = GetCurrentTimestamp();
+	PublishResidents();
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: loaded index %u/%u version " UINT64_FORMAT ": %lld rows of %d dimensions, %lld MB on %s in %.3f s",
+					key->database, key->relfilenode, key->graph_version, (long long) n, g->dims,
+					(long long) (r->bytes >> 20), tsdg_backend_name(TsdgDeviceBackend),
+					TsdgSecondsSince(start))));
+	return TSDG_OK;
+}
+
+/*
+ * Page-locks the k-NN lists of the graph the worker just built or merged,
+ * which the next merge uploads: after the answer and the summary, as
+ * locking half a gigabyte of pages takes a while.
+ */
+void
+TsdgPinListsOf(const TsdgIndexKey *key)
+{
+	ResidentIndex *r = TsdgFindResident(key);
+
+	if (r != NULL && TsdgDeviceBackend != NULL && r->knn_ids != NULL && r->pinned_lists == NULL)
+		PinResidentLists(r, r->n * r->knn_k * sizeof(uint32));
+}
+
+/*
+ * Once a search asks for r, the metapage has moved to it: older graphs of
+ * its index that a merge kept for the searches meanwhile are dropped.
+ */
+void
+TsdgDropOlderGraphs(const ResidentIndex *r)
+{
+	bool		dropped = false;
+
+	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+		if (residents[i].used && &residents[i] != r &&
+			residents[i].key.database == r->key.database &&
+			residents[i].key.relfilenode == r->key.relfilenode &&
+			residents[i].key.graph_version < r->key.graph_version)
+		{
+			FreeResident(&residents[i], "the index moved on to a newer graph");
+			dropped = true;
+		}
+	if (dropped)
+		PublishResidents();
+}
+
+/* ---- load promises: one session ships a missing index, the others use the CPU ---- */
+
+bool
+TsdgPromiseLoad(const TsdgIndexKey *key)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	LoadPromise *free_promise = NULL;
+
+	for (int i = 0; i < TSDG_MAX_PROMISES; i++)
+	{
+		LoadPromise *p = &promises[i];
+
+		if (p->promised_at != 0 && now - p->promised_at > TSDG_LOAD_PROMISE_US)
+			p->promised_at = 0;
+		if (p->promised_at != 0 && TsdgIndexKeysEqual(&p->key, key))
+			return false;
+		if (p->promised_at == 0 && free_promise == NULL)
+			free_promise = p;
+	}
+	if (free_promise == NULL)
+		return false;
+	free_promise->key = *key;
+	free_promise->promised_at = now;
+	return true;
+}
+
+static void
+ForgetPromise(const TsdgIndexKey *key)
+{
+	for (int i = 0; i < TSDG_MAX_PROMISES; i++)
+		if (promises[i].promised_at != 0 && TsdgIndexKeysEqual(&promises[i].key, key))
+			promises[i].promised_at = 0;
+}
+
+/*
+ * The rows [n - check->rows, n) of r, a merge's new rows, that its searches
+ * at the check's ef do not reach: kept with r and scored exactly for every
+ * search (MergeUnreachedIds, MergeUnreachedTids), so that a row just merged
+ * is always found. With repair_changed (the merge's changed flags, whose
+ * graph r holds), the graph is first repaired for them
+ * (tsdg_index_unreached_rows_repaired): the lists it changes are marked
+ * TSDG_CHANGED_REPAIR there, for the session to write again, even when it
+ * fails. False, with none kept, when they could not be found.
+ */
+bool
+TsdgFindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repair_changed,
+			  TsdgError *error)
+{
+	int64		first = r->n - Min(check->rows, r->n);
+	int64		count = 0;
+	int64		found = 0;
+	int64		lists_repaired = 0;
+	uint32	   *ids;
+	TimestampTz start = GetCurrentTimestamp();
+
+	if (first == r->n)
+		return true;
+	ids = malloc(sizeof(uint32) * (r->n - first));
+	if (ids == NULL)
+	{
+		strlcpy(error->message, "out of host memory", sizeof(error->message));
+		return false;
+	}
+	if ((repair_changed == NULL ?
+		 tsdg_index_unreached_rows(r->index, first, check->ef, check->lambda_limit, ids,
+								   r->n - first, &count, error) :
+		 tsdg_index_unreached_rows_repaired(r->index, r->rows, r->neighbors, r->lambdas, r->degree,
+											r->metric, first, check->ef, check->lambda_limit, ids,
+											r->n - first, &count, &found, repair_changed,
+											&lists_repaired, error)) != TSDG_OK)
+	{
+		free(ids);
+		return false;
+	}
+	if (count > 0)
+	{
+		float	   *rows = malloc(sizeof(float) * r->dims * count);
+		bool		kept = false;
+
+		if (rows == NULL)
+			strlcpy(error->message, "out of host memory", sizeof(error->message));
+		else
+		{
+			for (int64 i = 0; i < count; i++)
+				memcpy(rows + i * r->dims, r->rows + (Size) ids[i] * r->dims,
+					   sizeof(float) * r->dims);
+			r->unreached_set = tsdg_exact_set_create(TsdgDeviceBackend, r->dims, r->metric, error);
+			kept = r->unreached_set != NULL &&
+				tsdg_exact_set_append(r->unreached_set, rows, count, error) == TSDG_OK;
+			free(rows);
+		}
+		if (!kept)
+		{
+			if (r->unreached_set != NULL)
+				tsdg_exact_set_free(r->unreached_set);
+			r->unreached_set = NULL;
+			free(ids);
+			return false;
+		}
+	}
+	r->unreached = ids;
+	r->unreached_count = count;
+	if (repair_changed != NULL)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows of index %u/%u version " UINT64_FORMAT " are not reached by the walk for their own vector at ef %d (the large-batch kernel's, or the CPU's); %lld lists given an edge into those and the rows a walk at ef %d misses, then %lld not reached by a search, searched exactly (%.3f s)",
+						(long long) found, (long long) (r->n - first), r->key.database,
+						r->key.relfilenode, r->key.graph_version, check->ef,
+						(long long) lists_repaired, Min(check->ef, TSDG_REPAIR_NARROW_EF),
+						(long long) count, TsdgSecondsSince(start))));
+	else
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows of index %u/%u version " UINT64_FORMAT " are not reached by a search for their own vector at ef %d, searched exactly (%.3f s)",
+						(long long) count, (long long) (r->n - first), r->key.database,
+						r->key.relfilenode, r->key.graph_version, check->ef, TsdgSecondsSince(start))));
+	return true;
+}
+
+/* ---- pending rows ---- */
+
+/*
+ * Adds the rows a session sent to the resident index's copy of its pending
+ * rows: the part past what the copy has (sessions that found it behind at
+ * once send the same rows), the whole copy replaced at a newer epoch. Rows
+ * sent at an older epoch (read before a VACUUM moved them) are dropped.
+ */
+void
+TsdgServePendingRows(TakenRequest *t)
+{
+	const TsdgPendingArgs *args = &t->copy.args.pending;
+	ResidentIndex *r = TsdgFindResident(&args->key);
+	BulkMapping map;
+	TsdgError	error;
+	TsdgStatus	status = TSDG_OK;
+	int64		have;
+
+	t->done = true;
+	if (r == NULL || r->dims != args->dims)
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_NOT_RESIDENT, 0, NULL, NULL, NULL,
+					  0, NULL);
+		return;
+	}
+	if (r->pending != NULL && args->pending_epoch < r->pending_epoch)
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
+		return;
+	}
+	if (!TsdgMapBulk(&t->copy, &map))
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+					  "the GPU worker could not map the pending rows' shared memory segment");
+		return;
+	}
+	if (r->pending == NULL)
+	{
+		r->pending = tsdg_exact_set_create(TsdgDeviceBackend, r->dims, r->metric, &error);
+		if (r->pending == NULL)
+			status = TSDG_ERR_DEVICE;
+	}
+	if (status == TSDG_OK && args->pending_epoch != r->pending_epoch)
+	{
+		tsdg_exact_set_clear(r->pending);
+		r->pending_epoch = args->pending_epoch;
+	}
+	have = status == TSDG_OK ? tsdg_exact_set_size(r->pending) : 0;
+	if (status == TSDG_OK && args->first > have)
+	{
+		status = TSDG_ERR_INVALID_ARGUMENT;
+		snprintf(error.message, sizeof(error.message),
+				 "pending rows from %lld sent to a copy of %lld", (long long) args->first,
+				 (long long) have);
+	}
+	else if (status == TSDG_OK && args->first + args->n > have)
+	{
+		int64		skip = have - args->first;
+		int64		added = args->n - skip;
+		int64		limit = TsdgShared->memory_limit_bytes;
+		const TsdgBulkHeader *header = (const TsdgBulkHeader *) map.address;
+		const float *rows = TsdgBulkArray(map.address, header->rows);
+		const ItemPointerData *tids = TsdgBulkArray(map.address, header->tids);
+
+		/* other indexes are not dropped for pending rows, which the sessions can scan */
+		if (limit > 0 &&
+			ResidentBytesInAll() + added * (int64) sizeof(float) * (args->dims + 1) > limit)
+		{
+			status = TSDG_ERR_OUT_OF_MEMORY;
+			snprintf(error.message, sizeof(error.message),
+					 "%lld more pending rows would pass tsdg.gpu_memory_limit",
+					 (long long) added);
+		}
+
+		if (status == TSDG_OK && have + added > r->pending_capacity)
+		{
+			int64		capacity = Max(have + added, r->pending_capacity * 2);
+			ItemPointerData *grown = realloc(r->pending_tids, sizeof(ItemPointerData) * capacity);
+
+			if (grown == NULL)
+			{
+				status = TSDG_ERR_OUT_OF_MEMORY;
+				strlcpy(error.message, "out of host memory for the pending rows' TIDs",
+						sizeof(error.message));
+			}
+			else
+			{
+				r->pending_tids = grown;
+				r->pending_capacity = capacity;
+			}
+		}
+		if (status == TSDG_OK)
+			status = tsdg_exact_set_append(r->pending, rows + skip * args->dims, added, &error);
+		if (status == TSDG_OK)
+		{
+			memcpy(r->pending_tids + have, tids + skip, sizeof(ItemPointerData) * added);
+			r->pending_end_block = args->end_block;
+			r->pending_end_offset = args->end_offset;
+		}
+	}
+	TsdgUnmapBulk(&map);
+	PublishResidents();
+	TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), 0, NULL, NULL, NULL, 0,
+				  status == TSDG_OK ? NULL : error.message);
+}
+
+/* ---- loads ---- */
+void
+TsdgServeLoad(TakenRequest *t)
+{
+	const TsdgLoadArgs *args = &t->copy.args.load;
+	BulkMapping map;
+	TsdgBulkHeader *header;
+	ResidentGraph graph = {0};
+	TsdgError	error;
+	TsdgStatus	status;
+
+	t->done = true;
+	ForgetPromise(&args->key);
+	if (TsdgFindResident(&args->key) != NULL)
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
+		return;
+	}
+	if (!TsdgMapBulk(&t->copy, &map))
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+					  "the GPU worker could not map the index image's shared memory segment");
+		return;
+	}
+	header = (TsdgBulkHeader *) map.address;
+	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
+	graph.rows = TsdgBulkArray(map.address, header->rows);
+	graph.n = args->n;
+	graph.dims = args->dims;
+	graph.metric = args->metric;
+	graph.degree = args->degree;
+	graph.neighbors = TsdgBulkArray(map.address, header->neighbors);
+	graph.lambdas = TsdgBulkArray(map.address, header->lambdas);
+	graph.tids = TsdgBulkArray(map.address, header->tids);
+	graph.flags = TsdgBulkArray(map.address, header->flags);
+	status = TsdgAddResident(&args->key, &graph, NULL, &map, &error);
+	if (status == TSDG_OK && !TsdgFindUnreached(TsdgFindResident(&args->key), &args->check, NULL, &error))
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: could not check which of the newest rows of index %u/%u its searches reach, some may not be found: %s",
+						args->key.database, args->key.relfilenode, error.message)));
+	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+	TsdgUnmapBulk(&map);
+	if (status == TSDG_OK)
+		pg_atomic_fetch_add_u64(&TsdgShared->loads, 1);
+	else
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: could not load index %u/%u version " UINT64_FORMAT ": %s",
+						args->key.database, args->key.relfilenode, args->key.graph_version,
+						error.message)));
+	TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), 0, NULL, NULL, NULL, 0,
+				  status == TSDG_OK ? NULL : error.message);
+}

@@ -1,0 +1,444 @@
+/*
+ * The GPU server's merges (runs in the GPU server process): a session's
+ * pending rows merged into its index's graph on the device, the old graph
+ * taken from the resident copy when the session left it there, the merged
+ * lists published in the session's segment as they are ready, the merged
+ * graph kept resident under the key the metapage gets at the switch, and its
+ * summary computed after the answer.
+ */
+#include "postgres.h"
+
+#include <unistd.h>
+
+#include "utils/timestamp.h"
+
+#include "tsdggpuserver.h"
+
+/* the arrays of a merge's segment (see TsdgBulkHeader) */
+typedef struct MergeArrays
+{
+	const float *rows;
+	const uint32 *old_knn_ids;
+	const float *old_knn_dists;	/* NULL: computed by the core */
+	const uint32 *old_neighbors;
+	const uint8 *old_lambdas;
+	const uint8 *old_changed;	/* NULL: no list was repaired */
+	ItemPointerData *tids;		/* of all rows, for the merged graph's copy */
+	uint32	   *knn_ids;
+	uint32	   *neighbors;
+	uint8	   *lambdas;
+	uint8	   *changed;
+	/* the old graph's resident index, whose rows the merge reads on the device; or NULL */
+	const TsdgResidentIndex *old_index;
+	/* the old graph's rows, which the merge copies into rows itself; or NULL */
+	const float *old_rows_source;
+	/* the old lists copied out of a resident graph evicted for the merge */
+	uint32	   *owned_knn_ids;
+	uint32	   *owned_neighbors;
+	uint8	   *owned_lambdas;
+	/* rows and knn_ids where the session left them out of the segment (TsdgTakeHostArray) */
+	float	   *merged_rows;
+	uint32	   *merged_knn_ids;
+} MergeArrays;
+
+/*
+ * TsdgPollBuildRequest, and where the time goes: the time since the previous poll is
+ * counted to the phase that poll saw; the core polls when a phase begins as
+ * well as every 50 ms, so each phase's time is exact but for the steps that
+ * do not mark their phase (the GNND of the new rows).
+ */
+typedef struct MergePollState
+{
+	BuildPollState build;
+	TimestampTz last_poll;
+	int			last_phase;
+	double		seconds[TSDG_PHASE_LINK + 1];
+	TsdgBuildSummary *summary;	/* NULL: the session waits for the answer only */
+} MergePollState;
+
+static bool
+MergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
+{
+	MergePollState *state = (MergePollState *) arg;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if ((phase == TSDG_PHASE_DIVERSIFY || phase == TSDG_PHASE_LINK) && state->summary != NULL)
+	{
+		/*
+		 * The merged k-NN lists, then the search lists (done of them, in row
+		 * order), are in the segment: the session writes them meanwhile.
+		 */
+		bool		news = false;
+
+		pg_write_barrier();
+		if (pg_atomic_read_u32(&state->summary->knn_ready) == 0)
+		{
+			pg_atomic_write_u32(&state->summary->knn_ready, 1);
+			news = true;
+		}
+		if (phase == TSDG_PHASE_LINK && done > (int64_t) pg_atomic_read_u64(&state->summary->lists_ready))
+		{
+			pg_atomic_write_u64(&state->summary->lists_ready, (uint64) done);
+			news = true;
+		}
+		if (news && state->build.request->copy.requester_latch != NULL)
+			SetLatch(state->build.request->copy.requester_latch);
+	}
+	if (phase >= TSDG_PHASE_KNN_GRAPH && phase <= TSDG_PHASE_LINK)
+	{
+		state->seconds[state->last_phase] += (double) (now - state->last_poll) / 1000000.0;
+		state->last_phase = phase;
+	}
+	state->last_poll = now;
+	return TsdgPollBuildRequest(&state->build, phase, done, total);
+}
+
+/*
+ * The merge the session would run itself (tsdg_merge_graph_incremental),
+ * with the device's backend when there is one: GNND of the new rows, then
+ * the old lists' distances, the incremental GGM and both TSDG stages with the
+ * rows and lists kept on the device (Backend::merge_graph), the old rows
+ * copied there from the old graph's resident index when the worker holds
+ * it; with the CPU backend, the incremental merge on the worker's threads.
+ */
+static TsdgStatus
+ComputeMerge(const TsdgMergeArgs *args, const MergeArrays *a, MergePollState *poll,
+			 TsdgError *error)
+{
+	TsdgBuildParams params = args->params;
+	long		cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+	/*
+	 * The host's part of a GPU merge (the component linking above all) leaves
+	 * a core to the session, which writes the list pages meanwhile.
+	 */
+	if (TsdgDeviceBackend != NULL && params.threads == 0 && cores > 2)
+		params.threads = (int) cores - 1;
+	return tsdg_merge_graph_incremental(TsdgDeviceBackend, a->rows, a->old_index, a->old_rows_source,
+										args->n_old, args->n_new, args->dims, args->metric, &params,
+										a->old_knn_ids, a->old_knn_dists, a->old_neighbors,
+										a->old_lambdas, a->old_changed, a->knn_ids, NULL,
+										a->neighbors, a->lambdas, a->changed, MergePoll, poll,
+										error);
+}
+
+/*
+ * The old graph a session left to the worker's copy r: its TIDs into the
+ * segment, its rows to be copied there by the merge (the new rows follow
+ * them there), and with graph_resident its k-NN and search lists, read
+ * where they are. False when r is not that graph.
+ */
+static bool
+TakeOldGraph(const TsdgMergeArgs *args, ResidentIndex *r, MergeArrays *a)
+{
+	if (r == NULL || r->n != args->n_old || r->dims != args->dims ||
+		(args->graph_resident &&
+		 (r->knn_ids == NULL || r->knn_k != args->params.build_k ||
+		  r->degree != args->params.degree || r->neighbors == NULL)))
+		return false;
+	memcpy(a->tids, r->tids, sizeof(ItemPointerData) * args->n_old);
+	a->old_index = r->index;
+	a->old_rows_source = r->rows;
+	if (args->graph_resident)
+	{
+		a->old_knn_ids = r->knn_ids;
+		a->old_neighbors = r->neighbors;
+		a->old_lambdas = r->lambdas;
+	}
+	r->last_used = GetCurrentTimestamp();
+	return true;
+}
+
+/*
+ * The old lists read from r copied into the segment's arrays before r may be
+ * evicted, or, when the session left them out of the segment, into memory of
+ * this process (a->owned, freed by FreeOwnedLists). False when that memory
+ * is not to be had.
+ */
+static bool
+CopyOldGraphIn(const TsdgMergeArgs *args, const TsdgBulkHeader *header, void *base,
+			   MergeArrays *a)
+{
+	Size		n_old = (Size) args->n_old;
+	Size		knn_bytes = sizeof(uint32) * args->params.build_k * n_old;
+	Size		list_bytes = sizeof(uint32) * args->params.degree * n_old;
+	Size		lambda_bytes = sizeof(uint8) * args->params.degree * n_old;
+
+	if (header->knn_ids == 0)
+	{
+		a->owned_knn_ids = TsdgCopyOut(a->old_knn_ids, knn_bytes);
+		a->owned_neighbors = TsdgCopyOut(a->old_neighbors, list_bytes);
+		a->owned_lambdas = TsdgCopyOut(a->old_lambdas, lambda_bytes);
+		a->old_knn_ids = a->owned_knn_ids;
+		a->old_neighbors = a->owned_neighbors;
+		a->old_lambdas = a->owned_lambdas;
+		return a->owned_knn_ids != NULL && a->owned_neighbors != NULL && a->owned_lambdas != NULL;
+	}
+	memcpy(TsdgBulkArray(base, header->knn_ids), a->old_knn_ids, knn_bytes);
+	memcpy(TsdgBulkArray(base, header->neighbors), a->old_neighbors, list_bytes);
+	memcpy(TsdgBulkArray(base, header->lambdas), a->old_lambdas, lambda_bytes);
+	a->old_knn_ids = TsdgBulkArray(base, header->knn_ids);
+	a->old_neighbors = TsdgBulkArray(base, header->neighbors);
+	a->old_lambdas = TsdgBulkArray(base, header->lambdas);
+	return true;
+}
+
+/*
+ * The merged graph's rows and k-NN lists in memory of this process where the
+ * session left them out of the segment: the new rows are copied in after the
+ * old ones' place, which the merge fills from the old graph's copy. False
+ * when the memory is not to be had.
+ */
+static bool
+TakeMergedArrays(const TsdgMergeArgs *args, const TsdgBulkHeader *header, void *base,
+				 MergeArrays *a)
+{
+	Size		n = (Size) (args->n_old + args->n_new);
+
+	if (header->rows_from != 0)
+	{
+		a->merged_rows = TsdgTakeHostArray(sizeof(float) * args->dims * n);
+		if (a->merged_rows == NULL)
+			return false;
+		memcpy(a->merged_rows + (Size) args->n_old * args->dims, TsdgBulkArray(base, header->rows),
+			   sizeof(float) * args->dims * (Size) args->n_new);
+		a->rows = a->merged_rows;
+	}
+	if (header->merged_knn_ids == 0)
+	{
+		a->merged_knn_ids = TsdgTakeHostArray(sizeof(uint32) * args->params.build_k * n);
+		if (a->merged_knn_ids == NULL)
+			return false;
+		a->knn_ids = a->merged_knn_ids;
+	}
+	return true;
+}
+
+static void
+GiveBackMergedArrays(MergeArrays *a)
+{
+	TsdgGiveBackHostArray(a->merged_rows);
+	TsdgGiveBackHostArray(a->merged_knn_ids);
+	a->merged_rows = NULL;
+	a->merged_knn_ids = NULL;
+}
+
+static void
+FreeOwnedLists(MergeArrays *a)
+{
+	free(a->owned_knn_ids);
+	free(a->owned_neighbors);
+	free(a->owned_lambdas);
+	a->owned_knn_ids = NULL;
+	a->owned_neighbors = NULL;
+	a->owned_lambdas = NULL;
+}
+
+/*
+ * Keeps the merged graph resident under the key the session's metapage will
+ * have after its switch, next to the old graph its searches use until then:
+ * the first search after the switch finds it, and the next merge reads
+ * neither rows nor lists from the pages. Its host arrays stay in the merge's
+ * segment, with the merge's inputs, until a newer graph replaces it, but for
+ * the rows and k-NN lists of this process's own memory, which it takes over.
+ */
+static void
+KeepMergedGraph(const TsdgMergeArgs *args, MergeArrays *a, BulkMapping *map)
+{
+	/* with the old rows from the worker's copy, the device has them already */
+	ResidentGraph graph = {a->rows, args->n_old + args->n_new, args->dims, args->metric,
+		args->params.degree, a->neighbors, a->lambdas, a->knn_ids, args->params.build_k,
+		a->tids, NULL, a->merged_rows, a->merged_knn_ids,
+	args->rows_resident ? &args->old_key : NULL, args->n_old};
+	TsdgError	error;
+
+	a->merged_rows = NULL;
+	a->merged_knn_ids = NULL;
+	if (TsdgAddResident(&args->new_key, &graph, &args->old_key, map, &error) != TSDG_OK)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: the merged graph of index %u/%u stays on disk only: %s",
+						args->database, args->relfilenode, error.message)));
+}
+
+/*
+ * The metapage's summary of the merged graph, from its resident copy: the
+ * entry points its searches start from, d_nn1+, and the new rows those
+ * searches do not reach after the graph's repair for them, which the copy
+ * keeps (TsdgFindUnreached; the lists the repair changes are marked in the
+ * merge's changed flags). False when the graph is not resident or
+ * something failed (LOG): the session then computes the summary itself,
+ * with the pages' walk.
+ */
+static bool
+SummarizeMergedGraph(const TsdgMergeArgs *args, uint8 *changed, TsdgBuildSummary *summary)
+{
+	ResidentIndex *r = TsdgFindResident(&args->new_key);
+	uint32		entries[TSDG_SUMMARY_MAX_ENTRIES];
+	TimestampTz start = GetCurrentTimestamp();
+	TsdgError	error;
+
+	if (r == NULL)
+		return false;
+	if (tsdg_index_summary(r->index, TSDG_SUMMARY_MAX_ENTRIES, entries, &summary->nn1_bound,
+						   &error) != TSDG_OK ||
+		!TsdgFindUnreached(r, &args->check, changed, &error))
+	{
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: no summary of the merged graph of index %u/%u, the session computes it: %s",
+						args->database, args->relfilenode, error.message)));
+		return false;
+	}
+	summary->entry_count = 0;
+	for (int i = 0; i < TSDG_SUMMARY_MAX_ENTRIES; i++)
+		if (entries[i] != TSDG_INVALID_ID)
+			summary->entry_points[summary->entry_count++] = entries[i];
+	summary->unreached_count = r->unreached_count;
+	memcpy(summary->unreached, r->unreached,
+		   sizeof(uint32) * Min(r->unreached_count, TSDG_SUMMARY_MAX_UNREACHED));
+	if (r->unreached_count > TSDG_SUMMARY_MAX_UNREACHED)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: index %u/%u has more unreached rows than its metapage lists (%lld): the sessions' own scans search the first %d exactly",
+						args->database, args->relfilenode, (long long) r->unreached_count,
+						TSDG_SUMMARY_MAX_UNREACHED)));
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: summary of the merged graph of index %u/%u in %.3f s",
+					args->database, args->relfilenode, TsdgSecondsSince(start))));
+	return true;
+}
+
+void
+TsdgServeMerge(TakenRequest *t)
+{
+	const TsdgMergeArgs *args = &t->copy.args.merge;
+	BulkMapping map;
+	TsdgBulkHeader *header;
+	MergeArrays a;
+	ResidentIndex *old_graph;
+	MergePollState poll;
+	TsdgBuildSummary *summary;
+	TsdgError	error;
+	TsdgStatus	status;
+	TimestampTz start;
+
+	t->done = true;
+	if (!TsdgMapBulk(&t->copy, &map))
+	{
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+					  "the GPU worker could not map the merge's shared memory segment");
+		return;
+	}
+	header = (TsdgBulkHeader *) map.address;
+	memset(&a, 0, sizeof(a));
+	a.rows = TsdgBulkArray(map.address, header->rows);
+	a.old_knn_ids = TsdgBulkArray(map.address, header->knn_ids);
+	a.old_knn_dists = TsdgBulkArray(map.address, header->dists);
+	a.old_neighbors = TsdgBulkArray(map.address, header->neighbors);
+	a.old_lambdas = TsdgBulkArray(map.address, header->lambdas);
+	a.old_changed = TsdgBulkArray(map.address, header->flags);
+	a.tids = TsdgBulkArray(map.address, header->tids);
+	a.knn_ids = TsdgBulkArray(map.address, header->merged_knn_ids);
+	a.neighbors = TsdgBulkArray(map.address, header->merged_neighbors);
+	a.lambdas = TsdgBulkArray(map.address, header->merged_lambdas);
+	a.changed = TsdgBulkArray(map.address, header->changed);
+
+	if (header->rows_from != 0 && (header->rows_from != args->n_old || !args->rows_resident))
+	{
+		TsdgUnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+					  "the merge's segment leaves out old rows the session does not leave to the GPU worker");
+		return;
+	}
+	old_graph = TsdgFindResident(&args->old_key);
+	if ((args->rows_resident || args->graph_resident) && !TakeOldGraph(args, old_graph, &a))
+	{
+		TsdgUnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_NOT_RESIDENT, 0, NULL, NULL,
+					  NULL, 0, "the GPU worker no longer holds the index's graph");
+		return;
+	}
+	/* the graphs before the one merged are stale: their memory goes to this merge's arrays */
+	if (old_graph != NULL)
+		TsdgDropOlderGraphs(old_graph);
+	if (!TakeMergedArrays(args, header, map.address, &a))
+	{
+		GiveBackMergedArrays(&a);
+		TsdgUnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OUT_OF_MEMORY, 0, NULL, NULL,
+					  NULL, 0, "the GPU worker is out of host memory for the merged graph");
+		return;
+	}
+	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: merging %lld rows into the graph of %lld rows of index %u/%u on %s%s",
+					(long long) args->n_new, (long long) args->n_old, args->database,
+					args->relfilenode, tsdg_backend_name(TsdgDeviceBackend),
+					args->graph_resident ? ", the old graph from its copy" :
+					args->rows_resident ? ", the old rows from its copy of the graph" : "")));
+	memset(&poll, 0, sizeof(poll));
+	poll.build.request = t;
+	poll.last_poll = start = GetCurrentTimestamp();
+	poll.last_phase = TSDG_PHASE_KNN_GRAPH;
+	poll.summary = TsdgBulkArray(map.address, header->summary);
+	status = ComputeMerge(args, &a, &poll, &error);
+	if (status == TSDG_ERR_OUT_OF_MEMORY && TsdgLeastRecentlyUsed() != NULL &&
+		(poll.summary == NULL || pg_atomic_read_u32(&poll.summary->knn_ready) == 0))
+	{
+		if (!args->graph_resident || CopyOldGraphIn(args, header, map.address, &a))
+		{
+			TsdgEvictAll("device out of memory for a merge");
+			/* the first attempt copied the old rows, whatever it returned */
+			a.old_index = NULL;
+			a.old_rows_source = NULL;
+			memset(poll.seconds, 0, sizeof(poll.seconds));
+			poll.last_poll = start = GetCurrentTimestamp();
+			status = ComputeMerge(args, &a, &poll, &error);
+		}
+	}
+	FreeOwnedLists(&a);
+	/* the rest, since the last poll, belongs to the last phase seen */
+	poll.seconds[poll.last_phase] += TsdgSecondsSince(poll.last_poll);
+	if (status != TSDG_OK)
+	{
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: merge for index %u/%u %s: %s",
+						args->database, args->relfilenode,
+						status == TSDG_ERR_CANCELLED ? "cancelled" : "failed", error.message)));
+		TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+		GiveBackMergedArrays(&a);
+		TsdgUnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), 0, NULL, NULL, NULL, 0,
+					  error.message);
+		return;
+	}
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: merged index %u/%u (%lld + %lld rows) in %.3f s: "
+					"k-NN graph of the new rows %.3f s, old lists' distances and GGM %.3f s, "
+					"diversification %.3f s, search lists out and component linking %.3f s",
+					args->database, args->relfilenode, (long long) args->n_old,
+					(long long) args->n_new, TsdgSecondsSince(start),
+					poll.seconds[TSDG_PHASE_KNN_GRAPH], poll.seconds[TSDG_PHASE_MERGE],
+					poll.seconds[TSDG_PHASE_DIVERSIFY], poll.seconds[TSDG_PHASE_LINK]),
+			 errdetail("%s Each phase as the progress polls saw it, at its start and 50 ms apart.",
+					   TsdgDeviceBackend != NULL ?
+					   "On the device, the rows and lists kept there from the old lists' distances "
+					   "through diversification; the k-NN lists and the search graph copied back after GGM "
+					   "and after diversification." :
+					   "The incremental merge of the CPU backend.")));
+
+	/* every search list is in the segment, whether or not the merge published them as it went */
+	if (poll.summary != NULL)
+	{
+		pg_write_barrier();
+		pg_atomic_write_u64(&poll.summary->lists_ready, (uint64) (args->n_old + args->n_new));
+	}
+	/* answer first: the session writes its pages while the summary is computed and the graph kept */
+	TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
+	/* the resident copy may take the segment over, the summary with it */
+	summary = header->summary != 0 ? TsdgBulkArray(map.address, header->summary) : NULL;
+	KeepMergedGraph(args, &a, &map);
+	if (summary != NULL)
+		TsdgPublishSummary(t, summary, SummarizeMergedGraph(args, a.changed, summary));
+	TsdgPinListsOf(&args->new_key);
+	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+	TsdgUnmapBulk(&map);
+}
