@@ -1,0 +1,53 @@
+/*
+ * What the files of the session's side of the GPU worker share
+ * (tsdgoffload.c and the files of its requests): the fallbacks' accounting,
+ * the key and segments of a request, the replies of searches. Runs in the
+ * sessions only.
+ */
+#ifndef TSDG_OFFLOAD_H
+#define TSDG_OFFLOAD_H
+
+#include "postgres.h"
+
+#include "storage/dsm.h"
+
+#include "tsdg.h"
+#include "tsdgipc.h"
+#include "tsdgworker.h"
+
+/* each kind of fallback is logged once per session, not once per query */
+typedef enum TsdgFallbackKind
+{
+	TSDG_FALLBACK_TIMEOUT,
+	TSDG_FALLBACK_WORKER_GONE,
+	TSDG_FALLBACK_OUT_OF_MEMORY,
+	TSDG_FALLBACK_FAILED,
+	TSDG_FALLBACK_KINDS
+} TsdgFallbackKind;
+
+/* tsdgoffload.c */
+extern void TsdgCountFallback(void);
+extern dsm_segment *TsdgCreateBulkSegment(Size size, const char *what);
+extern void TsdgIndexKeyOf(Relation index, const TsdgMetaPageData *meta, TsdgIndexKey *key);
+extern void TsdgLogFallback(TsdgFallbackKind kind, const char *what, const char *detail);
+extern pid_t TsdgServerPid(void);
+extern bool TsdgWorkerTakesRequest(void);
+
+/* tsdgoffloadimage.c */
+extern void TsdgSetUnreachedCheck(TsdgUnreachedCheck *check, const TsdgMetaPageData *meta);
+extern bool TsdgShipIndex(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *key);
+
+/* tsdgoffloadsearch.c */
+extern bool TsdgHandleReply(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *key,
+							TsdgRequestSlot *slot, bool answered, bool may_retry);
+extern int64 TsdgPendingForWorker(Relation index, const TsdgMetaPageData *meta,
+								  const TsdgIndexKey *key);
+extern void TsdgSetSearchArgs(TsdgSearchArgs *args, const TsdgIndexKey *key, int dims, int k, int ef,
+							  int lambda_limit, int nq, const TsdgMetaPageData *meta,
+							  int64 pending_rows);
+
+/* tsdgoffloadbuild.c */
+extern void TsdgRunHookOnce(void (**hook) (void *), void *arg);
+extern bool TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, TsdgMetaPageData *meta);
+
+#endif							/* TSDG_OFFLOAD_H */

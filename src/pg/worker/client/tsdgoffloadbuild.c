@@ -1,0 +1,221 @@
+/*
+ * An index build handed to the GPU worker (runs in the session that builds):
+ * the segment the session reads the table into, the request and its
+ * progress, and the wait for the metapage's summary, which the worker
+ * computes after its answer (for merges too).
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/dsm.h"
+#include "utils/rel.h"
+
+#include "tsdgoffload.h"
+
+/* the layout of a build segment for capacity rows */
+static void
+TsdgBuildLayout(TsdgBulkHeader *header, int64 capacity, int dims, const TsdgBuildParams *params)
+{
+	Size		offset = sizeof(TsdgBulkHeader);
+
+	memset(header, 0, sizeof(TsdgBulkHeader));
+	header->capacity = capacity;
+	header->summary = TsdgBulkAdd(&offset, sizeof(TsdgBuildSummary));
+	header->rows = TsdgBulkAdd(&offset, sizeof(float) * dims * (Size) capacity);
+	header->tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * (Size) capacity);
+	header->neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * (Size) capacity);
+	header->lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * (Size) capacity);
+	header->knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) capacity);
+	header->total_size = offset;
+}
+
+bool
+TsdgBuildSegmentCreate(TsdgBuildSegment *bseg, int64 capacity, int dims,
+					   const TsdgBuildParams *params)
+{
+	TsdgBulkHeader header;
+	dsm_segment *seg;
+	char	   *base;
+
+	StaticAssertStmt(TSDG_SUMMARY_MAX_ENTRIES == TSDG_MAX_ENTRY_POINTS,
+					 "a build summary holds the metapage's entry points");
+	memset(bseg, 0, sizeof(TsdgBuildSegment));
+	TsdgBuildLayout(&header, capacity, dims, params);
+	seg = TsdgCreateBulkSegment(header.total_size, "the rows of an index build on the GPU");
+	if (seg == NULL)
+	{
+		TsdgCountFallback();
+		return false;
+	}
+	base = dsm_segment_address(seg);
+	memcpy(base, &header, sizeof(header));
+	bseg->seg = seg;
+	bseg->capacity = capacity;
+	bseg->rows = TsdgBulkArray(base, header.rows);
+	bseg->tids = TsdgBulkArray(base, header.tids);
+	bseg->neighbors = TsdgBulkArray(base, header.neighbors);
+	bseg->lambdas = TsdgBulkArray(base, header.lambdas);
+	bseg->knn_ids = TsdgBulkArray(base, header.knn_ids);
+	bseg->summary = TsdgBulkArray(base, header.summary);
+	pg_atomic_init_u32(&bseg->summary->state, TSDG_SUMMARY_PENDING);
+	return true;
+}
+
+bool
+TsdgBuildSegmentGrow(TsdgBuildSegment *bseg, int64 count, int64 capacity, int dims,
+					 const TsdgBuildParams *params)
+{
+	TsdgBuildSegment grown;
+
+	Assert(count <= bseg->capacity && count <= capacity);
+	if (!TsdgBuildSegmentCreate(&grown, capacity, dims, params))
+		return false;
+	memcpy(grown.rows, bseg->rows, sizeof(float) * dims * (Size) count);
+	memcpy(grown.tids, bseg->tids, sizeof(ItemPointerData) * (Size) count);
+	TsdgBuildSegmentRelease(bseg);
+	*bseg = grown;
+	return true;
+}
+
+void
+TsdgBuildSegmentRelease(TsdgBuildSegment *bseg)
+{
+	if (bseg->seg != NULL)
+		dsm_detach(bseg->seg);
+	memset(bseg, 0, sizeof(TsdgBuildSegment));
+}
+
+/* calls *hook (when set) after clearing it, so that it runs once even if it throws */
+void
+TsdgRunHookOnce(void (**hook) (void *), void *arg)
+{
+	void		(*fn) (void *) = *hook;
+
+	if (fn == NULL)
+		return;
+	*hook = NULL;
+	fn(arg);
+}
+
+typedef struct TsdgBuildWait
+{
+	TsdgPollFn	poll;
+	void	   *poll_arg;
+	bool		cancelled;
+	TsdgBuildSegment *bseg;
+} TsdgBuildWait;
+
+/*
+ * Runs the segment's while_building once, then forwards the worker's
+ * progress to the build's poll, which may cancel it.
+ */
+static bool
+TsdgBuildWaitPoll(void *arg, TsdgRequestSlot *slot)
+{
+	TsdgBuildWait *wait = (TsdgBuildWait *) arg;
+
+	TsdgRunHookOnce(&wait->bseg->while_building, wait->bseg->while_building_arg);
+	if (wait->poll != NULL && slot->phase != 0 &&
+		wait->poll(wait->poll_arg, (TsdgBuildPhase) slot->phase, slot->done, slot->total))
+		wait->cancelled = true;
+	return wait->cancelled;
+}
+
+bool
+TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
+					 TsdgMetric metric, const TsdgBuildParams *params,
+					 TsdgPollFn poll, void *poll_arg,
+					 TsdgStatus *status, TsdgError *error)
+{
+	TsdgRequestSlot *slot;
+	uint64		request_id;
+	bool		answered;
+	TsdgBuildWait wait = {poll, poll_arg, false, bseg};
+	TsdgReply	reply;
+	TimestampTz start = GetCurrentTimestamp();
+
+	if (n == 0 || bseg->seg == NULL || !TsdgWorkerTakesRequest())
+		return false;
+	Assert(n <= bseg->capacity);
+
+	bseg->builder_pid = TsdgServerPid();
+	slot = TsdgIpcBeginRequest(TSDG_REQUEST_BUILD);
+	memset(&slot->args.build, 0, sizeof(TsdgBuildArgs));
+	/* what the build's metapage will say: the worker keeps the graph as that version */
+	slot->args.build.key.database = MyDatabaseId;
+	slot->args.build.key.relfilenode = index->rd_node.relNode;
+	slot->args.build.key.graph_version = 1;
+	slot->args.build.key.node_count = (uint32) n;
+	slot->args.build.n = n;
+	slot->args.build.dims = dims;
+	slot->args.build.metric = metric;
+	slot->args.build.params = *params;
+	slot->bulk_handle = dsm_segment_handle(bseg->seg);
+	slot->bulk_size = ((TsdgBulkHeader *) dsm_segment_address(bseg->seg))->total_size;
+	request_id = TsdgIpcSubmit(slot);
+	answered = TsdgIpcWait(slot, request_id, -1, TsdgBuildWaitPoll, &wait);
+	reply = answered ? slot->reply : TSDG_REPLY_FAILED;
+	strlcpy(error->message, answered ? slot->message : "the GPU worker stopped during the build",
+			sizeof(error->message));
+	TsdgIpcFinish(slot);
+
+	if (wait.cancelled || reply == TSDG_REPLY_CANCELLED)
+	{
+		*status = TSDG_ERR_CANCELLED;
+		return true;
+	}
+	if (reply != TSDG_REPLY_OK)
+	{
+		TsdgCountFallback();
+		ereport(WARNING,
+				(errmsg("tsdg index build falls back to the CPU: %s",
+						reply == TSDG_REPLY_OUT_OF_MEMORY ? "the GPU is out of memory" :
+						"the GPU worker could not build the graph"),
+				 errdetail("%s", error->message)));
+		return false;
+	}
+	ereport(LOG,
+			(errmsg("tsdg index \"%s\" built on the GPU worker: %lld rows, %.3f s from the request to the answer",
+					RelationGetRelationName(index), (long long) n,
+					(double) (GetCurrentTimestamp() - start) / 1000000.0)));
+	*status = TSDG_OK;
+	return true;
+}
+
+/*
+ * Waits for the summary the worker of pid computes and copies it into meta;
+ * false when it failed or died.
+ */
+bool
+TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, TsdgMetaPageData *meta)
+{
+	uint32		state;
+
+	StaticAssertStmt(TSDG_SUMMARY_MAX_UNREACHED == TSDG_MAX_UNREACHED,
+					 "a summary lists as many unreached rows as the metapage");
+	/* the worker sets this backend's latch when it is done; the ticks watch for its death */
+	while ((state = pg_atomic_read_u32(&summary->state)) == TSDG_SUMMARY_PENDING &&
+		   TsdgServerPid() == pid)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (state != TSDG_SUMMARY_READY)
+		return false;
+	pg_read_barrier();
+	meta->entry_count = summary->entry_count;
+	memcpy(meta->entry_points, summary->entry_points, sizeof(uint32) * summary->entry_count);
+	meta->nn1_bound = summary->nn1_bound;
+	meta->unreached_count = (int32) Min(summary->unreached_count, TSDG_MAX_UNREACHED);
+	memcpy(meta->unreached, summary->unreached, sizeof(uint32) * meta->unreached_count);
+	return true;
+}
+
+bool
+TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, TsdgMetaPageData *meta)
+{
+	return TsdgWaitSummary(bseg->summary, bseg->builder_pid, meta);
+}

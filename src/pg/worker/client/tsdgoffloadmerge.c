@@ -1,0 +1,342 @@
+/*
+ * A merge handed to the GPU worker (runs in the session that merges): the
+ * segment the merge reads its rows and lists into, what the worker's copy of
+ * the old graph spares the merge from reading, the request, and the hooks
+ * that write pages while the worker computes.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/dsm.h"
+#include "utils/rel.h"
+
+#include "tsdgoffload.h"
+
+bool
+TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, TsdgMetaPageData *meta)
+{
+	return mseg->summary_pid != 0 && TsdgWaitSummary(mseg->summary, mseg->summary_pid, meta);
+}
+
+/* the layout of a merge segment (see TsdgBulkHeader) */
+static void
+TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
+				const TsdgBuildParams *params, bool with_old_lists, bool with_dists,
+				bool with_changed, bool with_summary, bool with_old_rows, bool with_merged_knn)
+{
+	Size		offset = sizeof(TsdgBulkHeader);
+	Size		n = (Size) (n_old + n_new);
+
+	memset(header, 0, sizeof(TsdgBulkHeader));
+	if (with_summary)
+		header->summary = TsdgBulkAdd(&offset, sizeof(TsdgBuildSummary));
+	header->rows_from = with_old_rows ? 0 : n_old;
+	header->rows = TsdgBulkAdd(&offset, sizeof(float) * dims * (n - (Size) header->rows_from));
+	header->tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * n);
+	if (with_old_lists)
+		header->knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) n_old);
+	if (with_dists)
+		header->dists = TsdgBulkAdd(&offset, sizeof(float) * params->build_k * (Size) n_old);
+	if (with_old_lists)
+	{
+		header->neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * (Size) n_old);
+		header->lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * (Size) n_old);
+	}
+	if (with_changed)
+		header->flags = TsdgBulkAdd(&offset, sizeof(uint8) * (Size) n_old);
+	if (with_merged_knn)
+		header->merged_knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * n);
+	header->merged_neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * n);
+	header->merged_lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * n);
+	header->changed = TsdgBulkAdd(&offset, sizeof(uint8) * n);
+	header->total_size = offset;
+}
+
+/*
+ * copies bytes into the segment at offset (0: the array is absent), unless
+ * src is already there
+ */
+static void
+TsdgBulkCopyIn(void *base, Size offset, const void *src, Size bytes)
+{
+	if (offset != 0 && TsdgBulkArray(base, offset) != src)
+		memcpy(TsdgBulkArray(base, offset), src, bytes);
+}
+
+/* copies bytes out of the segment at offset, unless dst is that array */
+static void
+TsdgBulkCopyOut(void *dst, void *base, Size offset, Size bytes)
+{
+	if (TsdgBulkArray(base, offset) != dst)
+		memcpy(dst, TsdgBulkArray(base, offset), bytes);
+}
+
+bool
+TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_capacity, int dims,
+					   const TsdgBuildParams *params, bool with_repairs, bool with_old_lists,
+					   bool with_old_rows, bool with_merged_knn)
+{
+	TsdgBulkHeader header;
+	dsm_segment *seg;
+	char	   *base;
+
+	memset(mseg, 0, sizeof(TsdgMergeSegment));
+	/* a busy worker is counted as a fallback once, by TsdgWorkerMergeGraph */
+	if (old_capacity + new_capacity == 0 || !TsdgWorkerUsable())
+		return false;
+	TsdgMergeLayout(&header, old_capacity, new_capacity, dims, params, with_old_lists, with_repairs,
+					true, true, with_old_rows, with_merged_knn);
+	seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
+	if (seg == NULL)
+		return false;
+	base = dsm_segment_address(seg);
+	memcpy(base, &header, sizeof(header));
+	mseg->seg = seg;
+	mseg->old_capacity = old_capacity;
+	mseg->new_capacity = new_capacity;
+	mseg->rows_from = header.rows_from;
+	mseg->rows = TsdgBulkArray(base, header.rows);
+	mseg->tids = TsdgBulkArray(base, header.tids);
+	mseg->old_knn_ids = TsdgBulkArray(base, header.knn_ids);
+	mseg->old_knn_dists = with_repairs ? TsdgBulkArray(base, header.dists) : NULL;
+	mseg->old_neighbors = TsdgBulkArray(base, header.neighbors);
+	mseg->old_lambdas = TsdgBulkArray(base, header.lambdas);
+	mseg->old_changed = TsdgBulkArray(base, header.flags);
+	memset(mseg->old_changed, 0, (Size) old_capacity);
+	mseg->knn_ids = TsdgBulkArray(base, header.merged_knn_ids);
+	mseg->neighbors = TsdgBulkArray(base, header.merged_neighbors);
+	mseg->lambdas = TsdgBulkArray(base, header.merged_lambdas);
+	mseg->changed = TsdgBulkArray(base, header.changed);
+	mseg->summary = TsdgBulkArray(base, header.summary);
+	pg_atomic_init_u32(&mseg->summary->state, TSDG_SUMMARY_PENDING);
+	pg_atomic_init_u32(&mseg->summary->knn_ready, 0);
+	pg_atomic_init_u64(&mseg->summary->lists_ready, 0);
+	return true;
+}
+
+void
+TsdgMergeSegmentRelease(TsdgMergeSegment *mseg)
+{
+	if (mseg->seg != NULL)
+		dsm_detach(mseg->seg);
+	memset(mseg, 0, sizeof(TsdgMergeSegment));
+}
+
+TsdgWorkerCopy
+TsdgWorkerCopyOf(Relation index, const TsdgMetaPageData *meta)
+{
+	TsdgIndexKey key;
+	TsdgWorkerCopy copy = TSDG_COPY_NONE;
+
+	TsdgIndexKeyOf(index, meta, &key);
+	SpinLockAcquire(&TsdgShared->mutex);
+	for (int i = 0; i < TsdgShared->cached_count && copy == TSDG_COPY_NONE; i++)
+		if (memcmp(&TsdgShared->cached[i].key, &key, sizeof(key)) == 0)
+			copy = TsdgShared->cached[i].with_knn ? TSDG_COPY_GRAPH : TSDG_COPY_ROWS;
+	SpinLockRelease(&TsdgShared->mutex);
+	return copy;
+}
+
+/*
+ * Runs the segment's while_merging once, its knn_ready once the worker has
+ * put the merged k-NN lists in the segment, and its lists_ready each time
+ * more search lists are there.
+ */
+static bool
+TsdgMergeWaitPoll(void *arg, TsdgRequestSlot *slot)
+{
+	TsdgMergeSegment *mseg = (TsdgMergeSegment *) arg;
+
+	TsdgRunHookOnce(&mseg->while_merging, mseg->hook_arg);
+	if (mseg->knn_ready != NULL && pg_atomic_read_u32(&mseg->summary->knn_ready) != 0)
+	{
+		pg_read_barrier();
+		TsdgRunHookOnce(&mseg->knn_ready, mseg->hook_arg);
+	}
+	if (mseg->lists_ready != NULL)
+	{
+		int64		ready = (int64) pg_atomic_read_u64(&mseg->summary->lists_ready);
+
+		if (ready > mseg->lists_seen)
+		{
+			pg_read_barrier();
+			mseg->lists_seen = ready;
+			mseg->lists_ready(mseg->hook_arg, ready);
+		}
+	}
+	return false;
+}
+
+TsdgWorkerMerge
+TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageData *old_meta,
+					 TsdgWorkerCopy left, const TsdgMetaPageData *new_meta,
+					 const ItemPointerData *tids,
+					 const float *rows, int64 n_old, int64 n_new, int dims, TsdgMetric metric,
+					 const TsdgBuildParams *params,
+					 const uint32 *old_knn_ids, const float *old_knn_dists,
+					 const uint32 *old_neighbors, const uint8 *old_lambdas,
+					 const uint8 *old_changed, uint32 *knn_ids,
+					 uint32 *neighbors, uint8 *lambdas, uint8 *changed)
+{
+	int64		n = n_old + n_new;
+	int			k = params->build_k;
+	int			degree = params->degree;
+	TsdgBulkHeader header;
+	dsm_segment *seg;
+	char	   *base;
+	TsdgRequestSlot *slot;
+	uint64		request_id;
+	bool		answered;
+	TsdgReply	reply;
+	char		message[TSDG_ERROR_MESSAGE_LEN];
+	TimestampTz start = GetCurrentTimestamp();
+	TimestampTz submitted;
+	TimestampTz answered_at;
+
+	Assert(left == TSDG_COPY_NONE || (mseg != NULL && mseg->seg != NULL));
+	/* a segment made without the old lists or rows (the worker had them) cannot carry them now */
+	if (mseg != NULL && mseg->seg != NULL && n_old > 0 &&
+		((left != TSDG_COPY_GRAPH && mseg->old_knn_ids == NULL) ||
+		 (left == TSDG_COPY_NONE && mseg->rows_from > 0)))
+		mseg = NULL;
+	if (n == 0)
+		return TSDG_WORKER_DECLINED;
+	if (!TsdgWorkerTakesRequest())
+	{
+		/* unlike CREATE INDEX, not an error: VACUUM's merge would lose VACUUM's work */
+		if (tsdg_device == TSDG_DEVICE_GPU)
+			ereport(LOG,
+					(errmsg("tsdg merge of index \"%s\" runs on the CPU: tsdg.device is \"gpu\" but no GPU worker is available",
+							RelationGetRelationName(index))));
+		return TSDG_WORKER_DECLINED;
+	}
+
+	if (mseg != NULL && mseg->seg != NULL)
+	{
+		/*
+		 * The caller's arrays are the segment's. Old distances the caller
+		 * does not have are left out (the worker computes them).
+		 */
+		seg = mseg->seg;
+		base = dsm_segment_address(seg);
+		memcpy(&header, base, sizeof(header));
+		if (old_knn_dists == NULL)
+			header.dists = 0;
+		memcpy(base, &header, sizeof(header));
+	}
+	else
+	{
+		TsdgMergeLayout(&header, n_old, n_new, dims, params, true, old_knn_dists != NULL,
+						old_changed != NULL, false, true, true);
+		seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
+		if (seg == NULL)
+		{
+			TsdgCountFallback();
+			return TSDG_WORKER_DECLINED;
+		}
+		base = dsm_segment_address(seg);
+		memcpy(base, &header, sizeof(header));
+	}
+	if (left == TSDG_COPY_NONE)
+	{
+		TsdgBulkCopyIn(base, header.rows, rows, sizeof(float) * dims * (Size) n);
+		TsdgBulkCopyIn(base, header.tids, tids, sizeof(ItemPointerData) * (Size) n);
+	}
+	else
+	{
+		TsdgBulkCopyIn(base, header.rows + sizeof(float) * dims * (Size) (n_old - header.rows_from),
+					   rows + dims * n_old, sizeof(float) * dims * (Size) n_new);
+		TsdgBulkCopyIn(base, header.tids + sizeof(ItemPointerData) * (Size) n_old,
+					   tids + n_old, sizeof(ItemPointerData) * (Size) n_new);
+	}
+	if (left != TSDG_COPY_GRAPH)
+	{
+		TsdgBulkCopyIn(base, header.knn_ids, old_knn_ids, sizeof(uint32) * k * (Size) n_old);
+		TsdgBulkCopyIn(base, header.neighbors, old_neighbors, sizeof(uint32) * degree * (Size) n_old);
+		TsdgBulkCopyIn(base, header.lambdas, old_lambdas, sizeof(uint8) * degree * (Size) n_old);
+	}
+	TsdgBulkCopyIn(base, header.dists, old_knn_dists, sizeof(float) * k * (Size) n_old);
+	TsdgBulkCopyIn(base, header.flags, old_changed, sizeof(uint8) * (Size) n_old);
+
+	slot = TsdgIpcBeginRequest(TSDG_REQUEST_MERGE);
+	memset(&slot->args.merge, 0, sizeof(TsdgMergeArgs));
+	slot->args.merge.database = MyDatabaseId;
+	slot->args.merge.relfilenode = index->rd_node.relNode;
+	slot->args.merge.n_old = n_old;
+	slot->args.merge.n_new = n_new;
+	slot->args.merge.dims = dims;
+	slot->args.merge.metric = metric;
+	slot->args.merge.params = *params;
+	TsdgIndexKeyOf(index, old_meta, &slot->args.merge.old_key);
+	slot->args.merge.rows_resident = left != TSDG_COPY_NONE;
+	slot->args.merge.graph_resident = left == TSDG_COPY_GRAPH;
+	TsdgIndexKeyOf(index, new_meta, &slot->args.merge.new_key);
+	TsdgSetUnreachedCheck(&slot->args.merge.check, new_meta);
+	slot->bulk_handle = dsm_segment_handle(seg);
+	slot->bulk_size = header.total_size;
+	submitted = GetCurrentTimestamp();
+	request_id = TsdgIpcSubmit(slot);
+	/* a query cancel throws out of the wait, and the worker stops at its next poll */
+	answered = TsdgIpcWait(slot, request_id, -1,
+						   mseg != NULL && seg == mseg->seg ? TsdgMergeWaitPoll : NULL, mseg);
+	answered_at = GetCurrentTimestamp();
+	reply = answered ? slot->reply : TSDG_REPLY_FAILED;
+	strlcpy(message, answered ? slot->message : "It is restarted by its supervisor.",
+			sizeof(message));
+	TsdgIpcFinish(slot);
+
+	if (reply == TSDG_REPLY_NOT_RESIDENT && left != TSDG_COPY_NONE)
+		return TSDG_WORKER_NEEDS_OLD_GRAPH;
+	/* CANCELLED too: this session's cancel throws out of the wait, so the worker was shut down */
+	if (reply != TSDG_REPLY_OK)
+	{
+		if (seg != (mseg != NULL ? mseg->seg : NULL))
+			dsm_detach(seg);
+		TsdgCountFallback();
+		ereport(reply == TSDG_REPLY_OUT_OF_MEMORY ? WARNING : LOG,
+				(errmsg("tsdg merge of index \"%s\" falls back to the CPU: %s",
+						RelationGetRelationName(index),
+						!answered ? "the GPU worker stopped during the merge" :
+						reply == TSDG_REPLY_OUT_OF_MEMORY ? "the GPU is out of memory" :
+						"the GPU worker could not merge the graph"),
+				 errdetail("%s", message)));
+		return TSDG_WORKER_DECLINED;
+	}
+
+	/*
+	 * The hooks see the merge's end too: a worker that publishes no list
+	 * before it answers (the CPU backend's merge links components as it
+	 * diversifies) has published them all by now.
+	 */
+	if (mseg != NULL && seg == mseg->seg)
+	{
+		mseg->answered = true;
+		(void) TsdgMergeWaitPoll(mseg, slot);
+	}
+
+	/* without them in the segment, the caller keeps its k-NN pages and needs none */
+	if (header.merged_knn_ids != 0)
+		TsdgBulkCopyOut(knn_ids, base, header.merged_knn_ids, sizeof(uint32) * k * (Size) n);
+	TsdgBulkCopyOut(neighbors, base, header.merged_neighbors, sizeof(uint32) * degree * (Size) n);
+	TsdgBulkCopyOut(lambdas, base, header.merged_lambdas, sizeof(uint8) * degree * (Size) n);
+	TsdgBulkCopyOut(changed, base, header.changed, sizeof(uint8) * (Size) n);
+	if (seg != (mseg != NULL ? mseg->seg : NULL))
+		dsm_detach(seg);
+	else if (header.summary != 0)
+		mseg->summary_pid = TsdgServerPid();
+	ereport(LOG,
+			(errmsg("tsdg index \"%s\" merged on the GPU worker: " INT64_FORMAT " + " INT64_FORMAT " rows, %.3f s from the request to the answer",
+					RelationGetRelationName(index), n_old, n_new,
+					(double) (answered_at - submitted) / 1000000.0),
+			 mseg != NULL && seg == mseg->seg ?
+			 errdetail("Shared memory segment of %zu MB, read into by the merge and written from; the worker's own memory has the merged graph's %s.",
+					   (header.total_size >> 20) + 1,
+					   header.rows_from > 0 && header.merged_knn_ids == 0 ? "rows and k-NN lists" :
+					   header.rows_from > 0 ? "rows" :
+					   header.merged_knn_ids == 0 ? "k-NN lists" : "neither rows nor k-NN lists") :
+			 errdetail("Shared memory segment of %zu MB made and filled in %.3f s, read back and released in %.3f s.",
+					   (header.total_size >> 20) + 1, (double) (submitted - start) / 1000000.0,
+					   (double) (GetCurrentTimestamp() - answered_at) / 1000000.0)));
+	return TSDG_WORKER_MERGED;
+}
