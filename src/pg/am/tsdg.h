@@ -482,6 +482,23 @@ extern Buffer TsdgNewPendingBuffer(Relation index, const TsdgMetaPageData *meta,
 								   TsdgPendingPageSource *source);
 extern void TsdgTookPendingPage(TsdgMetaPageData *meta, const TsdgPendingPageSource *source);
 
+/* tsdgindeximage.c: the whole graph of an index as arrays (CPU batch search, shipping) */
+typedef struct TsdgIndexImage
+{
+	int64		n;
+	int			dims;
+	int			degree;
+	float	   *rows;			/* n * dims */
+	uint32	   *neighbors;		/* n * degree */
+	uint8	   *lambdas;		/* n * degree */
+	ItemPointerData *tids;		/* n */
+	uint8	   *flags;			/* n: TsdgNodeHeader flags */
+} TsdgIndexImage;
+
+/* Reads every row and list record into the image's arrays, which the caller sized. */
+extern void TsdgReadIndexImage(Relation index, const TsdgMetaPageData *meta,
+							   TsdgIndexImage *image);
+
 /* tsdgscan.c */
 extern IndexScanDesc tsdgbeginscan(Relation index, int nkeys, int norderbys);
 extern void tsdgrescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int norderbys);

@@ -28,7 +28,7 @@
 #include "utils/timestamp.h"
 
 #include "tsdg.h"
-#include "tsdgworker.h"
+#include "tsdgworkerclient.h"
 #include "vector.h"
 
 #define SECS(from, to)	((double) ((to) - (from)) / 1000000.0)

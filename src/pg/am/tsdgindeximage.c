@@ -8,7 +8,6 @@
 #include "storage/bufmgr.h"
 
 #include "tsdg.h"
-#include "tsdgworker.h"
 
 void
 TsdgReadIndexImage(Relation index, const TsdgMetaPageData *meta, TsdgIndexImage *image)

@@ -35,7 +35,8 @@
 #include "utils/rel.h"
 
 #include "tsdg.h"
-#include "tsdgworker.h"
+#include "tsdgipc.h"
+#include "tsdgworkerclient.h"
 
 /* a pending row scored against the query */
 typedef struct TsdgPendingHit

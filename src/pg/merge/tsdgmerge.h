@@ -8,7 +8,7 @@
 #define TSDG_MERGE_H
 
 #include "tsdg.h"
-#include "tsdgworker.h"
+#include "tsdgworkerclient.h"
 
 /* One merge: what it consumed, the rows it merges, and the graph it made. */
 typedef struct TsdgMerge

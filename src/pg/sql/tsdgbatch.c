@@ -37,7 +37,7 @@
 
 #include "tsdg.h"
 #include "tsdgqueryarray.h"
-#include "tsdgworker.h"
+#include "tsdgworkerclient.h"
 
 #define TSDG_BATCH_MAX_K	1000
 /* batches this large get a LOG line saying where their time went */

@@ -17,7 +17,6 @@
 #include "utils/timestamp.h"
 
 #include "tsdgipc.h"
-#include "tsdgworker.h"
 
 PG_FUNCTION_INFO_V1(tsdg_gpu_status);
 

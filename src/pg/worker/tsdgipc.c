@@ -18,7 +18,6 @@
 #include "utils/wait_event.h"
 
 #include "tsdgipc.h"
-#include "tsdgworker.h"
 
 /* how often a waiting backend looks at the worker's state and runs its poll */
 #define TSDG_WAIT_TICK_MS	50

@@ -412,6 +412,8 @@ typedef struct TsdgWorkerShared
 extern TsdgWorkerShared *TsdgShared;
 /* the batch area's memory (see TsdgBatchAreaState), NULL when there is none */
 extern char *TsdgBatchAreaBase;
+/* tsdg.batch_memory: the batch area's size (set in tsdgworker.c, with the worker's settings) */
+extern int	tsdg_batch_memory_mb;
 
 /* registration from _PG_init, and attaching in every process */
 extern void TsdgIpcRequestShmem(void);
@@ -475,6 +477,9 @@ extern bool TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *que
 extern bool TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 						  int result_count, const float *dists, const uint32 *ids,
 						  const ItemPointerData *tids, int max_results, const char *message);
+/* the node id of a pending row in a search's answer (its TID says which) */
+#define TSDG_PENDING_ROW_ID		((uint32) 0xFFFFFFFE)
+
 /*
  * TsdgIpcAnswer for a search, saying whether its results include the pending
  * rows, and how near the nearest of those they leave out may be

@@ -13,7 +13,7 @@
 
 #include "tsdg.h"
 #include "tsdgipc.h"
-#include "tsdgworker.h"
+#include "tsdgworkerclient.h"
 
 /* each kind of fallback is logged once per session, not once per query */
 typedef enum TsdgFallbackKind

@@ -11,7 +11,7 @@
 #include <dlfcn.h>
 
 #include "tsdgipc.h"
-#include "tsdgworker.h"
+#include "tsdgworkerserver.h"
 
 /* the parts of nvml.h this file uses */
 typedef struct TsdgNvmlMemory

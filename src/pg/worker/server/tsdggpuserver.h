@@ -12,8 +12,9 @@
 
 #include <signal.h>
 
+#include "tsdg.h"
 #include "tsdgipc.h"
-#include "tsdgworker.h"
+#include "tsdgworkerserver.h"
 
 /* the device's backend; NULL: the core's CPU backend */
 extern TsdgBackend *TsdgDeviceBackend;

@@ -15,7 +15,7 @@
 
 #include "utils/timestamp.h"
 
-#include "tsdgworker.h"
+#include "tsdgworkerserver.h"
 
 #define TSDG_SPARE_ARRAYS			4
 #define TSDG_SPARE_IDLE_SECONDS		30

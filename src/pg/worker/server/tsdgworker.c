@@ -30,7 +30,8 @@
 
 #include "tsdg.h"
 #include "tsdgipc.h"
-#include "tsdgworker.h"
+#include "tsdgworkerclient.h"
+#include "tsdgworkerserver.h"
 
 #define TSDG_SERVER_RESTART_DELAY_MS	1000
 #define TSDG_SERVER_STOP_WAIT_MS		10000

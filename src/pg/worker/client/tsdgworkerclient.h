@@ -1,12 +1,12 @@
 /*
- * The GPU worker of pg_tsdg: a background worker (the supervisor) that keeps
- * one GPU server process running, which owns the only CUDA context of the
- * cluster, builds graphs and answers the searches of every session in
- * batches. Sessions talk to it through the request slots of tsdgipc.h; these
- * are the calls the access method and the SQL functions make.
+ * The calls a session makes to the GPU worker (worker/client, run in the
+ * sessions): searches, batches of searches, builds and merges handed to the
+ * worker, each of which returns false where the session should work on the
+ * CPU instead. The worker's processes are declared in tsdgworkerserver.h,
+ * the shared memory both sides use in tsdgipc.h.
  */
-#ifndef TSDG_WORKER_H
-#define TSDG_WORKER_H
+#ifndef TSDG_WORKER_CLIENT_H
+#define TSDG_WORKER_CLIENT_H
 
 #include "postgres.h"
 
@@ -16,46 +16,14 @@
 #include "tsdg.h"
 #include "tsdg_capi.h"
 
-typedef enum TsdgWorkerBackend
-{
-	TSDG_WORKER_BACKEND_CUDA,	/* the CUDA backend, pg_tsdg_cuda.so */
-	TSDG_WORKER_BACKEND_CPU		/* the core's CPU backend: the worker path without a GPU */
-} TsdgWorkerBackend;
-
-/* GUCs */
-extern int	tsdg_batch_wait_us;
+/* settings of the sessions' requests (defined with the worker's others in tsdgworker.c) */
 extern int	tsdg_worker_timeout_ms;
-extern int	tsdg_gpu_memory_limit_mb;
-extern int	tsdg_worker_backend;
-extern int	tsdg_gpu_device_number;
-extern int	tsdg_batch_memory_mb;
 extern int	tsdg_worker_pending_rows;
 
-/* tsdgworker.c: GUCs, shared memory and the worker's registration (_PG_init) */
-extern void TsdgWorkerInit(void);
-extern PGDLLEXPORT void TsdgWorkerSupervisorMain(Datum main_arg);
-
-/* tsdggpuserver.c: the GPU server process, forked by the supervisor */
-extern void TsdgGpuServerMain(void) pg_attribute_noreturn();
-
-/* tsdggpumemory.c: the device's free and total memory, for tsdg_gpu_status() */
-extern void TsdgPublishDeviceMemory(void);
-
-/*
- * tsdghostarrays.c: the worker's host arrays of merged graphs, reused from
- * graphs it dropped. Take returns NULL when the memory is not to be had.
- */
-extern void *TsdgTakeHostArray(Size bytes);
-extern void TsdgGiveBackHostArray(void *array);
-extern void TsdgReleaseIdleHostArrays(void);
-
-/* tsdgoffload.c: what a session hands to the worker */
 
 /* true when this session may send work to the worker now */
 extern bool TsdgWorkerUsable(void);
 
-/* the node id of a pending row in a search's answer (its TID says which) */
-#define TSDG_PENDING_ROW_ID		((uint32) 0xFFFFFFFE)
 
 /*
  * One graph search by the worker: up to max_results node ids with their
@@ -304,21 +272,4 @@ extern TsdgWorkerMerge TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *ms
 											const uint8 *old_changed, uint32 *knn_ids,
 											uint32 *neighbors, uint8 *lambdas, uint8 *changed);
 
-/* tsdgindeximage.c: the whole graph of an index as arrays (CPU batch search, shipping) */
-typedef struct TsdgIndexImage
-{
-	int64		n;
-	int			dims;
-	int			degree;
-	float	   *rows;			/* n * dims */
-	uint32	   *neighbors;		/* n * degree */
-	uint8	   *lambdas;		/* n * degree */
-	ItemPointerData *tids;		/* n */
-	uint8	   *flags;			/* n: TsdgNodeHeader flags */
-} TsdgIndexImage;
-
-/* Reads every row and list record into the image's arrays, which the caller sized. */
-extern void TsdgReadIndexImage(Relation index, const TsdgMetaPageData *meta,
-							   TsdgIndexImage *image);
-
-#endif							/* TSDG_WORKER_H */
+#endif							/* TSDG_WORKER_CLIENT_H */
