@@ -39,8 +39,9 @@ install_dependencies() {
 
 build_and_install() {
   log "building"
-  # warnings are errors here, and the tests and bench tools are built
-  export TSDG_DEVELOPER=1
+  # warnings are errors here, and the tests and bench tools are built, unless
+  # the caller says TSDG_DEVELOPER=0
+  export TSDG_DEVELOPER=${TSDG_DEVELOPER:-1}
   # against the install the private copy is made of: the copy has no headers
   local pg_config=()
   [ -z "$TSDG_PG_PREFIX" ] || pg_config=(PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config")
