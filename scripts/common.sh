@@ -138,7 +138,7 @@ run_tap_tests() {
   mkdir -p -m 1777 /tmp/pg_tsdg_test_ports
   if as_cluster_user env PATH="$PATH" TESTDIR="$dir" TMPDIR="$dir" \
        PG_TEST_PORT_DIR=/tmp/pg_tsdg_test_ports PG_REGRESS="$pgxs/test/regress/pg_regress" \
-       prove -I "$pgxs/test/perl" -I "$TSDG_ROOT/test/support" "${tests[@]}"; then
+       prove --timer -I "$pgxs/test/perl" -I "$TSDG_ROOT/test/support" "${tests[@]}"; then
     return 0
   fi
   local log
