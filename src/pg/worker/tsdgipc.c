@@ -407,19 +407,16 @@ TsdgIndexKeysEqual(const TsdgIndexKey *a, const TsdgIndexKey *b)
 }
 
 bool
-TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
-			  int result_count, const float *dists, const uint32 *ids,
-			  const ItemPointerData *tids, int max_results, const char *message)
+TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply, const char *message)
 {
-	return TsdgIpcAnswerSearch(slot, request_id, reply, result_count, dists, ids, tids,
-							   max_results, false, get_float4_infinity(), message);
+	TsdgSearchAnswer none = {0, NULL, NULL, NULL, 0, false, get_float4_infinity()};
+
+	return TsdgIpcAnswerSearch(slot, request_id, reply, &none, message);
 }
 
 bool
 TsdgIpcAnswerSearch(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
-					int result_count, const float *dists, const uint32 *ids,
-					const ItemPointerData *tids, int max_results, bool pending_searched,
-					float pending_bound, const char *message)
+					const TsdgSearchAnswer *answer, const char *message)
 {
 	Latch	   *latch = NULL;
 
@@ -427,15 +424,16 @@ TsdgIpcAnswerSearch(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
 	if (slot->request_id == request_id && slot->state == TSDG_SLOT_RUNNING)
 	{
 		slot->reply = reply;
-		slot->result_count = result_count;
-		slot->pending_searched = pending_searched;
-		slot->pending_bound = pending_bound;
-		if (dists != NULL && result_count > 0)
+		slot->result_count = answer->result_count;
+		slot->pending_searched = answer->pending_searched;
+		slot->pending_bound = answer->pending_bound;
+		if (answer->dists != NULL && answer->result_count > 0)
 		{
-			memcpy(TsdgSlotResultDists(slot), dists, sizeof(float) * result_count);
-			memcpy(TsdgSlotResultIds(slot, max_results), ids, sizeof(uint32) * result_count);
-			memcpy(TsdgSlotResultTids(slot, max_results), tids,
-				   sizeof(ItemPointerData) * result_count);
+			memcpy(TsdgSlotResultDists(slot), answer->dists, sizeof(float) * answer->result_count);
+			memcpy(TsdgSlotResultIds(slot, answer->max_results), answer->ids,
+				   sizeof(uint32) * answer->result_count);
+			memcpy(TsdgSlotResultTids(slot, answer->max_results), answer->tids,
+				   sizeof(ItemPointerData) * answer->result_count);
 		}
 		strlcpy(slot->message, message != NULL ? message : "", sizeof(slot->message));
 		slot->answered_at = GetCurrentTimestamp();

@@ -468,26 +468,35 @@ extern void TsdgIpcFailAll(const char *message);
  */
 extern bool TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *query);
 /*
- * Answer a request that is still current, then wake its backend. For an
- * inline search, dists/ids/tids hold result_count results (max_results is
- * the request's k, which places the ids and TIDs in the payload; a deleted
- * node has an invalid TID); bulk answers are in the request's DSM segment
- * already. Returns false when the backend gave up.
+ * Answers a request that is still current, then wakes its backend; message
+ * (NULL: none) says why a reply is not OK. Bulk answers are in the request's
+ * DSM segment already. Returns false when the backend gave up.
  */
 extern bool TsdgIpcAnswer(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
-						  int result_count, const float *dists, const uint32 *ids,
-						  const ItemPointerData *tids, int max_results, const char *message);
+						  const char *message);
+
 /* the node id of a pending row in a search's answer (its TID says which) */
 #define TSDG_PENDING_ROW_ID		((uint32) 0xFFFFFFFE)
 
-/*
- * TsdgIpcAnswer for a search, saying whether its results include the pending
- * rows, and how near the nearest of those they leave out may be
- */
+/* what a search's answer says besides its reply */
+typedef struct TsdgSearchAnswer
+{
+	int			result_count;
+	/*
+	 * an inline search's results, result_count of them (a deleted node has
+	 * an invalid TID); NULL for a batch, whose results are in its segment
+	 */
+	const float *dists;
+	const uint32 *ids;
+	const ItemPointerData *tids;
+	int			max_results;	/* the request's k, which places ids and TIDs in the payload */
+	bool		pending_searched;	/* the results include the pending rows */
+	float		pending_bound;	/* how near those they leave out may be */
+} TsdgSearchAnswer;
+
+/* TsdgIpcAnswer for a search */
 extern bool TsdgIpcAnswerSearch(TsdgRequestSlot *slot, uint64 request_id, TsdgReply reply,
-								int result_count, const float *dists, const uint32 *ids,
-								const ItemPointerData *tids, int max_results,
-								bool pending_searched, float pending_bound, const char *message);
+								const TsdgSearchAnswer *answer, const char *message);
 /* the worker is done with the batch area of the request it took (before it answers) */
 extern void TsdgIpcLetGoOfBatchArea(void);
 /* the backend's cancel flag of a running request (read by a build's poll) */

@@ -23,7 +23,7 @@ TurnAwaySearches(void)
 			slot->kind == TSDG_REQUEST_MERGE || slot->kind == TSDG_REQUEST_LOAD_INDEX)
 			continue;
 		if (TsdgIpcTake(slot, &copy, NULL))
-			TsdgIpcAnswer(slot, copy.request_id, TSDG_REPLY_BUSY, 0, NULL, NULL, NULL, 0, NULL);
+			TsdgIpcAnswer(slot, copy.request_id, TSDG_REPLY_BUSY, NULL);
 	}
 }
 
@@ -104,7 +104,7 @@ TsdgServeBuild(TakenRequest *t)
 	t->done = true;
 	if (!TsdgMapBulk(&t->copy, &map))
 	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
 					  "the GPU worker could not map the build's shared memory segment");
 		return;
 	}
@@ -116,7 +116,7 @@ TsdgServeBuild(TakenRequest *t)
 	if (args->n > header->capacity)
 	{
 		TsdgUnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
 					  "the build's shared memory segment is smaller than its rows");
 		return;
 	}
@@ -143,7 +143,7 @@ TsdgServeBuild(TakenRequest *t)
 				(errmsg("pg_tsdg GPU worker: built the graph of index %u/%u in %.3f s",
 						args->key.database, args->key.relfilenode, TsdgSecondsSince(start))));
 		/* answer first: the session writes its pages while the summary is computed and the graph uploaded */
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, NULL);
 		if (header->summary != 0)
 		{
 			TsdgBuildSummary *summary = TsdgBulkArray(map.address, header->summary);
@@ -173,8 +173,7 @@ TsdgServeBuild(TakenRequest *t)
 				(errmsg("pg_tsdg GPU worker: build for index %u/%u %s: %s",
 						args->key.database, args->key.relfilenode,
 						status == TSDG_ERR_CANCELLED ? "cancelled" : "failed", error.message)));
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), 0, NULL, NULL, NULL, 0,
-					  error.message);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), error.message);
 	}
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	TsdgUnmapBulk(&map);

@@ -525,18 +525,17 @@ TsdgServePendingRows(TakenRequest *t)
 	t->done = true;
 	if (r == NULL || r->dims != args->dims)
 	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_NOT_RESIDENT, 0, NULL, NULL, NULL,
-					  0, NULL);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_NOT_RESIDENT, NULL);
 		return;
 	}
 	if (r->pending != NULL && args->pending_epoch < r->pending_epoch)
 	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, NULL);
 		return;
 	}
 	if (!TsdgMapBulk(&t->copy, &map))
 	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
 					  "the GPU worker could not map the pending rows' shared memory segment");
 		return;
 	}
@@ -606,7 +605,7 @@ TsdgServePendingRows(TakenRequest *t)
 	}
 	TsdgUnmapBulk(&map);
 	PublishResidents();
-	TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), 0, NULL, NULL, NULL, 0,
+	TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status),
 				  status == TSDG_OK ? NULL : error.message);
 }
 
@@ -625,12 +624,12 @@ TsdgServeLoad(TakenRequest *t)
 	ForgetPromise(&args->key);
 	if (TsdgFindResident(&args->key) != NULL)
 	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, NULL);
 		return;
 	}
 	if (!TsdgMapBulk(&t->copy, &map))
 	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
 					  "the GPU worker could not map the index image's shared memory segment");
 		return;
 	}
@@ -659,6 +658,6 @@ TsdgServeLoad(TakenRequest *t)
 				(errmsg("pg_tsdg GPU worker: could not load index %u/%u version " UINT64_FORMAT ": %s",
 						args->key.database, args->key.relfilenode, args->key.graph_version,
 						error.message)));
-	TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), 0, NULL, NULL, NULL, 0,
+	TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status),
 				  status == TSDG_OK ? NULL : error.message);
 }

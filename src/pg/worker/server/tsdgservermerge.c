@@ -323,7 +323,7 @@ TsdgServeMerge(TakenRequest *t)
 	t->done = true;
 	if (!TsdgMapBulk(&t->copy, &map))
 	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
 					  "the GPU worker could not map the merge's shared memory segment");
 		return;
 	}
@@ -344,7 +344,7 @@ TsdgServeMerge(TakenRequest *t)
 	if (header->rows_from != 0 && (header->rows_from != args->n_old || !args->rows_resident))
 	{
 		TsdgUnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
 					  "the merge's segment leaves out old rows the session does not leave to the GPU worker");
 		return;
 	}
@@ -352,8 +352,8 @@ TsdgServeMerge(TakenRequest *t)
 	if ((args->rows_resident || args->graph_resident) && !TakeOldGraph(args, old_graph, &a))
 	{
 		TsdgUnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_NOT_RESIDENT, 0, NULL, NULL,
-					  NULL, 0, "the GPU worker no longer holds the index's graph");
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_NOT_RESIDENT,
+					  "the GPU worker no longer holds the index's graph");
 		return;
 	}
 	/* the graphs before the one merged are stale: their memory goes to this merge's arrays */
@@ -363,8 +363,8 @@ TsdgServeMerge(TakenRequest *t)
 	{
 		GiveBackMergedArrays(&a);
 		TsdgUnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OUT_OF_MEMORY, 0, NULL, NULL,
-					  NULL, 0, "the GPU worker is out of host memory for the merged graph");
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OUT_OF_MEMORY,
+					  "the GPU worker is out of host memory for the merged graph");
 		return;
 	}
 	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
@@ -406,8 +406,7 @@ TsdgServeMerge(TakenRequest *t)
 		TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 		GiveBackMergedArrays(&a);
 		TsdgUnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), 0, NULL, NULL, NULL, 0,
-					  error.message);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), error.message);
 		return;
 	}
 	ereport(LOG,
@@ -432,7 +431,7 @@ TsdgServeMerge(TakenRequest *t)
 		pg_atomic_write_u64(&poll.summary->lists_ready, (uint64) (args->n_old + args->n_new));
 	}
 	/* answer first: the session writes its pages while the summary is computed and the graph kept */
-	TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, 0, NULL, NULL, NULL, 0, NULL);
+	TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, NULL);
 	/* the resident copy may take the segment over, the summary with it */
 	summary = header->summary != 0 ? TsdgBulkArray(map.address, header->summary) : NULL;
 	KeepMergedGraph(args, &a, &map);

@@ -285,8 +285,7 @@ TsdgServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 			TakenRequest *t = &taken[members[m]];
 
 			TsdgIpcAnswer(t->slot, t->copy.request_id,
-						  m == 0 && promised ? TSDG_REPLY_NEED_INDEX : TSDG_REPLY_NOT_RESIDENT,
-						  0, NULL, NULL, NULL, 0, NULL);
+						  m == 0 && promised ? TSDG_REPLY_NEED_INDEX : TSDG_REPLY_NOT_RESIDENT, NULL);
 		}
 	}
 	else
@@ -345,16 +344,21 @@ TsdgServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 				/* a full list may leave out rows as near as its last */
 				float		bound = qpos[pending_k - 1] != TSDG_INVALID_ID ?
 					qdists[pending_k - 1] : get_float4_infinity();
+				TsdgSearchAnswer answer;
 
 				count = MergePendingResults(r, k, count, dists + (Size) m * k, qids, tids,
 											pending_k, qpos, qdists, out_dists, out_ids, out_tids);
-				TsdgIpcAnswerSearch(t->slot, t->copy.request_id, TSDG_REPLY_OK, count,
-									out_dists, out_ids, out_tids, k, true, bound, NULL);
+				answer = (TsdgSearchAnswer) {count, out_dists, out_ids, out_tids, k, true, bound};
+				TsdgIpcAnswerSearch(t->slot, t->copy.request_id, TSDG_REPLY_OK, &answer, NULL);
 			}
 			else
-				TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), count,
-							  dists + (Size) m * k, qids, tids, k,
-							  status == TSDG_OK ? NULL : error.message);
+			{
+				TsdgSearchAnswer answer = {count, dists + (Size) m * k, qids, tids, k, false,
+				get_float4_infinity()};
+
+				TsdgIpcAnswerSearch(t->slot, t->copy.request_id, TsdgReplyOf(status), &answer,
+									status == TSDG_OK ? NULL : error.message);
+			}
 		}
 		pg_atomic_fetch_add_u64(&TsdgShared->batches, 1);
 		pg_atomic_fetch_add_u64(&TsdgShared->batched_queries, nq);
@@ -444,21 +448,21 @@ TsdgServeSearchBatch(TakenRequest *t)
 	int			k = args->k;
 	int			wide_k;
 	bool		pending_searched;
+	TsdgSearchAnswer answer = {0};
 
 	t->done = true;
 	if (r == NULL || r->dims != args->dims)
 	{
 		LetGoOfBatchArea(t);
 		TsdgIpcAnswer(t->slot, t->copy.request_id,
-					  r == NULL && TsdgPromiseLoad(&args->key) ? TSDG_REPLY_NEED_INDEX : TSDG_REPLY_NOT_RESIDENT,
-					  0, NULL, NULL, NULL, 0, NULL);
+					  r == NULL && TsdgPromiseLoad(&args->key) ? TSDG_REPLY_NEED_INDEX : TSDG_REPLY_NOT_RESIDENT, NULL);
 		return;
 	}
 	TsdgDropOlderGraphs(r);
 	if (!TsdgMapBulk(&t->copy, &map))
 	{
 		LetGoOfBatchArea(t);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED, 0, NULL, NULL, NULL, 0,
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
 					  "the GPU worker could not map the batch's shared memory segment");
 		return;
 	}
@@ -489,8 +493,9 @@ TsdgServeSearchBatch(TakenRequest *t)
 	}
 	TsdgUnmapBulk(&map);
 	LetGoOfBatchArea(t);
-	TsdgIpcAnswerSearch(t->slot, t->copy.request_id, TsdgReplyOf(status),
-						status == TSDG_OK ? args->nq : 0, NULL, NULL, NULL, 0,
-						pending_searched && status == TSDG_OK, get_float4_infinity(),
+	answer.result_count = status == TSDG_OK ? args->nq : 0;
+	answer.pending_searched = pending_searched && status == TSDG_OK;
+	answer.pending_bound = get_float4_infinity();
+	TsdgIpcAnswerSearch(t->slot, t->copy.request_id, TsdgReplyOf(status), &answer,
 						status == TSDG_OK ? NULL : error.message);
 }
