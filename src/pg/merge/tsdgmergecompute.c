@@ -51,6 +51,31 @@ TsdgStampMergedGraph(TsdgMerge *m)
 	m->new_meta.unreached_checked = (uint32) m->n_new;
 }
 
+/* the arrays of the merge's computation as they stand now */
+static void
+TsdgMergeDataOf(const TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *params,
+				TsdgMergeData *data)
+{
+	int64		n = m->n_old + m->n_new;
+
+	data->tids = m->tids;
+	data->rows = m->rows;
+	data->n_old = m->split;
+	data->n_new = n - m->split;
+	data->dims = m->dims;
+	data->metric = metric;
+	data->params = params;
+	data->old_knn_ids = m->old_knn_ids;
+	data->old_knn_dists = m->old_knn_dists;
+	data->old_neighbors = m->old_neighbors;
+	data->old_lambdas = m->old_lambdas;
+	data->old_changed = m->old_changed;
+	data->knn_ids = m->knn_ids;
+	data->neighbors = m->neighbors;
+	data->lambdas = m->lambdas;
+	data->changed = m->changed;
+}
+
 /*
  * The seam of the merge computation: (old rows, their k-NN lists, their
  * search lists, new rows) in, (merged k-NN lists, new search graph, which
@@ -73,24 +98,23 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 	TsdgError	error;
 	TsdgStatus	status;
 	int64		n = m->n_old + m->n_new;
+	TsdgMergeData data;
 
+	TsdgMergeDataOf(m, metric, params, &data);
 	outcome = TsdgWorkerMergeGraph(m->index, &m->segment, &m->meta, m->left_to_worker,
-								   &m->new_meta, m->tids, m->rows, m->split, n - m->split, m->dims,
-								   metric, params, m->old_knn_ids, m->old_knn_dists,
-								   m->old_neighbors, m->old_lambdas, m->old_changed, m->knn_ids,
-								   m->neighbors, m->lambdas, m->changed);
+								   &m->new_meta, &data);
 	TsdgFinishListPages(m, outcome == TSDG_WORKER_MERGED);
 	if (outcome != TSDG_WORKER_MERGED && m->left_to_worker != TSDG_COPY_NONE)
 	{
 		/* the worker dropped its copy, or gave up: what was left to it is read after all */
 		TsdgReadLeftGraph(m);
 		if (outcome == TSDG_WORKER_NEEDS_OLD_GRAPH)
+		{
+			/* what was read moved the split, and may have read the lists into arrays of their own */
+			TsdgMergeDataOf(m, metric, params, &data);
 			outcome = TsdgWorkerMergeGraph(m->index, &m->segment, &m->meta, TSDG_COPY_NONE,
-										   &m->new_meta, m->tids, m->rows, m->split, n - m->split,
-										   m->dims, metric, params, m->old_knn_ids,
-										   m->old_knn_dists, m->old_neighbors, m->old_lambdas,
-										   m->old_changed, m->knn_ids, m->neighbors, m->lambdas,
-										   m->changed);
+										   &m->new_meta, &data);
+		}
 		TsdgFinishListPages(m, outcome == TSDG_WORKER_MERGED);
 	}
 	if (outcome == TSDG_WORKER_MERGED)

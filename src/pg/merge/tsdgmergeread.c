@@ -358,6 +358,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	TsdgPendingRows pending;
 	TsdgBuildParams params;
 	TsdgWorkerCopy copy = TSDG_COPY_NONE;
+	TsdgMergeSegmentContents contents;
 
 	MemSet(&g, 0, sizeof(g));
 	g.nodes = meta->node_count;
@@ -390,10 +391,12 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 		copy = TsdgWorkerCopyOf(m->index, meta);
 	if (copy == TSDG_COPY_ROWS && g.knn_nodes < g.nodes)
 		copy = TSDG_COPY_NONE;
+	contents.old_rows = copy == TSDG_COPY_NONE;
+	contents.old_lists = copy != TSDG_COPY_GRAPH;
+	contents.old_knn_dists = meta->deleted_count > 0;
+	contents.merged_knn = !TsdgKnnPagesMayLagFor(meta, g.nodes + m->consumed_rows);
 	if (TsdgMergeSegmentCreate(&m->segment, g.nodes, m->consumed_rows, m->dims, &params,
-							   meta->deleted_count > 0, copy != TSDG_COPY_GRAPH,
-							   copy == TSDG_COPY_NONE,
-							   !TsdgKnnPagesMayLagFor(meta, g.nodes + m->consumed_rows)))
+							   &contents))
 	{
 		/*
 		 * read straight into the worker's segment (its stored k-NN ids too,

@@ -19,14 +19,22 @@ TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, TsdgMetaPageData *meta)
 	return mseg->summary_pid != 0 && TsdgWaitSummary(mseg->summary, mseg->summary_pid, meta);
 }
 
-/* the layout of a merge segment (see TsdgBulkHeader) */
+/*
+ * The layout of a merge segment (see TsdgBulkHeader): with_changed, the old
+ * lists' repaired flags; with_summary, the summary the worker computes after
+ * its answer.
+ */
 static void
 TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
-				const TsdgBuildParams *params, bool with_old_lists, bool with_dists,
-				bool with_changed, bool with_summary, bool with_old_rows, bool with_merged_knn)
+				const TsdgBuildParams *params, const TsdgMergeSegmentContents *contents,
+				bool with_changed, bool with_summary)
 {
 	Size		offset = sizeof(TsdgBulkHeader);
 	Size		n = (Size) (n_old + n_new);
+	bool		with_old_lists = contents->old_lists;
+	bool		with_dists = contents->old_knn_dists;
+	bool		with_old_rows = contents->old_rows;
+	bool		with_merged_knn = contents->merged_knn;
 
 	memset(header, 0, sizeof(TsdgBulkHeader));
 	if (with_summary)
@@ -74,8 +82,7 @@ TsdgBulkCopyOut(void *dst, void *base, Size offset, Size bytes)
 
 bool
 TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_capacity, int dims,
-					   const TsdgBuildParams *params, bool with_repairs, bool with_old_lists,
-					   bool with_old_rows, bool with_merged_knn)
+					   const TsdgBuildParams *params, const TsdgMergeSegmentContents *contents)
 {
 	TsdgBulkHeader header;
 	dsm_segment *seg;
@@ -85,8 +92,7 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	/* a busy worker is counted as a fallback once, by TsdgWorkerMergeGraph */
 	if (old_capacity + new_capacity == 0 || !TsdgWorkerUsable())
 		return false;
-	TsdgMergeLayout(&header, old_capacity, new_capacity, dims, params, with_old_lists, with_repairs,
-					true, true, with_old_rows, with_merged_knn);
+	TsdgMergeLayout(&header, old_capacity, new_capacity, dims, params, contents, true, true);
 	seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
 	if (seg == NULL)
 		return false;
@@ -99,7 +105,7 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	mseg->rows = TsdgBulkArray(base, header.rows);
 	mseg->tids = TsdgBulkArray(base, header.tids);
 	mseg->old_knn_ids = TsdgBulkArray(base, header.knn_ids);
-	mseg->old_knn_dists = with_repairs ? TsdgBulkArray(base, header.dists) : NULL;
+	mseg->old_knn_dists = contents->old_knn_dists ? TsdgBulkArray(base, header.dists) : NULL;
 	mseg->old_neighbors = TsdgBulkArray(base, header.neighbors);
 	mseg->old_lambdas = TsdgBulkArray(base, header.lambdas);
 	mseg->old_changed = TsdgBulkArray(base, header.flags);
@@ -171,14 +177,16 @@ TsdgMergeWaitPoll(void *arg, TsdgRequestSlot *slot)
 TsdgWorkerMerge
 TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageData *old_meta,
 					 TsdgWorkerCopy left, const TsdgMetaPageData *new_meta,
-					 const ItemPointerData *tids,
-					 const float *rows, int64 n_old, int64 n_new, int dims, TsdgMetric metric,
-					 const TsdgBuildParams *params,
-					 const uint32 *old_knn_ids, const float *old_knn_dists,
-					 const uint32 *old_neighbors, const uint8 *old_lambdas,
-					 const uint8 *old_changed, uint32 *knn_ids,
-					 uint32 *neighbors, uint8 *lambdas, uint8 *changed)
+					 const TsdgMergeData *data)
 {
+	const ItemPointerData *tids = data->tids;
+	const float *rows = data->rows;
+	int64		n_old = data->n_old;
+	int64		n_new = data->n_new;
+	int			dims = data->dims;
+	const TsdgBuildParams *params = data->params;
+	const float *old_knn_dists = data->old_knn_dists;
+	const uint8 *old_changed = data->old_changed;
 	int64		n = n_old + n_new;
 	int			k = params->build_k;
 	int			degree = params->degree;
@@ -227,8 +235,10 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	}
 	else
 	{
-		TsdgMergeLayout(&header, n_old, n_new, dims, params, true, old_knn_dists != NULL,
-						old_changed != NULL, false, true, true);
+		TsdgMergeSegmentContents everything = {true, true, old_knn_dists != NULL, true};
+
+		TsdgMergeLayout(&header, n_old, n_new, dims, params, &everything, old_changed != NULL,
+						false);
 		seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
 		if (seg == NULL)
 		{
@@ -252,9 +262,11 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	}
 	if (left != TSDG_COPY_GRAPH)
 	{
-		TsdgBulkCopyIn(base, header.knn_ids, old_knn_ids, sizeof(uint32) * k * (Size) n_old);
-		TsdgBulkCopyIn(base, header.neighbors, old_neighbors, sizeof(uint32) * degree * (Size) n_old);
-		TsdgBulkCopyIn(base, header.lambdas, old_lambdas, sizeof(uint8) * degree * (Size) n_old);
+		TsdgBulkCopyIn(base, header.knn_ids, data->old_knn_ids, sizeof(uint32) * k * (Size) n_old);
+		TsdgBulkCopyIn(base, header.neighbors, data->old_neighbors,
+					   sizeof(uint32) * degree * (Size) n_old);
+		TsdgBulkCopyIn(base, header.lambdas, data->old_lambdas,
+					   sizeof(uint8) * degree * (Size) n_old);
 	}
 	TsdgBulkCopyIn(base, header.dists, old_knn_dists, sizeof(float) * k * (Size) n_old);
 	TsdgBulkCopyIn(base, header.flags, old_changed, sizeof(uint8) * (Size) n_old);
@@ -266,7 +278,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	slot->args.merge.n_old = n_old;
 	slot->args.merge.n_new = n_new;
 	slot->args.merge.dims = dims;
-	slot->args.merge.metric = metric;
+	slot->args.merge.metric = data->metric;
 	slot->args.merge.params = *params;
 	TsdgIndexKeyOf(index, old_meta, &slot->args.merge.old_key);
 	slot->args.merge.rows_resident = left != TSDG_COPY_NONE;
@@ -317,10 +329,11 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 
 	/* without them in the segment, the caller keeps its k-NN pages and needs none */
 	if (header.merged_knn_ids != 0)
-		TsdgBulkCopyOut(knn_ids, base, header.merged_knn_ids, sizeof(uint32) * k * (Size) n);
-	TsdgBulkCopyOut(neighbors, base, header.merged_neighbors, sizeof(uint32) * degree * (Size) n);
-	TsdgBulkCopyOut(lambdas, base, header.merged_lambdas, sizeof(uint8) * degree * (Size) n);
-	TsdgBulkCopyOut(changed, base, header.changed, sizeof(uint8) * (Size) n);
+		TsdgBulkCopyOut(data->knn_ids, base, header.merged_knn_ids, sizeof(uint32) * k * (Size) n);
+	TsdgBulkCopyOut(data->neighbors, base, header.merged_neighbors,
+					sizeof(uint32) * degree * (Size) n);
+	TsdgBulkCopyOut(data->lambdas, base, header.merged_lambdas, sizeof(uint8) * degree * (Size) n);
+	TsdgBulkCopyOut(data->changed, base, header.changed, sizeof(uint8) * (Size) n);
 	if (seg != (mseg != NULL ? mseg->seg : NULL))
 		dsm_detach(seg);
 	else if (header.summary != 0)

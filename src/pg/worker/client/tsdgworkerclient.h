@@ -160,7 +160,7 @@ typedef struct TsdgMergeSegment
 	float	   *rows;			/* (old_capacity + new_capacity - rows_from) * dims */
 	ItemPointerData *tids;		/* old_capacity + new_capacity */
 	uint32	   *old_knn_ids;	/* old_capacity * build_k; NULL without old lists */
-	float	   *old_knn_dists;	/* old_capacity * build_k; NULL unless with_repairs */
+	float	   *old_knn_dists;	/* old_capacity * build_k; NULL without old distances */
 	uint32	   *old_neighbors;	/* old_capacity * degree; NULL without old lists */
 	uint8	   *old_lambdas;	/* old_capacity * degree; NULL without old lists */
 	uint8	   *old_changed;	/* old_capacity, zeroed */
@@ -192,23 +192,29 @@ typedef struct TsdgMergeSegment
 } TsdgMergeSegment;
 
 /*
+ * What a merge segment carries besides the new rows, every row's TID and the
+ * merged search graph. The kernel zeroes a segment's pages when the session
+ * makes it: what is left out saves that time before the request, and the
+ * worker's own copies reuse the memory of the graph two merges back.
+ */
+typedef struct TsdgMergeSegmentContents
+{
+	bool		old_rows;		/* false: the worker holds them (TSDG_COPY_ROWS or more) */
+	bool		old_lists;		/* the old k-NN and search lists; false: the worker holds
+								 * them (TSDG_COPY_GRAPH) */
+	bool		old_knn_dists;	/* the merge drops deleted nodes: the old k-NN lists come
+								 * with distances */
+	bool		merged_knn;		/* false: the caller keeps its k-NN pages, so only the
+								 * worker needs the merged k-NN lists */
+} TsdgMergeSegmentContents;
+
+/*
  * A segment for a merge when the worker takes requests now, or false (the
  * merge then reads into local memory, and TsdgWorkerMergeGraph copies it).
- * with_repairs: the merge drops deleted nodes, so the old k-NN lists come
- * with distances. Without with_old_lists the old k-NN and search lists are
- * left out (the worker holds them: TSDG_COPY_GRAPH), which saves the
- * segment 9 bytes per degree and 4 per build_k of every old row; without
- * with_old_rows the old rows are (the worker holds them, TSDG_COPY_ROWS or
- * more), and without with_merged_knn the merged k-NN lists are (the caller
- * keeps its k-NN pages, so only the worker needs them). The kernel zeroes a
- * segment's pages when the session makes it, 0.3 s for the 1.8 GB of a
- * merge into 1.9M rows with everything in it: what is left out saves that
- * time before the request, and the worker's own copies reuse the memory of
- * the graph two merges back.
  */
 extern bool TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_capacity,
-								   int dims, const TsdgBuildParams *params, bool with_repairs,
-								   bool with_old_lists, bool with_old_rows, bool with_merged_knn);
+								   int dims, const TsdgBuildParams *params,
+								   const TsdgMergeSegmentContents *contents);
 extern void TsdgMergeSegmentRelease(TsdgMergeSegment *mseg);
 
 /*
@@ -242,9 +248,35 @@ typedef enum TsdgWorkerMerge
 } TsdgWorkerMerge;
 
 /*
- * A merge's graph computed by the worker (tsdgmergecompute.c's TsdgMergeComputeGraph,
- * same arguments): the inputs travel in a shared memory segment, the merged
- * k-NN ids, search graph and changed flags come back into the caller's
+ * The arrays of a merge's computation (tsdg_merge_graph_incremental's, which
+ * the session calls with the same values when the worker declines): n_old +
+ * n_new rows and their TIDs, old first, the old rows' k-NN and search lists
+ * in, the merged k-NN ids, search graph and changed flags out.
+ */
+typedef struct TsdgMergeData
+{
+	const ItemPointerData *tids;
+	const float *rows;
+	int64		n_old;
+	int64		n_new;
+	int			dims;
+	TsdgMetric	metric;
+	const TsdgBuildParams *params;
+	const uint32 *old_knn_ids;
+	const float *old_knn_dists;	/* NULL: the worker computes them */
+	const uint32 *old_neighbors;
+	const uint8 *old_lambdas;
+	const uint8 *old_changed;	/* NULL: no old list was repaired */
+	uint32	   *knn_ids;
+	uint32	   *neighbors;
+	uint8	   *lambdas;
+	uint8	   *changed;
+} TsdgMergeData;
+
+/*
+ * A merge's graph computed by the worker (for tsdgmergecompute.c's
+ * TsdgMergeComputeGraph): the inputs travel in a shared memory segment, the
+ * merged k-NN ids, search graph and changed flags come back into data's
  * arrays. When the arrays are those of mseg (not NULL), nothing is copied,
  * and the worker computes the merged graph's entry points after its answer
  * (TsdgWorkerMergeSummary).
@@ -263,13 +295,6 @@ typedef enum TsdgWorkerMerge
 extern TsdgWorkerMerge TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg,
 											const TsdgMetaPageData *old_meta, TsdgWorkerCopy left,
 											const TsdgMetaPageData *new_meta,
-											const ItemPointerData *tids,
-											const float *rows,
-											int64 n_old, int64 n_new, int dims, TsdgMetric metric,
-											const TsdgBuildParams *params,
-											const uint32 *old_knn_ids, const float *old_knn_dists,
-											const uint32 *old_neighbors, const uint8 *old_lambdas,
-											const uint8 *old_changed, uint32 *knn_ids,
-											uint32 *neighbors, uint8 *lambdas, uint8 *changed);
+											const TsdgMergeData *data);
 
 #endif							/* TSDG_WORKER_CLIENT_H */
