@@ -50,7 +50,7 @@ TsdgServerStateName(TsdgServerState state)
  *   built or merged the graph), so a merge reads nothing of the old graph
  */
 static Datum
-TsdgCachedIndexesJson(const TsdgCachedIndexInfo *cached, int count)
+TsdgCachedIndexesJson(const TsdgResidentIndexInfo *resident, int count)
 {
 	StringInfoData buf;
 
@@ -58,7 +58,7 @@ TsdgCachedIndexesJson(const TsdgCachedIndexInfo *cached, int count)
 	appendStringInfoChar(&buf, '[');
 	for (int i = 0; i < count; i++)
 	{
-		const TsdgCachedIndexInfo *c = &cached[i];
+		const TsdgResidentIndexInfo *c = &resident[i];
 		Oid			relid = InvalidOid;
 
 		if (c->key.database == MyDatabaseId)
@@ -102,8 +102,8 @@ tsdg_gpu_status(PG_FUNCTION_ARGS)
 				device_free,
 				device_total,
 				memory_limit;
-	TsdgCachedIndexInfo *cached;
-	int			cached_count;
+	TsdgResidentIndexInfo *resident;
+	int			resident_count;
 	uint64		batches,
 				batched_queries;
 	int			col = 0;
@@ -121,7 +121,7 @@ tsdg_gpu_status(PG_FUNCTION_ARGS)
 		PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 	}
 
-	cached = palloc(sizeof(TsdgCachedIndexInfo) * TSDG_MAX_CACHED_INDEXES);
+	resident = palloc(sizeof(TsdgResidentIndexInfo) * TSDG_MAX_RESIDENT_INDEXES);
 	SpinLockAcquire(&TsdgShared->mutex);
 	state = TsdgShared->state;
 	strlcpy(device, TsdgShared->device, sizeof(device));
@@ -133,8 +133,8 @@ tsdg_gpu_status(PG_FUNCTION_ARGS)
 	device_free = TsdgShared->device_free;
 	device_total = TsdgShared->device_total;
 	memory_limit = TsdgShared->memory_limit_bytes;
-	cached_count = TsdgShared->cached_count;
-	memcpy(cached, TsdgShared->cached, sizeof(TsdgCachedIndexInfo) * cached_count);
+	resident_count = TsdgShared->resident_count;
+	memcpy(resident, TsdgShared->resident, sizeof(TsdgResidentIndexInfo) * resident_count);
 	SpinLockRelease(&TsdgShared->mutex);
 	batches = pg_atomic_read_u64(&TsdgShared->batches);
 	batched_queries = pg_atomic_read_u64(&TsdgShared->batched_queries);
@@ -154,7 +154,7 @@ tsdg_gpu_status(PG_FUNCTION_ARGS)
 	values[col++] = Int64GetDatum(device_total);
 	nulls[col] = memory_limit == 0;
 	values[col++] = Int64GetDatum(memory_limit);
-	values[col++] = TsdgCachedIndexesJson(cached, cached_count);
+	values[col++] = TsdgCachedIndexesJson(resident, resident_count);
 	values[col++] = Int32GetDatum((int32) pg_atomic_read_u32(&TsdgShared->queued));
 	values[col++] = Int64GetDatum((int64) batches);
 	nulls[col] = batches == 0;

@@ -45,7 +45,7 @@
 #define TSDG_SLOT_MAX_RESULTS \
 	(TSDG_SLOT_PAYLOAD_BYTES / (int) (sizeof(float) + sizeof(uint32) + sizeof(ItemPointerData)))
 
-#define TSDG_MAX_CACHED_INDEXES	64
+#define TSDG_MAX_RESIDENT_INDEXES	64
 #define TSDG_DEVICE_NAME_LEN	128
 
 typedef enum TsdgSlotState
@@ -331,7 +331,8 @@ typedef struct TsdgRequestSlot
 #define TsdgSlotResultTids(slot, max_results) \
 	((ItemPointerData *) ((slot)->payload + (sizeof(float) + sizeof(uint32)) * (max_results)))
 
-typedef struct TsdgCachedIndexInfo
+/* an index the worker holds resident, as tsdg_gpu_status() lists it (cached_indexes) */
+typedef struct TsdgResidentIndexInfo
 {
 	TsdgIndexKey key;
 	bool		with_knn;		/* its k-NN and search lists too: built or merged by the worker */
@@ -347,7 +348,7 @@ typedef struct TsdgCachedIndexInfo
 	int64		bytes;
 	TimestampTz loaded_at;
 	TimestampTz last_used;
-} TsdgCachedIndexInfo;
+} TsdgResidentIndexInfo;
 
 /*
  * The batch area: a part of the main shared memory (tsdg.batch_memory) that
@@ -381,8 +382,8 @@ typedef struct TsdgWorkerShared
 	int64		memory_used;	/* bytes of the resident indexes */
 	int64		device_free;	/* -1 when the backend cannot tell */
 	int64		device_total;
-	int			cached_count;
-	TsdgCachedIndexInfo cached[TSDG_MAX_CACHED_INDEXES];
+	int			resident_count;
+	TsdgResidentIndexInfo resident[TSDG_MAX_RESIDENT_INDEXES];
 
 	/*
 	 * posted by a backend after queueing a request while the GPU server

@@ -137,9 +137,9 @@ TsdgWorkerCopyOf(Relation index, const TsdgMetaPageData *meta)
 
 	TsdgIndexKeyOf(index, meta, &key);
 	SpinLockAcquire(&TsdgShared->mutex);
-	for (int i = 0; i < TsdgShared->cached_count && copy == TSDG_COPY_NONE; i++)
-		if (memcmp(&TsdgShared->cached[i].key, &key, sizeof(key)) == 0)
-			copy = TsdgShared->cached[i].with_knn ? TSDG_COPY_GRAPH : TSDG_COPY_ROWS;
+	for (int i = 0; i < TsdgShared->resident_count && copy == TSDG_COPY_NONE; i++)
+		if (memcmp(&TsdgShared->resident[i].key, &key, sizeof(key)) == 0)
+			copy = TsdgShared->resident[i].with_knn ? TSDG_COPY_GRAPH : TSDG_COPY_ROWS;
 	SpinLockRelease(&TsdgShared->mutex);
 	return copy;
 }

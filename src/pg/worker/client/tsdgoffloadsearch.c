@@ -153,13 +153,13 @@ TsdgPendingForWorker(Relation index, const TsdgMetaPageData *meta, const TsdgInd
 		meta->pending_count < tsdg_worker_pending_rows || meta->pending_epoch % 2 != 0)
 		return 0;
 	SpinLockAcquire(&TsdgShared->mutex);
-	for (int i = 0; i < TsdgShared->cached_count; i++)
-		if (TsdgIndexKeysEqual(&TsdgShared->cached[i].key, key))
+	for (int i = 0; i < TsdgShared->resident_count; i++)
+		if (TsdgIndexKeysEqual(&TsdgShared->resident[i].key, key))
 		{
-			have = TsdgShared->cached[i].pending_rows;
-			epoch = TsdgShared->cached[i].pending_epoch;
-			end_block = TsdgShared->cached[i].pending_end_block;
-			end_offset = TsdgShared->cached[i].pending_end_offset;
+			have = TsdgShared->resident[i].pending_rows;
+			epoch = TsdgShared->resident[i].pending_epoch;
+			end_block = TsdgShared->resident[i].pending_end_block;
+			end_offset = TsdgShared->resident[i].pending_end_offset;
 			break;
 		}
 	SpinLockRelease(&TsdgShared->mutex);

@@ -25,7 +25,7 @@ typedef struct LoadPromise
 	TimestampTz promised_at;
 } LoadPromise;
 
-static ResidentIndex residents[TSDG_MAX_CACHED_INDEXES];
+static ResidentIndex residents[TSDG_MAX_RESIDENT_INDEXES];
 static LoadPromise promises[TSDG_MAX_PROMISES];
 
 /* ---- the resident indexes ---- */
@@ -43,7 +43,7 @@ ResidentBytesInAll(void)
 {
 	int64		used = 0;
 
-	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
 		used += residents[i].used ? ResidentBytes(&residents[i]) : 0;
 	return used;
 }
@@ -53,24 +53,24 @@ PublishResidents(void)
 {
 	int			count = 0;
 	int64		used = 0;
-	int64		pending_rows[TSDG_MAX_CACHED_INDEXES];
-	int64		bytes[TSDG_MAX_CACHED_INDEXES];
+	int64		pending_rows[TSDG_MAX_RESIDENT_INDEXES];
+	int64		bytes[TSDG_MAX_RESIDENT_INDEXES];
 
 	/* asked outside the spinlock: the GPU's copy takes a lock of its own */
-	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
 	{
 		pending_rows[i] = residents[i].used && residents[i].pending != NULL ?
 			tsdg_exact_set_size(residents[i].pending) : 0;
 		bytes[i] = residents[i].used ? ResidentBytes(&residents[i]) : 0;
 	}
 	SpinLockAcquire(&TsdgShared->mutex);
-	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
 	{
-		TsdgCachedIndexInfo *info;
+		TsdgResidentIndexInfo *info;
 
 		if (!residents[i].used)
 			continue;
-		info = &TsdgShared->cached[count++];
+		info = &TsdgShared->resident[count++];
 		info->key = residents[i].key;
 		info->with_knn = residents[i].knn_ids != NULL;
 		info->pending_rows = pending_rows[i];
@@ -82,7 +82,7 @@ PublishResidents(void)
 		info->last_used = residents[i].last_used;
 		used += info->bytes;
 	}
-	TsdgShared->cached_count = count;
+	TsdgShared->resident_count = count;
 	TsdgShared->memory_used = used;
 	SpinLockRelease(&TsdgShared->mutex);
 	if (TsdgDeviceBackend != NULL)
@@ -92,7 +92,7 @@ PublishResidents(void)
 ResidentIndex *
 TsdgFindResident(const TsdgIndexKey *key)
 {
-	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
 		if (residents[i].used && TsdgIndexKeysEqual(&residents[i].key, key))
 			return &residents[i];
 	return NULL;
@@ -149,7 +149,7 @@ TsdgLeastRecentlyUsed(void)
 {
 	ResidentIndex *lru = NULL;
 
-	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
 		if (residents[i].used && (lru == NULL || residents[i].last_used < lru->last_used))
 			lru = &residents[i];
 	return lru;
@@ -163,7 +163,7 @@ EvictFor(int64 bytes)
 	int64		used = ResidentBytesInAll();
 	bool		free_entry = false;
 
-	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
 		free_entry |= !residents[i].used;
 	while ((limit > 0 && used + bytes > limit) || !free_entry)
 	{
@@ -180,7 +180,7 @@ EvictFor(int64 bytes)
 void
 TsdgEvictAll(const char *why)
 {
-	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
 		if (residents[i].used)
 			FreeResident(&residents[i], why);
 	PublishResidents();
@@ -259,13 +259,13 @@ TsdgAddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndex
 	bool		any_deleted = false;
 	ItemPointerData no_tid;
 
-	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
 		if (residents[i].used && residents[i].key.database == key->database &&
 			residents[i].key.relfilenode == key->relfilenode &&
 			(keep == NULL || !TsdgIndexKeysEqual(&residents[i].key, keep)))
 			FreeResident(&residents[i], "a newer graph of the index replaces it");
 	EvictFor(estimate);
-	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES && r == NULL; i++)
+	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES && r == NULL; i++)
 		if (!residents[i].used)
 			r = &residents[i];
 	Assert(r != NULL);
@@ -374,7 +374,7 @@ TsdgDropOlderGraphs(const ResidentIndex *r)
 {
 	bool		dropped = false;
 
-	for (int i = 0; i < TSDG_MAX_CACHED_INDEXES; i++)
+	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
 		if (residents[i].used && &residents[i] != r &&
 			residents[i].key.database == r->key.database &&
 			residents[i].key.relfilenode == r->key.relfilenode &&

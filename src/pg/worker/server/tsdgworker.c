@@ -201,7 +201,7 @@ TsdgReapServer(void)
 		state = TsdgIpcServerState();
 		SpinLockAcquire(&TsdgShared->mutex);
 		TsdgShared->server_pid = 0;
-		TsdgShared->cached_count = 0;
+		TsdgShared->resident_count = 0;
 		TsdgShared->memory_used = 0;
 		TsdgShared->device_free = 0;
 		TsdgShared->device_total = 0;
