@@ -37,7 +37,7 @@
  * supports is (BLCKSZ - 24 - 8 - 8) / 4: 2038 with 8 kB pages
  * (TsdgMaxDimensions()).
  *
- * Merges (tsdgmerge.c, DESIGN.md "Insert and merge"). GGM needs every node's
+ * Merges (tsdgmerge.c, docs/design.md). GGM needs every node's
  * k-NN list. The index keeps the ids of each node's build_k nearest
  * neighbors in k-NN pages (record i at knn_start + i / knn_per_page, packed
  * like list records) and not their distances: ids cost 4 build_k bytes a
@@ -126,8 +126,7 @@
 #define TSDG_MAX_FREE_EXTENTS	8
 /*
  * rows of a merge kept exact (TsdgMetaPageData.unreached), as many as the
- * metapage has room for: 265-1,076 of 100k rows merged into 1M-1.9M on an
- * H100 (docs/benchmarks.md)
+ * metapage has room for
  */
 #define TSDG_MAX_UNREACHED		1560
 

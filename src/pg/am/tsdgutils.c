@@ -458,7 +458,7 @@ TsdgLogPages(Buffer *buffers, int count, bool wal)
 
 	/*
 	 * Wakes the WAL writer to write and flush up to here as an asynchronous
-	 * commit does. A merge's list pages are 0.3 GB of WAL at 2M rows: left
+	 * commit does. A merge's list pages are a large stream of WAL: left
 	 * to them, the writers stall on each WAL buffer they need written and on
 	 * each segment's fsync, or the merge's final flush does it all at once.
 	 */

@@ -4,15 +4,13 @@
  * The GPU worker publishes a merge's search lists in row order while it
  * writes the rest of them out and links the graph's components
  * (TSDG_PHASE_LINK); the CPU worker publishes them all with its answer. One
- * backend wrote the 37,255 list pages of a merge of 100k rows into 1.8M rows
- * in 1.05 s and finished 0.77 s after the GPU worker's answer. So parallel
- * workers (max_parallel_maintenance_workers of them, as for CREATE INDEX)
- * and the session share the pages, 32 at a time (one WAL record of page
- * images), in order, each claim written once the worker has published the
- * lists of its last page. The workers wait for lists; the session writes
+ * backend writing them alone, WAL-bound, finishes well after the GPU
+ * worker's answer. So parallel workers (max_parallel_maintenance_workers of
+ * them, as for CREATE INDEX) and the session share the pages, 32 at a time
+ * (one WAL record of page images), in order, each claim written once the
+ * worker has published the lists of its last page. The workers wait for lists; the session writes
  * what is ready whenever it polls the worker, and the rest at the answer.
- * Three writers were 1.3-1.4 times as fast as one on the H100 machines (the
- * WAL insertion does not scale further there) and finished by the answer.
+ * Past a few writers the WAL insertion, not the writers, sets the pace.
  * Without workers (none configured or free, a temporary index, or the merge
  * runs in a parallel worker or in autovacuum, which launches none) the
  * session writes them all the same way.

@@ -89,8 +89,8 @@ TsdgWriteKnnPages(void *arg)
 /*
  * TsdgMergeSegment's lists_ready: the list pages whose lists the worker has
  * written out (the first rows of them), written while it writes the others
- * and links the graph's components (list pages are a third of a merge's time
- * into 2M rows, WAL-bound), by parallel workers and by this session
+ * and links the graph's components (writing list pages is WAL-bound and a
+ * large share of a merge's time), by parallel workers and by this session
  * (tsdglistwriters.c). The few lists the linking changes are written again
  * after the answer (TsdgWriteListPagesAgain).
  */

@@ -206,8 +206,8 @@ TsdgCopyOut(const void *src, Size bytes)
 
 /*
  * Page-locks the pages of r's k-NN lists, which the next merge of the graph
- * uploads whole (0.5 GB at 2M rows): from pageable memory the GPU copies them
- * through a staging buffer. Failing only costs that speed.
+ * uploads whole (4 build_k bytes a row): from pageable memory the GPU copies
+ * them through a staging buffer. Failing only costs that speed.
  */
 static void
 PinResidentLists(ResidentIndex *r, Size bytes)

@@ -31,10 +31,9 @@ SearchUnreached(const ResidentIndex *r, const float *queries, int nq, int uk,
 
 /*
  * Up to this many distances (queries times unreached rows) the worker scores
- * the unreached rows on its own thread: a search of an index with 313 of them
- * took 0.36 ms through the device's exact set and 0.28 ms without them (one
- * session, H100; docs/benchmarks.md), the set's launch and top-k selection
- * costing more than the distances.
+ * the unreached rows on its own thread: for a few hundred rows and a few
+ * queries, the device's exact set costs more in its launch and top-k
+ * selection than the distances do.
  */
 #define TSDG_HOST_UNREACHED_WORK	2048
 
@@ -191,8 +190,7 @@ MergeUnreachedTids(const ResidentIndex *r, const float *queries, int nq, int k,
  * The pending rows an index scan's round gets at most: the nearest of them,
  * with the distance past which the scan reads the rest itself
  * (TsdgTakeOverPending). A LIMIT up to this never does; a smaller k makes the
- * brute force cheaper (0.17 ms at k 10 against 0.35 ms at k 100 for one
- * query over 100k rows on an H100).
+ * brute force's top-k selection cheaper.
  */
 #define TSDG_PENDING_ROUND_ROWS	32
 
