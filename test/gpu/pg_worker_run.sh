@@ -25,7 +25,7 @@
 # PG_EXTRA_CONF: one more postgresql.conf line (e.g. "tsdg.worker_backend = cpu"
 # to try a mode on a machine without a GPU).
 # Writes under $OUT: run.log, regress/ (the regression test's output and
-# diffs), tap/ (the TAP tests' logs), bench.log, worker_bench.json,
+# diffs), tap_logs.tar.gz (the TAP tests' logs), bench.log, worker_bench.json,
 # pending_bench.{json,log}, merge_bench.md, merge_bench.log, server.log.
 source "$(dirname "$0")/../../scripts/common.sh"
 set +e
@@ -85,8 +85,7 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
   else
     echo "worker TAP tests: FAILED"; failed=1
   fi
-  mkdir -p "$OUT/tap"
-  cp "$work"/tap/tmp_check/log/* "$OUT/tap/" 2>/dev/null
+  tar czf "$OUT/tap_logs.tar.gz" -C "$work/tap/tmp_check" log
 fi
 
 if [ "$mode" = bench ] || [ "$mode" = all ]; then

@@ -19,6 +19,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 use TsdgTest;
 
 my $dims = 32;
@@ -133,6 +134,20 @@ sub shipped_for_search
 	query("SET enable_seqscan = off; SET tsdg.device = gpu;
 		SELECT count(*) FROM (SELECT t.id FROM items t ORDER BY t.v <-> (SELECT v FROM items WHERE id = $row) LIMIT 10) a");
 	return worker_status($node, 'index_loads') - $loads;
+}
+
+# Waits until the server log from byte $from on has a line matching $re,
+# looking every 10 ms: a merge on a GPU is over soon after it starts, and the
+# cancel and the kills below must come while it runs. Dies after 60 s.
+sub wait_for_log
+{
+	my ($re, $from) = @_;
+	for (1 .. 6000)
+	{
+		return if logged($from, $re);
+		usleep(10_000);
+	}
+	die "timed out waiting for $re in the server log";
 }
 
 # a statement in a session of its own, in the background: (handle, \stdout, \stderr)
@@ -269,10 +284,14 @@ $next = $end;
 $load_rows *= 3;
 load('items', $next, $load_rows, 4);
 $next += $load_rows;
+# connected beforehand, so that the cancel follows the log line at once
+my $canceller = $node->background_psql('postgres');
 $from = log_position();
 my ($session, $out, $err) = start_session("SELECT tsdg_merge('items_idx')");
-$node->wait_for_log(qr/pg_tsdg GPU worker: merging/, $from);
-query("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE 'SELECT tsdg_merge%' AND pid <> pg_backend_pid()");
+wait_for_log(qr/pg_tsdg GPU worker: merging/, $from);
+$canceller->query_safe(
+	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE 'SELECT tsdg_merge%' AND pid <> pg_backend_pid()");
+$canceller->quit;
 ok(!$session->finish, 'the cancelled merge does not complete');
 like($$err, qr/canceling statement due to user request/, 'the merge is cancelled');
 # a GPU may finish the merge before it sees the cancel (it looks every 50
@@ -281,11 +300,11 @@ like($$err, qr/canceling statement due to user request/, 'the merge is cancelled
 my $stopped = qr{pg_tsdg GPU worker: merge for index [0-9/]* cancelled};
 if ($cpu_backend)
 {
-	$node->wait_for_log($stopped, $from);
+	wait_for_log($stopped, $from);
 }
 else
 {
-	$node->wait_for_log(qr/$stopped|pg_tsdg GPU worker: merged index/, $from);
+	wait_for_log(qr/$stopped|pg_tsdg GPU worker: merged index/, $from);
 	note('cancel: the worker finished the merge before it saw the cancel; the session dropped it')
 	  unless logged($from, $stopped);
 }
@@ -300,10 +319,11 @@ finds_itself('items', $next - $load_rows, $next, 'merged after a cancelled merge
 load('items', $next, $load_rows, 5);
 $next += $load_rows;
 my $fallbacks = worker_status($node, 'fallbacks');
+my $worker_pid = worker_status($node, 'worker_pid');
 $from = log_position();
 ($session, $out, $err) = start_session('SET log_min_messages = debug1', "SELECT tsdg_merge('items_idx')");
-$node->wait_for_log(qr/pg_tsdg GPU worker: merging/, $from);
-kill 'KILL', worker_status($node, 'worker_pid');
+wait_for_log(qr/pg_tsdg GPU worker: merging/, $from);
+kill 'KILL', $worker_pid;
 ok($session->finish, "the merge completes when the worker is killed: $$err");
 is($$out, "$load_rows\n", 'the merge after the kill merges the load');
 # a GPU may have answered before the kill came: the session then finishes
@@ -340,11 +360,12 @@ for my $attempt (1 .. 3)
 {
 	wait_ready("before attempt $attempt to kill it in its summary");
 	load('items', $next, $load_rows, 20 + $attempt);
+	$worker_pid = worker_status($node, 'worker_pid');
 	$from = log_position();
 	($session, $out, $err) = start_session('SET log_min_messages = debug1', 'SET tsdg.ef_search = 400',
 		"SELECT tsdg_merge('items_idx')");
-	$node->wait_for_log(qr/pg_tsdg GPU worker: merged index/, $from);
-	kill 'KILL', worker_status($node, 'worker_pid');
+	wait_for_log(qr/pg_tsdg GPU worker: merged index/, $from);
+	kill 'KILL', $worker_pid;
 	ok($session->finish, "the merge completes when the worker is killed in its summary: $$err");
 	is($$out, "$load_rows\n", 'the merge with the worker killed in its summary merges the load');
 	$end = $next + $load_rows;
