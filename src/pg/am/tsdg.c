@@ -1,16 +1,13 @@
 /*
- * The tsdg index access method: handler, reloptions, GUCs, cost estimate.
+ * The tsdg index access method: handler, reloptions, GUCs.
  */
 #include "postgres.h"
-
-#include <float.h>
 
 #include "access/amapi.h"
 #include "access/reloptions.h"
 #include "commands/progress.h"
 #include "commands/vacuum.h"
 #include "utils/guc.h"
-#include "utils/selfuncs.h"
 
 #include "pg_tsdg.h"
 #include "tsdg.h"
@@ -103,58 +100,6 @@ tsdgbuildphasename(int64 phasenum)
 		default:
 			return NULL;
 	}
-}
-
-/*
- * The index only answers ORDER BY distance: without an ordering operator it
- * costs infinity, so a plain WHERE never uses it. With one, the work is about
- * ef_search node expansions of degree R, nearly all done before the first
- * row comes back.
- */
-static void
-tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
-				 Cost *indexStartupCost, Cost *indexTotalCost,
-				 Selectivity *indexSelectivity, double *indexCorrelation,
-				 double *indexPages)
-{
-	GenericCosts costs;
-	TsdgOptions *opts;
-	Relation	index;
-	int			degree;
-
-	if (path->indexorderbys == NIL)
-	{
-		*indexStartupCost = DBL_MAX;
-		*indexTotalCost = DBL_MAX;
-		*indexSelectivity = 0;
-		*indexCorrelation = 0;
-		*indexPages = 0;
-		return;
-	}
-
-	index = index_open(path->indexinfo->indexoid, NoLock);
-	opts = TsdgGetOptions(index);
-	if (opts != NULL)
-		degree = opts->degree;
-	else
-	{
-		TsdgBuildParams defaults;
-
-		tsdg_build_params_default(&defaults);
-		degree = defaults.degree;
-	}
-	index_close(index, NoLock);
-
-	MemSet(&costs, 0, sizeof(costs));
-	costs.numIndexTuples = Min((double) tsdg_ef_search * degree,
-							   Max(path->indexinfo->tuples, 1.0));
-	genericcostestimate(root, path, loop_count, &costs);
-
-	*indexStartupCost = costs.indexTotalCost;
-	*indexTotalCost = costs.indexTotalCost;
-	*indexSelectivity = costs.indexSelectivity;
-	*indexCorrelation = costs.indexCorrelation;
-	*indexPages = costs.numIndexPages;
 }
 
 static bytea *

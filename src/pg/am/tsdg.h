@@ -466,6 +466,14 @@ extern void TsdgParamsFromOptions(Relation index, TsdgBuildParams *params);
 extern IndexBuildResult *tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo);
 extern void tsdgbuildempty(Relation index);
 
+/* tsdgcost.c */
+struct PlannerInfo;
+struct IndexPath;
+extern void tsdgcostestimate(struct PlannerInfo *root, struct IndexPath *path, double loop_count,
+							 Cost *indexStartupCost, Cost *indexTotalCost,
+							 Selectivity *indexSelectivity, double *indexCorrelation,
+							 double *indexPages);
+
 /* tsdginsert.c */
 extern bool tsdginsert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 					   Relation heap, IndexUniqueCheck checkUnique, bool indexUnchanged,

@@ -1,0 +1,50 @@
+-- The planner's choice for ORDER BY distance: the index wherever it does less
+-- work than a sequential scan and a sort, at every ef_search, including wide
+-- vectors stored out of line (TOAST) and small tables; a sequential scan where
+-- a filter leaves few rows, where ef_search asks the search to score most of a
+-- table of narrow vectors, and for an ordered scan of the whole table.
+SET client_min_messages = warning;
+
+-- wide vectors, stored out of line: 2,500 rows of 1,536 dimensions
+CREATE TABLE pwide (id int, cat int, v vector(1536));
+INSERT INTO pwide SELECT i, i % 100,
+	(SELECT array_agg(sin(i * 0.37 + j * (1 + i % 7)))::real[] FROM generate_series(1, 1536) j)::vector
+	FROM generate_series(1, 2500) i;
+CREATE INDEX pwide_v ON pwide USING tsdg (v vector_l2_ops);
+ANALYZE pwide;
+SELECT pg_relation_size('pwide') < 2500 * 1536 * 4 / 4 AS vectors_out_of_line;
+SELECT v AS q FROM pwide WHERE id = 7 \gset
+-- the scan that answers a query (COSTS OFF: the plan, not its numbers)
+CREATE FUNCTION plan_of(query text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE line text;
+BEGIN
+	FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || query LOOP
+		IF line ~ 'Index Scan|Seq Scan' THEN RETURN regexp_replace(line, '^[ >-]*| on .*$', '', 'g'); END IF;
+	END LOOP;
+	RETURN NULL;
+END $$;
+SELECT ef, plan_of('SELECT id FROM pwide ORDER BY v <-> ' || quote_literal(:'q') || ' LIMIT 10') AS plan
+FROM unnest(ARRAY[10, 40, 100, 400, 1000]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+-- one row in a hundred: the index would widen its search to a thousand rows
+SELECT ef, plan_of('SELECT id FROM pwide WHERE cat = 3 ORDER BY v <-> ' || quote_literal(:'q') || ' LIMIT 10') AS plan
+FROM unnest(ARRAY[10, 100]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+-- every row, in order: a sort of the table
+RESET tsdg.ef_search;
+SELECT plan_of('SELECT id FROM pwide ORDER BY v <-> ' || quote_literal(:'q')) AS plan;
+
+-- narrow vectors: 10,000 rows of 8 dimensions, each row scanned cheaply
+CREATE TABLE pnarrow (id int, cat int, v vector(8));
+INSERT INTO pnarrow SELECT i, i % 100,
+	ARRAY[sin(i), cos(i * 0.3), (i % 17) / 9.0, (i % 5) / 3.0,
+		  sin(i * 0.11), cos(i * 0.05), (i % 23) / 11.0, (i % 7) / 4.0]::real[]::vector
+	FROM generate_series(1, 10000) i;
+CREATE INDEX pnarrow_v ON pnarrow USING tsdg (v vector_l2_ops);
+ANALYZE pnarrow;
+SELECT ef, plan_of('SELECT id FROM pnarrow ORDER BY v <-> ''[0,1,0.5,0.5,0,1,1,0.5]'' LIMIT 10') AS plan
+FROM unnest(ARRAY[10, 40, 100, 1000]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+SELECT ef, plan_of('SELECT id FROM pnarrow WHERE cat = 3 ORDER BY v <-> ''[0,1,0.5,0.5,0,1,1,0.5]'' LIMIT 10') AS plan
+FROM unnest(ARRAY[10, 100]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+RESET tsdg.ef_search;
+
+DROP TABLE pwide, pnarrow;
+DROP FUNCTION plan_of(text);
