@@ -267,20 +267,26 @@ TsdgExpand(Relation index, TsdgScanOpaque so)
 static bool
 TsdgWorkerRound(Relation index, TsdgScanOpaque so)
 {
-	bool		pending_searched = false;
+	bool		pending_searched;
 	int			graph_rows = 0;
+	TsdgWorkerResults results;
 
 	so->result_ids = repalloc(so->result_ids, sizeof(uint32) * so->ef);
 	so->result_dists = repalloc(so->result_dists, sizeof(float) * so->ef);
 	so->result_tids = palloc(sizeof(ItemPointerData) * so->ef);
+	results.ids = so->result_ids;
+	results.dists = so->result_dists;
+	results.tids = so->result_tids;
 	if (!TsdgWorkerSearch(index, &so->meta, so->query, so->ef, so->ef, tsdg_lambda_search,
-						  so->result_ids, so->result_dists, so->result_tids, &so->result_count,
-						  &pending_searched, &so->pending_bound))
+						  &results))
 	{
 		pfree(so->result_tids);
 		so->result_tids = NULL;
 		return false;
 	}
+	so->result_count = results.count;
+	pending_searched = results.pending_searched;
+	so->pending_bound = results.pending_bound;
 	so->round_rows = so->result_count;
 	so->pending_from_worker = pending_searched;
 	if (pending_searched)

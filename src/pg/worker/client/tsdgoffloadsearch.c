@@ -192,9 +192,7 @@ TsdgSetSearchArgs(TsdgSearchArgs *args, const TsdgIndexKey *key, int dims, int k
 
 bool
 TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *query,
-				 int max_results, int ef, int lambda_limit,
-				 uint32 *ids, float *dists, ItemPointerData *tids, int *count,
-				 bool *pending_searched, float *pending_bound)
+				 int max_results, int ef, int lambda_limit, TsdgWorkerResults *results)
 {
 	TsdgIndexKey key;
 
@@ -221,12 +219,14 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 
 		if (answered && slot->reply == TSDG_REPLY_OK)
 		{
-			*count = slot->result_count;
-			memcpy(dists, TsdgSlotResultDists(slot), sizeof(float) * *count);
-			memcpy(ids, TsdgSlotResultIds(slot, max_results), sizeof(uint32) * *count);
-			memcpy(tids, TsdgSlotResultTids(slot, max_results), sizeof(ItemPointerData) * *count);
-			*pending_searched = slot->pending_searched;
-			*pending_bound = slot->pending_bound;
+			results->count = slot->result_count;
+			memcpy(results->dists, TsdgSlotResultDists(slot), sizeof(float) * results->count);
+			memcpy(results->ids, TsdgSlotResultIds(slot, max_results),
+				   sizeof(uint32) * results->count);
+			memcpy(results->tids, TsdgSlotResultTids(slot, max_results),
+				   sizeof(ItemPointerData) * results->count);
+			results->pending_searched = slot->pending_searched;
+			results->pending_bound = slot->pending_bound;
 			/* where a query's round trip goes: log_min_messages = debug1 to see it */
 			ereport(DEBUG1,
 					(errmsg_internal("tsdg worker search: %lld us to the worker, %lld us on it, %lld us back",

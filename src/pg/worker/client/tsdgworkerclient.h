@@ -25,19 +25,32 @@ extern int	tsdg_worker_pending_rows;
 extern bool TsdgWorkerUsable(void);
 
 
+/* where a graph search by the worker leaves its results */
+typedef struct TsdgWorkerResults
+{
+	uint32	   *ids;			/* max_results of each, filled by the search */
+	float	   *dists;
+	ItemPointerData *tids;
+	int			count;
+	/*
+	 * the worker searched the index's pending rows too: the nearest of them
+	 * are among the results with id TSDG_PENDING_ROW_ID, and those left out
+	 * are no nearer than pending_bound
+	 */
+	bool		pending_searched;
+	float		pending_bound;
+} TsdgWorkerResults;
+
 /*
  * One graph search by the worker: up to max_results node ids with their
  * comparison distances, ascending, and their heap TIDs (invalid for a node
- * deleted in the version searched). With pending_searched set, the worker
- * searched the index's pending rows too: the nearest of them are among the
- * results with id TSDG_PENDING_ROW_ID, and those left out are no nearer than
- * pending_bound. False when the session should search on the CPU instead (no
- * worker, worker busy, timeout, worker died, no DSM).
+ * deleted in the version searched), into results. False when the session
+ * should search on the CPU instead (no worker, worker busy, timeout, worker
+ * died, no DSM); results' count and pending fields are then as they were.
  */
 extern bool TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *query,
 							 int max_results, int ef, int lambda_limit,
-							 uint32 *ids, float *dists, ItemPointerData *tids, int *count,
-							 bool *pending_searched, float *pending_bound);
+							 TsdgWorkerResults *results);
 
 /*
  * Where a batch of searches by the worker reads its queries and leaves its
