@@ -1,5 +1,6 @@
 /*
- * Parallel writers of a worker merge's list pages.
+ * Parallel writers of a worker merge's list pages: run in the session that
+ * merges and in the parallel workers it launches.
  *
  * The GPU worker publishes a merge's search lists in row order while it
  * writes the rest of them out and links the graph's components

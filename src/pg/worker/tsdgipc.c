@@ -2,6 +2,8 @@
  * The request slots shared by the sessions and the GPU worker: the shared
  * memory segment, the slot protocol of both sides, the batch area, and the
  * layout helpers of bulk (DSM) segments. See tsdgipc.h for the protocol.
+ * Runs in every process of the worker protocol: the sessions, the supervisor
+ * and the GPU server.
  */
 #include "postgres.h"
 

@@ -1,10 +1,10 @@
 /*
- * Free and total memory of the worker's GPU for tsdg_gpu_status(), read
- * through NVML (libnvidia-ml.so.1, which comes with the driver) loaded at run
- * time: it asks the driver without a CUDA context, so the numbers include
- * every process on the device. Where NVML is missing they stay unknown (-1).
- * The device number is NVML's, which matches CUDA's unless
- * CUDA_VISIBLE_DEVICES reorders the devices.
+ * Free and total memory of the worker's GPU for tsdg_gpu_status(), read by
+ * the GPU server process through NVML (libnvidia-ml.so.1, which comes with
+ * the driver) loaded at run time: it asks the driver without a CUDA context,
+ * so the numbers include every process on the device. Where NVML is missing
+ * they stay unknown (-1). The device number is NVML's, which matches CUDA's
+ * unless CUDA_VISIBLE_DEVICES reorders the devices.
  */
 #include "postgres.h"
 

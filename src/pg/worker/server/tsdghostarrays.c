@@ -1,11 +1,11 @@
 /*
- * Host memory of the GPU worker's merged graphs: the rows and k-NN lists of
- * a graph the worker merged and keeps for the next merge. They lie here
- * rather than in the merge's shared memory segment, which the session makes
- * and the kernel zeroes before the request, a wait that grows with the
- * graph: each merge takes the arrays of the graph two merges back, which the
- * graph it merges from replaced, so a run of merges grows into arrays with
- * room to spare and faults in no new memory.
+ * Host memory of the GPU worker's merged graphs (in the GPU server process):
+ * the rows and k-NN lists of a graph the worker merged and keeps for the
+ * next merge. They lie here rather than in the merge's shared memory
+ * segment, which the session makes and the kernel zeroes before the request,
+ * a wait that grows with the graph: each merge takes the arrays of the graph
+ * two merges back, which the graph it merges from replaced, so a run of
+ * merges grows into arrays with room to spare and faults in no new memory.
  * Spares nobody took within TSDG_SPARE_IDLE_SECONDS are given back to the
  * kernel.
  */
