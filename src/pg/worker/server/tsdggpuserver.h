@@ -28,6 +28,10 @@ typedef struct BulkMapping
 	Size		size;
 } BulkMapping;
 
+/*
+ * An index the server holds resident: the core's TsdgResidentIndex (what its
+ * searches run on) and what the server keeps beside it
+ */
 typedef struct ResidentIndex
 {
 	bool		used;
@@ -39,7 +43,7 @@ typedef struct ResidentIndex
 	ItemPointerData *tids;		/* n, for batch answers */
 	uint8	   *flags;			/* n node flags, NULL when none is deleted */
 	/*
-	 * host arrays: the rows and the search graph, which the search index
+	 * host arrays: the rows and the search graph, which the core's index
 	 * reads (the CPU's searches, the GPU's entry points), and for the next
 	 * merge the k-NN lists when the worker built or merged the graph itself
 	 * (knn_ids NULL for a shipped image)
