@@ -19,7 +19,7 @@ start_cluster "$work" 54343 "shared_buffers = '1GB'" "maintenance_work_mem = '2G
 "$py" "$TSDG_ROOT/test/support/clustered_vectors.py" "$rows" $dims 1 > "$work/items.tsv"
 "$py" "$TSDG_ROOT/test/support/clustered_vectors.py" "$queries" $dims 2 > "$work/queries.tsv"
 psql -X -q -v ON_ERROR_STOP=1 \
-  -c "CREATE EXTENSION pg_tsdg" \
+  -c "CREATE EXTENSION pg_tsdg CASCADE" \
   -c "CREATE TABLE items (id int PRIMARY KEY, v vector($dims))" \
   -c "\\copy items FROM '$work/items.tsv'" \
   -c "VACUUM ANALYZE items"

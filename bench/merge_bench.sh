@@ -72,7 +72,7 @@ no_autovacuum="WITH (autovacuum_enabled = off)"
 
 log "generating $total x $dims clustered rows (chunks of $chunk loaded in parallel) and $queries queries with their exact top 10"
 t0=$(now)
-sql -c "CREATE EXTENSION IF NOT EXISTS pg_tsdg" \
+sql -c "CREATE EXTENSION IF NOT EXISTS pg_tsdg CASCADE" \
     -c "CREATE TABLE rows_all (id int, chunk int, v vector($dims)) $no_autovacuum" \
     -c "CREATE TABLE queries (id int, v vector($dims), truth int[])"
 # the ground truth (float64, from the chunks regenerated) while the chunks load

@@ -25,7 +25,7 @@ missed() {
       AND (SELECT x.id FROM t x ORDER BY x.v <-> p.v LIMIT 1) <> p.id"
 }
 
-sql -c "CREATE EXTENSION pg_tsdg" -c "CREATE TABLE t (id int, v vector(128))"
+sql -c "CREATE EXTENSION pg_tsdg CASCADE" -c "CREATE TABLE t (id int, v vector(128))"
 "$py" "$gen" 50000 128 1 | sql -c "COPY t FROM STDIN"
 sql -c "CREATE INDEX ti ON t USING tsdg (v vector_l2_ops)"
 for load in 1 2; do

@@ -139,7 +139,7 @@ def prepare_database(server, database, extension, base, queries, args, results):
     --reuse-tables finds it there."""
     if server.value("postgres", "SELECT 1 FROM pg_database WHERE datname = '%s'" % database) is None:
         server.query("postgres", "CREATE DATABASE %s" % database)
-    server.query(database, "CREATE EXTENSION IF NOT EXISTS %s" % extension)
+    server.query(database, "CREATE EXTENSION IF NOT EXISTS %s CASCADE" % extension)
     present = workload.table_rows(server, database)
     if args.reuse_tables and present == (base.shape[0], queries.shape[0]):
         step("reusing the tables in %s (%d rows)" % (database, base.shape[0]))
@@ -271,8 +271,11 @@ def main(argv):
     candidates = [methods.tsdg(args.dbname, args.tsdg_options, ef_values, lambda_values)]
     if not args.no_exact:
         candidates.append(methods.exact(args.dbname))
+    # pg_tsdg installs its own extension "vector" where pgvector is not: only
+    # pgvector's has the hnsw index
     if not args.no_pgvector and server.value(
-            "postgres", "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"):
+            "postgres", "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
+            " AND default_version NOT LIKE '%+tsdg'"):
         candidates.append(methods.pgvector_hnsw(args.dbname + "_pgvector", ef_values))
     else:
         step("pgvector not installed (or --no-pgvector): comparing tsdg with the exact scan only")

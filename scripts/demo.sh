@@ -19,7 +19,7 @@ start_cluster "$work" "${TSDG_DEMO_PORT:-54330}"
 log "random vectors and distance queries"
 psql -X -v ON_ERROR_STOP=1 -v rows="${TSDG_DEMO_ROWS:-5000}" -v dims="${TSDG_DEMO_DIMS:-128}" <<'SQL'
 \set QUIET on
-CREATE EXTENSION pg_tsdg;
+CREATE EXTENSION pg_tsdg CASCADE;
 CREATE TABLE items (id bigint PRIMARY KEY, embedding vector(:dims));
 -- one row per id, its dims random components aggregated into a vector
 INSERT INTO items

@@ -1,4 +1,10 @@
--- The tsdg index access method and its operator classes.
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION pg_tsdg CASCADE" to load this file. \quit
+
+-- The tsdg index access method and its operator classes, for the vector type
+-- of the extension "vector" (pgvector's, or pg_tsdg's own): the operators are
+-- that extension's, the index reads the values itself, since both lay them
+-- out alike.
 
 CREATE FUNCTION tsdghandler(internal) RETURNS index_am_handler
 	AS 'MODULE_PATHNAME' LANGUAGE C;

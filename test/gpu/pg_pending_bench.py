@@ -86,7 +86,7 @@ def main():
 
     wb.psql("DROP DATABASE IF EXISTS %s" % wb.DB, db="postgres")
     wb.psql("CREATE DATABASE %s" % wb.DB, db="postgres")
-    wb.psql("CREATE EXTENSION pg_tsdg")
+    wb.psql("CREATE EXTENSION pg_tsdg CASCADE")
     wb.psql("CREATE TABLE items (id int4 NOT NULL, embedding vector(%d) NOT NULL);"
             "CREATE TABLE queries (id int4 PRIMARY KEY, v vector(%d) NOT NULL)" % (args.dim, args.dim))
     # the pending rows stay pending: autovacuum would merge them

@@ -159,7 +159,7 @@ def main():
 
     psql("DROP DATABASE IF EXISTS %s" % DB, db="postgres")
     psql("CREATE DATABASE %s" % DB, db="postgres")
-    psql("CREATE EXTENSION pg_tsdg")
+    psql("CREATE EXTENSION pg_tsdg CASCADE")
     psql("CREATE TABLE items (id int4 NOT NULL, embedding vector(%d) NOT NULL);"
          "CREATE TABLE queries (id int4 PRIMARY KEY, v vector(%d) NOT NULL)" % (args.dim, args.dim))
     step("COPY")

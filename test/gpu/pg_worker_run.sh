@@ -50,7 +50,7 @@ start_cluster "$work" "${TSDG_TEST_PORT:-5544}" \
   "max_connections = 300" "jit = off" "max_wal_size = 20GB" "checkpoint_timeout = 30min" \
   "log_min_duration_statement = 1000" "log_statement = 'ddl'" "track_wal_io_timing = on" \
   "tsdg.batch_wait_us = ${BATCH_WAIT_US:-100}" ${PG_EXTRA_CONF:+"$PG_EXTRA_CONF"} || exit 1
-psql -X -q -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pg_tsdg"
+psql -X -q -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pg_tsdg CASCADE"
 
 state=""
 for _ in $(seq 1 120); do
@@ -71,7 +71,7 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
   mkdir -p "$OUT/regress"
   chmod 777 "$OUT/regress"
   if "$pgxs/test/regress/pg_regress" --bindir="$PGBIN" --inputdir=test/regress \
-       --outputdir="$OUT/regress" --load-extension=pg_tsdg --dbname=contrib_regression worker; then
+       --outputdir="$OUT/regress" --load-extension=vector --load-extension=pg_tsdg --dbname=contrib_regression worker; then
     echo "worker regression test: ok"
   else
     echo "worker regression test: FAILED"; head -60 "$OUT/regress/regression.diffs"; failed=1

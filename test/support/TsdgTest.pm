@@ -88,7 +88,7 @@ sub worker_node
 			"autovacuum = off", "tsdg.worker_backend = $backend",
 			"log_min_messages = log", "log_statement = none", @conf
 		]);
-	$node->safe_psql('postgres', 'CREATE EXTENSION pg_tsdg');
+	$node->safe_psql('postgres', 'CREATE EXTENSION pg_tsdg CASCADE');
 	return $node;
 }
 

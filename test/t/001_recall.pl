@@ -20,7 +20,7 @@ my $gen = support_file('clustered_vectors.py');
 system_or_bail("$py $gen $rows 128 1 > $tmp/items.tsv");
 system_or_bail("$py $gen $queries 128 2 > $tmp/queries.tsv");
 $node->safe_psql('postgres', qq{
-	CREATE EXTENSION pg_tsdg;
+	CREATE EXTENSION pg_tsdg CASCADE;
 	CREATE TABLE items (id int PRIMARY KEY, v vector(128));
 	CREATE TABLE queries (id int PRIMARY KEY, v vector(128));
 	\\copy items FROM '$tmp/items.tsv'

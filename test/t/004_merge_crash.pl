@@ -30,7 +30,7 @@ sub index_state
 
 my $random32 = random_vector_sql(32, 'i');
 $node->safe_psql('postgres', qq{
-	CREATE EXTENSION pg_tsdg;
+	CREATE EXTENSION pg_tsdg CASCADE;
 	SELECT setseed(0.25);
 	CREATE TABLE items (id int PRIMARY KEY, v vector(32));
 	INSERT INTO items SELECT i, $random32 FROM generate_series(1, 30000) i;

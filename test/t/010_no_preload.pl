@@ -16,7 +16,7 @@ $node->start;
 
 is($node->safe_psql('postgres', 'SHOW shared_preload_libraries'), '', 'the server does not preload pg_tsdg');
 
-$node->safe_psql('postgres', 'CREATE EXTENSION pg_tsdg');
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_tsdg CASCADE');
 $node->safe_psql(
 	'postgres', q{
 	CREATE TABLE items (id int, v vector(4));

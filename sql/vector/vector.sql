@@ -1,8 +1,10 @@
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
-\echo Use "CREATE EXTENSION pg_tsdg" to load this file. \quit
+\echo Use "CREATE EXTENSION vector" to load this file. \quit
 
--- The vector type, compatible with pgvector's: same text and binary forms,
--- same operators and function names.
+-- The vector type for servers without pgvector, compatible with pgvector's:
+-- same name, same text and binary forms, same operators and function names,
+-- so that applications that create the extension "vector", and dumps of
+-- pgvector databases, work unchanged; the tsdg index takes either.
 
 CREATE TYPE vector;
 
