@@ -113,7 +113,8 @@ for my $preload (1, 0)
 		next;
 	}
 
-	# the application's own setup, as LangChain's PGVector store runs it
+	# the application's own setup, as LangChain's PGVector store runs it: its
+	# embedding column has no dimension count
 	$node->safe_psql('postgres', 'CREATE DATABASE app');
 	for (1 .. 2)
 	{
@@ -127,7 +128,7 @@ for my $preload (1, 0)
 		CREATE TABLE langchain_pg_embedding (
 			id varchar PRIMARY KEY,
 			collection_id uuid REFERENCES langchain_pg_collection (uuid) ON DELETE CASCADE,
-			embedding vector($dims), document varchar, cmetadata jsonb);
+			embedding vector, document varchar, cmetadata jsonb);
 		INSERT INTO langchain_pg_collection
 			VALUES ('00000000-0000-0000-0000-000000000001', 'docs', '{}');
 		INSERT INTO langchain_pg_embedding
