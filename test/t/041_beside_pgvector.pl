@@ -119,6 +119,12 @@ for my $preload (1, 0)
 		cmp_ok($recall{$index}, '>=', $min_recall, "$label: recall\@10 of $index is $recall{$index}");
 	}
 
+	# pg_tsdg's batch search takes arrays of pgvector's type
+	is($node->safe_psql('postgres', q{
+		SELECT count(*), count(DISTINCT query) FROM tsdg_search_batch('items_tsdg',
+			(SELECT array_agg(v ORDER BY i) FROM queries), 10)}),
+		10 * $queries . "|$queries", "$label: tsdg_search_batch over an array of pgvector's vectors");
+
 	# pgvector's other types and functions in the same session
 	is($node->safe_psql('postgres', q{
 		LOAD 'pg_tsdg';
