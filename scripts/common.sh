@@ -54,6 +54,10 @@ build_and_install() {
     fi
     log "installing into $TSDG_PG_PREFIX"
     make -s --no-print-directory -C "$TSDG_ROOT" install DESTDIR="$TSDG_PG_PREFIX" "${pg_config[@]}" >/dev/null
+    # the copy keeps whatever module the system had when it was made: a test
+    # of that one would pass for a test of this build
+    cmp -s "$TSDG_ROOT/pg_tsdg.so" "$PGBIN/../lib/pg_tsdg.so" ||
+      { echo "pg_tsdg.so was not installed into $TSDG_PG_PREFIX" >&2; return 1; }
   else
     log "installing into $(pg_config --pkglibdir)"
     make -s --no-print-directory -C "$TSDG_ROOT" install >/dev/null
