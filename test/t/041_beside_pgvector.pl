@@ -4,7 +4,9 @@
 # sessions, and pg_dump/pg_restore carries both. The two shared objects share
 # one backend without binding to each other's functions: the dynamic linker's
 # own trace of the server (LD_DEBUG=bindings) shows no symbol of one resolved
-# in the other, pg_tsdg loaded first (preloaded) or on demand.
+# in the other, pg_tsdg loaded first (preloaded) or on demand. And a database
+# made with pg_tsdg's own extension vector moves onto pgvector by dump and
+# restore.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -183,6 +185,41 @@ for my $preload (1, 0)
 	}
 	$node->stop;
 }
+
+# from pg_tsdg's extension vector to pgvector: a dump of a database on a
+# server without pgvector restores on one with it, tsdg index and all
+my $ours = PostgreSQL::Test::Cluster->new('without_pgvector');
+$ours->init;
+$ours->start;
+if ($ours->safe_psql('postgres', "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")
+	=~ /\+tsdg$/)
+{
+	$ours->safe_psql('postgres', qq{
+		CREATE EXTENSION pg_tsdg CASCADE;
+		CREATE TABLE items (id int PRIMARY KEY, v vector($dims));
+		INSERT INTO items @{[ clustered($rows, 0.1) ]};
+		CREATE TABLE queries AS @{[ clustered($queries, 0.2) ]};
+		CREATE INDEX items_tsdg ON items USING tsdg (v vector_l2_ops);});
+	my $dir = PostgreSQL::Test::Utils::tempdir;
+	$ours->command_ok([ 'pg_dump', '-Fc', '-f', "$dir/ours.dump", '-d', $ours->connstr('postgres') ],
+		'pg_dump of a database with pg_tsdg\'s extension vector');
+	my $target = PostgreSQL::Test::Cluster->new('moved_to_pgvector', install_path => $install);
+	$target->init;
+	$target->start;
+	$target->safe_psql('postgres', 'CREATE DATABASE moved');
+	$target->command_ok([ 'pg_restore', '--exit-on-error', '-d', $target->connstr('moved'), "$dir/ours.dump" ],
+		'pg_restore on a server with pgvector');
+	is($target->safe_psql('moved', "SELECT extversion FROM pg_extension WHERE extname = 'vector'"),
+		'0.8.6', 'the restored database has pgvector\'s extension vector');
+	cmp_ok(recall($target, 'moved', 'items', '<->'), '>=', $min_recall,
+		'recall@10 of the tsdg index restored onto pgvector\'s type');
+	$target->stop;
+}
+else
+{
+	note('the server in PATH has pgvector: no database with pg_tsdg\'s extension vector to move');
+}
+$ours->stop;
 
 # by name: what each object exports (t/040_vector_extension.pl checks pg_tsdg's
 # list in full)
