@@ -64,6 +64,8 @@ CREATE FUNCTION vector_sub(vector, vector) RETURNS vector
 	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION vector_mul(vector, vector) RETURNS vector
 	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION vector_concat(vector, vector) RETURNS vector
+	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- comparison
 
@@ -164,6 +166,10 @@ CREATE OPERATOR - (
 CREATE OPERATOR * (
 	LEFTARG = vector, RIGHTARG = vector, PROCEDURE = vector_mul,
 	COMMUTATOR = *
+);
+-- without it, a || b would silently concatenate the two vectors' text
+CREATE OPERATOR || (
+	LEFTARG = vector, RIGHTARG = vector, PROCEDURE = vector_concat
 );
 
 CREATE OPERATOR < (

@@ -1,7 +1,6 @@
 /*
- * tsdg page layout: record sizes, where node i lives, page initialization,
- * metapage access, and the conversion of a vector datum to the float array
- * the core searches (normalized for cosine).
+ * tsdg page layout: record sizes, where node i lives, page initialization
+ * and metapage access.
  */
 #include "postgres.h"
 
@@ -18,7 +17,6 @@
 #include "utils/rel.h"
 
 #include "tsdg.h"
-#include "vector.h"
 
 /* room for records on a row, list or k-NN page: everything after the page header */
 #define TSDG_RECORD_PAGE_SPACE	(BLCKSZ - MAXALIGN(SizeOfPageHeaderData))
@@ -61,6 +59,11 @@ TsdgCheckDimensions(Relation index, int dims)
 {
 	int			max_dims = TsdgMaxDimensions();
 
+	if (dims < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("vector must have at least 1 dimension for tsdg index \"%s\"",
+						RelationGetRelationName(index))));
 	if (dims > max_dims)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -213,6 +216,29 @@ TsdgKnnPerPage(int k)
 }
 
 /*
+ * Room for a zeroed record of size bytes after the records of a record page.
+ * A layout computed from a bad dimension count or degree must never write
+ * past the page into the shared buffer next to it, so this is checked in
+ * every build, not only with assertions.
+ */
+static char *
+TsdgAppendRecord(Page page, Size size)
+{
+	Size		lower = ((PageHeader) page)->pd_lower;
+	Size		limit = ((PageHeader) page)->pd_special;
+	char	   *rec;
+
+	if (lower < MAXALIGN(SizeOfPageHeaderData) || limit > BLCKSZ || lower > limit ||
+		size > limit - lower)
+		elog(ERROR, "tsdg record of %zu bytes does not fit a page filled to %zu bytes",
+			 size, lower);
+	rec = (char *) page + lower;
+	MemSet(rec, 0, size);
+	((PageHeader) page)->pd_lower += size;
+	return rec;
+}
+
+/*
  * Appends the rows [first, end) (indexes of tids and rows) to a row page,
  * after the records it holds.
  */
@@ -220,14 +246,13 @@ void
 TsdgFillRowPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
 				const ItemPointerData *tids, const float *rows)
 {
+	Assert(layout->row_size >= sizeof(TsdgNodeHeader) + sizeof(float) * layout->dims);
 	for (uint32 id = first; id < end; id++)
 	{
-		char	   *rec = (char *) page + ((PageHeader) page)->pd_lower;
+		char	   *rec = TsdgAppendRecord(page, layout->row_size);
 
-		MemSet(rec, 0, layout->row_size);
 		((TsdgNodeHeader *) rec)->heaptid = tids[id];
 		memcpy(TsdgRecordVector(rec), rows + (Size) id * layout->dims, sizeof(float) * layout->dims);
-		((PageHeader) page)->pd_lower += layout->row_size;
 	}
 }
 
@@ -241,11 +266,9 @@ TsdgFillListPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
 	TsdgInitRecordPage(page);
 	for (uint32 id = first; id < end; id++)
 	{
-		char	   *rec = (char *) page + ((PageHeader) page)->pd_lower;
+		char	   *rec = TsdgAppendRecord(page, layout->list_size);
 
-		MemSet(rec, 0, layout->list_size);
 		TsdgListWrite(layout, rec, neighbors + (Size) id * degree, lambdas + (Size) id * degree);
-		((PageHeader) page)->pd_lower += layout->list_size;
 	}
 }
 
@@ -253,9 +276,10 @@ TsdgFillListPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,
 static void
 TsdgFillKnnPage(Page page, const uint32 *knn_ids, int64 first, int64 end, int k)
 {
+	Size		size = sizeof(uint32) * k * (end - first);
+
 	TsdgInitRecordPage(page);
-	memcpy(PageGetContents(page), knn_ids + first * k, sizeof(uint32) * k * (end - first));
-	((PageHeader) page)->pd_lower += sizeof(uint32) * k * (end - first);
+	memcpy(TsdgAppendRecord(page, size), knn_ids + first * k, size);
 }
 
 /* Fills a page of an extent with the run's rows that belong on it (none past the run). */
@@ -714,66 +738,6 @@ TsdgIndexMetric(Relation index)
 				(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
 				 errmsg("tsdg operator class support function 1 returned unknown metric %d", metric)));
 	return (TsdgMetric) metric;
-}
-
-/* dimensions declared by the column's type modifier, or 0 when it has none */
-int
-TsdgIndexTypmodDims(Relation index)
-{
-	int32		typmod = TupleDescAttr(RelationGetDescr(index), 0)->atttypmod;
-
-	return typmod > 0 ? typmod : 0;
-}
-
-/*
- * Copies the floats of a vector datum into out (room for dims floats),
- * normalized for cosine, and sets *vec_dims to the vector's dimensions.
- * False when it has other than dims dimensions (out untouched) or is a zero
- * vector under cosine, which has no direction and so no place in a cosine
- * index. Lets callers fill their arrays without a copy per vector.
- */
-bool
-TsdgCopyVector(Datum value, TsdgMetric metric, int dims, float *out, int *vec_dims)
-{
-	Vector	   *vec = DatumGetVector(value);
-	bool		copied = vec->dim == dims;
-
-	*vec_dims = vec->dim;
-	if (copied)
-		memcpy(out, vec->x, sizeof(float) * dims);
-	if ((Pointer) vec != DatumGetPointer(value))
-		pfree(vec);
-
-	if (copied && metric == TSDG_METRIC_COSINE)
-	{
-		double		norm = sqrt((double) tsdg_norm_squared(out, dims));
-
-		if (norm == 0.0)
-			return false;
-		for (int i = 0; i < dims; i++)
-			out[i] = (float) (out[i] / norm);
-	}
-	return copied;
-}
-
-/*
- * The floats of a vector datum in a fresh palloc'd array, normalized for
- * cosine. Returns NULL for a zero vector under cosine (see TsdgCopyVector).
- */
-float *
-TsdgPrepareVector(Datum value, TsdgMetric metric, int *dims)
-{
-	Vector	   *vec = DatumGetVector(value);
-	float	   *out = palloc(sizeof(float) * vec->dim);
-
-	if (!TsdgCopyVector(PointerGetDatum(vec), metric, vec->dim, out, dims))
-	{
-		pfree(out);
-		out = NULL;
-	}
-	if ((Pointer) vec != DatumGetPointer(value))
-		pfree(vec);
-	return out;
 }
 
 TsdgOptions *

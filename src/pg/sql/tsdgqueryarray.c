@@ -16,6 +16,7 @@
 #include "utils/lsyscache.h"
 
 #include "tsdgqueryarray.h"
+#include "vector.h"
 
 /* bytes of the TOAST value read at a time (128 chunks) */
 #define TSDG_QUERY_SLICE	(256 * 1024)
@@ -170,6 +171,11 @@ TsdgCollectStreamed(TsdgQueryArray *array, TsdgMetric metric, int dims, TsdgBatc
 		if (!VARATT_IS_4B_U(element))
 			return false;
 		size = VARSIZE(element);
+		/* the dimension count is read from the element before it is checked */
+		if (size < (int32) VECTOR_SIZE(1))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("query array element %d is too short for a vector", i + 1)));
 		element = TsdgArrayBytes(array, offset, size);
 		TsdgCollectQuery(PointerGetDatum(element), i + 1, metric, dims, queries);
 		offset += size;

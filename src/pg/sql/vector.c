@@ -23,19 +23,8 @@
 /* Element 0 of the avg() state is the row count, then one sum per dimension. */
 #define STATE_DIMS(a)	(ARR_DIMS(a)[0] - 1)
 
-Vector *
-InitVector(int dim)
-{
-	Size		size = VECTOR_SIZE(dim);
-	Vector	   *result = (Vector *) palloc0(size);
-
-	SET_VARSIZE(result, size);
-	result->dim = dim;
-	return result;
-}
-
 static inline void
-CheckDim(int dim)
+CheckDim(int64 dim)
 {
 	if (dim < 1)
 		ereport(ERROR,
@@ -45,6 +34,39 @@ CheckDim(int dim)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("vector cannot have more than %d dimensions", VECTOR_MAX_DIM)));
+}
+
+Vector *
+InitVector(int dim)
+{
+	Size		size;
+	Vector	   *result;
+
+	CheckDim(dim);
+	size = VECTOR_SIZE(dim);
+	result = (Vector *) palloc0(size);
+	SET_VARSIZE(result, size);
+	result->dim = dim;
+	return result;
+}
+
+void
+ReportMalformedVector(const Vector *vec)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("malformed vector value: %d dimensions in %u bytes",
+					vec->dim, (unsigned int) VARSIZE(vec))));
+}
+
+double
+FloatArrayNorm(const float *x, int dim)
+{
+	double		sum = 0.0;
+
+	for (int i = 0; i < dim; i++)
+		sum += (double) x[i] * (double) x[i];
+	return sqrt(sum);
 }
 
 /* typmod -1 means vector without (n): any dimension is accepted. */
@@ -363,6 +385,26 @@ vector_to_float4(PG_FUNCTION_ARGS)
 
 /* ---- distances, all through the core kernels ---- */
 
+/*
+ * The core's kernel sums in float, like pgvector; when a squared norm
+ * overflows float (elements past about 1e17) it would answer NaN or a wrong
+ * cosine, so those vectors are summed again in double.
+ */
+static double
+CosineDistance(const Vector *a, const Vector *b)
+{
+	double		dot = 0.0;
+	double		cosine;
+
+	if (isfinite(tsdg_norm_squared(a->x, a->dim)) && isfinite(tsdg_norm_squared(b->x, b->dim)))
+		return tsdg_cosine_distance(a->x, b->x, a->dim);
+
+	for (int i = 0; i < a->dim; i++)
+		dot += (double) a->x[i] * (double) b->x[i];
+	cosine = dot / (FloatArrayNorm(a->x, a->dim) * FloatArrayNorm(b->x, b->dim));
+	return 1.0 - Max(-1.0, Min(1.0, cosine));
+}
+
 /* A float8 function of two vectors of the same dimension: a, b in scope. */
 #define VECTOR_DISTANCE(name, result) \
 PG_FUNCTION_INFO_V1(name); \
@@ -383,7 +425,7 @@ VECTOR_DISTANCE(inner_product, tsdg_inner_product(a->x, b->x, a->dim))
 /* <#>: negated so that ascending order puts the largest inner product first */
 VECTOR_DISTANCE(vector_negative_inner_product, -(double) tsdg_inner_product(a->x, b->x, a->dim))
 /* NaN when either vector is zero, like pgvector */
-VECTOR_DISTANCE(cosine_distance, tsdg_cosine_distance(a->x, b->x, a->dim))
+VECTOR_DISTANCE(cosine_distance, CosineDistance(a, b))
 VECTOR_DISTANCE(l1_distance, tsdg_l1_distance(a->x, b->x, a->dim))
 
 /* ---- functions ---- */
@@ -403,7 +445,7 @@ l2_norm(PG_FUNCTION_ARGS)
 {
 	Vector	   *a = PG_GETARG_VECTOR_P(0);
 
-	PG_RETURN_FLOAT8(sqrt((double) tsdg_norm_squared(a->x, a->dim)));
+	PG_RETURN_FLOAT8(FloatArrayNorm(a->x, a->dim));
 }
 
 /* A zero vector stays zero. */
@@ -412,7 +454,7 @@ Datum
 l2_normalize(PG_FUNCTION_ARGS)
 {
 	Vector	   *a = PG_GETARG_VECTOR_P(0);
-	double		norm = sqrt((double) tsdg_norm_squared(a->x, a->dim));
+	double		norm = FloatArrayNorm(a->x, a->dim);
 	Vector	   *result = InitVector(a->dim);
 
 	if (norm > 0)
@@ -442,6 +484,22 @@ subvector(PG_FUNCTION_ARGS)
 
 	result = InitVector((int) (end - first));
 	memcpy(result->x, a->x + (first - 1), sizeof(float) * result->dim);
+	PG_RETURN_VECTOR_P(result);
+}
+
+/* a || b: the dimensions of a, then those of b */
+PG_FUNCTION_INFO_V1(vector_concat);
+Datum
+vector_concat(PG_FUNCTION_ARGS)
+{
+	Vector	   *a = PG_GETARG_VECTOR_P(0);
+	Vector	   *b = PG_GETARG_VECTOR_P(1);
+	Vector	   *result;
+
+	CheckDim((int64) a->dim + b->dim);
+	result = InitVector(a->dim + b->dim);
+	memcpy(result->x, a->x, sizeof(float) * a->dim);
+	memcpy(result->x + a->dim, b->x, sizeof(float) * b->dim);
 	PG_RETURN_VECTOR_P(result);
 }
 
@@ -548,13 +606,30 @@ vector_cmp(PG_FUNCTION_ARGS)
 
 /* ---- avg(vector): a float8[] state {count, sum_1, ..., sum_dim} ---- */
 
+/*
+ * The state functions are callable from SQL with any float8[], so a state is
+ * checked like input: a row count that is a whole number of rows, and once
+ * it counts rows, as many sums as a vector may have dimensions. Sums that
+ * are not finite are caught where the average is formed.
+ */
 static float8 *
 CheckStateArray(ArrayType *state, const char *caller)
 {
+	float8	   *values;
+
 	if (ARR_NDIM(state) != 1 || ARR_DIMS(state)[0] < 1 || ARR_HASNULL(state) ||
 		ARR_ELEMTYPE(state) != FLOAT8OID)
-		elog(ERROR, "%s: expected state array", caller);
-	return (float8 *) ARR_DATA_PTR(state);
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s: expected a one-dimensional float8 state array without nulls", caller)));
+	values = (float8 *) ARR_DATA_PTR(state);
+	if (!(values[0] >= 0 && values[0] <= (float8) PG_INT64_MAX) || values[0] != floor(values[0]))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s: state row count must be a non-negative whole number", caller)));
+	if (values[0] > 0)
+		CheckDim(STATE_DIMS(state));
+	return values;
 }
 
 static ArrayType *
