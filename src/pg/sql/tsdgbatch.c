@@ -22,6 +22,7 @@
 
 #include "access/relation.h"
 #include "catalog/index.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -33,6 +34,8 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "tsdg.h"
@@ -47,21 +50,10 @@ PG_FUNCTION_INFO_V1(tsdg_search_batch);
 PG_FUNCTION_INFO_V1(tsdg_search_batch_arrays);
 
 /*
- * The function's tuplestore, allowed as much memory as the results it will
- * hold: they are in memory already, and a tuplestore that spilled them to a
- * temporary file at work_mem would write and read them back for nothing.
+ * Queries the CPU path searches between checks for cancellation: the core's
+ * search returns only when the whole batch is done.
  */
-static void
-TsdgSizeTuplestore(ReturnSetInfo *rsinfo, Size rows, Size row_bytes)
-{
-	MemoryContext old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	Size		kb = rows * row_bytes / 1024 + 1;
-
-	tuplestore_end(rsinfo->setResult);
-	rsinfo->setResult = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
-											  false, (int) Min(Max(kb, (Size) work_mem), (Size) MAX_KILOBYTES));
-	MemoryContextSwitchTo(old);
-}
+#define TSDG_CPU_BATCH_CHUNK	1024
 
 static void
 TsdgCheckCoreStatus(TsdgStatus status, const TsdgError *error)
@@ -167,8 +159,27 @@ TsdgCpuSearchBatch(Relation index, const TsdgMetaPageData *meta, const TsdgBatch
 								 image.neighbors, image.lambdas, meta->degree, &error);
 	if (resident == NULL)
 		TsdgCheckCoreStatus(TSDG_ERR_OUT_OF_MEMORY, &error);
-	status = tsdg_index_search(resident, queries->matrix, queries->searchable, wide_k,
-							   Max(ef, wide_k), tsdg_lambda_search, ids, wide_dists, &error);
+	status = TSDG_OK;
+	for (int first = 0; first < queries->searchable && status == TSDG_OK;
+		 first += TSDG_CPU_BATCH_CHUNK)
+	{
+		int			count = Min(TSDG_CPU_BATCH_CHUNK, queries->searchable - first);
+
+		PG_TRY();
+		{
+			CHECK_FOR_INTERRUPTS();
+		}
+		PG_CATCH();
+		{
+			tsdg_index_free(resident);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+		status = tsdg_index_search(resident, queries->matrix + (Size) first * meta->dims, count,
+								   wide_k, Max(ef, wide_k), tsdg_lambda_search,
+								   ids + (Size) first * wide_k, wide_dists + (Size) first * wide_k,
+								   &error);
+	}
 	tsdg_index_free(resident);
 	TsdgCheckCoreStatus(status, &error);
 	TsdgMergeUnreached(meta, &image, queries, wide_k, ids, wide_dists);
@@ -345,6 +356,52 @@ TsdgSearchQueries(FunctionCallInfo fcinfo, bool nulls_allowed, const char *funct
 }
 
 /*
+ * The rows a batch returns are the table's: the caller must be allowed to
+ * read the indexed column of every row, as a query using the index would.
+ * The search cannot apply row-level security policies (it answers from the
+ * graph, before any row is read), so a table whose policies apply to the
+ * caller is refused rather than searched; an index scan applies them.
+ * Checked before any lock is taken, so that a caller without the right
+ * cannot queue behind or ahead of others' locks.
+ */
+static void
+TsdgCheckBatchAccess(Oid index_oid, Oid heap_oid, const char *function)
+{
+	Oid			user = GetUserId();
+	HeapTuple	tuple;
+	Form_pg_index index_form;
+
+	if (pg_class_aclcheck(heap_oid, user, ACL_SELECT) != ACLCHECK_OK)
+	{
+		tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(index_oid));
+		if (!HeapTupleIsValid(tuple))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("index with OID %u does not exist", index_oid)));
+		index_form = (Form_pg_index) GETSTRUCT(tuple);
+		for (int i = 0; i < index_form->indnatts; i++)
+		{
+			AttrNumber	attnum = index_form->indkey.values[i];
+
+			/* an expression column reads the row: it takes SELECT on the table */
+			if (attnum == 0 ||
+				pg_attribute_aclcheck(heap_oid, attnum, user, ACL_SELECT) != ACLCHECK_OK)
+			{
+				ReleaseSysCache(tuple);
+				aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(heap_oid));
+			}
+		}
+		ReleaseSysCache(tuple);
+	}
+	if (check_enable_rls(heap_oid, InvalidOid, false) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s cannot search table \"%s\": row-level security applies to it",
+						function, get_rel_name(heap_oid)),
+				 errhint("Search with ORDER BY ... LIMIT, which applies the table's policies.")));
+}
+
+/*
  * Opens the index and searches the queries of the array. NULL elements are
  * skipped (no row), or an error where the caller returns a row per query.
  * call->queries.searchable is 0 where nothing was searched (an empty array,
@@ -370,14 +427,19 @@ TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *functio
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("\"%s\" is not an index",
 						get_rel_name(index_oid) ? get_rel_name(index_oid) : "?")));
-	if (pg_class_aclcheck(heap_oid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
-		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(heap_oid));
+	TsdgCheckBatchAccess(index_oid, heap_oid, function);
 	LockRelationOid(heap_oid, AccessShareLock);
 	call->index = index_open(index_oid, AccessShareLock);
 	if (call->index->rd_indam->ambuild != tsdgbuild)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(call->index))));
+	/* the index may have been dropped and its OID reused before the lock */
+	if (IndexGetRelation(index_oid, false) != heap_oid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("index \"%s\" changed while it was opened",
+						RelationGetRelationName(call->index))));
 
 	/*
 	 * The metapage stays pinned while the pages are read, as by an index
@@ -424,8 +486,6 @@ tsdg_search_batch(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	TsdgBatchSearch(fcinfo, true, "tsdg_search_batch", &call);
 
-	/* a minimal tuple of (int4, tid, float4), its chunk header and its slot in the array */
-	TsdgSizeTuplestore(rsinfo, (Size) call.k * call.queries.searchable, 64);
 	for (int q = 0; q < call.queries.searchable; q++)
 	{
 		Datum		values[3];
@@ -497,8 +557,6 @@ tsdg_search_batch_arrays(PG_FUNCTION_ARGS)
 	/* one buffer per column for every row: the tuplestore copies the arrays into its tuples */
 	tid_array = palloc0(tid_bytes);
 	dist_array = palloc0(dist_bytes);
-	/* the row's minimal tuple, its chunk header and its slot in the array */
-	TsdgSizeTuplestore(rsinfo, call.queries.count, tid_bytes + dist_bytes + 64);
 	for (int ordinal = 1; ordinal <= call.queries.count; ordinal++)
 	{
 		Datum		values[3];

@@ -7,8 +7,11 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/index.h"
+#include "catalog/pg_authid.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
@@ -49,10 +52,31 @@ TsdgServerStateName(TsdgServerState state)
  *   "loaded_at"}, ...]; knn_lists: the worker keeps the k-NN lists too (it
  *   built or merged the graph), so a merge reads nothing of the old graph
  */
+/*
+ * An index's sizes and last use say how much a table holds and when it was
+ * searched: shown, like pg_stat_activity's details, to roles that may read
+ * all statistics, and otherwise only for indexes in this database on tables
+ * the caller may read.
+ */
+static bool
+TsdgMayShowCachedIndex(Oid relid, bool all_stats)
+{
+	Oid			heapid;
+
+	if (all_stats)
+		return true;
+	if (!OidIsValid(relid))
+		return false;
+	heapid = IndexGetRelation(relid, true);
+	return OidIsValid(heapid) && pg_class_aclcheck(heapid, GetUserId(), ACL_SELECT) == ACLCHECK_OK;
+}
+
 static Datum
 TsdgCachedIndexesJson(const TsdgResidentIndexInfo *resident, int count)
 {
 	StringInfoData buf;
+	bool		all_stats = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
+	bool		first = true;
 
 	initStringInfo(&buf);
 	appendStringInfoChar(&buf, '[');
@@ -63,8 +87,11 @@ TsdgCachedIndexesJson(const TsdgResidentIndexInfo *resident, int count)
 
 		if (c->key.database == MyDatabaseId)
 			relid = RelidByRelfilenode(InvalidOid, c->key.relfilenode);
-		if (i > 0)
+		if (!TsdgMayShowCachedIndex(relid, all_stats))
+			continue;
+		if (!first)
 			appendStringInfoString(&buf, ", ");
+		first = false;
 		appendStringInfo(&buf, "{\"database\": %u, \"index\": ", c->key.database);
 		if (OidIsValid(relid) && get_rel_name(relid) != NULL)
 			escape_json(&buf, get_rel_name(relid));

@@ -51,18 +51,22 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
+	/* the right to read the table is checked before any lock is queued */
+	heapid = IndexGetRelation(relid, true);
+	if (!OidIsValid(heapid) || get_rel_relkind(relid) != RELKIND_INDEX)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is not a tsdg index",
+						get_rel_name(relid) ? get_rel_name(relid) : "?")));
+	if (pg_class_aclcheck(heapid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(heapid));
+
 	index = relation_open(relid, AccessShareLock);
-	if (index->rd_rel->relkind != RELKIND_INDEX ||
-		index->rd_rel->relam != get_index_am_oid("tsdg", false))
+	if (index->rd_rel->relam != get_index_am_oid("tsdg", false) ||
+		IndexGetRelation(relid, false) != heapid)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(index))));
-
-	heapid = IndexGetRelation(relid, false);
-	if (pg_class_aclcheck(heapid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for table %s", get_rel_name(heapid))));
 
 	TsdgReadMeta(index, &meta);
 	size = (int64) RelationGetNumberOfBlocks(index) * BLCKSZ;
