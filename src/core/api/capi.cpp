@@ -184,7 +184,8 @@ void validate_build_params(const TsdgBuildParams* params) {
   require(params->samples > 0, "samples must be positive");
   require(params->iterations > 0, "iterations must be positive");
   require(params->alpha >= 1.0f, "alpha must be >= 1");
-  require(params->lambda0 >= 0 && params->lambda0 <= 254, "lambda0 must be in [0, 254]");
+  require(params->lambda0 >= 0 && params->lambda0 <= TSDG_LAMBDA0_MAX,
+          ("lambda0 must be in [0, " + std::to_string(TSDG_LAMBDA0_MAX) + "]").c_str());
 }
 
 tsdg::GnndParams gnnd_params(const TsdgBuildParams& params) {

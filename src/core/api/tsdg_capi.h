@@ -99,6 +99,14 @@ typedef enum TsdgBuildPhase
 
 typedef bool (*TsdgPollFn) (void *arg, TsdgBuildPhase phase, int64_t done, int64_t total);
 
+/*
+ * An edge's occlusion factor is stored in a byte and is at most lambda0, so
+ * lambda0 stops one short of the byte's largest value: a search limit of
+ * TSDG_LAMBDA_LIMIT_ALL follows every edge.
+ */
+#define TSDG_LAMBDA0_MAX		254
+#define TSDG_LAMBDA_LIMIT_ALL	255
+
 typedef struct TsdgBuildParams
 {
 	int			degree;			/* R */

@@ -13,7 +13,7 @@
 #include "tsdg.h"
 
 int			tsdg_ef_search = TSDG_DEFAULT_EF_SEARCH;
-int			tsdg_lambda_search = TSDG_MAX_LAMBDA0;
+int			tsdg_lambda_search = TSDG_LAMBDA_LIMIT_ALL;
 int			tsdg_max_scan_tuples = TSDG_DEFAULT_MAX_SCAN_TUPLES;
 int			tsdg_device = TSDG_DEVICE_AUTO;
 
@@ -65,7 +65,7 @@ TsdgInit(void)
 	DefineCustomIntVariable("tsdg.lambda_search",
 							"Sets the largest occlusion factor of the edges a search follows.",
 							"Smaller values follow fewer, more diverse edges per node.",
-							&tsdg_lambda_search, TSDG_MAX_LAMBDA0, TSDG_MIN_LAMBDA0, TSDG_MAX_LAMBDA0,
+							&tsdg_lambda_search, TSDG_LAMBDA_LIMIT_ALL, 0, TSDG_LAMBDA_LIMIT_ALL,
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("tsdg.max_scan_tuples",
 							"Sets the most rows one tsdg index scan returns from the graph.",

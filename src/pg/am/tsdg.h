@@ -151,7 +151,7 @@
 #define TSDG_MIN_ALPHA			1.0
 #define TSDG_MAX_ALPHA			4.0
 #define TSDG_MIN_LAMBDA0		0
-#define TSDG_MAX_LAMBDA0		255
+#define TSDG_MAX_LAMBDA0		TSDG_LAMBDA0_MAX
 
 /* GUC defaults and ranges */
 #define TSDG_DEFAULT_EF_SEARCH	100

@@ -760,5 +760,6 @@ TsdgParamsFromOptions(Relation index, TsdgBuildParams *params)
 	params->samples = opts->samples;
 	params->iterations = opts->iterations;
 	params->alpha = (float) opts->alpha;
-	params->lambda0 = opts->lambda0;
+	/* an index whose reloptions were set when a wider range was accepted */
+	params->lambda0 = Min(opts->lambda0, TSDG_MAX_LAMBDA0);
 }

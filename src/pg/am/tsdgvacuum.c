@@ -7,10 +7,12 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "commands/vacuum.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "utils/rel.h"
+#include "utils/resowner.h"
 
 #include "tsdg.h"
 
@@ -200,6 +202,57 @@ tsdgbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 	return stats;
 }
 
+/*
+ * The cleanup's merge in a subtransaction: whatever makes a merge fail must
+ * not fail the VACUUM, or a table could never be vacuumed again and head for
+ * transaction ID wraparound. The merge's error becomes a WARNING and the
+ * pending rows stay for a later merge. A cancellation still cancels (an
+ * autovacuum must yield to the lock it blocks). A parallel VACUUM is in
+ * parallel mode, where no subtransaction can start: the merge runs there as
+ * it is.
+ */
+static void
+TsdgVacuumMergeGuarded(IndexVacuumInfo *info)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+
+	if (IsInParallelMode())
+	{
+		TsdgVacuumMerge(info);
+		return;
+	}
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		TsdgVacuumMerge(info);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *error;
+
+		MemoryContextSwitchTo(context);
+		error = CopyErrorData();
+		if (error->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			PG_RE_THROW();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		ereport(WARNING,
+				(errcode(error->sqlerrcode),
+				 errmsg("tsdg index \"%s\" not merged: %s",
+						RelationGetRelationName(info->index), error->message),
+				 errdetail("Its pending rows stay searchable and wait for a later merge.")));
+		FreeErrorData(error);
+	}
+	PG_END_TRY();
+}
+
 IndexBulkDeleteResult *
 tsdgvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
 {
@@ -210,7 +263,7 @@ tsdgvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
 	if (stats == NULL)
 		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
 
-	TsdgVacuumMerge(info);
+	TsdgVacuumMergeGuarded(info);
 	TsdgReadMeta(info->index, &meta);
 	stats->num_pages = RelationGetNumberOfBlocks(info->index);
 	stats->num_index_tuples = (double) (meta.node_count - meta.deleted_count) +

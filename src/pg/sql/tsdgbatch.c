@@ -22,6 +22,7 @@
 
 #include "access/relation.h"
 #include "catalog/index.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
@@ -428,6 +429,11 @@ TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *functio
 				 errmsg("\"%s\" is not an index",
 						get_rel_name(index_oid) ? get_rel_name(index_oid) : "?")));
 	TsdgCheckBatchAccess(index_oid, heap_oid, function);
+	if (get_rel_relkind(index_oid) == RELKIND_PARTITIONED_INDEX)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("%s cannot search partitioned index \"%s\"", function, get_rel_name(index_oid)),
+				 errhint("Search the index of each partition.")));
 	LockRelationOid(heap_oid, AccessShareLock);
 	call->index = index_open(index_oid, AccessShareLock);
 	if (call->index->rd_indam->ambuild != tsdgbuild)

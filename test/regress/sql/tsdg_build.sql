@@ -28,7 +28,7 @@ CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (build_k = 1000);
 CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (samples = 0);
 CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (iterations = 0);
 CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (alpha = 0.9);
-CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (lambda0 = 256);
+CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (lambda0 = 255);
 CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (lambda0 = 'many');
 CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (build_k = 8, samples = 16);
 CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (ef_search = 10);
