@@ -8,16 +8,9 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use TsdgTest;
 
-my $node = PostgreSQL::Test::Cluster->new('hostile');
-$node->init;
-$node->append_conf('postgresql.conf',
-	join("\n",
-		"shared_preload_libraries = 'pg_tsdg'",
-		"tsdg.worker_backend = cpu",
-		"autovacuum = off"));
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION pg_tsdg');
+my $node = worker_node('hostile');
 
 # the issue's reproductions, as an unprivileged role with TEMP only
 $node->safe_psql('postgres', 'CREATE ROLE hostile LOGIN');
