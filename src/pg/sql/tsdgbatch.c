@@ -55,6 +55,8 @@ PG_FUNCTION_INFO_V1(tsdg_search_batch_arrays);
  * search returns only when the whole batch is done.
  */
 #define TSDG_CPU_BATCH_CHUNK	1024
+/* the most memory the CPU path's widened results may take, ids and distances */
+#define TSDG_CPU_WIDE_RESULT_BYTES	((Size) 256 * 1024 * 1024)
 
 static void
 TsdgCheckCoreStatus(TsdgStatus status, const TsdgError *error)
@@ -126,9 +128,66 @@ TsdgMergeUnreached(const TsdgMetaPageData *meta, const TsdgIndexImage *image,
 	pfree(scratch_dists);
 }
 
+/* Searches every query for wide_k nodes, checking for cancellation between chunks. */
+static void
+TsdgSearchChunks(TsdgResidentIndex *resident, const TsdgBatchQueries *queries, int dims,
+				 int wide_k, int ef, uint32 *ids, float *dists)
+{
+	TsdgError	error;
+
+	for (int first = 0; first < queries->searchable; first += TSDG_CPU_BATCH_CHUNK)
+	{
+		int			count = Min(TSDG_CPU_BATCH_CHUNK, queries->searchable - first);
+
+		CHECK_FOR_INTERRUPTS();
+		TsdgCheckCoreStatus(tsdg_index_search(resident, queries->matrix + (Size) first * dims,
+											  count, wide_k, Max(ef, wide_k), tsdg_lambda_search,
+											  ids + (Size) first * wide_k,
+											  dists + (Size) first * wide_k, &error),
+							&error);
+	}
+}
+
+/* whether some query got fewer than k rows */
+static bool
+TsdgSomeQueryShort(const ItemPointerData *tids, int searchable, int k)
+{
+	for (int q = 0; q < searchable; q++)
+		if (!ItemPointerIsValid(&tids[(Size) q * k + k - 1]))
+			return true;
+	return false;
+}
+
+/* The search for wide_k nodes per query, widened while a query comes short of k rows. */
+static void
+TsdgSearchWidening(TsdgResidentIndex *resident, const TsdgMetaPageData *meta,
+				   const TsdgIndexImage *image, const TsdgBatchQueries *queries, int k, int ef,
+				   int wide_k, int64 most_k, ItemPointerData *tids, float *dists)
+{
+	for (;;)
+	{
+		uint32	   *ids = MemoryContextAllocHuge(CurrentMemoryContext,
+												 sizeof(uint32) * wide_k * queries->searchable);
+		float	   *wide_dists = MemoryContextAllocHuge(CurrentMemoryContext,
+														sizeof(float) * wide_k * queries->searchable);
+
+		TsdgSearchChunks(resident, queries, meta->dims, wide_k, ef, ids, wide_dists);
+		TsdgMergeUnreached(meta, image, queries, wide_k, ids, wide_dists);
+		TsdgNodeResultsToTids(ids, wide_dists, queries->searchable, wide_k, k, meta->node_count,
+							  image->tids, image->flags, tids, dists);
+		pfree(ids);
+		pfree(wide_dists);
+		if (wide_k >= most_k || !TsdgSomeQueryShort(tids, queries->searchable, k))
+			return;
+		wide_k = (int) Min((int64) wide_k * 2, most_k);
+	}
+}
+
 /*
  * The CPU path: the graph read into memory and searched by the core's CPU
- * backend, k results per query after deleted nodes are left out.
+ * backend, k results per query after deleted nodes are left out. Deleted
+ * nodes near a query take places among its nearest: the search asks for
+ * more until every query has k rows or no deleted node is left to skip.
  */
 static void
 TsdgCpuSearchBatch(Relation index, const TsdgMetaPageData *meta, const TsdgBatchQueries *queries,
@@ -137,11 +196,15 @@ TsdgCpuSearchBatch(Relation index, const TsdgMetaPageData *meta, const TsdgBatch
 	TsdgIndexImage image;
 	TsdgResidentIndex *resident;
 	TsdgError	error;
-	int			wide_k = k + (meta->deleted_count > 0 ? Min(k, (int) meta->deleted_count) : 0);
 	int64		n = meta->node_count;
-	uint32	   *ids;
-	float	   *wide_dists;
-	TsdgStatus	status;
+	/* past this a query cannot need more: every deleted node ranked ahead of its rows */
+	int64		most_k = Min((int64) k + meta->deleted_count, Min(n, (int64) INT_MAX / 2));
+	int64		affordable_k = (int64) (TSDG_CPU_WIDE_RESULT_BYTES /
+										((sizeof(uint32) + sizeof(float)) * Max(queries->searchable, 1)));
+	int			wide_k;
+
+	most_k = Max(Min(most_k, affordable_k), k);
+	wide_k = (int) Min((int64) k + Min(k, (int64) meta->deleted_count), most_k);
 
 	image.n = n;
 	image.dims = meta->dims;
@@ -153,40 +216,19 @@ TsdgCpuSearchBatch(Relation index, const TsdgMetaPageData *meta, const TsdgBatch
 	image.flags = MemoryContextAllocHuge(CurrentMemoryContext, n);
 	TsdgReadIndexImage(index, meta, &image);
 
-	ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * wide_k * queries->searchable);
-	wide_dists = MemoryContextAllocHuge(CurrentMemoryContext,
-										sizeof(float) * wide_k * queries->searchable);
 	resident = tsdg_index_upload(NULL, image.rows, n, meta->dims, (TsdgMetric) meta->metric,
 								 image.neighbors, image.lambdas, meta->degree, &error);
 	if (resident == NULL)
 		TsdgCheckCoreStatus(TSDG_ERR_OUT_OF_MEMORY, &error);
-	status = TSDG_OK;
-	for (int first = 0; first < queries->searchable && status == TSDG_OK;
-		 first += TSDG_CPU_BATCH_CHUNK)
+	PG_TRY();
 	{
-		int			count = Min(TSDG_CPU_BATCH_CHUNK, queries->searchable - first);
-
-		PG_TRY();
-		{
-			CHECK_FOR_INTERRUPTS();
-		}
-		PG_CATCH();
-		{
-			tsdg_index_free(resident);
-			PG_RE_THROW();
-		}
-		PG_END_TRY();
-		status = tsdg_index_search(resident, queries->matrix + (Size) first * meta->dims, count,
-								   wide_k, Max(ef, wide_k), tsdg_lambda_search,
-								   ids + (Size) first * wide_k, wide_dists + (Size) first * wide_k,
-								   &error);
+		TsdgSearchWidening(resident, meta, &image, queries, k, ef, wide_k, most_k, tids, dists);
 	}
-	tsdg_index_free(resident);
-	TsdgCheckCoreStatus(status, &error);
-	TsdgMergeUnreached(meta, &image, queries, wide_k, ids, wide_dists);
-
-	TsdgNodeResultsToTids(ids, wide_dists, queries->searchable, wide_k, k, n, image.tids,
-						  image.flags, tids, dists);
+	PG_FINALLY();
+	{
+		tsdg_index_free(resident);
+	}
+	PG_END_TRY();
 }
 
 /* Merges the exact k nearest pending rows into each query's k graph results. */

@@ -53,6 +53,12 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 
 	/* the right to read the table is checked before any lock is queued */
 	heapid = IndexGetRelation(relid, true);
+	if (get_rel_relkind(relid) == RELKIND_PARTITIONED_INDEX)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is a partitioned index, which holds no rows itself",
+						get_rel_name(relid)),
+				 errhint("Ask about the index of each partition.")));
 	if (!OidIsValid(heapid) || get_rel_relkind(relid) != RELKIND_INDEX)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
