@@ -42,6 +42,7 @@
 #include "access/table.h"
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
 #include "commands/defrem.h"
 #include "miscadmin.h"
 #include "portability/instr_time.h"
@@ -153,7 +154,8 @@ TsdgMergeParams(const TsdgMetaPageData *meta, TsdgBuildParams *params)
 	params->samples = meta->samples;
 	params->iterations = meta->iterations;
 	params->alpha = meta->alpha;
-	params->lambda0 = meta->lambda0;
+	/* an index built when lambda0 had a wider range */
+	params->lambda0 = Min(meta->lambda0, TSDG_MAX_LAMBDA0);
 }
 
 /*
@@ -237,11 +239,12 @@ TsdgReportMerge(const TsdgMerge *m, const instr_time *phase_start, instr_time en
 /*
  * Merges the pending rows and drops the deleted nodes of index. The caller
  * holds ShareUpdateExclusiveLock on its table. Returns the pending rows
- * merged, or -1 when wait is false and a scan from before the previous merge
- * still runs.
+ * merged, or -1 when a scan from before the previous merge still runs: a
+ * merge never waits for scans, since it would hold the table's lock (and so
+ * keep VACUUM out) for as long as any cursor stays open.
  */
 static int64
-TsdgMergeIndex(Relation index, bool wait)
+TsdgMergeIndex(Relation index)
 {
 	TsdgMerge	m;
 	TsdgMetric	metric = TsdgIndexMetric(index);
@@ -255,7 +258,7 @@ TsdgMergeIndex(Relation index, bool wait)
 	TsdgReadMeta(index, &before);
 	if (before.pending_count == 0 && before.deleted_count == 0)
 		return 0;
-	if (!TsdgReclaimRetired(index, wait))
+	if (!TsdgReclaimRetired(index))
 		return -1;
 
 	merge_ctx = AllocSetContextCreate(CurrentMemoryContext, "tsdg merge", ALLOCSET_DEFAULT_SIZES);
@@ -369,7 +372,7 @@ TsdgVacuumMerge(IndexVacuumInfo *info)
 				 errhint("Raise maintenance_work_mem (autovacuum_work_mem for autovacuum), or run tsdg_merge() with more.")));
 		return;
 	}
-	if (TsdgMergeIndex(info->index, false) < 0)
+	if (TsdgMergeIndex(info->index) < 0)
 		ereport(DEBUG1,
 				(errmsg("tsdg index \"%s\" not merged: a scan from before its last merge still runs",
 						RelationGetRelationName(info->index))));
@@ -386,21 +389,38 @@ tsdg_merge(PG_FUNCTION_ARGS)
 	int64		merged;
 
 	heapid = IndexGetRelation(relid, true);
+	if (get_rel_relkind(relid) == RELKIND_PARTITIONED_INDEX)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is a partitioned index, which holds no rows itself",
+						get_rel_name(relid)),
+				 errhint("Merge the index of each partition.")));
 	if (!OidIsValid(heapid))
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("\"%s\" is not an index", get_rel_name(relid) ? get_rel_name(relid) : "?")));
+	/*
+	 * Ownership first, as PostgreSQL's own commands check it: a caller who
+	 * may not merge must not queue for the lock (and cancel autovacuum).
+	 */
+	if (!pg_class_ownercheck(heapid, GetUserId()))
+		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE, get_rel_name(heapid));
 	/* the table first, as VACUUM locks it; this lock keeps VACUUM and other merges out */
 	heap = table_open(heapid, ShareUpdateExclusiveLock);
 	index = index_open(relid, RowExclusiveLock);
-	if (index->rd_rel->relam != get_index_am_oid("tsdg", false))
+	if (index->rd_rel->relam != get_index_am_oid("tsdg", false) ||
+		IndexGetRelation(relid, false) != heapid)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(index))));
-	if (!pg_class_ownercheck(heapid, GetUserId()))
-		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE, RelationGetRelationName(heap));
 
-	merged = TsdgMergeIndex(index, true);
+	merged = TsdgMergeIndex(index);
+	if (merged < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("tsdg index \"%s\" cannot be merged while a scan from before its last merge is open",
+						RelationGetRelationName(index)),
+				 errhint("Close the cursors that read the table, this session's too, and run tsdg_merge() again; VACUUM merges later by itself.")));
 
 	index_close(index, RowExclusiveLock);
 	table_close(heap, ShareUpdateExclusiveLock);

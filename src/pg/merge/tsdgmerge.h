@@ -120,7 +120,7 @@ extern void TsdgWriteRows(TsdgMerge *m);
 extern void TsdgWriteNewRows(void *arg);
 
 /* tsdgmergeswitch.c */
-extern bool TsdgReclaimRetired(Relation index, bool wait);
+extern bool TsdgReclaimRetired(Relation index);
 extern void TsdgPrepareFreedPages(TsdgMerge *m, bool free_spare);
 extern void TsdgSwitchGraph(TsdgMerge *m);
 

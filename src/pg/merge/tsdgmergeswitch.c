@@ -34,11 +34,11 @@ TsdgRegionBlocks(const TsdgMetaPageData *meta)
  * the metapage before its switch can still run: scans pin the metapage for
  * their whole life, so holding a cleanup lock on it (no other pin) proves
  * it. The retired pending pages go to the free list, the spare region stays
- * spare, now writable. Without wait, gives up (returns false) when some
- * other pin stays for a second: a scan still runs.
+ * spare, now writable. Gives up (returns false) when some other pin stays
+ * for a second: a scan still runs, maybe a cursor of this very session.
  */
 bool
-TsdgReclaimRetired(Relation index, bool wait)
+TsdgReclaimRetired(Relation index)
 {
 	Buffer		metabuf = ReadBuffer(index, TSDG_METAPAGE_BLKNO);
 	TsdgMetaPage meta;
@@ -54,23 +54,16 @@ TsdgReclaimRetired(Relation index, bool wait)
 	}
 	LockBuffer(metabuf, BUFFER_LOCK_UNLOCK);
 
-	if (wait)
-		LockBufferForCleanup(metabuf);
-	else
+	/* inserts pin the metapage for moments: give them a second */
+	for (int tries = 0; !ConditionalLockBufferForCleanup(metabuf); tries++)
 	{
-		/* inserts pin the metapage for moments: give them a second */
-		int			tries = 0;
-
-		while (!ConditionalLockBufferForCleanup(metabuf))
+		if (tries >= 100)
 		{
-			if (++tries >= 100)
-			{
-				ReleaseBuffer(metabuf);
-				return false;
-			}
-			pg_usleep(10000L);
-			CHECK_FOR_INTERRUPTS();
+			ReleaseBuffer(metabuf);
+			return false;
 		}
+		pg_usleep(10000L);
+		CHECK_FOR_INTERRUPTS();
 	}
 
 	meta = TsdgPageGetMeta(BufferGetPage(metabuf));
