@@ -383,7 +383,12 @@ TsdgIpcTake(TsdgRequestSlot *slot, TsdgRequestSlot *copy, float *query)
 		slot->state = TSDG_SLOT_RUNNING;
 		slot->taken_at = GetCurrentTimestamp();
 		memcpy(copy, slot, offsetof(TsdgRequestSlot, payload));
-		if (query != NULL && slot->kind == TSDG_REQUEST_SEARCH)
+		/*
+		 * The dimension count sizes the copy: one outside the payload copies
+		 * nothing, and no resident graph has it, so the search is refused.
+		 */
+		if (query != NULL && slot->kind == TSDG_REQUEST_SEARCH &&
+			slot->args.search.dims > 0 && slot->args.search.dims <= TSDG_SLOT_MAX_DIMS)
 			memcpy(query, TsdgSlotQuery(slot), sizeof(float) * slot->args.search.dims);
 		if (slot->kind == TSDG_REQUEST_SEARCH_BATCH && slot->in_batch_area)
 		{

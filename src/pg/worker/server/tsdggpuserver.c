@@ -106,6 +106,20 @@ TsdgMapBulk(const TsdgRequestSlot *request, BulkMapping *map)
 	return true;
 }
 
+/*
+ * Whether an array of bytes at offset lies inside the mapped segment, after
+ * its header: sizes and offsets come from another process's shared memory
+ * and are checked before the worker reads or writes through them.
+ */
+bool
+TsdgBulkFits(const BulkMapping *map, Size offset, Size bytes)
+{
+	Size		total = ((const TsdgBulkHeader *) map->address)->total_size;
+
+	return total <= map->size && offset >= sizeof(TsdgBulkHeader) && offset <= total &&
+		bytes <= total - offset;
+}
+
 void
 TsdgUnmapBulk(BulkMapping *map)
 {

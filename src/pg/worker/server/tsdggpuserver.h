@@ -125,6 +125,7 @@ typedef struct BuildPollState
 
 /* tsdggpuserver.c */
 extern bool TsdgMapBulk(const TsdgRequestSlot *request, BulkMapping *map);
+extern bool TsdgBulkFits(const BulkMapping *map, Size offset, Size bytes);
 extern TsdgReply TsdgReplyOf(TsdgStatus status);
 extern double TsdgSecondsSince(TimestampTz start);
 extern void TsdgUnmapBulk(BulkMapping *map);

@@ -465,6 +465,17 @@ TsdgServeSearchBatch(TakenRequest *t)
 		return;
 	}
 	header = (TsdgBulkHeader *) map.address;
+	if (args->nq < 1 || k < 1 ||
+		!TsdgBulkFits(&map, header->queries, sizeof(float) * args->dims * (Size) args->nq) ||
+		!TsdgBulkFits(&map, header->tids, sizeof(ItemPointerData) * k * (Size) args->nq) ||
+		!TsdgBulkFits(&map, header->dists, sizeof(float) * k * (Size) args->nq))
+	{
+		TsdgUnmapBulk(&map);
+		LetGoOfBatchArea(t);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
+					  "the batch's sizes do not fit its shared memory segment");
+		return;
+	}
 	wide_k = r->flags != NULL ? k + Min(k, (int) args->key.deleted_count) : k;
 	r->last_used = start = GetCurrentTimestamp();
 	status = tsdg_index_search_payload(r->index, TsdgBulkArray(map.address, header->queries),
