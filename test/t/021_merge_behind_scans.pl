@@ -30,7 +30,7 @@ my $cursor = $node->background_psql('postgres', on_error_stop => 0);
 $cursor->query_safe(
 	q{SET enable_seqscan = off;
 	BEGIN;
-	DECLARE c CURSOR FOR SELECT id FROM items ORDER BY v <-> '[0,0,0,0,0,0,0,0]';
+	DECLARE c CURSOR FOR SELECT id FROM items ORDER BY v <-> '[0,0,0,0,0,0,0,0]' LIMIT 1000;
 	FETCH 1 FROM c;});
 
 my $started = time();
