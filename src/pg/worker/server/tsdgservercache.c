@@ -539,6 +539,17 @@ TsdgServePendingRows(TakenRequest *t)
 					  "the GPU worker could not map the pending rows' shared memory segment");
 		return;
 	}
+	if (args->first < 0 || args->n < 0 ||
+		!TsdgBulkFits(&map, ((const TsdgBulkHeader *) map.address)->rows,
+					  sizeof(float) * r->dims * (Size) args->n) ||
+		!TsdgBulkFits(&map, ((const TsdgBulkHeader *) map.address)->tids,
+					  sizeof(ItemPointerData) * (Size) args->n))
+	{
+		TsdgUnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
+					  "the pending rows' sizes do not fit their shared memory segment");
+		return;
+	}
 	if (r->pending == NULL)
 	{
 		r->pending = tsdg_exact_set_create(TsdgDeviceBackend, r->dims, r->metric, &error);
@@ -634,6 +645,18 @@ TsdgServeLoad(TakenRequest *t)
 		return;
 	}
 	header = (TsdgBulkHeader *) map.address;
+	if (args->n < 0 || args->dims < 1 || args->degree < 1 ||
+		!TsdgBulkFits(&map, header->rows, sizeof(float) * args->dims * (Size) args->n) ||
+		!TsdgBulkFits(&map, header->neighbors, sizeof(uint32) * args->degree * (Size) args->n) ||
+		!TsdgBulkFits(&map, header->lambdas, sizeof(uint8) * args->degree * (Size) args->n) ||
+		!TsdgBulkFits(&map, header->tids, sizeof(ItemPointerData) * (Size) args->n) ||
+		(header->flags != 0 && !TsdgBulkFits(&map, header->flags, (Size) args->n)))
+	{
+		TsdgUnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
+					  "the index image's sizes do not fit its shared memory segment");
+		return;
+	}
 	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
 	graph.rows = TsdgBulkArray(map.address, header->rows);
 	graph.n = args->n;
