@@ -115,7 +115,7 @@ BEGIN
 		SELECT p.proname, p.proargtypes::regtype[] AS types, p.prorettype, p.proretset
 		FROM pg_proc p
 		JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
-		JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_tsdg'
+		JOIN pg_extension e ON e.oid = d.refobjid AND e.extname IN ('pg_tsdg', 'vector')
 		WHERE p.prokind = 'f' AND p.prorettype NOT IN ('internal'::regtype, 'index_am_handler'::regtype)
 			AND NOT ('internal'::regtype = ANY (p.proargtypes::regtype[]))
 			AND NOT ('cstring'::regtype = ANY (p.proargtypes::regtype[]))
@@ -147,7 +147,7 @@ BEGIN
 		SELECT DISTINCT op.oprname, op.oprresult
 		FROM pg_operator op
 		JOIN pg_depend d ON d.classid = 'pg_operator'::regclass AND d.objid = op.oid AND d.deptype = 'e'
-		JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_tsdg'
+		JOIN pg_extension e ON e.oid = d.refobjid AND e.extname IN ('pg_tsdg', 'vector')
 		ORDER BY 1
 	LOOP
 		FOR a IN SELECT val FROM fuzz_values WHERE typ = 'vector'::regtype ORDER BY val LOOP
