@@ -51,19 +51,22 @@ sub random_vector_sql
 	return "(SELECT array_agg(random()::real) FROM generate_series(1, $dims) WHERE $column > 0)::vector";
 }
 
-# A started node with pg_tsdg in shared_preload_libraries, WAL as a replica
-# needs it (the crash tests replay it) and room for large builds' WAL. Options:
-# conf => [more postgresql.conf lines], allows_streaming => 1 for a primary.
+# A started node with pg_tsdg in shared_preload_libraries (unless
+# TSDG_TAP_PRELOAD=0: a stock server, where each session loads the library
+# and there is no GPU worker), WAL as a replica needs it (the crash tests
+# replay it) and room for large builds' WAL. Options: conf => [more
+# postgresql.conf lines], allows_streaming => 1 for a primary.
 sub tsdg_node
 {
 	my ($name, %opts) = @_;
+	my $preload = ($ENV{TSDG_TAP_PRELOAD} // 1) ? 'pg_tsdg' : '';
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init(allows_streaming => $opts{allows_streaming} // 0);
 	# allows_streaming shrinks shared_buffers and max_connections to run
 	# many nodes at once; index builds and merges want the defaults
 	$node->append_conf('postgresql.conf',
 		join("\n",
-			"shared_preload_libraries = 'pg_tsdg'",
+			"shared_preload_libraries = '$preload'",
 			"wal_level = replica",
 			"max_wal_size = 4GB",
 			"shared_buffers = 128MB",
@@ -92,13 +95,13 @@ sub worker_node
 	return $node;
 }
 
-# Waits until the node's GPU worker is ready. A worker that found no GPU
-# skips the whole test: its backend cannot run on this machine.
+# Waits until the node's GPU worker is ready. A worker that found no GPU, or
+# a server without the worker, skips the whole test: it cannot run there.
 sub wait_for_worker
 {
 	my ($node) = @_;
 	$node->poll_query_until('postgres',
-		"SELECT state IN ('ready', 'no gpu') FROM tsdg_gpu_status()")
+		"SELECT state IN ('ready', 'no gpu', 'not preloaded') FROM tsdg_gpu_status()")
 	  or die 'the GPU worker is not ready: '
 	  . $node->safe_psql('postgres', 'SELECT state FROM tsdg_gpu_status()');
 	my $state = $node->safe_psql('postgres', 'SELECT state FROM tsdg_gpu_status()');
@@ -107,6 +110,8 @@ sub wait_for_worker
 		my $backend = $ENV{TSDG_WORKER_BACKEND} // 'cpu';
 		plan skip_all => "no GPU for tsdg.worker_backend = $backend";
 	}
+	plan skip_all => 'no GPU worker without shared_preload_libraries'
+	  if $state eq 'not preloaded';
 	return;
 }
 
