@@ -153,8 +153,10 @@ is(where_ran(3000), 'own segment', 'the batch beside one in the area runs in its
 is(where_ran(20000), 'batch area', 'the first batch runs in the batch area');
 
 # a batch given up while the worker searches it: the area waits for the
-# worker. The session is cancelled once it waits for the worker's answer
-# (a statement timeout could fire before it hands the batch over).
+# worker. The session is cancelled once the worker has taken its batch (it
+# waits for the answer and nothing is queued): a statement timeout, or a
+# cancel while the batch is queued, could come before the worker takes it,
+# and the worker never takes a batch given up.
 my $giving_up = $node->background_psql('postgres', on_error_stop => 0);
 my $giving_up_pid = $giving_up->query_safe('SELECT pg_backend_pid()');
 $giving_up->query_until(qr/sent\n/, "\\echo sent\n" . digest(20000, 'rows') . "\n");
@@ -162,7 +164,8 @@ $node->safe_psql('postgres', qq{
 	DO \$\$ BEGIN
 	  FOR i IN 1..20000 LOOP
 	    PERFORM pg_stat_clear_snapshot();
-	    EXIT WHEN EXISTS (SELECT FROM pg_stat_activity WHERE pid = $giving_up_pid AND wait_event_type = 'Extension');
+	    EXIT WHEN EXISTS (SELECT FROM pg_stat_activity WHERE pid = $giving_up_pid AND wait_event_type = 'Extension')
+	      AND (SELECT queue_depth FROM tsdg_gpu_status()) = 0;
 	    PERFORM pg_sleep(0.001);
 	  END LOOP;
 	  PERFORM pg_cancel_backend($giving_up_pid);
