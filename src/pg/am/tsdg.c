@@ -68,8 +68,8 @@ TsdgInit(void)
 							&tsdg_lambda_search, TSDG_LAMBDA_LIMIT_ALL, 0, TSDG_LAMBDA_LIMIT_ALL,
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("tsdg.max_scan_tuples",
-							"Sets the most rows one tsdg index scan returns from the graph.",
-							"A scan whose rows are filtered out widens its search until this many rows were returned.",
+							"Sets how many rows one tsdg index scan returns from its graph search before it scores the rows left exactly.",
+							"A scan whose rows are filtered out widens its search until this many rows were returned; then every row it did not return is scored, so an ordered scan returns every row.",
 							&tsdg_max_scan_tuples, TSDG_DEFAULT_MAX_SCAN_TUPLES, 1, INT_MAX,
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomEnumVariable("tsdg.device",

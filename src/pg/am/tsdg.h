@@ -473,6 +473,10 @@ extern void tsdgcostestimate(struct PlannerInfo *root, struct IndexPath *path, d
 							 Selectivity *indexSelectivity, double *indexCorrelation,
 							 double *indexPages);
 
+/* tsdgduplicates.c */
+extern int64 TsdgLinkDuplicates(const float *rows, int64 n, int dims, uint32 *neighbors,
+								uint8 *lambdas, int degree);
+
 /* tsdginsert.c */
 extern bool tsdginsert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 					   Relation heap, IndexUniqueCheck checkUnique, bool indexUnchanged,

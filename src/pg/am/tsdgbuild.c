@@ -535,6 +535,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		}
 		bs.knn_ids[0] = TSDG_INVALID_ID;
 		on_worker = TsdgComputeGraph(&bs, neighbors, lambdas);
+		(void) TsdgLinkDuplicates(bs.rows, bs.count, bs.dims, neighbors, lambdas, bs.params.degree);
 		graph_at = GetCurrentTimestamp();
 		/* the worker computes the summary while the pages are written */
 		if (!on_worker)

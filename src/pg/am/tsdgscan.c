@@ -11,8 +11,11 @@
  * more to give. Each round also scores the nodes the last merge found its
  * searches do not reach (TsdgOfferUnreached). A wider round can find a node
  * nearer than rows already returned; it is returned next rather than
- * dropped, so order across rounds is approximate while no row is lost.
- * Deleted nodes route the search but are never returned.
+ * dropped, so order across rounds is approximate. When the search stops, the
+ * nodes it did not return (those no walk reaches among them) are scored
+ * exactly, in one pass over the row pages, and returned in distance order
+ * (TsdgScoreRest): an ordered scan returns every row. Deleted nodes route
+ * the search but are never returned.
  *
  * Node pages only change by VACUUM setting a deleted flag, so every read
  * takes a share lock on one page, copies what it needs and lets go.
@@ -77,7 +80,9 @@ typedef struct TsdgScanOpaqueData
 	uint8	   *consumed;
 	int64		consumed_count;
 	int64		graph_returned;
-	bool		graph_done;
+	bool		graph_done;		/* the graph search stopped */
+	bool		rest_started;	/* the rows it left are this round's */
+	bool		rest_done;
 	bool		head_valid;		/* the round's next row, read but not returned */
 	uint32		head_id;
 	ItemPointerData head_tid;
@@ -497,6 +502,8 @@ TsdgStartScan(IndexScanDesc scan)
 	so->consumed_count = 0;
 	so->head_valid = false;
 	so->graph_done = so->meta.node_count == 0;
+	so->rest_started = false;
+	so->rest_done = so->graph_done;
 	if (!so->graph_done)
 	{
 		so->consumed = NULL;
@@ -510,6 +517,95 @@ TsdgStartScan(IndexScanDesc scan)
 	MemoryContextSwitchTo(old_ctx);
 }
 
+typedef struct TsdgRestHit
+{
+	uint32		id;
+	float		distance;
+	ItemPointerData tid;
+} TsdgRestHit;
+
+static int
+TsdgCompareRestHits(const void *a, const void *b)
+{
+	float		da = ((const TsdgRestHit *) a)->distance;
+	float		db = ((const TsdgRestHit *) b)->distance;
+
+	if (da != db)
+		return (da > db) - (da < db);
+	return (((const TsdgRestHit *) a)->id > ((const TsdgRestHit *) b)->id) -
+		(((const TsdgRestHit *) a)->id < ((const TsdgRestHit *) b)->id);
+}
+
+/*
+ * The last round: every live node not returned yet, scored exactly in one
+ * pass over the row pages (each page read once, in order) and sorted by
+ * distance. It holds the nodes no walk from the entry points reaches, which a
+ * graph can have (many identical vectors keep few edges among themselves),
+ * so that an ordered scan never ends before the table does.
+ */
+static void
+TsdgScoreRest(Relation index, TsdgScanOpaque so)
+{
+	MemoryContext old_ctx = MemoryContextSwitchTo(so->ctx);
+	int64		capacity = Max((int64) so->meta.node_count - so->consumed_count, 1);
+	TsdgRestHit *hits = MemoryContextAllocHuge(so->ctx, sizeof(TsdgRestHit) * capacity);
+	int64		count = 0;
+	Buffer		buf = InvalidBuffer;
+	BlockNumber held = InvalidBlockNumber;
+
+	TsdgMakeConsumedBitmap(so);
+	for (uint32 id = 0; id < so->meta.node_count; id++)
+	{
+		BlockNumber block;
+		TsdgNodeHeader *hdr;
+
+		if (TsdgConsumed(so, id))
+			continue;
+		block = TsdgRowBlock(&so->layout, id);
+		if (block != held)
+		{
+			if (BufferIsValid(buf))
+				UnlockReleaseBuffer(buf);
+			buf = ReadBuffer(index, block);
+			LockBuffer(buf, BUFFER_LOCK_SHARE);
+			held = block;
+			CHECK_FOR_INTERRUPTS();
+		}
+		hdr = (TsdgNodeHeader *) TsdgRowRecord(&so->layout, BufferGetPage(buf), id);
+		if ((hdr->flags & TSDG_NODE_DELETED) != 0)
+			continue;
+		if (count == capacity)
+		{
+			capacity *= 2;
+			hits = repalloc_huge(hits, sizeof(TsdgRestHit) * capacity);
+		}
+		hits[count].id = id;
+		hits[count].tid = hdr->heaptid;
+		hits[count].distance = tsdg_metric_distance(so->metric, so->query, TsdgRecordVector(hdr),
+													so->layout.dims);
+		count++;
+	}
+	if (BufferIsValid(buf))
+		UnlockReleaseBuffer(buf);
+	qsort(hits, count, sizeof(TsdgRestHit), TsdgCompareRestHits);
+
+	so->result_ids = repalloc_huge(so->result_ids, sizeof(uint32) * Max(count, 1));
+	so->result_dists = repalloc_huge(so->result_dists, sizeof(float) * Max(count, 1));
+	so->result_tids = MemoryContextAllocHuge(so->ctx, sizeof(ItemPointerData) * Max(count, 1));
+	for (int64 i = 0; i < count; i++)
+	{
+		so->result_ids[i] = hits[i].id;
+		so->result_dists[i] = hits[i].distance;
+		so->result_tids[i] = hits[i].tid;
+	}
+	pfree(hits);
+	so->result_count = (int) count;
+	so->round_rows = (int) count;
+	so->result_pos = 0;
+	so->rest_started = true;
+	MemoryContextSwitchTo(old_ctx);
+}
+
 /*
  * The next graph row not returned yet, widening the search when the current
  * round is used up. False when the graph has nothing more to return.
@@ -517,14 +613,16 @@ TsdgStartScan(IndexScanDesc scan)
 static bool
 TsdgNextGraphRow(Relation index, TsdgScanOpaque so)
 {
-	while (!so->graph_done)
+	while (!so->rest_done)
 	{
-		if (so->graph_returned >= tsdg_max_scan_tuples)
+		if (!so->graph_done && so->graph_returned >= tsdg_max_scan_tuples)
+			so->graph_done = true;
+		if (so->graph_done && !so->rest_started)
 		{
+			/* past the worker's round, which had only the nearest pending rows */
 			if (so->pending_from_worker)
 				TsdgTakeOverPending(index, so);
-			so->graph_done = true;
-			break;
+			TsdgScoreRest(index, so);
 		}
 		while (so->result_pos < so->result_count)
 		{
@@ -555,6 +653,11 @@ TsdgNextGraphRow(Relation index, TsdgScanOpaque so)
 			so->head_id = id;
 			so->head_distance = so->result_dists[so->result_pos];
 			return true;
+		}
+		if (so->rest_started)
+		{
+			so->rest_done = true;
+			break;
 		}
 
 		/*

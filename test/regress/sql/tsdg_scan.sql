@@ -84,9 +84,15 @@ SELECT count(*) FROM (SELECT id FROM ts WHERE cat = 3 ORDER BY v <-> '[0,0,1,1]'
 SELECT count(*) FROM (SELECT id FROM ts WHERE id % 400 = 0 ORDER BY v <-> '[0,0,1,1]' LIMIT 10) s;
 -- and without LIMIT every indexed row, once
 SELECT count(*), count(DISTINCT id) FROM (SELECT id FROM ts ORDER BY v <-> '[0,0,1,1]') s;
--- tsdg.max_scan_tuples bounds what the graph returns
+-- past tsdg.max_scan_tuples graph rows the rest are scored exactly: still every row, once
 SET tsdg.max_scan_tuples = 100;
-SELECT count(*) AS graph_and_pending_rows FROM (SELECT id FROM ts ORDER BY v <-> '[0,0,1,1]') s;
+SELECT count(*), count(DISTINCT id) FROM (SELECT id FROM ts ORDER BY v <-> '[0,0,1,1]') s;
+-- and the rows past the graph search's come in distance order
+SELECT count(*) AS out_of_order FROM (
+	SELECT d, lag(d) OVER (ORDER BY n) AS prev, n FROM (
+		SELECT row_number() OVER () AS n, v <-> '[0,0,1,1]' AS d
+		FROM (SELECT v FROM ts ORDER BY v <-> '[0,0,1,1]') o) s) t
+	WHERE n > 200 AND d < prev;
 RESET tsdg.max_scan_tuples;
 RESET tsdg.ef_search;
 
