@@ -12,6 +12,24 @@
 
 #include "tsdgoffload.h"
 
+/*
+ * Ends a session's wait for a query (or for the pending rows it is about to
+ * search) that the worker has not taken while it loads, builds or merges an
+ * index: that holds the worker for seconds, the query takes the session far
+ * less on the CPU, and waiting out tsdg.worker_timeout_ms would cost every
+ * search of that time (the first ones after a CREATE INDEX, typically).
+ */
+static bool
+TsdgBusyWorkerPoll(void *arg, TsdgRequestSlot *slot)
+{
+	TsdgSlotState state;
+
+	SpinLockAcquire(&slot->mutex);
+	state = slot->state;
+	SpinLockRelease(&slot->mutex);
+	return state == TSDG_SLOT_QUEUED && TsdgIpcServerState() == TSDG_SERVER_BUSY;
+}
+
 /* Handles a reply other than OK; true when the request should be sent again. */
 bool
 TsdgHandleReply(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *key,
@@ -24,7 +42,11 @@ TsdgHandleReply(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey
 	TsdgIpcFinish(slot);
 	if (!answered)
 	{
-		if (TsdgIpcServerState() == TSDG_SERVER_READY)
+		TsdgServerState state = TsdgIpcServerState();
+
+		if (state == TSDG_SERVER_BUSY)
+			TsdgCountFallback();
+		else if (state == TSDG_SERVER_READY)
 		{
 			char		detail[128];
 
@@ -123,7 +145,7 @@ TsdgSendPendingRows(Relation index, const TsdgMetaPageData *meta, const TsdgInde
 	slot->bulk_handle = dsm_segment_handle(seg);
 	slot->bulk_size = header.total_size;
 	request_id = TsdgIpcSubmit(slot);
-	answered = TsdgIpcWait(slot, request_id, tsdg_worker_timeout_ms, NULL, NULL);
+	answered = TsdgIpcWait(slot, request_id, tsdg_worker_timeout_ms, TsdgBusyWorkerPoll, NULL);
 	/* busy building or merging, or the index dropped meanwhile: the session scans them this time */
 	if (answered && slot->reply != TSDG_REPLY_OK && slot->reply != TSDG_REPLY_NOT_RESIDENT &&
 		slot->reply != TSDG_REPLY_BUSY)
@@ -215,7 +237,7 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 		memcpy(TsdgSlotQuery(slot), query, sizeof(float) * meta->dims);
 		submitted_at = GetCurrentTimestamp();
 		request_id = TsdgIpcSubmit(slot);
-		answered = TsdgIpcWait(slot, request_id, tsdg_worker_timeout_ms, NULL, NULL);
+		answered = TsdgIpcWait(slot, request_id, tsdg_worker_timeout_ms, TsdgBusyWorkerPoll, NULL);
 
 		if (answered && slot->reply == TSDG_REPLY_OK)
 		{

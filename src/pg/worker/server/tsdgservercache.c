@@ -334,6 +334,22 @@ TsdgAddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndex
 		return strstr(error->message, "memory") != NULL ? TSDG_ERR_OUT_OF_MEMORY : TSDG_ERR_DEVICE;
 	}
 
+	/*
+	 * One search before the index is published: a backend may prepare what
+	 * all its searches share on the first one (the CPU backend picks its
+	 * entry points, seconds on wide vectors). That belongs to this load,
+	 * while the worker is marked busy and sessions search on the CPU at
+	 * once, not to the first queries, which would wait it out.
+	 */
+	{
+		uint32		warm_id;
+		float		warm_dist;
+		TsdgError	warm_error;
+
+		(void) tsdg_index_search(r->index, r->rows, 1, 1, 1, tsdg_lambda_search, &warm_id,
+								 &warm_dist, &warm_error);
+	}
+
 	r->used = true;
 	r->key = *key;
 	r->n = n;
