@@ -14,8 +14,13 @@ use TsdgTest;
 my $node = worker_node('worker_cache', 'tsdg.gpu_memory_limit = 1MB');
 wait_for_worker($node);
 
+# the indexes resident in the worker, once it is done with the last request:
+# after answering a build it still computes the entry points and makes the
+# new graph resident (searching it once), marked busy
 sub resident
 {
+	$node->poll_query_until('postgres', "SELECT state = 'ready' FROM tsdg_gpu_status()")
+	  or die 'the worker did not become ready';
 	return $node->safe_psql('postgres', q{
 		SELECT coalesce(string_agg((c->>'index') || '@' || (c->>'graph_version'), ',' ORDER BY c->>'index'), '')
 		FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c});
