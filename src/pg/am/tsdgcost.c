@@ -17,11 +17,11 @@
  * A graph search with ef candidates scores a few times ef nodes, plus a
  * number that grows with the logarithm of the rows (the walk from the entry
  * points), each read with the list beside it; all of that happens before the
- * first row comes back. A filter above the
- * scan makes the scan return more rows than the LIMIT, widening the search:
- * the total cost, of returning every row, makes the planner charge that
- * share. Without a LIMIT it is the cost of an ordered walk of the whole graph,
- * more than a sort of the table, so such a query does not use the index.
+ * first row comes back. A filter above the scan makes it return more rows
+ * than the LIMIT, widening the search: the total cost, of returning every
+ * row, makes the planner charge that share. Without a LIMIT it is the cost of
+ * an ordered walk of the whole graph, more than a sort of the table, so such
+ * a query does not use the index.
  */
 #include "postgres.h"
 
