@@ -430,6 +430,13 @@ my $missed = query("SET log_min_messages = debug1;
 	CREATE TEMP TABLE temp_items AS SELECT * FROM items WHERE id % 3 = 0;
 	CREATE INDEX temp_items_idx ON temp_items USING tsdg (v vector_l2_ops);
 	INSERT INTO temp_items SELECT * FROM items WHERE id % 3 = 1;
+	-- the worker makes the new graph resident after answering the build
+	DO \$\$ BEGIN
+		FOR i IN 1..3000 LOOP
+			EXIT WHEN (SELECT state FROM tsdg_gpu_status()) = 'ready';
+			PERFORM pg_sleep(0.01);
+		END LOOP;
+	END \$\$;
 	SELECT tsdg_merge('temp_items_idx');
 	SET enable_seqscan = off; SET tsdg.device = cpu; SET tsdg.ef_search = 200;
 	SELECT count(*) FROM (SELECT id, v FROM temp_items WHERE id % 3 = 1) p
