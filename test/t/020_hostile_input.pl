@@ -48,6 +48,13 @@ $node->safe_psql('postgres', q{
 	INSERT INTO items SELECT i, ARRAY[sin(i), cos(i), sin(2 * i), cos(3 * i),
 		i % 7, i % 11, i % 13, i % 17]::real[]::vector FROM generate_series(2001, 2300) i;
 });
+# the worker's status lists the index to those who may read its table only
+my $listed = q{SELECT count(*) FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c
+	WHERE c->>'index' = 'items_idx'};
+is($node->safe_psql('postgres', $listed), '1', 'the status lists the index to its owner');
+is($node->safe_psql('postgres', $listed, extra_params => [ '-U', 'hostile' ]),
+	'0', 'and not to a role that may not read the table');
+
 my $pending_before = $node->safe_psql('postgres',
 	"SELECT pending FROM tsdg_index_info('items_idx')");
 is($pending_before, '300', '300 rows pending before the VACUUM');
