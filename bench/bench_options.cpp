@@ -17,12 +17,21 @@ data (default: synthetic clustered 200000 x 128, intrinsic dim 16)
   --queries FILE         query rows (default: from the mixture, or the last rows of --data)
   --max-rows N           read at most N rows of --data
   --rows N --dim D --clusters C --intrinsic-dim I --spread S --noise E --seed X
+  --absolute-scale       clusters as row = center + z·B + noise: centers N(0, S²)
+                         per coordinate, B an I x D matrix of N(0, 1/I) entries,
+                         z ~ N(0, I_I), noise N(0, E²) per coordinate (S 1:
+                         overlapping clusters, S 4: separated; the hard classes
+                         use --clusters N/500 --intrinsic-dim 16 --noise 0.05)
   --query-count N        queries (default 1000)  --query-seed X
   --metric l2|ip|cosine
 graph
   --k K                  neighbors searched (default 10)
   --build-k K --samples P --iterations T --gnnd-seed X      GNND
   --degree R --alpha A --lambda0 L                          TSDG
+  --pivots M --pivot-stride S --pivot-levels L  long-range candidates: each
+                         row's M nearest of every S-th row, of every S²-th
+                         row, ... (L levels) join its k-NN list (M 0: none)
+  --random-candidates N  N rows drawn at random join each k-NN list too
   --exact-graph          also time the exact k-NN graph
   --ggm                  also build two halves and merge them with GGM
 merge (instead of the steps above; L2: the synthetic data, or --data and
@@ -111,6 +120,10 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--degree", [&](auto& f, auto& v) { o.diversify.degree = parse_number<int>(f, v); }},
       {"--alpha", [&](auto& f, auto& v) { o.diversify.alpha = parse_number<float>(f, v); }},
       {"--lambda0", [&](auto& f, auto& v) { o.diversify.lambda0 = parse_number<int>(f, v); }},
+      {"--pivots", [&](auto& f, auto& v) { o.diversify.pivot_candidates = parse_number<int>(f, v); }},
+      {"--pivot-stride", [&](auto& f, auto& v) { o.diversify.pivot_stride = parse_number<int>(f, v); }},
+      {"--random-candidates", [&](auto& f, auto& v) { o.diversify.random_candidates = parse_number<int>(f, v); }},
+      {"--pivot-levels", [&](auto& f, auto& v) { o.diversify.pivot_levels = parse_number<int>(f, v); }},
       {"--ef", [&](auto& f, auto& v) { o.ef_list = parse_list<int>(f, v); }},
       {"--lambda-limits", [&](auto& f, auto& v) { o.lambda_limits = parse_list<int>(f, v); }},
       {"--slack", [&](auto& f, auto& v) { o.slacks = parse_list<float>(f, v); }},
@@ -133,6 +146,7 @@ BenchOptions parse_options(int argc, char** argv) {
   };
   const std::map<std::string, std::function<void()>> switches = {
       {"--exact-graph", [&] { o.exact_graph = true; }},
+      {"--absolute-scale", [&] { o.synthetic.absolute_scale = true; }},
       {"--ggm", [&] { o.ggm = true; }},
       {"--no-hnsw", [&] { o.hnsw = false; }},
       {"--help", [&] {

@@ -267,6 +267,7 @@ int run_merge_benchmark(const BenchOptions& o) {
                   .add("clusters", o.synthetic.clusters)
                   .add("intrinsic_dim", o.synthetic.intrinsic_dim)
                   .add("spread", o.synthetic.spread)
+                  .add("absolute_scale", o.synthetic.absolute_scale ? 1 : 0)
                   .add("initial", initial)
                   .add("batches", o.merge_batches)
                   .add("build_k", params.build_k)

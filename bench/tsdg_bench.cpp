@@ -132,6 +132,40 @@ GraphTruth graph_truth(MatrixView data, Metric metric, int64_t sample, const Run
   return truth;
 }
 
+// The k nearest rows of data for each query: the float32 brute force's 2k
+// nearest, ranked again by distances computed in float64 (L2), so that near
+// ties are ordered exactly.
+std::vector<uint32_t> exact_truth(MatrixView data, MatrixView queries, Metric metric, int k,
+                                  const RunControl& control) {
+  const int width = static_cast<int>(std::min<int64_t>(metric == Metric::L2 ? 2 * k : k, data.rows));
+  std::vector<uint32_t> ids(queries.rows * width);
+  std::vector<float> dists(ids.size());
+  exact_knn(data, queries, metric, width, ids.data(), dists.data(), control);
+  std::vector<uint32_t> truth(queries.rows * k, kInvalidId);
+  parallel_for(control, queries.rows, 64, [&](int64_t begin, int64_t end, int) {
+    std::vector<std::pair<double, uint32_t>> ranked;
+    for (int64_t q = begin; q < end; ++q) {
+      ranked.clear();
+      for (int j = 0; j < width; ++j) {
+        const uint32_t id = ids[q * width + j];
+        if (id == kInvalidId) continue;
+        double d = dists[q * width + j];
+        if (metric == Metric::L2) {
+          d = 0.0;
+          for (int c = 0; c < data.dim; ++c) {
+            const double diff = static_cast<double>(queries.row(q)[c]) - static_cast<double>(data.row(id)[c]);
+            d += diff * diff;
+          }
+        }
+        ranked.emplace_back(d, id);
+      }
+      std::sort(ranked.begin(), ranked.end());
+      for (int j = 0; j < k && j < static_cast<int>(ranked.size()); ++j) truth[q * k + j] = ranked[j].second;
+    }
+  });
+  return truth;
+}
+
 double graph_recall(const KnnGraph& graph, const GraphTruth& truth) {
   const int64_t count = static_cast<int64_t>(truth.rows.size());
   std::vector<uint32_t> found(count * kGraphRecallAt, kInvalidId);
@@ -219,6 +253,7 @@ int run(const BenchOptions& o) {
     data_record.add("clusters", o.synthetic.clusters)
         .add("intrinsic_dim", o.synthetic.intrinsic_dim)
         .add("spread", o.synthetic.spread)
+        .add("absolute_scale", o.synthetic.absolute_scale ? 1 : 0)
         .add("noise", o.synthetic.noise)
         .add("seed", static_cast<int64_t>(o.synthetic.seed));
   }
@@ -228,13 +263,12 @@ int run(const BenchOptions& o) {
                   .add("date", today())
                   .add("load_s", seconds_since(start)));
 
-  // Ground truth by the core's brute force, which is also the baseline.
+  // Ground truth by the core's brute force (ranked in float64), which is also the baseline.
   const int k = o.k;
-  std::vector<uint32_t> truth(queries.rows * k);
+  std::vector<uint32_t> truth;
   {
-    std::vector<float> dists(truth.size());
     start = Clock::now();
-    exact_knn(data, queries, o.metric, k, truth.data(), dists.data(), control);
+    truth = exact_truth(data, queries, o.metric, k, control);
     const double elapsed = seconds_since(start);
     report.emit(Record("brute_force")
                     .add("k", k)
@@ -301,6 +335,10 @@ int run(const BenchOptions& o) {
                     .add("degree", o.diversify.degree)
                     .add("alpha", o.diversify.alpha)
                     .add("lambda0", o.diversify.lambda0)
+                    .add("pivots", o.diversify.pivot_candidates)
+                    .add("pivot_stride", o.diversify.pivot_stride)
+                    .add("pivot_levels", o.diversify.pivot_levels)
+                    .add("random_candidates", o.diversify.random_candidates)
                     .add("time_s", diversify_seconds)
                     .add("avg_degree", edges / nodes)
                     .add("avg_degree_lambda_le_1", edges_at_most_1 / nodes)

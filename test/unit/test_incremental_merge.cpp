@@ -15,6 +15,7 @@
 #include "gnnd.h"
 #include "graph_invariants.h"
 #include "knn_graph_test_util.h"
+#include "long_range.h"
 #include "recall.h"
 #include "search.h"
 #include "thread_pool.h"
@@ -264,10 +265,21 @@ TEST(IncrementalDiversify, NodesTheBatchDoesNotReachKeepTheirLists) {
   control.pool = &pool;
   const Rediversify r = make_rediversify(5100, 5000, control);
   const std::vector<uint8_t> changes = knn_changes(r);
-  std::vector<bool> reached(r.merged.graph.nodes, false);
-  for (int64_t b = r.batch.split; b < r.merged.graph.nodes; ++b) {
-    for (int j = 0; j < r.merged.graph.k; ++j) {
-      const uint32_t v = r.merged.graph.list(b)[j];
+  // The batch reaches the nodes its rows' candidates hold: their k-NN lists
+  // and their long-range candidates, which only the rebuilt lists take.
+  std::vector<uint32_t> rebuilt;
+  for (int64_t u = 0; u < r.merged.graph.nodes; ++u) {
+    if (u >= r.batch.split || changes[u] == kKnnListRebuilt) rebuilt.push_back(static_cast<uint32_t>(u));
+  }
+  const ExactSearch search = [&](MatrixView base, MatrixView queries, int k, uint32_t* ids, float* dists) {
+    exact_knn(base, queries, Metric::L2, k, ids, dists, control);
+  };
+  const KnnGraph candidates = with_long_range_candidates(r.batch.data.view(), Metric::L2, r.merged.graph, r.params,
+                                                         search, control, &rebuilt);
+  std::vector<bool> reached(candidates.nodes, false);
+  for (int64_t b = r.batch.split; b < candidates.nodes; ++b) {
+    for (int j = 0; j < candidates.k; ++j) {
+      const uint32_t v = candidates.list(b)[j];
       if (v != kInvalidId) reached[v] = true;
     }
   }

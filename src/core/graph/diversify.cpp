@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "bruteforce.h"
 #include "connectivity.h"
 #include "distance.h"
+#include "long_range.h"
 #include "thread_pool.h"
 
 namespace tsdg {
@@ -249,11 +251,24 @@ ReverseEdges reverse_of(int64_t nodes, int width, const std::vector<Edge>& prune
   return reverse;
 }
 
+ExactSearch cpu_exact_search(Metric metric, const RunControl& control) {
+  return [metric, &control](MatrixView base, MatrixView queries, int k, uint32_t* ids, float* dists) {
+    exact_knn(base, queries, metric, k, ids, dists, control);
+  };
+}
+
 }  // namespace
 
 TsdgGraph diversify_tsdg(MatrixView data, Metric metric, const KnnGraph& knn,
                          const DiversifyParams& params, const RunControl& control) {
   validate(data, knn, params);
+  if (params.pivot_candidates > 0 || params.random_candidates > 0) {
+    DiversifyParams widened = params;
+    widened.pivot_candidates = 0;
+    widened.random_candidates = 0;
+    return diversify_tsdg(data, metric, with_long_range_candidates(data, metric, knn, params, cpu_exact_search(metric, control), control),
+                          widened, control);
+  }
   const int64_t n = data.rows;
   const int width = std::max(knn.k, 1);
   const int degree = params.degree;
@@ -304,6 +319,20 @@ TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGr
       (n_old > 0 && old.degree != params.degree)) {
     throw Error(Status::InvalidArgument,
                 "diversify: the old graph or the changed flags do not match the rows");
+  }
+  if (params.pivot_candidates > 0 || params.random_candidates > 0) {
+    // Only the rebuilt lists take pivots: the other rows keep the long edges
+    // their stored lists hold.
+    std::vector<uint32_t> rebuilt;
+    for (int64_t u = 0; u < n; ++u) {
+      if (u >= n_old || knn_changed[u] == kKnnListRebuilt) rebuilt.push_back(static_cast<uint32_t>(u));
+    }
+    DiversifyParams widened = params;
+    widened.pivot_candidates = 0;
+    widened.random_candidates = 0;
+    return diversify_tsdg_incremental(
+        data, metric, with_long_range_candidates(data, metric, knn, params, cpu_exact_search(metric, control), control, &rebuilt),
+        knn_changed, old, widened, control, list_changed);
   }
   const int width = std::max(knn.k, 1);
   const int degree = params.degree;

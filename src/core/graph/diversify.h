@@ -10,9 +10,10 @@
 
 namespace tsdg {
 
-// Stage 1 prunes each k-NN list with the relaxed occlusion rule (Inequation 2,
-// params.alpha), checked from the closest neighbor against the edges already
-// kept. The reverse edges of the pruned graph are appended (closest first, the
+// Stage 1 prunes each k-NN list, with the row's long-range candidates
+// (long_range.h, params.pivot_candidates and random_candidates) joined to
+// it, by the relaxed occlusion rule (Inequation 2, params.alpha), checked
+// from the closest neighbor against the edges already kept. The reverse edges of the pruned graph are appended (closest first, the
 // list bounded by 2R, no duplicates). Stage 2 gives every edge of a list its
 // occlusion factor λ, the number of other edges of the list that occlude it by
 // Inequation 1, sorts by (λ, distance), drops edges with λ > params.lambda0
@@ -36,7 +37,8 @@ enum KnnListChange : uint8_t {
 // reach. Rows [0, old.nodes) had the search graph old; knn_changed says per
 // row how its k-NN list changed (taken as kKnnListRebuilt for every row >=
 // old.nodes).
-// - A rebuilt list goes through both stages as in diversify_tsdg; its node's
+// - A rebuilt list, with its long-range candidates (pivots of all rows),
+//   goes through both stages as in diversify_tsdg; its node's
 //   reverse edges are found exactly among the rebuilt lists, and from the
 //   other lists the reverse edges its old list held are kept.
 // - A list that gained new rows is pruned by stage 1 for its new rows only:

@@ -21,6 +21,16 @@ struct DiversifyParams {
   int degree = 32;     // R: stored list length
   float alpha = 1.2f;  // stage-1 relaxed pruning factor
   int lambda0 = 10;    // stage-2: edges with occlusion factor > lambda0 dropped
+  // Long-range candidates (long_range.h): each row's pivot_candidates
+  // nearest pivots of each level (every pivot_stride-th row, every
+  // pivot_stride²-th, ...) join its k-NN list before stage 1; 0 disables them.
+  int pivot_candidates = 16;
+  int pivot_stride = 64;
+  int pivot_levels = 1;
+  // Rows drawn at random that join each k-NN list too: links to clusters
+  // that no pivot near the row reaches.
+  int random_candidates = 8;
+  uint64_t random_seed = 11;
 };
 
 // The largest ef of the GPU small-batch kernel (its pool lives in shared

@@ -49,7 +49,7 @@ struct Mixture {
   int intrinsic = 0;
   int clusters = 0;
   std::vector<double> centers;  // clusters x dim
-  std::vector<double> bases;    // clusters x intrinsic x dim, orthonormal rows
+  std::vector<double> bases;    // clusters x intrinsic x dim
   double cluster_sigma = 0.0;   // per intrinsic coordinate
   double noise_sigma = 0.0;     // per ambient coordinate
 };
@@ -71,6 +71,15 @@ Mixture make_mixture(const SyntheticSpec& spec) {
   Random random(spec.seed ^ 0x6d69787475726531ULL);
   m.centers.resize(static_cast<size_t>(m.clusters) * m.dim);
   for (double& c : m.centers) c = random.normal();
+  if (spec.absolute_scale) {
+    for (double& c : m.centers) c *= spec.spread;
+    m.bases.resize(static_cast<size_t>(m.clusters) * m.intrinsic * m.dim);
+    const double entry_sigma = 1.0 / std::sqrt(static_cast<double>(m.intrinsic));
+    for (double& b : m.bases) b = random.normal() * entry_sigma;
+    m.cluster_sigma = 1.0;
+    m.noise_sigma = spec.noise;
+    return m;
+  }
 
   // Random Gaussian directions made orthonormal by Gram-Schmidt, so that every
   // cluster spans exactly `intrinsic` dimensions.

@@ -3,6 +3,11 @@
 // subspace of the ambient space, plus small isotropic noise. Deterministic by
 // seed. Two hard regimes: overlapping clusters of high intrinsic dimension
 // (spread >= 1, intrinsic_dim 32-64) and well separated ones (spread << 1).
+// With absolute_scale the mixture is instead row = center + z·B + noise, with
+// centers N(0, spread²) per coordinate, B an intrinsic_dim × dim matrix of
+// N(0, 1/intrinsic_dim) entries (each coordinate of z·B has std about 1),
+// z ~ N(0, I) and noise N(0, noise²) per coordinate: spread 1 gives
+// overlapping clusters, spread 4 well separated ones.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +23,7 @@ struct SyntheticSpec {
   int intrinsic_dim = 16;
   float spread = 1.0f;  // cluster std relative to the typical spacing of the centers
   float noise = 0.05f;  // std of the isotropic noise in all ambient dims, same unit
+  bool absolute_scale = false;  // spread and noise as stds in data units (above)
   uint64_t seed = 1;    // fixes the mixture (centers, bases) and the rows drawn
 };
 

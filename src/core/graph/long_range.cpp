@@ -1,0 +1,139 @@
+#include "long_range.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "distance.h"
+#include "thread_pool.h"
+
+namespace tsdg {
+
+namespace {
+
+// One level of pivots and, for each listed row, its nearest ones (as
+// indexes into pivots).
+struct PivotLevel {
+  std::vector<uint32_t> pivots;
+  int asked = 0;  // nearest pivots found per row
+  std::vector<uint32_t> near_ids;
+  std::vector<float> near_dists;
+};
+
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+std::vector<uint32_t> pivot_rows(int64_t rows, int64_t stride) {
+  if (stride < 1) throw Error(Status::InvalidArgument, "pivot stride must be positive");
+  std::vector<uint32_t> pivots;
+  pivots.reserve(static_cast<size_t>(rows / stride + 1));
+  for (int64_t id = 0; id < rows; id += stride) pivots.push_back(static_cast<uint32_t>(id));
+  return pivots;
+}
+
+KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGraph& knn,
+                                    const DiversifyParams& params, const ExactSearch& search,
+                                    const RunControl& control,
+                               const std::vector<uint32_t>* rows) {
+  if (params.pivot_candidates < 0 || params.pivot_levels < 0) {
+    throw Error(Status::InvalidArgument, "pivot candidates and levels must not be negative");
+  }
+  if (params.pivot_stride < 2) throw Error(Status::InvalidArgument, "pivot stride must be at least 2");
+  if (knn.nodes != data.rows) {
+    throw Error(Status::InvalidArgument, "pivot candidates: the k-NN graph has " + std::to_string(knn.nodes) +
+                                             " nodes, the data " + std::to_string(data.rows) + " rows");
+  }
+  const int extra = params.pivot_candidates;
+  const auto listed = static_cast<int64_t>(rows != nullptr ? rows->size() : static_cast<size_t>(data.rows));
+  const auto row_of = [&](int64_t i) -> int64_t { return rows != nullptr ? (*rows)[i] : i; };
+
+  Matrix queries(rows != nullptr ? listed : 0, data.dim);
+  if (rows != nullptr) {
+    parallel_for(control, listed, 1024, [&](int64_t begin, int64_t end, int) {
+      for (int64_t i = begin; i < end; ++i) std::copy(data.row(row_of(i)), data.row(row_of(i)) + data.dim, queries.row(i));
+    });
+  }
+  // Level l holds every stride^(l+1)-th row: the sparser a level, the farther
+  // its nearest pivots reach, as the upper layers of a hierarchical graph do.
+  std::vector<PivotLevel> levels;
+  int64_t stride = params.pivot_stride;
+  for (int l = 0; extra > 0 && listed > 0 && l < params.pivot_levels && stride < data.rows; ++l) {
+    PivotLevel level;
+    level.pivots = pivot_rows(data.rows, stride);
+    // One more pivot than asked for: a pivot row finds itself first.
+    level.asked = static_cast<int>(std::min<int64_t>(extra + 1, static_cast<int64_t>(level.pivots.size())));
+    Matrix pivot_data(static_cast<int64_t>(level.pivots.size()), data.dim);
+    for (size_t p = 0; p < level.pivots.size(); ++p) {
+      std::copy(data.row(level.pivots[p]), data.row(level.pivots[p]) + data.dim,
+                pivot_data.row(static_cast<int64_t>(p)));
+    }
+    level.near_ids.resize(static_cast<size_t>(listed) * level.asked);
+    level.near_dists.resize(level.near_ids.size());
+    search(pivot_data.view(), rows != nullptr ? queries.view() : data, level.asked, level.near_ids.data(),
+           level.near_dists.data());
+    control.throw_if_cancelled();
+    levels.push_back(std::move(level));
+    stride *= params.pivot_stride;
+  }
+
+  const int random = data.rows > 1 ? params.random_candidates : 0;
+  if (random < 0) throw Error(Status::InvalidArgument, "random candidates must not be negative");
+  const DistanceFn distance = metric_distance_fn(metric);
+  int width = knn.k + random;
+  for (const PivotLevel& level : levels) width += level.asked;
+  KnnGraph out(knn.nodes, width);
+  std::vector<int64_t> slot;  // row -> index among the listed rows, -1 for none
+  if (rows != nullptr) {
+    slot.assign(static_cast<size_t>(data.rows), -1);
+    for (int64_t i = 0; i < listed; ++i) slot[row_of(i)] = i;
+  }
+  std::vector<std::vector<std::pair<float, uint32_t>>> scratch(worker_count(control));
+  parallel_for(control, data.rows, 1024, [&](int64_t begin, int64_t end, int worker) {
+    std::vector<std::pair<float, uint32_t>>& pairs = scratch[worker];
+    for (int64_t u = begin; u < end; ++u) {
+      const uint32_t* ids = knn.list(u);
+      const float* dists = knn.list_dists(u);
+      pairs.clear();
+      for (int j = 0; j < knn.k; ++j) {
+        if (ids[j] != kInvalidId) pairs.emplace_back(dists[j], ids[j]);
+      }
+      const int64_t near = rows == nullptr ? u : (slot.empty() ? -1 : slot[u]);
+      for (const PivotLevel& level : levels) {
+        if (near < 0) break;
+        for (int j = 0; j < level.asked; ++j) {
+          const uint32_t p = level.near_ids[near * level.asked + j];
+          if (p == kInvalidId) continue;
+          const uint32_t id = level.pivots[p];
+          if (id == u || std::any_of(pairs.begin(), pairs.end(), [id](const auto& e) { return e.second == id; })) {
+            continue;
+          }
+          pairs.emplace_back(level.near_dists[near * level.asked + j], id);
+        }
+      }
+      for (int j = 0; j < random && (rows == nullptr || near >= 0); ++j) {
+        const auto id = static_cast<uint32_t>(mix(params.random_seed ^ (static_cast<uint64_t>(u) * 64 + j) * 0x9e3779b97f4a7c15ULL) %
+                                              static_cast<uint64_t>(data.rows));
+        if (id == u || std::any_of(pairs.begin(), pairs.end(), [id](const auto& e) { return e.second == id; })) {
+          continue;
+        }
+        pairs.emplace_back(distance(data.row(u), data.row(id), data.dim), id);
+      }
+      std::sort(pairs.begin(), pairs.end());
+      uint32_t* out_ids = out.ids.data() + u * width;
+      float* out_dists = out.dists.data() + u * width;
+      for (size_t j = 0; j < pairs.size(); ++j) {
+        out_dists[j] = pairs[j].first;
+        out_ids[j] = pairs[j].second;
+      }
+    }
+  });
+  control.throw_if_cancelled();
+  return out;
+}
+
+}  // namespace tsdg

@@ -1,0 +1,41 @@
+// Long-range candidates for the diversification: each row's nearest pivots,
+// rows spread evenly over the ids. Once GNND has converged on clustered data
+// a row's k-NN list holds only its own cluster, and a graph pruned from those
+// lists alone has no route between clusters. A row's nearest pivots reach
+// into the clusters around it; the relaxed pruning (alpha > 1) keeps the
+// nearest pivot of each such cluster, since the row's near neighbors do not
+// occlude it, so neighboring clusters are linked whatever the accuracy of the
+// k-NN graph (the long edges of Subramanya et al., 2019 (Vamana), taken from
+// a sample of pivots instead of search routes).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "params.h"
+#include "run_control.h"
+#include "types.h"
+
+namespace tsdg {
+
+// An exact k-NN search of base for each query row, as Backend::exact_knn
+// answers it (ascending, padded with kInvalidId / +inf).
+using ExactSearch = std::function<void(MatrixView base, MatrixView queries, int k, uint32_t* ids, float* dists)>;
+
+// The pivots of a set of rows: every stride-th id, from 0.
+std::vector<uint32_t> pivot_rows(int64_t rows, int64_t stride);
+
+// knn with each listed row's params.pivot_candidates nearest pivots of each
+// of params.pivot_levels levels merged into its list; level l's pivots are
+// pivot_rows(data.rows, pivot_stride^(l+1)), levels with fewer pivots than
+// rows only. The lists are ascending by (distance, id), the row itself and
+// duplicates left out, padded with kInvalidId / +inf. Each listed row also
+// gets params.random_candidates rows drawn uniformly (by random_seed and the
+// row id). rows: the rows that get pivots (null: every row); the other lists
+// are only widened. With pivot_candidates 0, a copy of knn.
+KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGraph& knn,
+                                    const DiversifyParams& params, const ExactSearch& search,
+                                    const RunControl& control, const std::vector<uint32_t>* rows = nullptr);
+
+}  // namespace tsdg

@@ -1,0 +1,160 @@
+// Navigability on hard data: many clusters, each on its own random 16-dim
+// subspace, with a navigating set far smaller than the cluster count (as at
+// 1M rows, 2,000 clusters and 256 entries). A graph pruned from converged
+// k-NN lists alone has no route between clusters; the long-range candidates
+// (long_range.h) must give one, and a more accurate k-NN graph must not give
+// a worse search graph.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "bruteforce.h"
+#include "diversify.h"
+#include "gnnd.h"
+#include "long_range.h"
+#include "search.h"
+#include "synthetic.h"
+#include "thread_pool.h"
+
+namespace tsdg {
+namespace {
+
+constexpr int kK = 10;
+constexpr int kEntries = 16;
+const int kEfs[] = {64, 128, 256};
+
+struct HardData {
+  Matrix data;
+  Matrix queries;
+  std::vector<uint32_t> truth;
+};
+
+HardData hard_data(float spread, const RunControl& control) {
+  SyntheticSpec spec;
+  spec.rows = 50000;
+  spec.dim = 64;
+  spec.clusters = 100;
+  spec.intrinsic_dim = 16;
+  spec.spread = spread;
+  spec.noise = 0.05f;
+  spec.absolute_scale = true;
+  spec.seed = 5;
+  HardData d;
+  d.data = make_clustered(spec);
+  d.queries = make_clustered_queries(spec, 200, 6);
+  d.truth.resize(d.queries.rows * kK);
+  std::vector<float> dists(d.truth.size());
+  exact_knn(d.data.view(), d.queries.view(), Metric::L2, kK, d.truth.data(), dists.data(), control);
+  return d;
+}
+
+// recall@10 of the graph built from GNND with gnnd, at each of kEfs.
+std::vector<double> recalls(const HardData& d, const GnndParams& gnnd, const DiversifyParams& diversify,
+                            const RunControl& control) {
+  const KnnGraph knn = gnnd_build(d.data.view(), Metric::L2, gnnd, control);
+  const TsdgGraph graph = diversify_tsdg(d.data.view(), Metric::L2, knn, diversify, control);
+  CpuSearchIndex index(d.data.view(), GraphView::of(graph), Metric::L2);
+  std::vector<double> out;
+  for (int ef : kEfs) {
+    SearchParams params;
+    params.k = kK;
+    params.ef = ef;
+    params.entry_samples = kEntries;
+    std::vector<uint32_t> ids(d.queries.rows * kK);
+    std::vector<float> dists(ids.size());
+    index.search(d.queries.view(), params, ids.data(), dists.data(), control);
+    int64_t hits = 0;
+    for (int64_t q = 0; q < d.queries.rows; ++q) {
+      const uint32_t* truth = d.truth.data() + q * kK;
+      for (int j = 0; j < kK; ++j) hits += std::count(truth, truth + kK, ids[q * kK + j]);
+    }
+    out.push_back(static_cast<double>(hits) / static_cast<double>(ids.size()));
+  }
+  return out;
+}
+
+GnndParams converged() {
+  GnndParams p;
+  p.iterations = 30;
+  p.samples = 32;
+  p.min_update_rate = 0.0;
+  return p;
+}
+
+TEST(Navigability, OverlappingClustersReach099AndConvergedGnndIsNotWorse) {
+  ThreadPool pool(0);
+  RunControl control;
+  control.pool = &pool;
+  const HardData d = hard_data(1.0f, control);
+  const std::vector<double> by_default = recalls(d, GnndParams{}, DiversifyParams{}, control);
+  EXPECT_GE(*std::max_element(by_default.begin(), by_default.end()), 0.99);
+  const std::vector<double> by_converged = recalls(d, converged(), DiversifyParams{}, control);
+  for (size_t i = 0; i < by_default.size(); ++i) {
+    EXPECT_GE(by_converged[i], by_default[i] - 0.005) << "ef " << kEfs[i];
+  }
+  EXPECT_GE(*std::max_element(by_converged.begin(), by_converged.end()), 0.99);
+}
+
+TEST(Navigability, SeparatedClustersReach099) {
+  ThreadPool pool(0);
+  RunControl control;
+  control.pool = &pool;
+  const HardData d = hard_data(4.0f, control);
+  const std::vector<double> by_default = recalls(d, GnndParams{}, DiversifyParams{}, control);
+  EXPECT_GE(*std::max_element(by_default.begin(), by_default.end()), 0.99);
+}
+
+TEST(LongRange, ListsHoldTheKnnEntriesAndNearestPivotsAscending) {
+  SyntheticSpec spec;
+  spec.rows = 2000;
+  spec.dim = 16;
+  spec.clusters = 8;
+  spec.absolute_scale = true;
+  spec.spread = 4.0f;
+  const Matrix data = make_clustered(spec);
+  const RunControl control;
+  const KnnGraph knn = exact_knn_graph(data.view(), Metric::L2, 8, control);
+  DiversifyParams params;
+  params.pivot_candidates = 4;
+  params.pivot_stride = 10;
+  params.pivot_levels = 1;
+  params.random_candidates = 3;
+  const ExactSearch search = [&](MatrixView base, MatrixView queries, int k, uint32_t* ids, float* dists) {
+    exact_knn(base, queries, Metric::L2, k, ids, dists, control);
+  };
+  const KnnGraph wide = with_long_range_candidates(data.view(), Metric::L2, knn, params, search, control);
+  ASSERT_EQ(wide.k, 8 + 5 + 3);
+  const std::vector<uint32_t> pivots = pivot_rows(data.rows, 10);
+  for (int64_t u = 0; u < data.rows; u += 37) {
+    const uint32_t* ids = wide.list(u);
+    const float* dists = wide.list_dists(u);
+    std::vector<uint32_t> valid;
+    for (int j = 0; j < wide.k && ids[j] != kInvalidId; ++j) {
+      EXPECT_NE(ids[j], static_cast<uint32_t>(u));
+      if (j > 0) {
+        EXPECT_LE(dists[j - 1], dists[j]);
+      }
+      valid.push_back(ids[j]);
+    }
+    std::vector<uint32_t> unique = valid;
+    std::sort(unique.begin(), unique.end());
+    EXPECT_EQ(std::unique(unique.begin(), unique.end()), unique.end());
+    for (int j = 0; j < knn.k; ++j) EXPECT_NE(std::find(valid.begin(), valid.end(), knn.list(u)[j]), valid.end());
+    // The pivot nearest u (other than u) is in its list.
+    uint32_t nearest = kInvalidId;
+    float best = 0.0f;
+    for (uint32_t p : pivots) {
+      if (p == u) continue;
+      const float dist = metric_distance(Metric::L2, data.row(u), data.row(p), data.dim);
+      if (nearest == kInvalidId || dist < best) {
+        nearest = p;
+        best = dist;
+      }
+    }
+    EXPECT_NE(std::find(valid.begin(), valid.end(), nearest), valid.end()) << "row " << u;
+  }
+}
+
+}  // namespace
+}  // namespace tsdg
