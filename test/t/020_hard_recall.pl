@@ -37,8 +37,8 @@ for my $spread (1, 4)
 		DROP TABLE IF EXISTS items, queries, truth;
 		CREATE TABLE items (id int PRIMARY KEY, v vector($dims));
 		CREATE TABLE queries (id int PRIMARY KEY, v vector($dims));
-		COPY items FROM '$dir/items.tsv';
-		COPY queries FROM '$dir/queries.tsv';
+		\\copy items FROM '$dir/items.tsv'
+		\\copy queries FROM '$dir/queries.tsv'
 		ANALYZE items;
 		SET enable_indexscan = off;
 		CREATE TABLE truth AS SELECT q.id AS qid,
