@@ -38,8 +38,8 @@ std::vector<uint32_t> pivot_rows(int64_t rows, int64_t stride) {
 
 KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGraph& knn,
                                     const DiversifyParams& params, const ExactSearch& search,
-                                    const RunControl& control,
-                               const std::vector<uint32_t>* rows) {
+                                    const RunControl& control, const std::vector<uint32_t>* rows,
+                                    int max_width) {
   if (params.pivot_candidates < 0 || params.pivot_levels < 0) {
     throw Error(Status::InvalidArgument, "pivot candidates and levels must not be negative");
   }
@@ -61,7 +61,8 @@ KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGra
   // Level l holds every stride^(l+1)-th row: the sparser a level, the farther
   // its nearest pivots reach, as the upper layers of a hierarchical graph do.
   std::vector<PivotLevel> levels;
-  int64_t stride = params.pivot_stride;
+  if (params.max_pivots < 1) throw Error(Status::InvalidArgument, "max pivots must be positive");
+  int64_t stride = std::max<int64_t>(params.pivot_stride, (data.rows + params.max_pivots - 1) / params.max_pivots);
   for (int l = 0; extra > 0 && listed > 0 && l < params.pivot_levels && stride < data.rows; ++l) {
     PivotLevel level;
     level.pivots = pivot_rows(data.rows, stride);
@@ -84,8 +85,15 @@ KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGra
   const int random = data.rows > 1 ? params.random_candidates : 0;
   if (random < 0) throw Error(Status::InvalidArgument, "random candidates must not be negative");
   const DistanceFn distance = metric_distance_fn(metric);
-  int width = knn.k + random;
-  for (const PivotLevel& level : levels) width += level.asked;
+  int long_range = random;
+  for (const PivotLevel& level : levels) long_range += level.asked;
+  if (max_width > 0 && long_range >= max_width) {
+    throw Error(Status::InvalidArgument, "pivot candidates: " + std::to_string(long_range) +
+                                             " long-range candidates leave no room in lists of " +
+                                             std::to_string(max_width));
+  }
+  const int knn_kept = max_width > 0 ? std::min(knn.k, max_width - long_range) : knn.k;
+  const int width = knn_kept + long_range;
   KnnGraph out(knn.nodes, width);
   std::vector<int64_t> slot;  // row -> index among the listed rows, -1 for none
   if (rows != nullptr) {
@@ -99,7 +107,8 @@ KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGra
       const uint32_t* ids = knn.list(u);
       const float* dists = knn.list_dists(u);
       pairs.clear();
-      for (int j = 0; j < knn.k; ++j) {
+      // GNND and GGM leave the lists sorted: the first knn_kept are the nearest.
+      for (int j = 0; j < knn_kept; ++j) {
         if (ids[j] != kInvalidId) pairs.emplace_back(dists[j], ids[j]);
       }
       const int64_t near = rows == nullptr ? u : (slot.empty() ? -1 : slot[u]);

@@ -28,14 +28,17 @@ std::vector<uint32_t> pivot_rows(int64_t rows, int64_t stride);
 
 // knn with each listed row's params.pivot_candidates nearest pivots of each
 // of params.pivot_levels levels merged into its list; level l's pivots are
-// pivot_rows(data.rows, pivot_stride^(l+1)), levels with fewer pivots than
-// rows only. The lists are ascending by (distance, id), the row itself and
+// pivot_rows(data.rows, stride^(l+1)), levels with fewer pivots than rows
+// only, where stride is pivot_stride or, where that would give a level more
+// than max_pivots pivots, rows / max_pivots rounded up. The lists are ascending by (distance, id), the row itself and
 // duplicates left out, padded with kInvalidId / +inf. Each listed row also
 // gets params.random_candidates rows drawn uniformly (by random_seed and the
-// row id). rows: the rows that get pivots (null: every row); the other lists
-// are only widened. With pivot_candidates 0, a copy of knn.
+// row id). rows: the rows that get long-range candidates (null: every row);
+// the other lists are only widened. max_width > 0 bounds the lists' length:
+// the k-NN lists give up their farthest entries to make room.
 KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGraph& knn,
                                     const DiversifyParams& params, const ExactSearch& search,
-                                    const RunControl& control, const std::vector<uint32_t>* rows = nullptr);
+                                    const RunControl& control, const std::vector<uint32_t>* rows = nullptr,
+                                    int max_width = 0);
 
 }  // namespace tsdg

@@ -11,7 +11,10 @@ struct GnndParams {
   // lists at half the GNND time (docs/benchmarks.md, Core: TSDG search).
   int k = 32;
   int samples = 16;           // p: NEW and OLD samples per list and iteration
-  int iterations = 12;        // upper bound on iterations
+  // Upper bound on iterations; the update rate below ends GNND once it has
+  // converged. A graph stopped short keeps random edges from its start that
+  // the search then depends on.
+  int iterations = 30;
   double min_update_rate = 0.001;  // stop when updates < rate * n * k
   uint64_t seed = 42;
 };
@@ -27,6 +30,9 @@ struct DiversifyParams {
   int pivot_candidates = 16;
   int pivot_stride = 64;
   int pivot_levels = 1;
+  // The stride grows so that a level holds at most this many pivots: their
+  // exact search costs rows * pivots distances.
+  int max_pivots = 16384;
   // Rows drawn at random that join each k-NN list too: links to clusters
   // that no pivot near the row reaches.
   int random_candidates = 8;

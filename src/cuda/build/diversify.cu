@@ -26,7 +26,7 @@
 namespace tsdg::cuda {
 namespace {
 
-constexpr int kMaxList = 128;
+constexpr int kMaxList = kMaxDiversifyList;
 constexpr int kPairDims = 16;
 constexpr int kThreads = 256;
 constexpr int64_t kBatchNodes = 1 << 18;
@@ -439,6 +439,17 @@ void diversify_resident_into(DeviceContext& ctx, MatrixView data, const float* d
   }
   diversify_lists(ctx, data, device_rows, metric, KnnLists{device_knn_ids, device_knn_dists, k, true}, params,
                   control, graph, relinked, before_stage_two);
+}
+
+void diversify_host_lists_into(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
+                               const KnnGraph& knn, const DiversifyParams& params, const RunControl& control,
+                               GraphSpan graph, uint8_t* relinked) {
+  validate(data, knn, params);
+  if (graph.nodes != data.rows || graph.degree != params.degree) {
+    throw Error(Status::InvalidArgument, "diversify: the output lists do not match the rows and degree");
+  }
+  diversify_lists(ctx, data, device_rows, metric, KnnLists{knn.ids.data(), knn.dists.data(), knn.k, false}, params,
+                  control, graph, relinked, {});
 }
 
 }  // namespace tsdg::cuda

@@ -16,6 +16,7 @@
 #include "gpu_algorithms.h"
 #include "host_memory.h"
 #include "knn_lists.cuh"
+#include "long_range.h"
 #include "phase_trace.h"
 
 namespace tsdg::cuda {
@@ -170,9 +171,31 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   });
 
   wait_for_old_rows(in);  // the component linking reads them on the host
-  diversify_resident_into(ctx, in.data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), k, diversify,
-                          control, GraphSpan{out.neighbors, out.lambdas, n, diversify.degree}, out.relinked,
-                          [&] { knn_to_host.get(); });
+  const GraphSpan search{out.neighbors, out.lambdas, n, diversify.degree};
+  if (diversify.pivot_candidates == 0 && diversify.random_candidates == 0) {
+    diversify_resident_into(ctx, in.data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), k, diversify,
+                            control, search, out.relinked, [&] { knn_to_host.get(); });
+  } else {
+    // Every list is diversified again, so every list takes its long-range
+    // candidates, as in a fresh build; they join the lists on the host.
+    KnnGraph lists(n, k, KnnGraph::Unfilled{});
+    copy_to_host(lists.ids.data(), ws.ids.data(), entries, stream);
+    copy_to_host(lists.dists.data(), ws.dists.data(), entries, stream);
+    ctx.stream.synchronize();
+    knn_to_host.get();
+    ws.ids.release();
+    ws.dists.release();
+    const ExactSearch exact = [&](MatrixView base, MatrixView queries, int count, uint32_t* ids, float* dists) {
+      exact_knn(ctx, base, queries, metric, count, ids, dists, control);
+    };
+    const KnnGraph candidates = with_long_range_candidates(in.data, metric, lists, diversify, exact, control,
+                                                                nullptr, kMaxDiversifyList);
+    DiversifyParams widened = diversify;
+    widened.pivot_candidates = 0;
+    widened.random_candidates = 0;
+    diversify_host_lists_into(ctx, in.data, rows.values.data(), metric, candidates, widened, control, search,
+                              out.relinked);
+  }
   set_search_changed(in, out, control);
   trace.mark("diversify + search lists to the host");
 }

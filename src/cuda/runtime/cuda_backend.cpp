@@ -84,7 +84,8 @@ class CudaBackend final : public Backend {
     DiversifyParams widened = params;
     widened.pivot_candidates = 0;
     widened.random_candidates = 0;
-    return cuda::diversify(*ctx_, data, metric, with_long_range_candidates(data, metric, knn, params, search, control),
+    return cuda::diversify(*ctx_, data, metric, with_long_range_candidates(data, metric, knn, params, search, control, nullptr,
+                                                                      kMaxDiversifyList),
                            widened, control);
   }
 

@@ -14,6 +14,10 @@
 
 namespace tsdg::cuda {
 
+// The longest k-NN list (with its long-range candidates) the GPU
+// diversification takes.
+inline constexpr int kMaxDiversifyList = 128;
+
 // Base rows already on the device, with their squared norms for L2.
 struct ResidentRows {
   const float* rows = nullptr;
@@ -87,6 +91,12 @@ void diversify_resident_into(DeviceContext& ctx, MatrixView data, const float* d
                              const uint32_t* device_knn_ids, const float* device_knn_dists, int k,
                              const DiversifyParams& params, const RunControl& control, GraphSpan graph,
                              uint8_t* relinked, const std::function<void()>& before_stage_two = {});
+
+// The same from k-NN lists on the host (a merge's lists with their
+// long-range candidates), stage 2 in Phase::Link when relinked is given.
+void diversify_host_lists_into(DeviceContext& ctx, MatrixView data, const float* device_rows, Metric metric,
+                               const KnnGraph& knn, const DiversifyParams& params, const RunControl& control,
+                               GraphSpan graph, uint8_t* relinked);
 
 // index_merge.cu: a merge's computation (merge.h) with the rows and the
 // lists on the device from the old lists' distances through GGM and both
