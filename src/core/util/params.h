@@ -35,7 +35,7 @@ struct DiversifyParams {
   int max_pivots = 16384;
   // Rows drawn at random that join each k-NN list too: links to clusters
   // that no pivot near the row reaches.
-  int random_candidates = 8;
+  int random_candidates = 16;
   uint64_t random_seed = 11;
 };
 
