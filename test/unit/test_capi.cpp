@@ -156,7 +156,9 @@ INSTANTIATE_TEST_SUITE_P(RecordBytes, UnreachedRowsJobRecords, ::testing::Values
 TEST_P(UnreachedRowsJobRecords, RepairsAtTheNarrowEfToo) {
   const SyntheticSpec spec = small_clustered_spec(8000, 24, 10, 31);
   const Matrix data = make_clustered(spec);
-  const TsdgBuildParams params = small_params();
+  // Short lists, so that the narrow search misses enough rows to repair.
+  TsdgBuildParams params = small_params();
+  params.degree = 8;
   Built b = build(data, params);
   TsdgError error;
   std::vector<uint32_t> entries(4);
@@ -177,7 +179,7 @@ TEST_P(UnreachedRowsJobRecords, RepairsAtTheNarrowEfToo) {
     return rows;
   };
   const size_t narrow_before = unreached_at(tsdg::kRepairNarrowEf).size();
-  ASSERT_GT(narrow_before, 10u);
+  ASSERT_GT(narrow_before, 20u);
 
   TsdgUnreachedJob* job = tsdg_unreached_job_start(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
                                                    b.neighbors.data(), b.lambdas.data(), params.degree,
@@ -201,7 +203,9 @@ TEST_P(UnreachedRowsJobRecords, RepairsAtTheNarrowEfToo) {
 TEST(CApi, ResidentIndexRepairsUnreachedRows) {
   const SyntheticSpec spec = small_clustered_spec(8000, 24, 10, 31);
   const Matrix data = make_clustered(spec);
-  const TsdgBuildParams params = small_params();
+  // Short lists, so that the narrow search misses enough rows to repair.
+  TsdgBuildParams params = small_params();
+  params.degree = 8;
   Built b = build(data, params);
   const std::vector<uint32_t> original = b.neighbors;
   TsdgError error;
