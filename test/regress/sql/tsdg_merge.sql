@@ -147,7 +147,7 @@ RESET enable_seqscan;
 CREATE TABLE merge_reach (id int PRIMARY KEY, v vector(8));
 INSERT INTO merge_reach SELECT i, merge_vec(i) FROM generate_series(1, 3000) i;
 CREATE INDEX merge_reach_idx ON merge_reach USING tsdg (v vector_l2_ops)
-	WITH (degree = 8, build_k = 8, samples = 4);
+	WITH (degree = 6, build_k = 6, samples = 3);
 INSERT INTO merge_reach SELECT i, merge_vec(i) FROM generate_series(3001, 4000) i;
 SET tsdg.ef_search = 1;
 SELECT tsdg_merge('merge_reach_idx');
