@@ -22,7 +22,7 @@ my $python =
 my $node = PostgreSQL::Test::Cluster->new('hard_recall');
 $node->init;
 $node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION pg_tsdg');
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_tsdg CASCADE');
 my $dir = PostgreSQL::Test::Utils::tempdir();
 chmod 0755, $dir;
 
