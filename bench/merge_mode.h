@@ -1,4 +1,4 @@
-// tsdg-bench --merge-batches: issue 7's incremental-merge benchmark on the
+// tsdg-bench --merge-batches: the incremental-merge benchmark on the
 // core alone (no PostgreSQL): a fresh build of all rows against a build of
 // the first rows followed by merges of equal batches, through the same C API
 // calls the index uses, with CPU and wall time per merge and phase, recall of

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Searches of an index with many pending rows (issue 7, item 4), against the running
+"""Searches of an index with many pending rows , against the running
 server named by PGHOST/PGPORT/PGUSER (test/gpu/pg_worker_run.sh pending starts it):
 
   * synthetic clustered rows (bench/sqlbench/dataset.py's model): an index built

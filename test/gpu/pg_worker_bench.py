@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GPU worker's checks and benchmarks through SQL (issue 6), against the running
+"""The GPU worker's checks and benchmarks through SQL, against the running
 server named by PGHOST/PGPORT/PGUSER (test/gpu/pg_worker_run.sh starts it):
 
   * synthetic clustered rows (overlapping clusters, high intrinsic dimension; the

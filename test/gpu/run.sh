@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-runs every GPU claim of docs/benchmarks.md ("GPU backend") in one device
+# Runs the GPU backend's tests and the tsdg-bench sweeps in one device
 # run. Started from the project root on the GPU machine after a local build
 # whose binaries were copied to BIN (default .device/):
 #   tsdg_gpu_tests, tsdg-bench, pg_tsdg_cuda.so

@@ -347,7 +347,7 @@ TEST(GpuMerge, PublishesItsListsOnlyWhenFinal) {
 }
 
 // With a GPU memory budget below what one pass needs, GNND builds shards and
-// merges every pair by GGM (paper 000, section 5); the whole-set GGM, which
+// merges every pair by GGM (Wang et al., 2021, section 5); the whole-set GGM, which
 // has no such path, reports OutOfMemory under the same budget.
 TEST(GpuGnnd, BuildsByShardsWhenTheSetDoesNotFit) {
   TSDG_REQUIRE_GPU();

@@ -77,9 +77,8 @@ using tsdg::Status;
 // GNND needs lists that can be filled from more rows than k.
 constexpr int64_t kExactGraphRows = 4096;
 // A merge's batch graph (it only seeds GGM) is exact up to this many rows:
-// cheaper than GNND there (10k clustered rows of 128 dimensions, k 64, two
-// cores: 0.45 CPU s against 0.76-1.04 s for GNND, whose 12 iterations do not
-// reach the update-rate stop on such data).
+// cheaper than GNND there, whose iterations rarely reach the update-rate
+// stop on so few rows.
 constexpr int64_t kExactBatchGraphRows = 16384;
 // Query batches at least this large are spread over a thread pool.
 constexpr int64_t kParallelSearchBatch = 32;
@@ -92,10 +91,8 @@ constexpr double kParallelScanWork = 1e8;
 constexpr int64_t kParallelSummaryNodes = 100000;
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // A merge's copy of the old rows runs beside the new rows' GNND and the
-// uploads, which it slowed whatever its threads while it mapped its pages
-// ahead (on an H100 box the GNND's upload of 100k rows took 39-98 ms beside
-// the copy on 8, 4 or 2 threads, 9-12 ms with no copy beside it): the
-// mapping holds the mmap lock that device allocations wait for. So it maps
+// uploads, which it would slow whatever its threads if it mapped its pages
+// ahead: the mapping holds the mmap lock that device allocations wait for. So it maps
 // them as it writes; it has until the component linking, a second later.
 constexpr int kBackgroundCopyThreads = 4;
 

@@ -142,7 +142,7 @@ TsdgStatus	tsdg_exact_knn(TsdgBackend *backend, const float *base, int64_t nb,
 						   uint32_t *ids, float *dists, TsdgError *error);
 
 /*
- * Merge new rows into an existing index (GGM, paper 000 section 5). rows holds
+ * Merge new rows into an existing index (GGM, Wang et al., 2021, section 5). rows holds
  * n_old + n_new rows, old first. old_knn_* is the old k-NN graph (n_old * k);
  * old_knn_dists may be NULL: the distances are then computed on the threads.
  * Writes the merged k-NN graph (all rows * k; knn_ids and knn_dists each
@@ -438,7 +438,7 @@ TsdgStatus	tsdg_index_unreached_rows_repaired(TsdgResidentIndex *index, const fl
 											   TsdgError *error);
 
 /*
- * The context of the slack stop rule (paper 004): the distances offered are
+ * The context of the slack stop rule (Groh et al., 2023): the distances offered are
  * this metric's comparison distances (squared L2 is compared by its root), the
  * rule guards the k best, and nn1_bound is d_nn1+ (the largest distance from a
  * node to its nearest neighbor, in the offered unit; INFINITY when unknown).

@@ -26,8 +26,7 @@ constexpr int64_t kMaxCompared = 2048;
 constexpr int64_t kMaxMeanValues = int64_t{1} << 24;
 // Members a component's mean and representative are taken from at most: a
 // merge that leaves a few nodes apart from a giant component then reads a
-// few thousand rows, not every row (2M of 128 floats took the GPU worker's
-// host 0.4 s a merge, docs/benchmarks.md).
+// few thousand rows, not every row.
 constexpr int64_t kMaxSampledMembers = 4096;
 // The edges of each list united before the roots are written down
 // (component_ids).

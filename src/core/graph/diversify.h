@@ -1,4 +1,4 @@
-// TSDG: two-stage diversification of a k-NN graph (paper 003, section 3).
+// TSDG: two-stage diversification of a k-NN graph (Wang, Wang, Zhao, 2022, section 3).
 #pragma once
 
 #include <cstdint>
@@ -53,12 +53,11 @@ enum KnnListChange : uint8_t {
 //   (λ, distance) with λ <= lambda0 are kept. Any other old node keeps its
 //   stored list.
 // This is how graph indexes insert (FreshDiskANN's RobustPrune(N_out(u) ∪
-// new), HNSW's neighbor update): it departs from paper 003, whose stage 2
+// new), HNSW's neighbor update): it departs from Wang, Wang, Zhao, 2022, whose stage 2
 // sees every node's full pruned list and exact reverse edges. Edges that a
 // full rebuild would drop (an old entry now occluded by a new row, a reverse
-// edge whose source no longer points here) stay until λ ranks them out;
-// docs/benchmarks.md (Incremental merge, Faster incremental merge) measures
-// the recall against a fresh build. The components are then linked into
+// edge whose source does not point here any more) stay until λ ranks them
+// out. The components are then linked into
 // one, as diversify_tsdg does. list_changed gets, per row, 1 where the
 // returned list differs from old.
 TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGraph& knn,

@@ -1,4 +1,4 @@
-// The computation of a merge (DESIGN.md "Insert and merge", issue 7): a
+// The computation of a merge (docs/design.md, "Merges"): a
 // batch of rows with its own k-NN graph merged into an indexed set by the
 // incremental GGM (ggm.h), the search lists that can change updated by TSDG
 // (diversify.h). The index's glue reads and writes the pages around it; the

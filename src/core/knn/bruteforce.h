@@ -1,4 +1,4 @@
-// Exact k-NN by brute force (papers 001 and 002): distances as
+// Exact k-NN by brute force (Garcia et al., 2010): distances as
 // ||x||^2 + ||y||^2 - 2 x.y computed a block at a time by a matrix product,
 // then a per-row top-k selection. Used for ground truth, for small indexes and
 // for the pending rows.

@@ -1,4 +1,4 @@
-// The iteration shared by GNND and GGM (paper 000, Algorithm 1 lines 7-35):
+// The iteration shared by GNND and GGM (Wang et al., 2021, Algorithm 1 lines 7-35):
 // k-NN lists with NEW/OLD flags, sampling of p NEW and p OLD neighbors per list
 // with reverse samples appended up to 2p, cross-matching of the samples, and
 // the selective update that inserts only the nearest pair found per sample.

@@ -1,4 +1,4 @@
-// GGM (paper 000, section 5, Algorithm 3): merges the k-NN graphs of two
+// GGM (Wang et al., 2021, section 5, Algorithm 3): merges the k-NN graphs of two
 // disjoint row sets into the k-NN graph of their union.
 #pragma once
 
@@ -30,9 +30,7 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
 // but their k/2 old rows are not random: they are the nearest old rows a
 // greedy walk on the old graph meets on its way from the batch row's nearest
 // pivot (a sample of one old row in 256) towards the row. Lists that start
-// near their final ones need fewer joins: 10 merges of 10k clustered rows
-// into 100k-190k took 2.2-2.8 CPU s of GGM instead of 2.6-5.1 at the same
-// recall (docs/benchmarks.md). The iterations stop when their updates fall
+// near their final ones need fewer joins at the same recall. The iterations stop when their updates fall
 // below params.min_update_rate * k * (the lists that can change: the batch
 // rows, plus at most k old lists per batch row), or after params.iterations.
 struct IncrementalMerge {
@@ -63,21 +61,15 @@ constexpr double kMergeMinUpdateRate = 0.005;
 // samples are batch rows, and its OLD samples only meet those: its nearest
 // 8 old neighbors, and the rows that sample it back, carry the batch rows on
 // to the old lists around it, which its farther neighbors reach through
-// theirs. Against p (16), a CPU merge of 10k rows into 190k computes 19-24%
-// fewer distances, with the same recall@10 after ten merges on clustered
-// and on overlapping data; ten GPU merges of 100k into 1M-1.9M took 8% less
-// time in all (docs/benchmarks.md, "Fewer old samples in the incremental
-// merge").
+// theirs: fewer distances than p old samples, at the same recall after
+// many merges.
 constexpr int kMergeOldRowOldSamples = 8;
 
 // The GGM parameters of a merge from the index's build parameters: the
-// build's p and iterations with the update-rate stop above. Fewer were
-// measured and dropped (docs/benchmarks.md, "Faster incremental merge" and
-// "GGM with p 8, tried again"): p 8 takes a third off GGM's time for 10k
-// clustered rows into 100k-190k at the fresh build's recall, but on
-// overlapping clusters of intrinsic dimension 64 the merged graph's
-// recall@10 at ef 64 ends 0.013 under the fresh build's (p 16: 0.002 over),
-// and 11 iterations at a quarter of the stop rate do not win it back.
+// build's p and iterations with the update-rate stop above. Fewer samples
+// are faster on easy data but leave the merged graph of overlapping,
+// high-dimensional clusters under a fresh build's recall, and more
+// iterations do not win it back.
 GnndParams incremental_merge_params(const GnndParams& build);
 
 // The update rate of GNND's stop rule for an incremental merge of `batch`

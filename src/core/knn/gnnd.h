@@ -1,4 +1,4 @@
-// GNND (paper 000, section 4): NN-Descent with p NEW and p OLD samples per list,
+// GNND (Wang et al., 2021, section 4): NN-Descent with p NEW and p OLD samples per list,
 // reverse samples appended up to 2p, NEW-NEW and NEW-OLD cross-matching, and a
 // selective update that inserts only the nearest pair found for each sample.
 #pragma once

@@ -1,4 +1,4 @@
-// The search of GNND's selective update (paper 000, Algorithm 2) over one
+// The search of GNND's selective update (Wang et al., 2021, Algorithm 2) over one
 // block of cross-matching dot products: distances formed on the fly from the
 // dot products, for every row its nearest column in each of two column
 // groups, for every column its nearest row. Compiled for AVX-512, AVX2 and

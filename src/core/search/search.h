@@ -1,5 +1,5 @@
-// Graph search on a TSDG graph (paper 003, section 4, the NSG-style best-first
-// search on the CPU) with the optional GGNN slack stop rule (paper 004,
+// Graph search on a TSDG graph (Wang, Wang, Zhao, 2022, section 4, the NSG-style best-first
+// search on the CPU) with the optional GGNN slack stop rule (Groh et al., 2023,
 // section 4.1.2). Two front ends share one candidate pool:
 //  - GraphSearch, the incremental state machine behind tsdg_search_*: the caller
 //    owns the storage and feeds distances in, so the visited set cannot know the
@@ -42,11 +42,11 @@ struct SlackRule {
 
 SlackRule slack_rule_for(Metric metric, float tau, int k, float nn1_bound);
 
-// d_nn1+ of paper 004 for a graph: the largest distance from a node to its
+// d_nn1+ of Groh et al., 2023 for a graph: the largest distance from a node to its
 // nearest neighbor, which heads its list (never occluded, so λ = 0 and first
 // by distance). Absolute value, so that the slack stays non-negative. On
 // control's pool when it has one: each node's row and its neighbor's are a
-// cache miss apiece, 0.3 s for 2M nodes on one thread.
+// cache miss apiece.
 float graph_nn1_bound(MatrixView data, GraphView graph, Metric metric,
                       const RunControl& control = RunControl{});
 
@@ -140,9 +140,8 @@ class UnreachedCheck {
 
 
 // The repair of a merge's rows at two ef: rows reached at the merging
-// session's ef can still be missed by a narrower search (in a merge of 5k
-// rows into 50k, 55-122 missed at ef 10-40 against 9-35 of the same rows in
-// a fresh build, docs/benchmarks.md), so a merge also repairs the rows a
+// session's ef can still be missed by a narrower search, so a merge also
+// repairs the rows a
 // search at this ef misses, a LIMIT 10 search's narrowest pool.
 constexpr int kRepairNarrowEf = 10;
 

@@ -1,5 +1,5 @@
 // Dense blocks of dot products, the matrix-product core of brute force
-// (papers 001/002: ||x||^2 + ||y||^2 - 2 x.y) and of GNND's cross-matching.
+// (Garcia et al., 2010: ||x||^2 + ||y||^2 - 2 x.y) and of GNND's cross-matching.
 // One register-blocked micro-kernel (kTileRows rows of A against one panel of
 // kPanelWidth packed columns of B), compiled for AVX-512, AVX2+FMA and the
 // baseline ISA, the best one chosen once at first use.

@@ -21,10 +21,9 @@ constexpr size_t kParallelCopyMin = size_t{64} << 20;
 // MADV_POPULATE_WRITE holds the process's mmap lock for reading over the
 // whole range; a thread that maps memory meanwhile (cudaMalloc, cudaHostRegister)
 // waits for it. Ranges go in parts this large, so that it waits for one
-// part, not for a gigabyte (on an H100 box a merge's first device
-// allocations waited 130-300 ms behind the map-ahead of its arrays; in
-// parts still up to 150 ms, so a merge now maps nothing ahead beside its
-// allocations: index_merge.cu, and the C API's background copy).
+// part, not for a gigabyte. Even in parts a merge's device allocations
+// would wait, so a merge maps nothing ahead beside its allocations
+// (index_merge.cu, and the C API's background copy).
 constexpr size_t kPopulateChunk = size_t{4} << 20;
 constexpr int kMaxCopyThreads = 8;
 

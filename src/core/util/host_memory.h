@@ -2,10 +2,7 @@
 // segments of several GiB whose pages the kernel maps on first touch, 4 KiB
 // at a time, which costs more than the copy into them. So the pages are
 // mapped ahead in one call per range, off the thread that waits for the GPU,
-// and large copies run on several threads. On an H100 box the 2M-row merge's
-// time from its request to its start, which then held the copy of the old
-// rows, fell from 0.58 s to 0.19 s (docs/benchmarks.md, "Incremental merge,
-// fifth pass"); the copy now runs beside the merge (tsdg_capi.h's
+// and large copies run on several threads, beside the merge (tsdg_capi.h's
 // old_rows_source). Each map-ahead goes in parts, so that a thread that maps
 // memory meanwhile (a device allocation) is not held up for long.
 #pragma once

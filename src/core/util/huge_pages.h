@@ -20,8 +20,7 @@ void free_huge_page_backed(void* memory);
 
 // std::vector's allocator on huge-page-backed memory: the k-NN lists of a
 // build or merge are hundreds of MiB that a value-initialising vector first
-// touches on one thread, a page fault per 4 KiB (35-90 ms for the 51 MB of
-// 100k lists of 64 on the H100 machine's host), one per 2 MiB here.
+// touches on one thread, a page fault per 4 KiB; one per 2 MiB here.
 template <typename T>
 struct HugePageAllocator {
   using value_type = T;

@@ -5,10 +5,10 @@
 
 namespace tsdg {
 
-// GNND (paper 000, section 4) and GGM (section 5).
+// GNND (Wang et al., 2021, section 4) and GGM (section 5).
 struct GnndParams {
-  // k-NN list length. 32 (not 64) since the TSDG search is as good from k = 32
-  // lists at half the GNND time (docs/benchmarks.md, Core: TSDG search).
+  // k-NN list length: the TSDG search is as good from k = 32 lists as from 64
+  // at half the GNND time (the index asks for 64, see tsdg.h).
   int k = 32;
   int samples = 16;           // p: NEW and OLD samples per list and iteration
   // Upper bound on iterations; the update rate below ends GNND once it has
@@ -19,7 +19,7 @@ struct GnndParams {
   uint64_t seed = 42;
 };
 
-// TSDG diversification (paper 003, section 3).
+// TSDG diversification (Wang, Wang, Zhao, 2022, section 3).
 struct DiversifyParams {
   int degree = 32;     // R: stored list length
   float alpha = 1.2f;  // stage-1 relaxed pruning factor
@@ -43,18 +43,18 @@ struct DiversifyParams {
 // memory); a batch with a larger ef goes to the large-batch kernel.
 inline constexpr int kGpuSmallBatchMaxEf = 512;
 
-// Graph search (paper 003, section 4; paper 004 for the slack stop rule).
+// Graph search (Wang, Wang, Zhao, 2022, section 4; Groh et al., 2023 for the slack stop rule).
 struct SearchParams {
   int k = 10;
   int ef = 64;              // candidate list length
   int lambda_limit = 255;   // visit only edges with occlusion factor <= this
   float slack = 0.0f;       // tau of the GGNN stop rule; 0 disables it
   // The navigating set every search starts from (select_entry_points). It must
-  // reach every cluster: a k-NN graph has few edges between clusters, and 32
-  // entries left half the queries of 64 clusters stuck (docs/benchmarks.md).
+  // start a search near its query's cluster: a few entries spread over many
+  // clusters leave most queries a long way from their own.
   int entry_samples = 256;
   uint64_t seed = 7;
-  // GPU only (paper 003, section 4): 0 picks the kernel by batch size, 1 forces
+  // GPU only (Wang, Wang, Zhao, 2022, section 4): 0 picks the kernel by batch size, 1 forces
   // the small-batch kernel, 2 the large-batch kernel; 3 scans the resident
   // rows exactly (the GPU brute force, as a baseline).
   int gpu_kernel = 0;

@@ -1,4 +1,4 @@
-// TSDG diversification (paper 003, section 3) on the device, one list per
+// TSDG diversification (Wang, Wang, Zhao, 2022, section 3) on the device, one list per
 // block, the k-NN lists taken (uploaded from the host, or read where GNND left
 // them on the device) and the results downloaded a batch of nodes at a time:
 //   prune_relaxed_kernel    stage 1: relaxed occlusion (Inequation 2, alpha)

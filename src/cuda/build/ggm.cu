@@ -1,4 +1,4 @@
-// GGM (paper 000, section 5, Algorithm 3) on the device: every list keeps the
+// GGM (Wang et al., 2021, section 5, Algorithm 3) on the device: every list keeps the
 // first k/2 entries of its own side's graph (OLD) and gets k - k/2 random
 // nodes of the other side (NEW); GNND then refines the lists matching only
 // pairs from different sides; finally each list is merged with the whole
@@ -54,8 +54,7 @@ __global__ void start_merge_lists_kernel(KnnListsView lists, int64_t nodes, int6
 // Puts the first `count` entries of a list sorted by (distance, id), with
 // distinct ids, into node's empty list, as inserting them one by one would
 // (warp_insert_candidate: entry v in segment v % segments, each segment its
-// best entries in order) without the locks and the shuffles of each insert
-// (those 64 locked inserts a list took 61 ms of a 2M-row merge's start).
+// best entries in order) without the locks and the shuffles of each insert.
 // Stops at the first invalid id. Entries are OLD. A segment is sorted again after the
 // placement, because distances computed again (an index keeps ids only) may
 // order near ties differently from the list's order.

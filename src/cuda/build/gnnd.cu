@@ -1,4 +1,4 @@
-// GNND (paper 000, section 4) on the device: per iteration
+// GNND (Wang et al., 2021, section 4) on the device: per iteration
 //   sample_lists        p closest NEW and p closest OLD per list (sampled NEW become OLD)
 //   add_reverse_samples reverse samples appended with atomics up to 2p
 //   dedupe_samples      a warp per sample list drops repeated ids

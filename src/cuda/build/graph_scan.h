@@ -2,8 +2,8 @@
 // device: the pointed-to flags and the weakly connected components of a copy
 // of the lists there, which stage 2 of diversify leaves on the device. Only
 // the results come down: a flag per node, and a root per node only when the
-// graph is not one component. On the host, the passes over 2M lists took
-// 77-260 ms of each merge of 100k rows on an H100 worker (docs/benchmarks.md).
+// graph is not one component: on the host, passes over millions of lists
+// would take a large share of each merge.
 #pragma once
 
 #include <cstdint>

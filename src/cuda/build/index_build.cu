@@ -1,8 +1,7 @@
 // The build of an index on the GPU: GNND (gnnd.cu), then both TSDG stages
 // (diversify.cu), with the rows and the k-NN lists left on the device between
-// them. Taking the lists to the host and back cost more than GNND itself at
-// 1M rows (docs/benchmarks.md); here only the lists the caller keeps and the
-// search graph come back.
+// them where it can: taking the lists to the host and back costs more than
+// GNND itself. Only the lists the caller keeps and the search graph come back.
 
 #include "gnnd_workspace.h"
 #include "gpu_algorithms.h"

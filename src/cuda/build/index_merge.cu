@@ -2,10 +2,8 @@
 // the old lists' distances (the index keeps ids only), the incremental GGM
 // and both TSDG stages over the whole graph then run on the rows and lists
 // already there, and only the merged k-NN lists and the search graph come
-// back. Run step by step, each with its own copies (the distances, GGM, then
-// TSDG on the worker's threads), a merge of 100k rows into 1.9M spent 8.5 s
-// on the worker of an H100, most of it in copies and in the host's TSDG
-// (docs/benchmarks.md).
+// back: run step by step, each with its own copies, a merge spends most of
+// its time in copies.
 #include <algorithm>
 #include <future>
 #include <vector>
@@ -155,8 +153,8 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
   ws.new_samples.release();
   ws.old_samples.release();
   // The merged k-NN lists go to the host from a thread and a stream of their
-  // own while the device diversifies them: the 0.5 GB of 2M lists took 40 ms
-  // on an H100 before the diversification could start. That thread enters
+  // own while the device diversifies them, so that the diversification need
+  // not wait for the copy. That thread enters
   // Phase::Diversify once they are there (the caller may write them out from
   // then on, merge.h); stage 2 waits for it, as Phase::Link follows. (A
   // release above would wait for the copy: freeing device memory synchronizes.)

@@ -1,4 +1,4 @@
-// The out-of-GPU-memory k-NN graph (paper 000, section 5): the set is cut in
+// The out-of-GPU-memory k-NN graph (Wang et al., 2021, section 5): the set is cut in
 // shards small enough that two of them fit on the GPU; each shard gets its
 // GNND graph, then every pair of shards is merged by GGM. A shard's lists
 // hold global ids; for a merge, the entries inside the pair are handed to GGM

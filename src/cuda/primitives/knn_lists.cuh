@@ -1,4 +1,4 @@
-// The k-NN lists that GNND and GGM refine on the device (paper 000, 4.3):
+// The k-NN lists that GNND and GGM refine on the device (Wang et al., 2021, 4.3):
 // each list is split in segments of 32 entries, each sorted by distance and
 // guarded by its own spinlock, so a warp inserts into one segment while other
 // warps insert into the others. A candidate v always goes to segment

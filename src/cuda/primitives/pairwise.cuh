@@ -1,6 +1,6 @@
 // All pairwise distances among up to kRows rows picked by id, computed by one
 // block in shared memory over tiles of kDims dimensions, one thread per pair
-// with the triangular mapping of paper 000 (eq. 1-2): pair t is (u, v), u > v,
+// with the triangular mapping of Wang et al., 2021 (eq. 1-2): pair t is (u, v), u > v,
 // stored at u(u-1)/2 + v.
 #pragma once
 

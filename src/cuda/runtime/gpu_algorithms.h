@@ -48,7 +48,7 @@ void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric m
 void compute_squared_norms(const float* rows, int64_t count, int dim, float* norms,
                            cudaStream_t stream);
 
-// gnnd.cu: GNND (paper 000, section 4); sets that do not fit in GPU memory
+// gnnd.cu: GNND (Wang et al., 2021, section 4); sets that do not fit in GPU memory
 // go through gnnd_build_by_shards.
 KnnGraph gnnd_build(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& params,
                     const RunControl& control);
@@ -56,7 +56,7 @@ KnnGraph gnnd_build(DeviceContext& ctx, MatrixView data, Metric metric, const Gn
 KnnGraph gnnd_build_resident(DeviceContext& ctx, MatrixView data, Metric metric,
                              const GnndParams& params, const RunControl& control);
 
-// sharded_build.cpp: the out-of-GPU-memory path of paper 000, section 5: a
+// sharded_build.cpp: the out-of-GPU-memory path of Wang et al., 2021, section 5: a
 // GNND graph per shard of shard_rows rows, then GGM between every pair of
 // shards, only the pair in use resident; each list keeps its k best over all
 // the shards merged so far.
@@ -64,7 +64,7 @@ KnnGraph gnnd_build_by_shards(DeviceContext& ctx, MatrixView data, Metric metric
                               const GnndParams& params, int64_t shard_rows,
                               const RunControl& control);
 
-// ggm.cu: GGM (paper 000, section 5).
+// ggm.cu: GGM (Wang et al., 2021, section 5).
 // The distance from each row to each id of its list (lists = data.rows,
 // ids < data.rows, kInvalidId gives +inf), into dists (rows * k).
 void list_distances(DeviceContext& ctx, MatrixView data, Metric metric, const uint32_t* ids, int k,
@@ -74,7 +74,7 @@ KnnGraph ggm_merge(DeviceContext& ctx, MatrixView data, int64_t split, const Knn
                    const KnnGraph& second, Metric metric, const GnndParams& params,
                    const RunControl& control);
 
-// diversify.cu: both TSDG stages (paper 003, section 3).
+// diversify.cu: both TSDG stages (Wang, Wang, Zhao, 2022, section 3).
 TsdgGraph diversify(DeviceContext& ctx, MatrixView data, Metric metric, const KnnGraph& knn,
                     const DiversifyParams& params, const RunControl& control);
 // The same with data's rows and the sorted k-NN lists (nodes * k, flags

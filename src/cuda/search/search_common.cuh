@@ -1,6 +1,6 @@
 // What both GPU searches share: the resident graph, the query in shared
 // memory, distances computed by teams of lanes, and the
-// stop rule (paper 003 Alg. 2 line 11 with GGNN's slack, paper 004 4.1.2),
+// stop rule (Wang, Wang, Zhao, 2022 Alg. 2 line 11 with GGNN's slack, Groh et al., 2023 4.1.2),
 // the same rule as the CPU search's SlackRule.
 #pragma once
 

@@ -14,11 +14,9 @@
 namespace tsdg::cuda {
 namespace {
 
-// The batch-size threshold has the paper's form (a * SMs + b) / d, fitted to
-// the beam-search small-batch kernel on an H200 (132 SMs, 1M x 128 hard data,
-// docs/benchmarks.md): it is the faster one at 2,000 queries and the
-// large-batch kernel at 10,000; this puts the switch near 4,000 at d = 128
-// (the paper's b is 0 here).
+// The batch-size threshold has the form (a * SMs + b) / d of Wang, Wang,
+// Zhao, 2022, fitted to the beam-search small-batch kernel: it puts the
+// switch near 4,000 queries at d = 128 on a 132-SM chip (b is 0 here).
 constexpr int64_t kThresholdPerSm = 3900;
 constexpr int64_t kMaxRowsPerLaunch = 1 << 16;
 // only batches this large print their phases under TSDG_GPU_TRACE
@@ -166,8 +164,8 @@ void CudaSearchIndex::lists_changed(const std::vector<uint32_t>& nodes) {
   ctx_->stream.synchronize();
 }
 
-// On the device rather than the host: a host scan of the lists took 54-96 ms
-// of a 1.2M-node upload on the H100 machine (a merge waits for the upload).
+// On the device rather than the host: a merge waits for the upload, and a
+// host scan of every list would lengthen it.
 void CudaSearchIndex::check_neighbor_ids(cudaStream_t stream) {
   constexpr int kThreads = 256;
   constexpr unsigned kMaxBlocks = 4096;
@@ -370,10 +368,9 @@ std::vector<uint32_t> CudaSearchIndex::unreached_rows(int64_t first, int64_t end
   // Each kernel walks differently, and either may answer a session: a row
   // must be in the answer to its own vector from both. A reached row is
   // first, or after rows just as near (duplicates). The large-batch kernel
-  // walks as the CPU does (one expansion at a time from the same entries):
-  // of 100k rows merged into 1.6M-1.9M on an H100 they missed the same rows
-  // but one (docs/benchmarks.md), so its misses stand for the CPU's too,
-  // whose walk would take four times as long on the host threads.
+  // walks as the CPU does (one expansion at a time from the same entries),
+  // so its misses stand for the CPU's too, whose walk would take far longer
+  // on the host threads.
   // A search may end once it finds its own row where that row is the
   // nearest any search can find (L2, cosine): an inner product's own row
   // may yet fall out of the first results.

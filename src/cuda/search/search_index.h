@@ -1,6 +1,6 @@
 // The GPU SearchIndex: the rows and the TSDG graph resident on the device;
 // each batch of queries goes to the small-batch or the large-batch kernel
-// (paper 003, section 4) by the paper's threshold (a * SMs + b) / d, unless
+// (Wang, Wang, Zhao, 2022, section 4) by the paper's threshold (a * SMs + b) / d, unless
 // SearchParams::gpu_kernel forces one.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Launchers of the two GPU searches (paper 003, section 4), called by the
+// Launchers of the two GPU searches (Wang, Wang, Zhao, 2022, section 4), called by the
 // search index with device pointers on its stream.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The large-batch search (paper 003, section 4.2, Algorithm 2): one block of
+// The large-batch search (Wang, Wang, Zhao, 2022, section 4.2, Algorithm 2): one block of
 // one warp per query, started from the navigating entry set. In shared memory:
 //   R  the ef best (distance, id) found, sorted, merged 32 candidates at a time
 //   C  the expansion queue: kQueueSegments sorted arrays of 32, node e in

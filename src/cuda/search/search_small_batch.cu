@@ -6,12 +6,11 @@
 // (the whole block in parallel) and merged into the pool by rank; the search
 // ends when every pool node is expanded.
 //
-// Paper 003's small-batch kernel (section 4.1, Algorithm 1) runs many greedy
-// walks per query that keep only their top 32 and never go back to a
-// second-best node. On overlapping clusters of high intrinsic dimension
-// (docs/benchmarks.md, "Small-batch search on hard data") those walks reached
-// recall@10 0.913 at ef 100 where the CPU search reaches 0.981, and more
-// walks only bought recall at the latency of the large-batch kernel. The beam
+// The small-batch kernel of Wang, Wang, Zhao, 2022 (section 4.1, Algorithm 1)
+// runs many greedy walks per query that keep only their top 32 and never go
+// back to a second-best node: on overlapping clusters of high intrinsic
+// dimension those walks stop well under the CPU search's recall, and more
+// walks only buy recall at the latency of the large-batch kernel. The beam
 // search is the same search as the CPU's and the large-batch kernel's, so it
 // reaches their recall at the same ef; expanding several nodes a step is what
 // gives one query the block's parallelism.
