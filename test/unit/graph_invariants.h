@@ -39,7 +39,7 @@ inline void expect_list_invariants(const TsdgGraph& graph, int lambda0) {
 }
 
 // How many other edges of node u's stored list occlude edge j (Inequation 1
-// of paper 003 with alpha = 1), counted naively with squared L2.
+// of Wang, Wang, Zhao, 2022 with alpha = 1), counted naively with squared L2.
 inline int naive_occlusion_count(const Matrix& data, const TsdgGraph& graph, int64_t u, int j) {
   const DistanceFn l2 = distance_kernels().l2_squared;
   const uint32_t* ids = graph.list(u);
