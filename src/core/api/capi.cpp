@@ -1,25 +1,21 @@
-// The C interface of tsdg_capi.h (all but the distance kernels, which live
-// with them in distance.cpp). No exception leaves this file: every entry point
-// catches and turns it into a TsdgStatus and message. Long operations run on a
-// worker thread while the calling thread polls the caller every 50 ms.
+// The C interface of tsdg_capi.h for backends, resident indexes, exact sets,
+// the incremental search and entry points, and the helpers the other
+// capi_*.cpp files share (capi_internal.h). Builds and merges are in
+// capi_build.cpp, the unreached-row checks in capi_unreached.cpp, the
+// distance kernels in distance.cpp. No exception leaves these files: every
+// entry point catches and turns it into a TsdgStatus and message.
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <future>
-#include <limits>
-#include <mutex>
 #include <new>
 #include <string>
-#include <thread>
 
 #include "backend.h"
+#include "capi_internal.h"
 #include "distance.h"
 #include "diversify.h"
 #include "entry_points.h"
@@ -28,24 +24,6 @@
 #include "search.h"
 #include "thread_pool.h"
 #include "tsdg_capi.h"
-
-struct TsdgBackend {
-  std::unique_ptr<tsdg::Backend> backend;
-};
-
-struct TsdgUnreachedJob {
-  std::unique_ptr<tsdg::RepairChecks> checks;
-  std::unique_ptr<tsdg::ThreadPool> pool;
-  std::thread thread;
-  std::exception_ptr failure;
-};
-
-struct TsdgResidentIndex {
-  std::unique_ptr<tsdg::SearchIndex> index;
-  std::unique_ptr<tsdg::ThreadPool> pool;  // CPU: created at the first large batch
-  bool on_cpu = false;
-  int dim = 0;
-};
 
 struct TsdgExactSet {
   std::unique_ptr<tsdg::ExactSet> set;
@@ -68,33 +46,7 @@ static_assert(static_cast<int>(tsdg::Phase::KnnGraph) == TSDG_PHASE_KNN_GRAPH &&
                   static_cast<int>(tsdg::Phase::Link) == TSDG_PHASE_LINK,
               "tsdg::Phase follows TsdgBuildPhase");
 
-namespace {
-
-using tsdg::Error;
-using tsdg::Status;
-
-// Below this many rows the k-NN graph is computed exactly: it is cheap, and
-// GNND needs lists that can be filled from more rows than k.
-constexpr int64_t kExactGraphRows = 4096;
-// A merge's batch graph (it only seeds GGM) is exact up to this many rows:
-// cheaper than GNND there, whose iterations rarely reach the update-rate
-// stop on so few rows.
-constexpr int64_t kExactBatchGraphRows = 16384;
-// Query batches at least this large are spread over a thread pool.
-constexpr int64_t kParallelSearchBatch = 32;
-// Brute-force scans of more than this many multiply-adds (base rows *
-// queries * dim) run on a thread pool; smaller ones (the pending rows of one
-// query) stay on the calling thread.
-constexpr double kParallelScanWork = 1e8;
-// The entry points and d_nn1+ of graphs larger than this are computed on a
-// thread pool.
-constexpr int64_t kParallelSummaryNodes = 100000;
-constexpr auto kPollInterval = std::chrono::milliseconds(50);
-// A merge's copy of the old rows runs beside the new rows' GNND and the
-// uploads, which it would slow whatever its threads if it mapped its pages
-// ahead: the mapping holds the mmap lock that device allocations wait for. So it maps
-// them as it writes; it has until the component linking, a second later.
-constexpr int kBackgroundCopyThreads = 4;
+namespace tsdg::detail {
 
 void set_message(TsdgError* error, const char* message) {
   if (error == nullptr) return;
@@ -132,17 +84,6 @@ TsdgStatus status_of_current_exception(TsdgError* error) {
   }
 }
 
-template <class Body>
-TsdgStatus guarded(TsdgError* error, Body body) {
-  try {
-    body();
-    set_message(error, "");
-    return TSDG_OK;
-  } catch (...) {
-    return status_of_current_exception(error);
-  }
-}
-
 void require(bool condition, const char* message) {
   if (!condition) throw Error(Status::InvalidArgument, message);
 }
@@ -174,149 +115,42 @@ void validate_rows(const float* rows, int64_t n, int dim) {
   require(n < static_cast<int64_t>(TSDG_INVALID_ID), "too many rows for 32-bit ids");
 }
 
-void validate_build_params(const TsdgBuildParams* params) {
-  require(params != nullptr, "build parameters must not be NULL");
-  require(params->degree > 0, "degree must be positive");
-  require(params->build_k > 0, "build_k must be positive");
-  require(params->samples > 0, "samples must be positive");
-  require(params->iterations > 0, "iterations must be positive");
-  require(params->alpha >= 1.0f, "alpha must be >= 1");
-  require(params->lambda0 >= 0 && params->lambda0 <= TSDG_LAMBDA0_MAX,
-          ("lambda0 must be in [0, " + std::to_string(TSDG_LAMBDA0_MAX) + "]").c_str());
+tsdg::SearchParams resident_search_params(int k, int ef, int lambda_limit) {
+  tsdg::SearchParams params;
+  params.k = k;
+  params.ef = ef;
+  params.lambda_limit = lambda_limit;
+  return params;
 }
 
-tsdg::GnndParams gnnd_params(const TsdgBuildParams& params) {
-  tsdg::GnndParams gnnd;
-  gnnd.k = params.build_k;
-  gnnd.samples = params.samples;
-  gnnd.iterations = params.iterations;
-  gnnd.seed = params.seed;
-  return gnnd;
-}
-
-tsdg::DiversifyParams diversify_params(const TsdgBuildParams& params) {
-  tsdg::DiversifyParams diversify;
-  diversify.degree = params.degree;
-  diversify.alpha = params.alpha;
-  diversify.lambda0 = params.lambda0;
-  return diversify;
-}
-
-// The exact k-NN graph through the backend's brute force (self excluded,
-// padded when there are fewer than k other rows).
-tsdg::KnnGraph exact_graph(tsdg::Backend& backend, tsdg::MatrixView data, tsdg::Metric metric,
-                           int k, const tsdg::RunControl& control) {
-  tsdg::KnnGraph graph(data.rows, k);
-  if (data.rows == 0) return graph;
-  const int width = static_cast<int>(std::min<int64_t>(k + 1, data.rows));
-  std::vector<uint32_t> ids(static_cast<size_t>(data.rows) * width);
-  std::vector<float> dists(ids.size());
-  backend.exact_knn(data, data, metric, width, ids.data(), dists.data(), control);
-  for (int64_t row = 0; row < data.rows; ++row) {
-    int out = 0;
-    for (int j = 0; j < width && out < k; ++j) {
-      const uint32_t id = ids[row * width + j];
-      if (id == row || id == tsdg::kInvalidId) continue;
-      graph.ids[row * k + out] = id;
-      graph.dists[row * k + out] = dists[row * width + j];
-      ++out;
-    }
-  }
-  return graph;
-}
-
-bool wants_exact_graph(tsdg::MatrixView data, const tsdg::GnndParams& params) {
-  return data.rows <= std::max<int64_t>(kExactGraphRows, 4 * int64_t{params.k});
-}
-
-tsdg::KnnGraph knn_graph(tsdg::Backend& backend, tsdg::MatrixView data, tsdg::Metric metric,
-                         const tsdg::GnndParams& params, const tsdg::RunControl& control) {
-  if (wants_exact_graph(data, params)) return exact_graph(backend, data, metric, params.k, control);
-  return backend.build_knn_graph(data, metric, params, control);
-}
-
-void copy_graph_out(const tsdg::TsdgGraph& graph, int degree, uint32_t* neighbors,
-                    uint8_t* lambdas) {
-  if (graph.degree != degree) {
-    throw Error(Status::Internal, "the backend returned a graph of another degree");
-  }
-  std::copy(graph.neighbors.begin(), graph.neighbors.end(), neighbors);
-  std::copy(graph.lambdas.begin(), graph.lambdas.end(), lambdas);
-}
-
-void copy_knn_out(const tsdg::KnnGraph& knn, int k, uint32_t* ids, float* dists) {
-  if (ids == nullptr && dists == nullptr) return;
-  if (knn.k != k) throw Error(Status::Internal, "the backend returned a k-NN graph of another k");
-  if (ids != nullptr) std::copy(knn.ids.begin(), knn.ids.end(), ids);
-  if (dists != nullptr) std::copy(knn.dists.begin(), knn.dists.end(), dists);
-}
-
-// What the poll loop of run_polled waits on: the work's end, or the work's
-// call for a poll (RunControl::poll_now).
-struct PollWakeup {
-  std::mutex mutex;
-  std::condition_variable signal;
-  bool finished = false;
-  bool poll_now = false;
-
-  static void wake(void* arg) {
-    auto* wakeup = static_cast<PollWakeup*>(arg);
-    {
-      std::lock_guard<std::mutex> lock(wakeup->mutex);
-      wakeup->poll_now = true;
-    }
-    wakeup->signal.notify_all();
-  }
-};
-
-// Runs work(control, phase) on a worker thread with a thread pool, while the
-// calling thread reports progress to poll every 50 ms, and at once when the
-// work enters a phase or asks for it, and sets the cancel flag when poll asks
-// for it. The phase is read before the progress: a poll that sees a phase
-// sees its progress, not the step's before. Rethrows what work threw.
-template <class Work>
-void run_polled(int threads, TsdgPollFn poll, void* poll_arg, Work work) {
-  tsdg::ThreadPool pool(threads);
-  std::atomic<bool> cancel{false};
-  std::atomic<int64_t> done{0};
-  std::atomic<int64_t> total{0};
-  std::atomic<int> phase{TSDG_PHASE_KNN_GRAPH};
-  PollWakeup wakeup;
+// The CPU searches large batches on a pool of its own, made at the first one.
+tsdg::RunControl resident_search_control(TsdgResidentIndex* index, int64_t nq) {
   tsdg::RunControl control;
-  control.pool = &pool;
-  control.cancel = &cancel;
-  control.progress_done = &done;
-  control.progress_total = &total;
-  control.phase = &phase;
-  control.poll_now = PollWakeup::wake;
-  control.poll_now_arg = &wakeup;
-
-  std::exception_ptr failure;
-  std::thread worker([&] {
-    try {
-      work(control, phase);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    std::lock_guard<std::mutex> lock(wakeup.mutex);
-    wakeup.finished = true;
-    wakeup.signal.notify_all();
-  });
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(wakeup.mutex);
-      wakeup.signal.wait_for(lock, kPollInterval, [&] { return wakeup.finished || wakeup.poll_now; });
-      if (wakeup.finished) break;
-      wakeup.poll_now = false;
-    }
-    const auto seen_phase = static_cast<TsdgBuildPhase>(phase.load(std::memory_order_acquire));
-    const int64_t seen_total = total.load(std::memory_order_acquire);
-    const int64_t seen_done = done.load(std::memory_order_acquire);
-    if (poll != nullptr && poll(poll_arg, seen_phase, seen_done, seen_total)) cancel.store(true);
+  if (index->on_cpu && nq >= kParallelSearchBatch) {
+    if (!index->pool) index->pool = std::make_unique<tsdg::ThreadPool>(0);
+    control.pool = index->pool.get();
   }
-  worker.join();
-  if (failure) std::rethrow_exception(failure);
+  return control;
 }
+
+// A resident index's look-up of rows of its own by their vectors: the CPU's
+// walks, and the entry points, on host threads (a pool of its own in
+// own_pool when the index has none).
+tsdg::RunControl own_rows_control(TsdgResidentIndex* index, int64_t rows,
+                                  std::unique_ptr<tsdg::ThreadPool>& own_pool) {
+  tsdg::RunControl control = resident_search_control(index, rows);
+  if (control.pool == nullptr && rows >= kParallelSearchBatch) {
+    own_pool = std::make_unique<tsdg::ThreadPool>(0);
+    control.pool = own_pool.get();
+  }
+  return control;
+}
+
+}  // namespace tsdg::detail
+
+using namespace tsdg::detail;
+
+namespace {
 
 // Runs a step of the search; a failure (out of memory) ends the search, and
 // tsdg_search_status reports it.
@@ -331,38 +165,6 @@ void search_step(TsdgSearch* search, Step step) {
     search->status = status_of_current_exception(&error);
   }
   std::memcpy(search->message, error.message, sizeof(search->message));
-}
-
-// A merge's old k-NN lists (n_old * k) must hold ids of old rows only.
-void check_old_ids(const uint32_t* old_knn_ids, int64_t n_old, int k, const tsdg::RunControl& control) {
-  tsdg::parallel_for(control, n_old, 1024, [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin * k; i < end * k; ++i) {
-      if (old_knn_ids[i] != TSDG_INVALID_ID && old_knn_ids[i] >= n_old) {
-        throw Error(Status::InvalidArgument, "an old k-NN list holds an id past the old rows");
-      }
-    }
-  });
-}
-
-// The old k-NN graph of a full merge from the caller's arrays (n_old * k):
-// the distances as given, or computed by the backend where old_knn_dists is
-// NULL (an index keeps only the ids).
-tsdg::KnnGraph old_knn_graph(tsdg::Backend& backend, tsdg::MatrixView data, int64_t n_old, int k,
-                             tsdg::Metric metric, const uint32_t* old_knn_ids,
-                             const float* old_knn_dists, const tsdg::RunControl& control) {
-  check_old_ids(old_knn_ids, n_old, k, control);
-  tsdg::KnnGraph old_graph(n_old, k);
-  std::copy(old_knn_ids, old_knn_ids + n_old * k, old_graph.ids.begin());
-  if (old_knn_dists != nullptr) {
-    std::copy(old_knn_dists, old_knn_dists + n_old * k, old_graph.dists.begin());
-    for (int64_t i = 0; i < n_old * k; ++i) {
-      if (old_graph.ids[i] == TSDG_INVALID_ID) old_graph.dists[i] = std::numeric_limits<float>::infinity();
-    }
-  } else {
-    backend.list_distances(data.slice(0, n_old), metric, old_graph.ids.data(), k, old_graph.dists.data(),
-                           control);
-  }
-  return old_graph;
 }
 
 }  // namespace
@@ -425,199 +227,6 @@ TsdgStatus tsdg_backend_unpin_host_memory(TsdgBackend* backend, void* address, T
   });
 }
 
-// ---- build and merge ----
-
-void tsdg_build_params_default(TsdgBuildParams* params) {
-  const tsdg::GnndParams gnnd;
-  const tsdg::DiversifyParams diversify;
-  params->degree = diversify.degree;
-  params->build_k = gnnd.k;
-  params->samples = gnnd.samples;
-  params->iterations = gnnd.iterations;
-  params->alpha = diversify.alpha;
-  params->lambda0 = diversify.lambda0;
-  params->seed = gnnd.seed;
-  params->threads = 0;
-}
-
-TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, int dim,
-                            TsdgMetric metric, const TsdgBuildParams* params, uint32_t* neighbors,
-                            uint8_t* lambdas, uint32_t* knn_ids, float* knn_dists, TsdgPollFn poll,
-                            void* poll_arg, TsdgError* error) {
-  return guarded(error, [&] {
-    validate_rows(rows, n, dim);
-    validate_build_params(params);
-    require(n == 0 || (neighbors != nullptr && lambdas != nullptr),
-            "neighbors and lambdas must not be NULL");
-    const tsdg::Metric m = to_metric(metric);
-    tsdg::Backend& b = backend_of(backend);
-    const tsdg::MatrixView data{rows, n, dim};
-    const tsdg::GnndParams gnnd = gnnd_params(*params);
-    const tsdg::DiversifyParams diversify = diversify_params(*params);
-    run_polled(params->threads, poll, poll_arg,
-               [&](const tsdg::RunControl& control, std::atomic<int>& phase) {
-                 tsdg::TsdgGraph graph;
-                 if (wants_exact_graph(data, gnnd)) {
-                   const tsdg::KnnGraph knn = exact_graph(b, data, m, gnnd.k, control);
-                   copy_knn_out(knn, params->build_k, knn_ids, knn_dists);
-                   phase.store(TSDG_PHASE_DIVERSIFY);
-                   graph = b.diversify(data, m, knn, diversify, control);
-                 } else {
-                   graph = b.build_tsdg_graph(data, m, gnnd, diversify, knn_ids, knn_dists, control);
-                 }
-                 copy_graph_out(graph, params->degree, neighbors, lambdas);
-               });
-  });
-}
-
-TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_old, int64_t n_new,
-                            int dim, TsdgMetric metric, const TsdgBuildParams* params,
-                            const uint32_t* old_knn_ids, const float* old_knn_dists,
-                            uint32_t* knn_ids, float* knn_dists, uint32_t* neighbors,
-                            uint8_t* lambdas, TsdgPollFn poll, void* poll_arg, TsdgError* error) {
-  return guarded(error, [&] {
-    require(n_old >= 0 && n_new >= 0, "row counts must not be negative");
-    const int64_t n = n_old + n_new;
-    validate_rows(rows, n, dim);
-    validate_build_params(params);
-    require(n_old == 0 || old_knn_ids != nullptr, "the old k-NN graph must not be NULL");
-    require(n == 0 || (neighbors != nullptr && lambdas != nullptr),
-            "neighbors and lambdas must not be NULL");
-    const tsdg::Metric m = to_metric(metric);
-    tsdg::Backend& b = backend_of(backend);
-    const tsdg::MatrixView data{rows, n, dim};
-    const tsdg::GnndParams gnnd = gnnd_params(*params);
-    const tsdg::DiversifyParams diversify = diversify_params(*params);
-    const int k = params->build_k;
-    run_polled(params->threads, poll, poll_arg,
-               [&](const tsdg::RunControl& control, std::atomic<int>& phase) {
-                 tsdg::KnnGraph merged;
-                 if (n_old == 0 || n <= kExactGraphRows) {
-                   phase.store(TSDG_PHASE_KNN_GRAPH);
-                   merged = knn_graph(b, data, m, gnnd, control);
-                 } else if (n_new == 0) {
-                   merged = old_knn_graph(b, data, n_old, k, m, old_knn_ids, old_knn_dists, control);
-                 } else {
-                   phase.store(TSDG_PHASE_KNN_GRAPH);
-                   const tsdg::KnnGraph new_graph =
-                       knn_graph(b, data.slice(n_old, n_new), m, gnnd, control);
-                   // the old lists' distances count with GGM, whose input they are
-                   phase.store(TSDG_PHASE_MERGE);
-                   const tsdg::KnnGraph old_graph =
-                       old_knn_graph(b, data, n_old, k, m, old_knn_ids, old_knn_dists, control);
-                   merged = b.merge_knn_graphs(data, n_old, old_graph, new_graph, m, gnnd, control);
-                 }
-                 phase.store(TSDG_PHASE_DIVERSIFY);
-                 const tsdg::TsdgGraph graph = b.diversify(data, m, merged, diversify, control);
-                 copy_graph_out(graph, params->degree, neighbors, lambdas);
-                 copy_knn_out(merged, k, knn_ids, knn_dists);
-               });
-  });
-}
-
-TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
-                                        const TsdgResidentIndex* old_rows_index,
-                                        const float* old_rows_source, int64_t n_old,
-                                        int64_t n_new, int dim, TsdgMetric metric,
-                                        const TsdgBuildParams* params, const uint32_t* old_knn_ids,
-                                        const float* old_knn_dists, const uint32_t* old_neighbors,
-                                        const uint8_t* old_lambdas, const uint8_t* old_changed,
-                                        uint32_t* knn_ids,
-                                        float* knn_dists, uint32_t* neighbors, uint8_t* lambdas,
-                                        uint8_t* changed, TsdgPollFn poll, void* poll_arg,
-                                        TsdgError* error) {
-  return guarded(error, [&] {
-    require(n_old >= 0 && n_new >= 0, "row counts must not be negative");
-    const int64_t n = n_old + n_new;
-    validate_rows(rows, n, dim);
-    validate_build_params(params);
-    require(n_old == 0 || (old_knn_ids != nullptr && old_neighbors != nullptr && old_lambdas != nullptr),
-            "the old k-NN graph and search graph must not be NULL");
-    require(n == 0 || (knn_ids != nullptr && neighbors != nullptr && lambdas != nullptr &&
-                       changed != nullptr),
-            "output arrays must not be NULL");
-    const tsdg::Metric m = to_metric(metric);
-    tsdg::Backend& b = backend_of(backend);
-    const tsdg::MatrixView data{rows, n, dim};
-    tsdg::GnndParams gnnd = gnnd_params(*params);
-    const tsdg::DiversifyParams diversify = diversify_params(*params);
-    const int k = params->build_k;
-    const int degree = params->degree;
-    run_polled(params->threads, poll, poll_arg,
-               [&](const tsdg::RunControl& control, std::atomic<int>& phase) {
-                 // rows is the caller's to write when it hands a source (tsdg_capi.h);
-                 // whatever happens below, the copy is complete when this returns
-                 std::shared_future<void> old_rows_copied;
-                 if (old_rows_source != nullptr && n_old > 0) {
-                   old_rows_copied = std::async(std::launch::async, [=] {
-                                       tsdg::parallel_copy(const_cast<float*>(rows), old_rows_source,
-                                                           sizeof(float) * static_cast<size_t>(n_old) * dim,
-                                                           kBackgroundCopyThreads, false);
-                                     }).share();
-                 }
-                 check_old_ids(old_knn_ids, n_old, k, control);
-                 phase.store(TSDG_PHASE_KNN_GRAPH);
-                 const tsdg::MatrixView batch = data.slice(n_old, n_new);
-                 const tsdg::KnnGraph batch_graph =
-                     n_new <= kExactBatchGraphRows ? exact_graph(b, batch, m, gnnd.k, control)
-                                                   : knn_graph(b, batch, m, gnnd, control);
-                 tsdg::MergeInput in;
-                 in.data = data;
-                 in.split = n_old;
-                 in.k = k;
-                 in.degree = degree;
-                 in.old_knn_ids = old_knn_ids;
-                 in.old_knn_dists = old_knn_dists;
-                 in.old_neighbors = old_neighbors;
-                 in.old_lambdas = old_lambdas;
-                 in.batch_knn = &batch_graph;
-                 in.old_rebuilt = old_changed;
-                 if (old_rows_copied.valid()) {
-                   in.old_rows_source = old_rows_source;
-                   in.old_rows_copied = old_rows_copied;
-                 }
-                 if (old_rows_index != nullptr && old_rows_index->index != nullptr &&
-                     old_rows_index->dim == dim && old_rows_index->index->node_count() >= n_old) {
-                   in.old_rows_index = old_rows_index->index.get();
-                 }
-                 std::vector<uint8_t> knn_change(n), search_changed(n), relinked(n);
-                 tsdg::MergeOutput out;
-                 out.knn_ids = knn_ids;
-                 out.knn_dists = knn_dists;
-                 out.neighbors = neighbors;
-                 out.lambdas = lambdas;
-                 out.knn_change = knn_change.data();
-                 out.search_changed = search_changed.data();
-                 out.relinked = relinked.data();
-                 b.merge_graph(in, out, m, tsdg::incremental_merge_params(gnnd), diversify, control);
-                 if (old_rows_copied.valid()) old_rows_copied.get();
-                 for (int64_t u = 0; u < n; ++u) {
-                   changed[u] = static_cast<uint8_t>((knn_change[u] ? TSDG_CHANGED_KNN : 0) |
-                                                     (search_changed[u] ? TSDG_CHANGED_GRAPH : 0) |
-                                                     (relinked[u] ? TSDG_CHANGED_LINK : 0));
-                 }
-               });
-  });
-}
-
-TsdgStatus tsdg_exact_knn(TsdgBackend* backend, const float* base, int64_t nb,
-                          const float* queries, int64_t nq, int dim, TsdgMetric metric, int k,
-                          uint32_t* ids, float* dists, TsdgError* error) {
-  return guarded(error, [&] {
-    validate_rows(base, nb, dim);
-    validate_rows(queries, nq, dim);
-    require(k > 0, "k must be positive");
-    require(nq == 0 || (ids != nullptr && dists != nullptr), "ids and dists must not be NULL");
-    const tsdg::Metric m = to_metric(metric);
-    std::unique_ptr<tsdg::ThreadPool> pool;
-    if (static_cast<double>(nb) * nq * dim > kParallelScanWork) pool = std::make_unique<tsdg::ThreadPool>(0);
-    tsdg::RunControl control;
-    control.pool = pool.get();
-    backend_of(backend).exact_knn(tsdg::MatrixView{base, nb, dim},
-                                  tsdg::MatrixView{queries, nq, dim}, m, k, ids, dists, control);
-  });
-}
-
 // ---- resident indexes ----
 
 TsdgResidentIndex* tsdg_index_upload(TsdgBackend* backend, const float* rows, int64_t n, int dim,
@@ -665,41 +274,6 @@ TsdgResidentIndex* tsdg_index_upload_after(TsdgBackend* backend, const TsdgResid
     return nullptr;
   }
 }
-
-namespace {
-
-tsdg::SearchParams resident_search_params(int k, int ef, int lambda_limit) {
-  tsdg::SearchParams params;
-  params.k = k;
-  params.ef = ef;
-  params.lambda_limit = lambda_limit;
-  return params;
-}
-
-// The CPU searches large batches on a pool of its own, made at the first one.
-tsdg::RunControl resident_search_control(TsdgResidentIndex* index, int64_t nq) {
-  tsdg::RunControl control;
-  if (index->on_cpu && nq >= kParallelSearchBatch) {
-    if (!index->pool) index->pool = std::make_unique<tsdg::ThreadPool>(0);
-    control.pool = index->pool.get();
-  }
-  return control;
-}
-
-// A resident index's look-up of rows of its own by their vectors: the CPU's
-// walks, and the entry points, on host threads (a pool of its own in
-// own_pool when the index has none).
-tsdg::RunControl own_rows_control(TsdgResidentIndex* index, int64_t rows,
-                                  std::unique_ptr<tsdg::ThreadPool>& own_pool) {
-  tsdg::RunControl control = resident_search_control(index, rows);
-  if (control.pool == nullptr && rows >= kParallelSearchBatch) {
-    own_pool = std::make_unique<tsdg::ThreadPool>(0);
-    control.pool = own_pool.get();
-  }
-  return control;
-}
-
-}  // namespace
 
 TsdgStatus tsdg_index_search(TsdgResidentIndex* index, const float* queries, int64_t nq, int k,
                              int ef, int lambda_limit, uint32_t* ids, float* dists,
@@ -903,170 +477,6 @@ TsdgStatus tsdg_graph_nn1_bound(const float* rows, int64_t n, int dim, TsdgMetri
     *bound = tsdg::graph_nn1_bound(tsdg::MatrixView{rows, n, dim},
                                    tsdg::GraphView{neighbors, nullptr, n, degree},
                                    to_metric(metric), control);
-  });
-}
-
-namespace {
-
-// Writes the first max_rows of rows to out and how many there are to *count.
-void copy_unreached(const std::vector<uint32_t>& rows, uint32_t* out, int64_t max_rows,
-                    int64_t* count) {
-  const int64_t written = std::min<int64_t>(max_rows, static_cast<int64_t>(rows.size()));
-  std::copy(rows.begin(), rows.begin() + written, out);
-  *count = static_cast<int64_t>(rows.size());
-}
-
-// Marks each list a repair changes in changed[] (TSDG_CHANGED_GRAPH |
-// TSDG_CHANGED_REPAIR) before the repair writes it, also when the call then
-// fails or its process dies: a session that shares changed[] writes every
-// marked list's page again. The fence keeps the mark's store ahead of the
-// list's for such a reader in another process.
-tsdg::BeforeListChange marking_repaired(uint8_t* changed) {
-  return [changed](uint32_t node) {
-    changed[node] |= TSDG_CHANGED_GRAPH | TSDG_CHANGED_REPAIR;
-    std::atomic_thread_fence(std::memory_order_release);
-  };
-}
-
-}  // namespace
-
-TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim, TsdgMetric metric,
-                                           const uint32_t* neighbors, const uint8_t* lambdas,
-                                           int degree, const uint32_t* entry_ids, int entry_count,
-                                           int64_t first, int ef, int lambda_limit,
-                                           int64_t record_bytes, TsdgError* error) {
-  // per row and check: its walk's record (an empty vector and its heap
-  // block's header once it holds nodes), its nearest node and its flag
-  static_assert(2 * (sizeof(std::vector<uint32_t>) + 16 + sizeof(uint32_t) + sizeof(uint8_t)) <=
-                    TSDG_UNREACHED_JOB_ROW_BYTES,
-                "TSDG_UNREACHED_JOB_ROW_BYTES covers both checks' per-row state");
-  try {
-    validate_rows(rows, n, dim);
-    require(degree > 0, "degree must be positive");
-    require(n == 0 || (neighbors != nullptr && lambdas != nullptr),
-            "neighbors and lambdas must not be NULL");
-    require(entry_count >= 0 && (entry_count == 0 || entry_ids != nullptr),
-            "entry_ids must not be NULL");
-    require(record_bytes >= 0, "record_bytes must not be negative");
-    auto job = std::make_unique<TsdgUnreachedJob>();
-    // A record's vector may hold twice the nodes it keeps.
-    job->checks = std::make_unique<tsdg::RepairChecks>(
-        tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, to_metric(metric), entry_ids,
-        entry_count, first, n, ef, lambda_limit, record_bytes / (2 * static_cast<int64_t>(sizeof(uint32_t))));
-    job->pool = std::make_unique<tsdg::ThreadPool>(0);
-    TsdgUnreachedJob* running = job.get();
-    job->thread = std::thread([running] {
-      try {
-        tsdg::RunControl control;
-        control.pool = running->pool.get();
-        running->checks->run(control);
-      } catch (...) {
-        running->failure = std::current_exception();
-      }
-    });
-    set_message(error, "");
-    return job.release();
-  } catch (...) {
-    status_of_current_exception(error);
-    return nullptr;
-  }
-}
-
-TsdgStatus tsdg_unreached_job_finish(TsdgUnreachedJob* job, uint32_t* rows_out, int64_t max_rows,
-                                     int64_t* count, TsdgError* error) {
-  std::unique_ptr<TsdgUnreachedJob> owned(job);
-  if (job != nullptr) job->thread.join();
-  return guarded(error, [&] {
-    require(job != nullptr, "job must not be NULL");
-    require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
-    require(count != nullptr, "count must not be NULL");
-    if (job->failure) std::rethrow_exception(job->failure);
-    copy_unreached(job->checks->wide->unreached(), rows_out, max_rows, count);
-  });
-}
-
-TsdgStatus tsdg_unreached_job_finish_repairing(TsdgUnreachedJob* job, uint32_t* neighbors, uint8_t* lambdas,
-                                               int degree, uint8_t* changed, uint32_t* rows_out,
-                                               int64_t max_rows, int64_t* count, int64_t* lists_changed,
-                                               TsdgError* error) {
-  std::unique_ptr<TsdgUnreachedJob> owned(job);
-  if (job != nullptr) job->thread.join();
-  return guarded(error, [&] {
-    require(job != nullptr, "job must not be NULL");
-    require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
-    require(count != nullptr && lists_changed != nullptr, "count and lists_changed must not be NULL");
-    require(changed != nullptr, "changed must not be NULL");
-    if (job->failure) std::rethrow_exception(job->failure);
-    tsdg::RunControl control;
-    control.pool = job->pool.get();
-    const int64_t n = job->checks->wide->nodes();
-    const std::vector<uint32_t> repaired = job->checks->repair(tsdg::GraphSpan{neighbors, lambdas, n, degree},
-                                                               control, marking_repaired(changed));
-    *lists_changed = static_cast<int64_t>(repaired.size());
-    copy_unreached(job->checks->wide->unreached(), rows_out, max_rows, count);
-  });
-}
-
-TsdgStatus tsdg_index_unreached_rows(TsdgResidentIndex* index, int64_t first, int ef,
-                                     int lambda_limit, uint32_t* rows_out, int64_t max_rows,
-                                     int64_t* count, TsdgError* error) {
-  return guarded(error, [&] {
-    require(index != nullptr, "index must not be NULL");
-    require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
-    require(count != nullptr, "count must not be NULL");
-    const int64_t n = index->index->node_count();
-    std::unique_ptr<tsdg::ThreadPool> own_pool;
-    const tsdg::RunControl control = own_rows_control(index, n - first, own_pool);
-    copy_unreached(index->index->unreached_rows(first, n, resident_search_params(1, ef, lambda_limit),
-                                                control),
-                   rows_out, max_rows, count);
-  });
-}
-
-TsdgStatus tsdg_index_unreached_rows_repaired(TsdgResidentIndex* index, const float* rows, uint32_t* neighbors,
-                                              uint8_t* lambdas, int degree, TsdgMetric metric, int64_t first,
-                                              int ef, int lambda_limit, uint32_t* rows_out, int64_t max_rows,
-                                              int64_t* count, int64_t* found, uint8_t* changed,
-                                              int64_t* lists_changed, TsdgError* error) {
-  return guarded(error, [&] {
-    require(index != nullptr, "index must not be NULL");
-    require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
-    require(count != nullptr && found != nullptr && lists_changed != nullptr,
-            "count, found and lists_changed must not be NULL");
-    require(rows != nullptr && neighbors != nullptr && lambdas != nullptr && changed != nullptr,
-            "rows, neighbors, lambdas and changed must not be NULL");
-    require(degree > 0, "degree must be positive");
-    const int64_t n = index->index->node_count();
-    std::unique_ptr<tsdg::ThreadPool> own_pool;
-    const tsdg::RunControl control = own_rows_control(index, n - first, own_pool);
-    std::vector<uint32_t> repaired;
-    const std::vector<uint32_t> after = tsdg::unreached_rows_repaired(
-        *index->index, tsdg::MatrixView{rows, n, index->dim}, tsdg::GraphSpan{neighbors, lambdas, n, degree},
-        to_metric(metric), resident_search_params(1, ef, lambda_limit), first, n, *found, repaired, control,
-        marking_repaired(changed));
-    *lists_changed = static_cast<int64_t>(repaired.size());
-    copy_unreached(after, rows_out, max_rows, count);
-  });
-}
-
-TsdgStatus tsdg_index_summary(TsdgResidentIndex* index, int count, uint32_t* entry_ids,
-                              float* nn1_bound, TsdgError* error) {
-  return guarded(error, [&] {
-    require(index != nullptr, "index must not be NULL");
-    require(count > 0 && entry_ids != nullptr, "entry_ids must hold count ids");
-    require(nn1_bound != nullptr, "nn1_bound must not be NULL");
-    std::unique_ptr<tsdg::ThreadPool> pool;
-    tsdg::RunControl control;
-    if (index->index->node_count() > kParallelSummaryNodes) {
-      pool = std::make_unique<tsdg::ThreadPool>(0);
-      control.pool = pool.get();
-    }
-    tsdg::SearchParams params;
-    params.entry_samples = count;
-    const std::vector<uint32_t> entries = index->index->entry_points(params, control);
-    std::fill(entry_ids, entry_ids + count, TSDG_INVALID_ID);
-    std::copy(entries.begin(), entries.begin() + std::min<size_t>(entries.size(), count), entry_ids);
-    *nn1_bound = index->index->nn1_bound();
   });
 }
 

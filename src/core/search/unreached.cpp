@@ -1,0 +1,403 @@
+// The unreached-row checks and their repair: walks from the entry points
+// that find the rows a search cannot reach, and the edges that make them
+// reachable again (unreached_rows, UnreachedCheck, RepairChecks).
+#include "search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <memory>
+
+#include "entry_points.h"
+#include "search_internal.h"
+#include "thread_pool.h"
+
+namespace tsdg {
+
+using detail::prefetch_row;
+using detail::VisitedTable;
+
+namespace {
+
+// One walk of unreached_rows: true once it computes row's distance. The
+// rows of a node's new neighbors are prefetched before their distances are
+// computed; the pool takes them in list order, so the walk is the scans'.
+// A walk that does not reach its row ends with every node of its pool
+// expanded: *nearest gets the first of them (kInvalidId for an empty
+// graph). expanded, when not null, gets the nodes the walk expanded.
+// With stop_at_row false the walk passes the row by, as if it were not in
+// the graph, and always ends with *nearest: the nearest other node it found.
+bool walk_reaches(MatrixView data, GraphView graph, DistanceFn distance, const uint32_t* entries,
+                  int entry_count, uint32_t row, int lambda_limit, VisitedTable& visited,
+                  CandidatePool& pool, std::vector<uint32_t>& fresh, std::vector<uint32_t>* expanded,
+                  uint32_t* nearest, bool stop_at_row = true) {
+  const float* query = data.row(row);
+  const SlackRule no_stop_rule;
+  visited.next_query();
+  pool.reset(pool.capacity());
+  if (expanded != nullptr) expanded->clear();
+  visited.mark(row);  // offered only by the checks below
+  for (int i = 0; i < entry_count; ++i) {
+    if (entries[i] == row && stop_at_row) return true;
+    prefetch_row(data.row(entries[i]), data.dim);
+  }
+  for (int i = 0; i < entry_count; ++i) {
+    if (entries[i] == row) continue;
+    visited.mark(entries[i]);
+    pool.push(entries[i], distance(query, data.row(entries[i]), data.dim));
+  }
+  fresh.resize(graph.degree);
+  uint32_t node;
+  while ((node = pool.pop_nearest_unexpanded(no_stop_rule)) != kInvalidId) {
+    if (expanded != nullptr) expanded->push_back(node);
+    const uint32_t* list = graph.list(node);
+    const uint8_t* lambdas = graph.list_lambdas(node);
+    int count = 0;
+    for (int j = 0; j < graph.degree; ++j) {
+      const uint32_t neighbor = list[j];
+      if (neighbor == kInvalidId || lambdas[j] > lambda_limit) break;
+      if (neighbor == row && stop_at_row) return true;
+      if (!visited.mark(neighbor)) continue;
+      prefetch_row(data.row(neighbor), data.dim);
+      fresh[count++] = neighbor;
+    }
+    for (int j = 0; j < count; ++j) pool.push(fresh[j], distance(query, data.row(fresh[j]), data.dim));
+  }
+  *nearest = pool.size() > 0 ? pool[0].id : kInvalidId;
+  return false;
+}
+
+void check_walk_arguments(MatrixView data, GraphView graph, const uint32_t* entries, int entry_count,
+                          int64_t first, int64_t end, int ef) {
+  if (data.rows != graph.nodes) {
+    throw Error(Status::InvalidArgument, "unreached rows: row count and node count differ");
+  }
+  if (first < 0 || first > end || end > data.rows) {
+    throw Error(Status::InvalidArgument, "unreached rows: rows out of range");
+  }
+  if (ef < 1) throw Error(Status::InvalidArgument, "unreached rows: ef must be positive");
+  for (int i = 0; i < entry_count; ++i) {
+    if (entries[i] >= data.rows) {
+      throw Error(Status::InvalidArgument, "unreached rows: an entry point is out of range");
+    }
+  }
+}
+
+// The walks of `count` rows (row_at(i)) on control's pool; on_missed(i,
+// worker, nearest) for each row not reached; expanded_of(i), when it
+// returns a vector, gets the nodes walk i expanded.
+// after_walk(i), when given, runs after walk i (to keep or drop its record).
+template <typename RowAt, typename ExpandedOf, typename OnMissed, typename AfterWalk = void (*)(int64_t)>
+void walk_rows_on_pool(MatrixView data, GraphView graph, DistanceFn distance, const std::vector<uint32_t>& entries,
+                       int64_t count, int ef, int lambda_limit, const RunControl& control, RowAt row_at,
+                       ExpandedOf expanded_of, OnMissed on_missed, bool stop_at_row = true,
+                       AfterWalk after_walk = [](int64_t) {}) {
+  const int workers = worker_count(control);
+  std::vector<std::unique_ptr<VisitedTable>> visited(workers);
+  std::vector<CandidatePool> pools(workers);
+  std::vector<std::vector<uint32_t>> fresh(workers);
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, count / (4 * workers)));
+  parallel_for(control, count, chunk, [&](int64_t begin, int64_t stop, int worker) {
+    if (!visited[worker]) {
+      visited[worker] = std::make_unique<VisitedTable>(data.rows);
+      pools[worker].reset(ef);
+    }
+    for (int64_t i = begin; i < stop; ++i) {
+      uint32_t nearest = kInvalidId;
+      if (!walk_reaches(data, graph, distance, entries.data(), static_cast<int>(entries.size()), row_at(i),
+                        lambda_limit, *visited[worker], pools[worker], fresh[worker], expanded_of(i), &nearest,
+                        stop_at_row)) {
+        on_missed(i, worker, nearest);
+      }
+      after_walk(i);
+    }
+  });
+}
+
+}  // namespace
+
+std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric metric,
+                                     const uint32_t* entries, int entry_count, int64_t first,
+                                     int64_t end, int ef, int lambda_limit,
+                                     const RunControl& control) {
+  check_walk_arguments(data, graph, entries, entry_count, first, end, ef);
+  std::vector<std::vector<uint32_t>> missed(worker_count(control));
+  walk_rows_on_pool(
+      data, graph, metric_distance_fn(metric), std::vector<uint32_t>(entries, entries + entry_count), end - first, ef,
+      lambda_limit, control, [first](int64_t i) { return static_cast<uint32_t>(first + i); },
+      [](int64_t) { return static_cast<std::vector<uint32_t>*>(nullptr); },
+      [&](int64_t i, int worker, uint32_t) { missed[worker].push_back(static_cast<uint32_t>(first + i)); });
+  std::vector<uint32_t> rows;
+  for (const std::vector<uint32_t>& part : missed) rows.insert(rows.end(), part.begin(), part.end());
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
+UnreachedCheck::UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries,
+                               int entry_count, int64_t first, int64_t end, int ef, int lambda_limit,
+                               int64_t record_budget)
+    : data_(data), graph_(graph), distance_(metric_distance_fn(metric)), first_(first), end_(end), ef_(ef),
+      lambda_limit_(lambda_limit), record_budget_(record_budget) {
+  check_walk_arguments(data, graph, entries, entry_count, first, end, ef);
+  entries_.assign(entries, entries + entry_count);
+}
+
+UnreachedCheck::~UnreachedCheck() = default;
+
+void UnreachedCheck::walk_rows(const std::vector<uint32_t>& rows, const RunControl& control) {
+  std::vector<std::vector<uint32_t>> missed(worker_count(control));
+  // a record replaced gives its share of the budget back
+  for (uint32_t row : rows) {
+    std::vector<uint32_t>& walk = expanded_[row - first_];
+    recorded_ -= static_cast<int64_t>(walk.size());
+    std::vector<uint32_t>().swap(walk);
+  }
+  walk_rows_on_pool(
+      data_, graph_, distance_, entries_, static_cast<int64_t>(rows.size()), ef_, lambda_limit_, control,
+      [&](int64_t i) { return rows[i]; },
+      [&](int64_t i) {
+        // the row's previous record is gone: kept again when the budget allows
+        unrecorded_[rows[i] - first_] = 0;
+        return &expanded_[rows[i] - first_];
+      },
+      [&](int64_t i, int worker, uint32_t nearest) {
+        nearest_found_[rows[i] - first_] = nearest;
+        missed[worker].push_back(rows[i]);
+      },
+      true, [&](int64_t i) {
+        std::vector<uint32_t>& walk = expanded_[rows[i] - first_];
+        if (recorded_.fetch_add(static_cast<int64_t>(walk.size())) + static_cast<int64_t>(walk.size()) <=
+            record_budget_) {
+          return;
+        }
+        recorded_ -= static_cast<int64_t>(walk.size());
+        std::vector<uint32_t>().swap(walk);
+        unrecorded_[rows[i] - first_] = 1;
+      });
+  std::vector<uint32_t> still;
+  for (const std::vector<uint32_t>& part : missed) still.insert(still.end(), part.begin(), part.end());
+  std::sort(still.begin(), still.end());
+  // rows not walked again keep their outcome
+  std::vector<uint32_t> kept;
+  std::set_difference(unreached_.begin(), unreached_.end(), rows.begin(), rows.end(), std::back_inserter(kept));
+  unreached_.clear();
+  std::merge(kept.begin(), kept.end(), still.begin(), still.end(), std::back_inserter(unreached_));
+}
+
+void UnreachedCheck::run(const RunControl& control) {
+  expanded_.assign(end_ - first_, {});
+  unrecorded_.assign(end_ - first_, 0);
+  recorded_ = 0;
+  nearest_found_.assign(end_ - first_, kInvalidId);
+  unreached_.clear();
+  std::vector<uint32_t> rows(end_ - first_);
+  for (int64_t i = 0; i < end_ - first_; ++i) rows[i] = static_cast<uint32_t>(first_ + i);
+  walk_rows(rows, control);
+}
+
+namespace {
+
+// Inserts row into node's list (graph's lists sorted by (λ, distance)) with
+// the λ stage 2 would give it among the list, unless that is past
+// lambda_limit; a full list drops its last entry that is not pinned. Returns
+// whether it inserted.
+bool insert_repair_edge(MatrixView data, GraphSpan graph, DistanceFn distance, uint32_t node, uint32_t row,
+                        int lambda_limit, const std::vector<uint32_t>& pinned,
+                        const BeforeListChange& before_change) {
+  const int degree = graph.degree;
+  uint32_t* list = graph.list(node);
+  uint8_t* lambdas = graph.list_lambdas(node);
+  const float d = distance(data.row(node), data.row(row), data.dim);
+  std::vector<float> dists(degree, std::numeric_limits<float>::infinity());
+  int size = 0;
+  int lambda = 0;
+  for (; size < degree && list[size] != kInvalidId; ++size) {
+    if (list[size] == row) return false;
+    dists[size] = distance(data.row(node), data.row(list[size]), data.dim);
+    if (dists[size] < d && distance(data.row(list[size]), data.row(row), data.dim) < d) ++lambda;
+  }
+  if (lambda > lambda_limit || lambda > 255) return false;
+  int drop = -1;  // the entry a full list drops
+  if (size == degree) {
+    drop = degree - 1;
+    while (drop >= 0 && std::find(pinned.begin(), pinned.end(), list[drop]) != pinned.end()) --drop;
+    if (drop < 0) return false;
+  }
+  if (before_change) before_change(node);
+  if (drop >= 0) {
+    for (int j = drop; j + 1 < size; ++j) {
+      list[j] = list[j + 1];
+      lambdas[j] = lambdas[j + 1];
+      dists[j] = dists[j + 1];
+    }
+    --size;
+  }
+  int at = size;
+  while (at > 0 && (lambdas[at - 1] > lambda || (lambdas[at - 1] == lambda && dists[at - 1] > d))) {
+    list[at] = list[at - 1];
+    lambdas[at] = lambdas[at - 1];
+    --at;
+  }
+  list[at] = row;
+  lambdas[at] = static_cast<uint8_t>(lambda);
+  return true;
+}
+
+// The ids in either of two ascending lists, ascending.
+std::vector<uint32_t> sorted_union(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+  std::vector<uint32_t> both;
+  std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+  return both;
+}
+
+// An edge into each of rows from nearest_of(row) (insert_repair_edge),
+// rows in order. edges holds the (node, row) edges added so far, which
+// later insertions keep; it gains the new ones. Returns the nodes whose
+// lists changed, ascending.
+template <typename NearestOf>
+std::vector<uint32_t> insert_repair_edges(MatrixView data, GraphSpan graph, DistanceFn distance,
+                                          const std::vector<uint32_t>& rows, NearestOf nearest_of, int lambda_limit,
+                                          std::vector<std::pair<uint32_t, uint32_t>>& edges,
+                                          const BeforeListChange& before_change) {
+  std::vector<uint32_t> changed;
+  for (uint32_t row : rows) {
+    const uint32_t node = nearest_of(row);
+    if (node == kInvalidId) continue;
+    std::vector<uint32_t> pinned;
+    for (const auto& [at, to] : edges) {
+      if (at == node) pinned.push_back(to);
+    }
+    if (!insert_repair_edge(data, graph, distance, node, row, lambda_limit, pinned, before_change)) continue;
+    edges.emplace_back(node, row);
+    changed.push_back(node);
+  }
+  std::sort(changed.begin(), changed.end());
+  changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+  return changed;
+}
+
+}  // namespace
+
+std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView data, GraphSpan graph, Metric metric,
+                                              const SearchParams& params, int64_t first, int64_t end,
+                                              int64_t& found, std::vector<uint32_t>& changed,
+                                              const RunControl& control, const BeforeListChange& before_change) {
+  const GraphView view{graph.neighbors, graph.lambdas, graph.nodes, graph.degree};
+  const std::vector<uint32_t> entries = index.entry_points(params, control);
+  check_walk_arguments(data, view, entries.data(), static_cast<int>(entries.size()), first, end, params.ef);
+  const int narrow_ef = std::min(params.ef, kRepairNarrowEf);
+  changed.clear();
+  if (index.device_rows() == nullptr) {
+    // the CPU index's check is the walk UnreachedCheck records: the repair
+    // then walks again only the walks it can change
+    RepairChecks checks(data, view, metric, entries.data(), static_cast<int>(entries.size()), first, end,
+                        params.ef, params.lambda_limit);
+    checks.run(control);
+    found = static_cast<int64_t>(checks.wide->unreached().size());
+    changed = checks.repair(graph, control, before_change);
+    return checks.wide->unreached();
+  }
+  // The rows the large-batch kernel misses at ef and at the narrow ef, each
+  // given its edge from where the CPU's walk ends at the narrower ef of the
+  // two at which the kernel misses it.
+  SearchParams walk_as_cpu = params;
+  walk_as_cpu.gpu_kernel = kGpuKernelWalkingAsTheCpu;
+  std::vector<uint32_t> missed = index.unreached_rows(first, end, walk_as_cpu, control);
+  found = static_cast<int64_t>(missed.size());
+  std::vector<uint32_t> narrow;
+  if (narrow_ef < params.ef) {
+    walk_as_cpu.ef = narrow_ef;
+    narrow = index.unreached_rows(first, end, walk_as_cpu, control);
+    missed = sorted_union(missed, narrow);
+  }
+  const DistanceFn distance = metric_distance_fn(metric);
+  std::vector<uint32_t> nearest(missed.size(), kInvalidId);
+  for (const bool at_narrow_ef : {true, false}) {
+    const int ef = at_narrow_ef ? narrow_ef : params.ef;
+    std::vector<uint32_t> rows;
+    std::vector<size_t> at;
+    for (size_t i = 0; i < missed.size(); ++i) {
+      if (std::binary_search(narrow.begin(), narrow.end(), missed[i]) == at_narrow_ef) {
+        rows.push_back(missed[i]);
+        at.push_back(i);
+      }
+    }
+    walk_rows_on_pool(
+        data, view, distance, entries, static_cast<int64_t>(rows.size()), ef, params.lambda_limit, control,
+        [&](int64_t i) { return rows[i]; }, [](int64_t) { return static_cast<std::vector<uint32_t>*>(nullptr); },
+        [&](int64_t i, int, uint32_t node) { nearest[at[i]] = node; }, /*stop_at_row=*/false);
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> edges;
+  changed = insert_repair_edges(
+      data, graph, distance, missed,
+      [&](uint32_t row) { return nearest[std::lower_bound(missed.begin(), missed.end(), row) - missed.begin()]; },
+      params.lambda_limit, edges, before_change);
+  if (!changed.empty()) index.lists_changed(changed);
+  return index.unreached_rows(first, end, params, control);
+}
+
+void UnreachedCheck::lists_changed(const std::vector<uint32_t>& nodes, const RunControl& control) {
+  if (nodes.empty()) return;
+  std::vector<uint8_t> is_changed(data_.rows, 0);
+  for (uint32_t node : nodes) is_changed[node] = 1;
+  std::vector<uint32_t> again(unreached_);
+  for (int64_t i = 0; i < end_ - first_; ++i) {
+    const std::vector<uint32_t>& walk = expanded_[i];
+    if (unrecorded_[i] != 0 ||
+        std::any_of(walk.begin(), walk.end(), [&](uint32_t node) { return is_changed[node] != 0; })) {
+      again.push_back(static_cast<uint32_t>(first_ + i));
+    }
+  }
+  std::sort(again.begin(), again.end());
+  again.erase(std::unique(again.begin(), again.end()), again.end());
+  walk_rows(again, control);
+}
+
+std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const RunControl& control,
+                                             const BeforeListChange& before_change) {
+  if (graph.neighbors != graph_.neighbors || graph.lambdas != graph_.lambdas || graph.degree != graph_.degree) {
+    throw Error(Status::InvalidArgument, "unreached rows: repair of another graph than the one checked");
+  }
+  std::vector<uint32_t> changed;
+  std::vector<std::pair<uint32_t, uint32_t>> edges;
+  for (int round = 0; round < rounds && !unreached_.empty(); ++round) {
+    const std::vector<uint32_t> changed_now = insert_repair_edges(
+        data_, graph, distance_, unreached_, [&](uint32_t row) { return nearest_found_[row - first_]; },
+        lambda_limit_, edges, before_change);
+    if (changed_now.empty()) break;
+    lists_changed(changed_now, control);
+    changed = sorted_union(changed, changed_now);
+  }
+  return changed;
+}
+
+RepairChecks::RepairChecks(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries,
+                           int entry_count, int64_t first, int64_t end, int ef, int lambda_limit,
+                           int64_t record_budget) {
+  const bool with_narrow = ef > kRepairNarrowEf;
+  const int64_t budget = std::min(kMaxRecordedExpansions, record_budget / (with_narrow ? 2 : 1));
+  wide = std::make_unique<UnreachedCheck>(data, graph, metric, entries, entry_count, first, end, ef, lambda_limit,
+                                          budget);
+  if (with_narrow) {
+    narrow = std::make_unique<UnreachedCheck>(data, graph, metric, entries, entry_count, first, end,
+                                              kRepairNarrowEf, lambda_limit, budget);
+  }
+}
+
+void RepairChecks::run(const RunControl& control) {
+  if (narrow) narrow->run(control);
+  wide->run(control);
+}
+
+std::vector<uint32_t> RepairChecks::repair(GraphSpan graph, const RunControl& control,
+                                           const BeforeListChange& before_change) {
+  std::vector<uint32_t> changed;
+  if (narrow) {
+    changed = narrow->repair(graph, kUnreachedRepairRounds, control, before_change);
+    wide->lists_changed(changed, control);
+  }
+  return sorted_union(changed, wide->repair(graph, kUnreachedRepairRounds, control, before_change));
+}
+
+}  // namespace tsdg
