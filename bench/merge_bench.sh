@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Incremental merge benchmark (issue 7, CPU): 200k x 128 synthetic clustered
+# Incremental merge benchmark (CPU): 200k x 128 synthetic clustered
 # rows. A fresh CREATE INDEX on all 200k rows is the reference (build time,
 # recall@10). Then an index is built on the first 100k rows and 10 loads of
 # 10k rows follow, each followed by tsdg_merge(): every merge is timed, and

@@ -1,8 +1,8 @@
 # A PostgreSQL installation with pgvector's extension "vector" for the tests
 # that run pg_tsdg beside it: the installed one when the server in PATH has
 # pgvector, otherwise a private copy of that server with pgvector built from
-# the released source vendored beside the repository (../shared/vendor), never
-# installed into the project or the system. pgvector_install() returns the
+# its released source archive, named by PGVECTOR_TARBALL, never installed
+# into the project or the system. pgvector_install() returns the
 # installation's directory (its bin/ and lib/) and whether it is a private
 # copy, or skips the whole test with the reason when there is neither.
 package PgvectorInstall;
@@ -16,13 +16,20 @@ use File::Path qw(make_path);
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-our @EXPORT = qw(pgvector_install repository_root);
+our @EXPORT = qw(pgvector_install pgvector_tarball repository_root);
 
 my $version = '0.8.6';
 
 sub repository_root
 {
 	return dirname(dirname(dirname(abs_path(__FILE__))));
+}
+
+# pgvector's released source archive (PGVECTOR_TARBALL), or undef
+sub pgvector_tarball
+{
+	my $tarball = $ENV{PGVECTOR_TARBALL};
+	return (defined $tarball && -f $tarball) ? $tarball : undef;
 }
 
 sub pg_config
@@ -46,8 +53,9 @@ sub pgvector_install
 	my $sharedir = pg_config($bindir, '--sharedir');
 	return (dirname($bindir), 0) if is_pgvector_control("$sharedir/extension/vector.control");
 
-	my $tarball = repository_root() . "/../shared/vendor/pgvector-$version.tar.gz";
-	plan skip_all => "neither an installed pgvector nor $tarball" unless -f $tarball;
+	my $tarball = pgvector_tarball();
+	plan skip_all => "neither an installed pgvector nor PGVECTOR_TARBALL (pgvector-$version.tar.gz)"
+	  unless $tarball;
 
 	# a copy of the server in PATH, laid out as Debian installs it, so that
 	# its binaries find their libraries and shared files where they expect

@@ -1,5 +1,5 @@
-# pgvector's own regression tests (the released 0.8.6 source vendored in
-# ../shared/vendor) against pg_tsdg's extension "vector" and the tsdg index,
+# pgvector's own regression tests (from its released 0.8.6 source archive,
+# named by PGVECTOR_TARBALL) against pg_tsdg's extension "vector" and the tsdg index,
 # with "hnsw" read as "tsdg": each statement's output is compared with the
 # output pgvector's tests expect of pgvector. Statements about pgvector's
 # other types (halfvec, sparsevec, bit) and its other index (ivfflat) do not
@@ -17,8 +17,8 @@ use Test::More;
 use PgvectorInstall;
 
 my $version = '0.8.6';
-my $tarball = repository_root() . "/../shared/vendor/pgvector-$version.tar.gz";
-plan skip_all => "no $tarball" unless -f $tarball;
+my $tarball = pgvector_tarball();
+plan skip_all => "no PGVECTOR_TARBALL (pgvector-$version.tar.gz)" unless $tarball;
 
 my @files = qw(vector_type cast copy btree hnsw_vector);
 my $not_applicable = qr/halfvec|sparsevec|\bbit\b|binary_quantize|hamming|jaccard|ivfflat/i;
