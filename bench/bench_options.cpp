@@ -28,9 +28,8 @@ graph
   --k K                  neighbors searched (default 10)
   --build-k K --samples P --iterations T --gnnd-seed X      GNND
   --degree R --alpha A --lambda0 L                          TSDG
-  --pivots M --pivot-stride S --pivot-levels L  long-range candidates: each
-                         row's M nearest of every S-th row, of every S²-th
-                         row, ... (L levels) join its k-NN list (M 0: none)
+  --pivots M --pivot-stride S   long-range candidates: each row's M nearest
+                         of every S-th row join its k-NN list (M 0: none)
   --random-candidates N  N rows drawn at random join each k-NN list too
   --exact-graph          also time the exact k-NN graph
   --ggm                  also build two halves and merge them with GGM
@@ -123,7 +122,6 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--pivots", [&](auto& f, auto& v) { o.diversify.pivot_candidates = parse_number<int>(f, v); }},
       {"--pivot-stride", [&](auto& f, auto& v) { o.diversify.pivot_stride = parse_number<int>(f, v); }},
       {"--random-candidates", [&](auto& f, auto& v) { o.diversify.random_candidates = parse_number<int>(f, v); }},
-      {"--pivot-levels", [&](auto& f, auto& v) { o.diversify.pivot_levels = parse_number<int>(f, v); }},
       {"--ef", [&](auto& f, auto& v) { o.ef_list = parse_list<int>(f, v); }},
       {"--lambda-limits", [&](auto& f, auto& v) { o.lambda_limits = parse_list<int>(f, v); }},
       {"--slack", [&](auto& f, auto& v) { o.slacks = parse_list<float>(f, v); }},

@@ -24,5 +24,5 @@ for class in "$@"; do
     --ef "$efs" --hnsw-ef "$efs,384,512" --min-seconds 0.3 ${extra//,/ } >"$log" 2>&1 || echo "FAILED: $class"
   echo "== $class"
   grep -E '^(gnnd|diversify|tsdg_search|cpu_search|hnsw_build|hnsw_search|summary) ' "$log" |
-    sed -E 's/ lambda_limit=255 slack=0 gpu_kernel=0//; s/ (avg_degree_lambda_le_[14]|samples|pivot_stride|pivot_levels)=[^ ]*//g'
+    sed -E 's/ lambda_limit=255 slack=0 gpu_kernel=0//; s/ (avg_degree_lambda_le_[14]|samples|pivot_stride)=[^ ]*//g'
 done

@@ -337,7 +337,6 @@ int run(const BenchOptions& o) {
                     .add("lambda0", o.diversify.lambda0)
                     .add("pivots", o.diversify.pivot_candidates)
                     .add("pivot_stride", o.diversify.pivot_stride)
-                    .add("pivot_levels", o.diversify.pivot_levels)
                     .add("random_candidates", o.diversify.random_candidates)
                     .add("time_s", diversify_seconds)
                     .add("avg_degree", edges / nodes)

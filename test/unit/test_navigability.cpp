@@ -118,7 +118,6 @@ TEST(LongRange, ListsHoldTheKnnEntriesAndNearestPivotsAscending) {
   DiversifyParams params;
   params.pivot_candidates = 4;
   params.pivot_stride = 10;
-  params.pivot_levels = 1;
   params.random_candidates = 3;
   const ExactSearch search = [&](MatrixView base, MatrixView queries, int k, uint32_t* ids, float* dists) {
     exact_knn(base, queries, Metric::L2, k, ids, dists, control);

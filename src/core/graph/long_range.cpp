@@ -11,9 +11,9 @@ namespace tsdg {
 
 namespace {
 
-// One level of pivots and, for each listed row, its nearest ones (as
-// indexes into pivots).
-struct PivotLevel {
+// The pivots and, for each listed row, its nearest ones (as indexes into
+// pivots).
+struct Pivots {
   std::vector<uint32_t> pivots;
   int asked = 0;  // nearest pivots found per row
   std::vector<uint32_t> near_ids;
@@ -40,9 +40,7 @@ KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGra
                                     const DiversifyParams& params, const ExactSearch& search,
                                     const RunControl& control, const std::vector<uint32_t>* rows,
                                     int max_width) {
-  if (params.pivot_candidates < 0 || params.pivot_levels < 0) {
-    throw Error(Status::InvalidArgument, "pivot candidates and levels must not be negative");
-  }
+  if (params.pivot_candidates < 0) throw Error(Status::InvalidArgument, "pivot candidates must not be negative");
   if (params.pivot_stride < 2) throw Error(Status::InvalidArgument, "pivot stride must be at least 2");
   if (knn.nodes != data.rows) {
     throw Error(Status::InvalidArgument, "pivot candidates: the k-NN graph has " + std::to_string(knn.nodes) +
@@ -58,35 +56,30 @@ KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGra
       for (int64_t i = begin; i < end; ++i) std::copy(data.row(row_of(i)), data.row(row_of(i)) + data.dim, queries.row(i));
     });
   }
-  // Level l holds every stride^(l+1)-th row: the sparser a level, the farther
-  // its nearest pivots reach, as the upper layers of a hierarchical graph do.
-  std::vector<PivotLevel> levels;
+  Pivots pivot_set;
   if (params.max_pivots < 1) throw Error(Status::InvalidArgument, "max pivots must be positive");
-  int64_t stride = std::max<int64_t>(params.pivot_stride, (data.rows + params.max_pivots - 1) / params.max_pivots);
-  for (int l = 0; extra > 0 && listed > 0 && l < params.pivot_levels && stride < data.rows; ++l) {
-    PivotLevel level;
-    level.pivots = pivot_rows(data.rows, stride);
+  const int64_t stride =
+      std::max<int64_t>(params.pivot_stride, (data.rows + params.max_pivots - 1) / params.max_pivots);
+  if (extra > 0 && listed > 0 && stride < data.rows) {
+    pivot_set.pivots = pivot_rows(data.rows, stride);
     // One more pivot than asked for: a pivot row finds itself first.
-    level.asked = static_cast<int>(std::min<int64_t>(extra + 1, static_cast<int64_t>(level.pivots.size())));
-    Matrix pivot_data(static_cast<int64_t>(level.pivots.size()), data.dim);
-    for (size_t p = 0; p < level.pivots.size(); ++p) {
-      std::copy(data.row(level.pivots[p]), data.row(level.pivots[p]) + data.dim,
+    pivot_set.asked = static_cast<int>(std::min<int64_t>(extra + 1, static_cast<int64_t>(pivot_set.pivots.size())));
+    Matrix pivot_data(static_cast<int64_t>(pivot_set.pivots.size()), data.dim);
+    for (size_t p = 0; p < pivot_set.pivots.size(); ++p) {
+      std::copy(data.row(pivot_set.pivots[p]), data.row(pivot_set.pivots[p]) + data.dim,
                 pivot_data.row(static_cast<int64_t>(p)));
     }
-    level.near_ids.resize(static_cast<size_t>(listed) * level.asked);
-    level.near_dists.resize(level.near_ids.size());
-    search(pivot_data.view(), rows != nullptr ? queries.view() : data, level.asked, level.near_ids.data(),
-           level.near_dists.data());
+    pivot_set.near_ids.resize(static_cast<size_t>(listed) * pivot_set.asked);
+    pivot_set.near_dists.resize(pivot_set.near_ids.size());
+    search(pivot_data.view(), rows != nullptr ? queries.view() : data, pivot_set.asked, pivot_set.near_ids.data(),
+           pivot_set.near_dists.data());
     control.throw_if_cancelled();
-    levels.push_back(std::move(level));
-    stride *= params.pivot_stride;
   }
 
   const int random = data.rows > 1 ? params.random_candidates : 0;
   if (random < 0) throw Error(Status::InvalidArgument, "random candidates must not be negative");
   const DistanceFn distance = metric_distance_fn(metric);
-  int long_range = random;
-  for (const PivotLevel& level : levels) long_range += level.asked;
+  const int long_range = random + pivot_set.asked;
   if (max_width > 0 && long_range >= max_width) {
     throw Error(Status::InvalidArgument, "pivot candidates: " + std::to_string(long_range) +
                                              " long-range candidates leave no room in lists of " +
@@ -112,17 +105,14 @@ KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGra
         if (ids[j] != kInvalidId) pairs.emplace_back(dists[j], ids[j]);
       }
       const int64_t near = rows == nullptr ? u : (slot.empty() ? -1 : slot[u]);
-      for (const PivotLevel& level : levels) {
-        if (near < 0) break;
-        for (int j = 0; j < level.asked; ++j) {
-          const uint32_t p = level.near_ids[near * level.asked + j];
-          if (p == kInvalidId) continue;
-          const uint32_t id = level.pivots[p];
-          if (id == u || std::any_of(pairs.begin(), pairs.end(), [id](const auto& e) { return e.second == id; })) {
-            continue;
-          }
-          pairs.emplace_back(level.near_dists[near * level.asked + j], id);
+      for (int j = 0; near >= 0 && j < pivot_set.asked; ++j) {
+        const uint32_t p = pivot_set.near_ids[near * pivot_set.asked + j];
+        if (p == kInvalidId) continue;
+        const uint32_t id = pivot_set.pivots[p];
+        if (id == u || std::any_of(pairs.begin(), pairs.end(), [id](const auto& e) { return e.second == id; })) {
+          continue;
         }
+        pairs.emplace_back(pivot_set.near_dists[near * pivot_set.asked + j], id);
       }
       for (int j = 0; j < random && (rows == nullptr || near >= 0); ++j) {
         const auto id = static_cast<uint32_t>(mix(params.random_seed ^ (static_cast<uint64_t>(u) * 64 + j) * 0x9e3779b97f4a7c15ULL) %

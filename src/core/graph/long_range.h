@@ -26,11 +26,11 @@ using ExactSearch = std::function<void(MatrixView base, MatrixView queries, int 
 // The pivots of a set of rows: every stride-th id, from 0.
 std::vector<uint32_t> pivot_rows(int64_t rows, int64_t stride);
 
-// knn with each listed row's params.pivot_candidates nearest pivots of each
-// of params.pivot_levels levels merged into its list; level l's pivots are
-// pivot_rows(data.rows, stride^(l+1)), levels with fewer pivots than rows
-// only, where stride is pivot_stride or, where that would give a level more
-// than max_pivots pivots, rows / max_pivots rounded up. The lists are ascending by (distance, id), the row itself and
+// knn with each listed row's params.pivot_candidates nearest pivots merged
+// into its list; the pivots are pivot_rows(data.rows, stride), where stride
+// is pivot_stride or, where that would give more than max_pivots pivots,
+// rows / max_pivots rounded up (none when stride reaches the row count). The
+// lists are ascending by (distance, id), the row itself and
 // duplicates left out, padded with kInvalidId / +inf. Each listed row also
 // gets params.random_candidates rows drawn uniformly (by random_seed and the
 // row id). rows: the rows that get long-range candidates (null: every row);

@@ -25,12 +25,11 @@ struct DiversifyParams {
   float alpha = 1.2f;  // stage-1 relaxed pruning factor
   int lambda0 = 10;    // stage-2: edges with occlusion factor > lambda0 dropped
   // Long-range candidates (long_range.h): each row's pivot_candidates
-  // nearest pivots of each level (every pivot_stride-th row, every
-  // pivot_stride²-th, ...) join its k-NN list before stage 1; 0 disables them.
+  // nearest pivots (every pivot_stride-th row) join its k-NN list before
+  // stage 1; 0 disables them.
   int pivot_candidates = 16;
   int pivot_stride = 64;
-  int pivot_levels = 1;
-  // The stride grows so that a level holds at most this many pivots: their
+  // The stride grows so that there are at most this many pivots: their
   // exact search costs rows * pivots distances.
   int max_pivots = 16384;
   // Rows drawn at random that join each k-NN list too: links to clusters
