@@ -60,6 +60,11 @@ def parse_args(argv):
     data.add_argument("--intrinsic-dim", type=int, default=32)
     data.add_argument("--spread", type=float, default=1.0,
                       help="cluster radius relative to the spacing of the centers (>= 1: overlapping)")
+    data.add_argument("--absolute-scale", action="store_true",
+                      help="absolute sizes: centers N(0, spread^2) per coordinate, each cluster "
+                           "z·B with z ~ N(0, I) and B of N(0, 1/intrinsic-dim) entries, noise "
+                           "N(0, noise^2); --clusters rows/500 --intrinsic-dim 16 --spread 1 or 4 "
+                           "are the hard classes")
     data.add_argument("--noise", type=float, default=0.05)
     data.add_argument("--seed", type=int, default=1)
     data.add_argument("--base-file", help=".fvecs or .fbin base vectors (instead of synthetic)")
@@ -124,6 +129,7 @@ def make_dataset(args):
         return dataset.from_files(args.base_file, args.query_file, args.rows, args.queries)
     spec = dataset.SyntheticSpec(rows=args.rows, dim=args.dim, clusters=args.clusters,
                                  intrinsic_dim=args.intrinsic_dim, spread=args.spread,
+                                 absolute_scale=args.absolute_scale,
                                  noise=args.noise, seed=args.seed)
     base, queries = dataset.synthetic(spec, args.queries)
     return base, queries, spec.describe()

@@ -4,6 +4,11 @@ The synthetic data follows the model of src/core/synthetic.h: a mixture of Gauss
 clusters, each on its own random `intrinsic_dim`-dimensional subspace, plus isotropic
 noise. With spread >= 1 the clusters overlap and have a high intrinsic dimension, which is
 the hard case for graph indexes (and the one that tells them apart).
+
+With absolute_scale the sizes are absolute instead, as tsdg-bench --absolute-scale makes
+them: a row is center + z·B + noise with centers N(0, spread²) per coordinate, B an
+intrinsic_dim × dim matrix of N(0, 1/intrinsic_dim) entries, z ~ N(0, I) and noise
+N(0, noise²) per coordinate (spread 1: overlapping clusters, 4: well separated).
 """
 from dataclasses import dataclass, asdict
 import os
@@ -20,6 +25,7 @@ class SyntheticSpec:
     spread: float
     noise: float
     seed: int
+    absolute_scale: bool = False
 
     def describe(self):
         return dict(asdict(self), kind="synthetic clustered")
@@ -35,6 +41,13 @@ class _Mixture:
         rng = np.random.default_rng(spec.seed)
         self.spec = spec
         self.centers = rng.standard_normal((spec.clusters, spec.dim))
+        if spec.absolute_scale:
+            self.centers *= spec.spread
+            self.axis_std = 1.0
+            self.noise_std = spec.noise
+            self.bases = [rng.standard_normal((spec.dim, spec.intrinsic_dim)) / np.sqrt(spec.intrinsic_dim)
+                          for _ in range(spec.clusters)]
+            return
         # Two unit-Gaussian centers lie sqrt(2 dim) apart on average; `spread` is the
         # RMS radius of a cluster in that unit.
         spacing = np.sqrt(2.0 * spec.dim)
