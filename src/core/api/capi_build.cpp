@@ -22,6 +22,7 @@
 #include "ggm.h"
 #include "host_memory.h"
 #include "search.h"
+#include "spill_files.h"
 #include "thread_pool.h"
 #include "tsdg_capi.h"
 
@@ -237,6 +238,20 @@ void tsdg_build_params_default(TsdgBuildParams* params) {
   params->seed = gnnd.seed;
   params->threads = 0;
 }
+
+void tsdg_set_spill_directory(const char* directory, size_t min_bytes) {
+  tsdg::set_spill_directory(directory != nullptr ? directory : "", min_bytes);
+}
+
+TsdgStatus tsdg_spill_allocate(size_t bytes, void** memory, TsdgError* error) {
+  *memory = nullptr;
+  return guarded(error, [&] {
+    *memory = tsdg::spill_allocate(bytes, true);
+    require(*memory != nullptr, "no spill directory is set");
+  });
+}
+
+void tsdg_spill_free(void* memory) { tsdg::spill_free(memory); }
 
 TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, int dim,
                             TsdgMetric metric, const TsdgBuildParams* params, uint32_t* neighbors,

@@ -122,6 +122,20 @@ typedef struct TsdgBuildParams
 void		tsdg_build_params_default(TsdgBuildParams *params);
 
 /*
+ * Large arrays in temporary files (a build or merge past its memory budget):
+ * while a directory is set, every array of at least min_bytes the core
+ * allocates, in any thread of this process, is a file there, unlinked at
+ * once and mapped shared, so that the kernel writes its pages out and drops
+ * them under memory pressure; NULL turns it off. tsdg_spill_allocate gives
+ * the caller such an array of its own, of any size, while a directory is set
+ * (NULL and an error when none is, or the file cannot be made or its blocks
+ * reserved); tsdg_spill_free unmaps it.
+ */
+void		tsdg_set_spill_directory(const char *directory, size_t min_bytes);
+TsdgStatus	tsdg_spill_allocate(size_t bytes, void **memory, TsdgError *error);
+void		tsdg_spill_free(void *memory);
+
+/*
  * Build the search graph of n rows (GNND, then both TSDG stages). For cosine the
  * rows must already be normalized. Writes neighbors[n * degree] (TSDG_INVALID_ID
  * padded) and lambdas[n * degree]. The k-NN graph (n * build_k) is written to

@@ -8,6 +8,7 @@
 #include "bruteforce.h"
 #include "connectivity.h"
 #include "distance.h"
+#include "huge_pages.h"
 #include "long_range.h"
 #include "thread_pool.h"
 
@@ -229,10 +230,10 @@ void rerank_list(MatrixView data, DistanceFn distance, const DiversifyParams& pa
 // pruned list holds it, with the edge's distance.
 struct ReverseEdges {
   std::vector<int64_t> offsets;  // nodes + 1
-  std::vector<Edge> edges;
+  HugePageVector<Edge> edges;
 };
 
-ReverseEdges reverse_of(int64_t nodes, int width, const std::vector<Edge>& pruned,
+ReverseEdges reverse_of(int64_t nodes, int width, const HugePageVector<Edge>& pruned,
                         const std::vector<int>& pruned_count) {
   ReverseEdges reverse;
   reverse.offsets.assign(nodes + 1, 0);
@@ -240,7 +241,7 @@ ReverseEdges reverse_of(int64_t nodes, int width, const std::vector<Edge>& prune
     for (int j = 0; j < pruned_count[u]; ++j) ++reverse.offsets[pruned[u * width + j].id + 1];
   }
   for (int64_t v = 0; v < nodes; ++v) reverse.offsets[v + 1] += reverse.offsets[v];
-  reverse.edges.resize(reverse.offsets[nodes]);
+  reverse.edges.resize(reverse.offsets[nodes], Edge{});
   std::vector<int64_t> fill(reverse.offsets.begin(), reverse.offsets.end() - 1);
   for (int64_t u = 0; u < nodes; ++u) {
     for (int j = 0; j < pruned_count[u]; ++j) {
@@ -276,7 +277,7 @@ TsdgGraph diversify_tsdg(MatrixView data, Metric metric, const KnnGraph& knn,
   control.set_total(2 * n);
 
   // Stage 1: relaxed pruning of every k-NN list.
-  std::vector<Edge> pruned(static_cast<size_t>(n) * width);
+  HugePageVector<Edge> pruned(static_cast<size_t>(n) * width, Edge{});
   std::vector<int> pruned_count(n, 0);
   const int workers = worker_count(control);
   std::vector<std::vector<Edge>> candidates(workers);
@@ -360,7 +361,7 @@ TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGr
     changed.push_back(static_cast<uint32_t>(u));
   }
   const auto changed_count = static_cast<int64_t>(changed.size());
-  std::vector<Edge> pruned(static_cast<size_t>(changed_count) * width);
+  HugePageVector<Edge> pruned(static_cast<size_t>(changed_count) * width, Edge{});
   std::vector<int> pruned_count(changed_count, 0);
   std::vector<std::vector<Edge>> candidates(workers);
   parallel_for(control, changed_count, kChunk, [&](int64_t begin, int64_t end, int worker) {
@@ -386,7 +387,7 @@ TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGr
     }
   }
   for (int64_t v = 0; v < n; ++v) offsets[v + 1] += offsets[v];
-  std::vector<Edge> incoming(offsets[n]);
+  HugePageVector<Edge> incoming(offsets[n], Edge{});
   {
     std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
     for (int64_t i = 0; i < changed_count; ++i) {

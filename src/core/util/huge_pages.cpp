@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "spill_files.h"
 #include "types.h"
 
 namespace tsdg {
@@ -16,6 +17,7 @@ constexpr size_t kCacheLine = 64;
 }  // namespace
 
 void* allocate_huge_page_backed(size_t bytes) {
+  if (void* spilled = spill_allocate(bytes)) return spilled;
   // Arrays under half a huge page are not worth one; aligned_alloc wants a
   // multiple of the alignment, and a zero-size request still gets a block.
   const size_t alignment = bytes < kHugePage / 2 ? kCacheLine : kHugePage;
@@ -31,6 +33,8 @@ void* allocate_huge_page_backed(size_t bytes) {
   return memory;
 }
 
-void free_huge_page_backed(void* memory) { std::free(memory); }
+void free_huge_page_backed(void* memory) {
+  if (!spill_free(memory)) std::free(memory);
+}
 
 }  // namespace tsdg

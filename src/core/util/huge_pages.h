@@ -13,7 +13,8 @@
 
 namespace tsdg {
 
-// At least bytes, aligned to 2 MiB and advised as huge pages; freed with
+// At least bytes, aligned to 2 MiB and advised as huge pages, or in a
+// temporary file while spilling is on (spill_files.h); freed with
 // free_huge_page_backed. Throws Error(Status::OutOfMemory).
 void* allocate_huge_page_backed(size_t bytes);
 void free_huge_page_backed(void* memory);

@@ -88,8 +88,8 @@ struct KnnView {
 struct TsdgGraph {
   int64_t nodes = 0;
   int degree = 0;
-  std::vector<uint32_t> neighbors;  // nodes * degree
-  std::vector<uint8_t> lambdas;     // nodes * degree, occlusion factor per edge
+  HugePageVector<uint32_t> neighbors;  // nodes * degree
+  HugePageVector<uint8_t> lambdas;     // nodes * degree, occlusion factor per edge
 
   TsdgGraph() = default;
   TsdgGraph(int64_t n, int r)

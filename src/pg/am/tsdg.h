@@ -473,6 +473,13 @@ extern void tsdgcostestimate(struct PlannerInfo *root, struct IndexPath *path, d
 							 Selectivity *indexSelectivity, double *indexCorrelation,
 							 double *indexPages);
 
+/* tsdgspill.c: a build's large arrays in temporary files (tsdg_capi.h) */
+typedef struct TsdgSpill TsdgSpill;
+extern TsdgSpill *TsdgSpillStart(void);
+extern void *TsdgSpillAlloc(TsdgSpill *spill, Size bytes);
+extern void TsdgSpillFree(TsdgSpill *spill, void *memory);
+extern void TsdgSpillEnd(TsdgSpill *spill);
+
 /* tsdgduplicates.c */
 extern int64 TsdgLinkDuplicates(const float *rows, int64 n, int dims, uint32 *neighbors,
 								uint8 *lambdas, int degree);

@@ -1,13 +1,21 @@
 /*
- * CREATE INDEX for tsdg: the heap is scanned into (TID, vector) arrays held
- * within maintenance_work_mem (in the shared memory segment the GPU worker
- * reads, when it runs), a graph builder turns the rows into the TSDG graph
+ * CREATE INDEX for tsdg: the heap is scanned into (TID, vector) arrays (in
+ * the shared memory segment the GPU worker reads, when it runs), a graph
+ * builder turns the rows into the TSDG graph
  * (on the GPU worker when it runs, else the CPU backend of the core; see
  * TsdgComputeGraph), the row pages, the list pages and the k-NN pages (for
  * merges: tsdgmerge.c) are written in node order and WAL-logged as whole
  * pages as they are filled, and the metapage is written last, with the entry
  * points and statistics the worker computed meanwhile. A LOG line says where
  * the time went.
+ *
+ * A build never fails for lack of maintenance_work_mem. Within it, the
+ * arrays are local memory. Past it, a NOTICE says so and the build goes on
+ * with its large arrays, and the core's own, in temporary files
+ * (tsdgspill.c), so that this backend's private memory stays bounded; the
+ * kernel keeps their pages in its cache while memory is free and writes them
+ * out when it is short. A build on the GPU worker keeps loading into the
+ * worker's segment instead, which is shared memory the size of the table.
  */
 #include "postgres.h"
 
@@ -49,6 +57,7 @@ typedef struct TsdgBuildState
 	int64		capacity;
 	ItemPointerData *tids;
 	float	   *rows;
+	bool		rows_in_files;	/* tids and rows are temporary files of spill */
 	bool		use_segment;
 	TsdgBuildSegment segment;
 	int			segment_growths;
@@ -62,7 +71,8 @@ typedef struct TsdgBuildState
 	bool		rows_written;
 
 	Size		memory_limit;	/* maintenance_work_mem in bytes */
-	double		estimated_rows; /* the planner's row count of the heap */
+	bool		past_memory_limit;	/* the NOTICE was raised */
+	TsdgSpill  *spill;			/* large arrays in temporary files, once past the limit */
 
 	/* what the poll callback last reported to pg_stat_progress_create_index */
 	int			reported_phase;
@@ -81,20 +91,34 @@ TsdgBuildBytesPerRow(const TsdgBuildState *bs)
 		(sizeof(uint32) + sizeof(float)) * bs->params.build_k;
 }
 
-static void
-TsdgReportMemoryExceeded(const TsdgBuildState *bs)
+/*
+ * The rows that fit maintenance_work_mem, by the estimate above (the core's
+ * arrays are most of it).
+ */
+static int64
+TsdgRowsInMemory(const TsdgBuildState *bs)
 {
-	Size		per_row = TsdgBuildBytesPerRow(bs);
-	double		rows = Max(bs->estimated_rows, (double) bs->count + 1);
+	return Max((int64) (bs->memory_limit / TsdgBuildBytesPerRow(bs)), 1);
+}
 
-	ereport(ERROR,
-			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-			 errmsg("tsdg index build does not fit in maintenance_work_mem (%d kB)",
-					maintenance_work_mem),
-			 errdetail("%lld rows were loaded; each row needs about %zu bytes during the build.",
-					   (long long) bs->count, per_row),
-			 errhint("Raise maintenance_work_mem to at least %.0f MB for about %.0f rows.",
-					 ceil(rows * per_row / (1024.0 * 1024.0)) + 1, rows)));
+/*
+ * Past maintenance_work_mem: the NOTICE, and, unless the rows go on into the
+ * worker's segment, temporary files for the large arrays from here on.
+ */
+static void
+TsdgPassMemoryLimit(TsdgBuildState *bs, bool into_segment)
+{
+	if (!bs->past_memory_limit)
+		ereport(NOTICE,
+				(errmsg("tsdg index build no longer fits into maintenance_work_mem after %lld tuples",
+						(long long) bs->count),
+				 into_segment ?
+				 errdetail("The rows go on into the shared memory segment the GPU worker reads, which maintenance_work_mem does not bound.") :
+				 errdetail("The build goes on with its large arrays in temporary files, which may take more time."),
+				 errhint("Increase maintenance_work_mem to speed up builds.")));
+	bs->past_memory_limit = true;
+	if (!into_segment && bs->spill == NULL)
+		bs->spill = TsdgSpillStart();
 }
 
 /*
@@ -128,47 +152,80 @@ TsdgEstimateHeapRows(Relation heap, int dims)
 	return (double) pages * ((BLCKSZ - SizeOfPageHeaderData) / tuple_bytes);
 }
 
-/* Moves the rows loaded so far out of the build segment into local memory. */
+/*
+ * Moves the rows loaded so far into arrays for capacity rows: temporary
+ * files once the build spills, else local memory. The old arrays, wherever
+ * they were (the worker's segment too), are freed.
+ */
 static void
-TsdgLeaveSegment(TsdgBuildState *bs)
+TsdgMoveRows(TsdgBuildState *bs, int64 capacity)
 {
-	ItemPointerData *tids = MemoryContextAllocHuge(CurrentMemoryContext,
-												   sizeof(ItemPointerData) * bs->capacity);
-	float	   *rows = MemoryContextAllocHuge(CurrentMemoryContext,
-											  sizeof(float) * bs->dims * bs->capacity);
+	Size		tid_bytes = sizeof(ItemPointerData) * capacity;
+	Size		row_bytes = sizeof(float) * bs->dims * capacity;
+	ItemPointerData *tids;
+	float	   *rows;
 
-	memcpy(tids, bs->tids, sizeof(ItemPointerData) * bs->count);
-	memcpy(rows, bs->rows, sizeof(float) * bs->dims * bs->count);
-	TsdgBuildSegmentRelease(&bs->segment);
+	if (bs->spill == NULL && !bs->use_segment && bs->tids != NULL)
+	{
+		bs->tids = repalloc_huge(bs->tids, tid_bytes);
+		bs->rows = repalloc_huge(bs->rows, row_bytes);
+		bs->capacity = capacity;
+		return;
+	}
+	if (bs->spill != NULL)
+	{
+		tids = TsdgSpillAlloc(bs->spill, tid_bytes);
+		rows = TsdgSpillAlloc(bs->spill, row_bytes);
+	}
+	else
+	{
+		tids = MemoryContextAllocHuge(CurrentMemoryContext, tid_bytes);
+		rows = MemoryContextAllocHuge(CurrentMemoryContext, row_bytes);
+	}
+	if (bs->count > 0)
+	{
+		memcpy(tids, bs->tids, sizeof(ItemPointerData) * bs->count);
+		memcpy(rows, bs->rows, sizeof(float) * bs->dims * bs->count);
+	}
+	if (bs->use_segment)
+		TsdgBuildSegmentRelease(&bs->segment);
+	else if (bs->rows_in_files)
+	{
+		TsdgSpillFree(bs->spill, bs->tids);
+		TsdgSpillFree(bs->spill, bs->rows);
+	}
+	else if (bs->tids != NULL)
+	{
+		pfree(bs->tids);
+		pfree(bs->rows);
+	}
+	bs->use_segment = false;
+	bs->rows_in_files = bs->spill != NULL;
 	bs->tids = tids;
 	bs->rows = rows;
-	bs->use_segment = false;
+	bs->capacity = capacity;
 }
 
 static void
 TsdgGrowArrays(TsdgBuildState *bs)
 {
-	Size		per_row = TsdgBuildBytesPerRow(bs);
-	int64		max_rows = (int64) (bs->memory_limit / per_row);
+	int64		max_rows = TsdgRowsInMemory(bs);
 	int64		capacity;
-
-	if (bs->count >= max_rows)
-		TsdgReportMemoryExceeded(bs);
 
 	if (bs->capacity == 0)
 	{
 		/* a little more than the estimate: a table grows between two ANALYZEs */
-		bs->estimated_rows = TsdgEstimateHeapRows(bs->heap, bs->dims);
-		capacity = (int64) (bs->estimated_rows * 1.02) + 1024;
+		capacity = (int64) (TsdgEstimateHeapRows(bs->heap, bs->dims) * 1.02) + 1024;
 	}
 	else
 		capacity = bs->capacity * 2;
-	capacity = Min(capacity, max_rows);
 
 	if (bs->use_segment)
 	{
 		bool		ready;
 
+		if (bs->count >= max_rows)
+			TsdgPassMemoryLimit(bs, true);
 		if (bs->segment.seg == NULL)
 			ready = TsdgBuildSegmentCreate(&bs->segment, capacity, bs->dims, &bs->params);
 		else
@@ -184,28 +241,19 @@ TsdgGrowArrays(TsdgBuildState *bs)
 			return;
 		}
 		/* no segment large enough (a WARNING said why): the CPU builds */
-		if (bs->segment.seg != NULL)
-		{
-			TsdgLeaveSegment(bs);
-			bs->capacity = capacity;
-			bs->tids = repalloc_huge(bs->tids, sizeof(ItemPointerData) * capacity);
-			bs->rows = repalloc_huge(bs->rows, sizeof(float) * bs->dims * capacity);
-			return;
-		}
-		bs->use_segment = false;
+		if (bs->segment.seg == NULL)
+			bs->use_segment = false;
 	}
 
-	if (bs->tids == NULL)
+	/* local memory up to the limit, then temporary files */
+	if (bs->spill == NULL && capacity > max_rows)
 	{
-		bs->tids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(ItemPointerData) * capacity);
-		bs->rows = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * bs->dims * capacity);
+		if (bs->count < max_rows)
+			capacity = max_rows;
+		else
+			TsdgPassMemoryLimit(bs, false);
 	}
-	else
-	{
-		bs->tids = repalloc_huge(bs->tids, sizeof(ItemPointerData) * capacity);
-		bs->rows = repalloc_huge(bs->rows, sizeof(float) * bs->dims * capacity);
-	}
-	bs->capacity = capacity;
+	TsdgMoveRows(bs, capacity);
 }
 
 static void
@@ -489,7 +537,6 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	if (bs.dims > 0)
 		TsdgCheckDimensions(index, bs.dims);
 	bs.memory_limit = (Size) maintenance_work_mem * 1024;
-	bs.estimated_rows = heap->rd_rel->reltuples > 0 ? heap->rd_rel->reltuples : 0;
 	/* the rows go straight into the segment the worker reads, when it may build */
 	bs.use_segment = TsdgWorkerUsable();
 
@@ -513,6 +560,9 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	{
 		bool		on_worker;
 
+		/* the CPU builds from the worker's segment when the worker declines */
+		if (bs.past_memory_limit && bs.spill == NULL)
+			bs.spill = TsdgSpillStart();
 		if (bs.segment.seg != NULL)
 		{
 			neighbors = bs.segment.neighbors;
@@ -526,12 +576,22 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		}
 		else
 		{
-			neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
-											   sizeof(uint32) * bs.params.degree * bs.count);
-			lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
-											 sizeof(uint8) * bs.params.degree * bs.count);
-			bs.knn_ids = MemoryContextAllocHuge(CurrentMemoryContext,
-												sizeof(uint32) * bs.params.build_k * bs.count);
+			Size		neighbor_bytes = sizeof(uint32) * bs.params.degree * bs.count;
+			Size		lambda_bytes = sizeof(uint8) * bs.params.degree * bs.count;
+			Size		knn_bytes = sizeof(uint32) * bs.params.build_k * bs.count;
+
+			if (bs.spill != NULL)
+			{
+				neighbors = TsdgSpillAlloc(bs.spill, neighbor_bytes);
+				lambdas = TsdgSpillAlloc(bs.spill, lambda_bytes);
+				bs.knn_ids = TsdgSpillAlloc(bs.spill, knn_bytes);
+			}
+			else
+			{
+				neighbors = MemoryContextAllocHuge(CurrentMemoryContext, neighbor_bytes);
+				lambdas = MemoryContextAllocHuge(CurrentMemoryContext, lambda_bytes);
+				bs.knn_ids = MemoryContextAllocHuge(CurrentMemoryContext, knn_bytes);
+			}
 		}
 		bs.knn_ids[0] = TSDG_INVALID_ID;
 		on_worker = TsdgComputeGraph(&bs, neighbors, lambdas);
@@ -555,6 +615,8 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		summary_wait_at = GetCurrentTimestamp();
 	}
 	TsdgBuildSegmentRelease(&bs.segment);
+	if (bs.spill != NULL)
+		TsdgSpillEnd(bs.spill);
 
 	metabuf = ReadBuffer(index, TSDG_METAPAGE_BLKNO);
 	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);

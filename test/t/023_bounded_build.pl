@@ -1,0 +1,121 @@
+# CREATE INDEX past maintenance_work_mem: a NOTICE with the hint, an index
+# that answers as well as one built in memory, and a backend whose private
+# memory stays bounded. The rows: hard data (test/support/subspace_clusters.py,
+# 50 clusters, each on its own random 16-dim subspace, overlapping). The
+# backend's anonymous memory (RssAnon, Linux) is sampled while each build
+# runs; the bounded build's temporary files are page cache, not counted there.
+use strict;
+use warnings FATAL => 'all';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+use TsdgTest;
+
+my $rows = 30000;
+my $dims = 64;
+my $queries = 50;
+my $generator = support_file('subspace_clusters.py');
+my $python = numpy_python();
+
+my $node = tsdg_node('bounded_build');
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_tsdg CASCADE');
+my $dir = PostgreSQL::Test::Utils::tempdir();
+chmod 0755, $dir;
+system("$python $generator $rows $dims 50 1 1 > $dir/items.tsv") == 0
+  or die "generator failed";
+system("$python $generator $queries $dims 50 1 2 > $dir/queries.tsv") == 0
+  or die "generator failed";
+$node->safe_psql(
+	'postgres', qq{
+	CREATE TABLE items (id int PRIMARY KEY, v vector($dims));
+	CREATE TABLE queries (id int PRIMARY KEY, v vector($dims));
+	\\copy items FROM '$dir/items.tsv'
+	\\copy queries FROM '$dir/queries.tsv'
+	ANALYZE items;
+	SET enable_indexscan = off;
+	CREATE TABLE truth AS SELECT q.id AS qid,
+		ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS ids FROM queries q;
+});
+
+# kB of anonymous memory of process $pid, or undef where /proc has no RssAnon
+sub rss_anon_kb
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/status") or return undef;
+	while (<$fh>)
+	{
+		return $1 if /^RssAnon:\s+(\d+)\s+kB/;
+	}
+	return undef;
+}
+
+# Builds the index at $memory in a session of its own; returns the growth of
+# the backend's anonymous memory over the build at its peak (kB, or undef)
+# and what psql wrote to stderr.
+sub build_index
+{
+	my ($memory) = @_;
+	$node->safe_psql('postgres', 'DROP INDEX IF EXISTS items_v');
+	my $session = $node->background_psql('postgres');
+	my $pid = $session->query_safe('SELECT pg_backend_pid()');
+	$session->query_safe("SET maintenance_work_mem = '$memory'; SET client_min_messages = notice");
+	my $before = rss_anon_kb($pid);
+	my $peak = $before;
+	$session->{stdout} = '';
+	$session->{stderr} = '';
+	$session->{stdin} .= "CREATE INDEX items_v ON items USING tsdg (v vector_l2_ops);\n\\echo built\n";
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while ($session->{stdout} !~ /built/)
+	{
+		die "build at $memory did not finish: $session->{stderr}" if time() > $deadline;
+		eval { $session->{run}->pump_nb; 1 }
+		  or die "build at $memory failed: $session->{stderr}";
+		my $now = rss_anon_kb($pid);
+		$peak = $now if defined $now && defined $peak && $now > $peak;
+		usleep(10_000);
+	}
+	my $stderr = $session->{stderr};
+	$session->quit;
+	return (defined $before ? $peak - $before : undef, $stderr);
+}
+
+sub recall_at_10
+{
+	return $node->safe_psql(
+		'postgres', q{
+		SET enable_seqscan = off;
+		SET tsdg.ef_search = 128;
+		SELECT round(avg((SELECT count(*) FROM unnest(r.ids) x WHERE x = ANY(t.ids)) / 10.0), 4)
+		FROM truth t JOIN queries q ON q.id = t.qid,
+		LATERAL (SELECT ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS ids) r;
+	});
+}
+
+my ($in_memory_growth, $in_memory_stderr) = build_index('1GB');
+unlike($in_memory_stderr, qr/maintenance_work_mem/, 'a build within maintenance_work_mem raises no NOTICE');
+my $in_memory_recall = recall_at_10();
+cmp_ok($in_memory_recall, '>=', 0.95, "recall\@10 of the build in memory: $in_memory_recall");
+
+my ($bounded_growth, $bounded_stderr) = build_index('1MB');
+like(
+	$bounded_stderr,
+	qr/NOTICE:  tsdg index build no longer fits into maintenance_work_mem after \d+ tuples/,
+	'a build past maintenance_work_mem says so');
+like($bounded_stderr, qr/HINT:  Increase maintenance_work_mem/, 'and names the setting');
+unlike($bounded_stderr, qr/ERROR/, 'and does not fail');
+my $bounded_recall = recall_at_10();
+cmp_ok($bounded_recall, '>=', 0.95, "recall\@10 of the bounded build: $bounded_recall");
+is($node->safe_psql('postgres', "SELECT count(*) FROM items WHERE id IN (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE id = 0))"),
+	$rows, 'an ordered scan of the bounded build returns every row');
+
+SKIP:
+{
+	skip 'no RssAnon in /proc (not Linux)', 1 unless defined $bounded_growth;
+	note "anonymous memory grown by the build: $in_memory_growth kB in memory, $bounded_growth kB bounded";
+	cmp_ok($bounded_growth, '<', $in_memory_growth / 4,
+		"the bounded build's private memory ($bounded_growth kB) stays well below the one in memory ($in_memory_growth kB)");
+}
+
+$node->stop;
+done_testing();
