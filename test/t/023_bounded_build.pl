@@ -59,7 +59,9 @@ sub build_index
 	$node->safe_psql('postgres', 'DROP INDEX IF EXISTS items_v');
 	my $session = $node->background_psql('postgres');
 	my $pid = $session->query_safe('SELECT pg_backend_pid()');
-	$session->query_safe("SET maintenance_work_mem = '$memory'; SET client_min_messages = notice");
+	# in the session: on the GPU worker the rows go on into its segment
+	$session->query_safe(
+		"SET maintenance_work_mem = '$memory'; SET tsdg.device = cpu; SET client_min_messages = notice");
 	my $before = rss_anon_kb($pid);
 	my $peak = $before;
 	$session->{stdout} = '';

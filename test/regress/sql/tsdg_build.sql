@@ -88,14 +88,23 @@ INSERT INTO tzero VALUES (4, '[0,0]');
 SELECT metric, rows, pending FROM tsdg_index_info('tzero_cos');
 SELECT metric, rows, pending FROM tsdg_index_info('tzero_l2');
 
--- the rows, the graph and the k-NN lists of a build must fit in
--- maintenance_work_mem
+-- a build past maintenance_work_mem says so and goes on in temporary files
+-- (in the session: the GPU worker's build keeps loading into its segment)
 CREATE TABLE tmem (v vector(3));
 INSERT INTO tmem SELECT ARRAY[i, i % 7, i % 11]::real[]::vector FROM generate_series(1, 2000) i;
 ANALYZE tmem;
 SET maintenance_work_mem = '1MB';
-CREATE INDEX ON tmem USING tsdg (v vector_l2_ops) WITH (degree = 32, build_k = 64);
+SET tsdg.device = cpu;
+SET client_min_messages = notice;
+CREATE INDEX tmem_v ON tmem USING tsdg (v vector_l2_ops) WITH (degree = 32, build_k = 64);
+SET client_min_messages = warning;
+RESET tsdg.device;
 RESET maintenance_work_mem;
+SELECT rows, pending FROM tsdg_index_info('tmem_v');
+SET enable_seqscan = off;
+SELECT v FROM tmem ORDER BY v <-> '[1000,6,10]' LIMIT 3;
+SELECT count(*) FROM (SELECT v FROM tmem ORDER BY v <-> '[0,0,0]') s;
+RESET enable_seqscan;
 
 -- an empty table
 CREATE TABLE tempty (v vector(4));
