@@ -51,10 +51,14 @@ PG_FUNCTION_INFO_V1(tsdg_search_batch);
 PG_FUNCTION_INFO_V1(tsdg_search_batch_arrays);
 
 /*
- * Queries the CPU path searches between checks for cancellation: the core's
- * search returns only when the whole batch is done.
+ * Queries the CPU path searches between checks for cancellation (the core's
+ * search returns only when the whole batch is done): this much work, queries
+ * times ef, and at least as many queries as the core searches on all its
+ * threads.
  */
-#define TSDG_CPU_BATCH_CHUNK	1024
+#define TSDG_CPU_BATCH_CHUNK_WORK	(1024 * 100)
+#define TSDG_CPU_BATCH_CHUNK_MIN	32
+#define TSDG_CPU_BATCH_CHUNK_MAX	1024
 /* the most memory the CPU path's widened results may take, ids and distances */
 #define TSDG_CPU_WIDE_RESULT_BYTES	((Size) 256 * 1024 * 1024)
 
@@ -134,10 +138,13 @@ TsdgSearchChunks(TsdgResidentIndex *resident, const TsdgBatchQueries *queries, i
 				 int wide_k, int ef, uint32 *ids, float *dists)
 {
 	TsdgError	error;
+	int			chunk = Max(TSDG_CPU_BATCH_CHUNK_MIN,
+							Min(TSDG_CPU_BATCH_CHUNK_MAX,
+								TSDG_CPU_BATCH_CHUNK_WORK / Max(1, Max(ef, wide_k))));
 
-	for (int first = 0; first < queries->searchable; first += TSDG_CPU_BATCH_CHUNK)
+	for (int first = 0; first < queries->searchable; first += chunk)
 	{
-		int			count = Min(TSDG_CPU_BATCH_CHUNK, queries->searchable - first);
+		int			count = Min(chunk, queries->searchable - first);
 
 		CHECK_FOR_INTERRUPTS();
 		TsdgCheckCoreStatus(tsdg_index_search(resident, queries->matrix + (Size) first * dims,

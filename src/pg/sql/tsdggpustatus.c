@@ -86,7 +86,7 @@ TsdgCachedIndexesJson(const TsdgResidentIndexInfo *resident, int count)
 		Oid			relid = InvalidOid;
 
 		if (c->key.database == MyDatabaseId)
-			relid = RelidByRelfilenode(InvalidOid, c->key.relfilenode);
+			relid = RelidByRelfilenode(c->key.tablespace, c->key.relfilenode);
 		if (!TsdgMayShowCachedIndex(relid, all_stats))
 			continue;
 		if (!first)

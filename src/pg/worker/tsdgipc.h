@@ -90,6 +90,7 @@ typedef enum TsdgServerState
 /*
  * Which graph a GPU copy is of. relfilenode rather than the index OID: REINDEX
  * and TRUNCATE give the index new storage, whose graph_version starts over.
+ * A relfilenode is unique only within its tablespace, hence tablespace.
  * deleted_count: VACUUM marks nodes deleted, which must not be returned.
  * last_merge: the metapage's stamp of the merge that made the graph (0 for a
  * build); a merge that failed after the worker kept its graph made the same
@@ -99,6 +100,7 @@ typedef enum TsdgServerState
 typedef struct TsdgIndexKey
 {
 	Oid			database;
+	Oid			tablespace;
 	Oid			relfilenode;
 	uint64		graph_version;
 	uint32		deleted_count;

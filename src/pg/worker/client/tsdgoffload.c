@@ -69,11 +69,35 @@ TsdgWorkerTakesRequest(void)
 	return false;
 }
 
+/*
+ * Whether a search of ef and k (a batch's k when batch) is within what the
+ * worker takes from a session (tsdg.worker_max_ef_search, tsdg.worker_max_k);
+ * a wider one runs on the CPU in the session, which says so once.
+ */
+bool
+TsdgWorkerTakesWidth(int ef, int k, bool batch)
+{
+	char		detail[160];
+
+	if (Max(ef, k) > tsdg_worker_max_ef_search)
+		snprintf(detail, sizeof(detail), "ef %d is above tsdg.worker_max_ef_search (%d)",
+				 Max(ef, k), tsdg_worker_max_ef_search);
+	else if (batch && k > tsdg_worker_max_k)
+		snprintf(detail, sizeof(detail), "k %d is above tsdg.worker_max_k (%d)", k,
+				 tsdg_worker_max_k);
+	else
+		return true;
+	TsdgLogFallback(TSDG_FALLBACK_TOO_WIDE, "a search too wide for the shared GPU worker runs",
+					detail);
+	return false;
+}
+
 void
 TsdgIndexKeyOf(Relation index, const TsdgMetaPageData *meta, TsdgIndexKey *key)
 {
 	memset(key, 0, sizeof(TsdgIndexKey));
 	key->database = MyDatabaseId;
+	key->tablespace = index->rd_node.spcNode;
 	key->relfilenode = index->rd_node.relNode;
 	key->graph_version = meta->graph_version;
 	key->deleted_count = meta->deleted_count;

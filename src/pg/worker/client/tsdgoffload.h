@@ -22,6 +22,7 @@ typedef enum TsdgFallbackKind
 	TSDG_FALLBACK_WORKER_GONE,
 	TSDG_FALLBACK_OUT_OF_MEMORY,
 	TSDG_FALLBACK_FAILED,
+	TSDG_FALLBACK_TOO_WIDE,
 	TSDG_FALLBACK_KINDS
 } TsdgFallbackKind;
 
@@ -32,6 +33,7 @@ extern void TsdgIndexKeyOf(Relation index, const TsdgMetaPageData *meta, TsdgInd
 extern void TsdgLogFallback(TsdgFallbackKind kind, const char *what, const char *detail);
 extern pid_t TsdgServerPid(void);
 extern bool TsdgWorkerTakesRequest(void);
+extern bool TsdgWorkerTakesWidth(int ef, int k, bool batch);
 
 /* tsdgoffloadimage.c */
 extern void TsdgSetUnreachedCheck(TsdgUnreachedCheck *check, const TsdgMetaPageData *meta);

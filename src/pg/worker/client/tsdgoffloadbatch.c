@@ -141,7 +141,8 @@ TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int 
 {
 	TsdgIndexKey key;
 
-	if (meta->node_count == 0 || (!batch_in_area && (batch_segment == NULL || batch_in_flight)))
+	if (meta->node_count == 0 || (!batch_in_area && (batch_segment == NULL || batch_in_flight)) ||
+		!TsdgWorkerTakesWidth(ef, k, true))
 		return false;
 	TsdgIndexKeyOf(index, meta, &key);
 

@@ -144,6 +144,7 @@ TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
 	memset(&slot->args.build, 0, sizeof(TsdgBuildArgs));
 	/* what the build's metapage will say: the worker keeps the graph as that version */
 	slot->args.build.key.database = MyDatabaseId;
+	slot->args.build.key.tablespace = index->rd_node.spcNode;
 	slot->args.build.key.relfilenode = index->rd_node.relNode;
 	slot->args.build.key.graph_version = 1;
 	slot->args.build.key.node_count = (uint32) n;

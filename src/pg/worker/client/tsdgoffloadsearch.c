@@ -219,7 +219,8 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 	TsdgIndexKey key;
 
 	if (meta->dims > TSDG_SLOT_MAX_DIMS || max_results > TSDG_SLOT_MAX_RESULTS ||
-		meta->node_count == 0 || !TsdgWorkerTakesRequest())
+		meta->node_count == 0 || !TsdgWorkerTakesRequest() ||
+		!TsdgWorkerTakesWidth(ef, max_results, false))
 		return false;
 	TsdgIndexKeyOf(index, meta, &key);
 

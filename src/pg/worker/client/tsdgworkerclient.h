@@ -19,6 +19,9 @@
 /* settings of the sessions' requests (defined with the worker's others in tsdgworker.c) */
 extern int	tsdg_worker_timeout_ms;
 extern int	tsdg_worker_pending_rows;
+/* the widest search (ef, or k) and the largest batch k the worker takes from a session */
+extern int	tsdg_worker_max_ef_search;
+extern int	tsdg_worker_max_k;
 
 
 /* true when this session may send work to the worker now */

@@ -10,6 +10,11 @@
  *             grouped by index and settings, and searched with one call per
  *             group, so the backend picks its small- or large-batch kernel
  *             from the batch size (tsdgserversearch.c);
+ *   batches   the queries of a SQL batch search, searched a part at a time,
+ *             the running batches taking turns and the requests queued
+ *             meanwhile taken between two parts, so that one large batch
+ *             neither holds the others up nor outlives its session's cancel
+ *             (tsdgserverbatch.c);
  *   loads     an index image shipped by a session becomes a resident index,
  *             keyed by (database, relfilenode, graph_version, deleted count,
  *             last merge), evicted least recently used under
@@ -257,7 +262,7 @@ ServeBatch(TakenRequest *taken)
 			TsdgServeSearchGroup(taken, ntaken, i);
 	for (int i = 0; i < ntaken; i++)
 		if (!taken[i].done && taken[i].copy.kind == TSDG_REQUEST_SEARCH_BATCH)
-			TsdgServeSearchBatch(&taken[i]);
+			TsdgStartSearchBatch(&taken[i]);
 	for (int i = 0; i < ntaken; i++)
 		if (!taken[i].done && taken[i].copy.kind == TSDG_REQUEST_LOAD_INDEX)
 			TsdgServeLoad(&taken[i]);
@@ -349,14 +354,18 @@ TsdgGpuServerMain(void)
 
 	while (!TsdgServerShutdownRequested)
 	{
-		WaitForBatch();
+		/* a batch searched in parts: the requests queued meanwhile are taken between two */
+		if (!TsdgSearchBatchesRunning())
+			WaitForBatch();
 		if (TsdgServerShutdownRequested)
 			break;
 		ServeBatch(taken);
+		TsdgContinueSearchBatches();
 		/* also when searches keep the worker busy: spares are a merge's, not theirs */
 		TsdgReleaseIdleHostArrays();
 	}
 
+	TsdgFailSearchBatches("the GPU worker is shutting down");
 	TsdgEvictAll("shutting down");
 	if (TsdgDeviceBackend != NULL)
 		tsdg_backend_free(TsdgDeviceBackend);

@@ -146,8 +146,29 @@ extern void TsdgServeLoad(TakenRequest *t);
 extern void TsdgServePendingRows(TakenRequest *t);
 
 /* tsdgserversearch.c */
-extern void TsdgServeSearchBatch(TakenRequest *t);
+/* the nq queries' exact nearest unreached rows of r (uk each, positions into r->unreached), palloc'd */
+extern TsdgStatus TsdgSearchUnreached(const ResidentIndex *r, const float *queries, int nq, int uk,
+									  uint32 **positions, float **dists, TsdgError *error);
+/* true when the worker's copy of r's pending rows is the one args's metapage has, or more */
+extern bool TsdgPendingCopyCovers(const ResidentIndex *r, const TsdgSearchArgs *args);
+/*
+ * The k nearest of one query's graph results (graph_count of them, with
+ * their TIDs; ids may be NULL) and of its pending_k nearest pending rows
+ * (positions into r's copy, TSDG_INVALID_ID padded), into out_*; out_ids may
+ * be NULL. Returns how many results were written.
+ */
+extern int	TsdgMergePendingResults(const ResidentIndex *r, int k, int graph_count,
+									const float *graph_dists, const uint32 *graph_ids,
+									const ItemPointerData *graph_tids, int pending_k,
+									const uint32 *pending_pos, const float *pending_dists,
+									float *out_dists, uint32 *out_ids, ItemPointerData *out_tids);
 extern void TsdgServeSearchGroup(TakenRequest *taken, int ntaken, int first);
+
+/* tsdgserverbatch.c */
+extern void TsdgStartSearchBatch(TakenRequest *t);
+extern bool TsdgSearchBatchesRunning(void);
+extern void TsdgContinueSearchBatches(void);
+extern void TsdgFailSearchBatches(const char *why);
 
 /* tsdgserverbuild.c */
 extern bool TsdgPollBuildRequest(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total);

@@ -261,6 +261,7 @@ TsdgAddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndex
 
 	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
 		if (residents[i].used && residents[i].key.database == key->database &&
+			residents[i].key.tablespace == key->tablespace &&
 			residents[i].key.relfilenode == key->relfilenode &&
 			(keep == NULL || !TsdgIndexKeysEqual(&residents[i].key, keep)))
 			FreeResident(&residents[i], "a newer graph of the index replaces it");
@@ -393,6 +394,7 @@ TsdgDropOlderGraphs(const ResidentIndex *r)
 	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
 		if (residents[i].used && &residents[i] != r &&
 			residents[i].key.database == r->key.database &&
+			residents[i].key.tablespace == r->key.tablespace &&
 			residents[i].key.relfilenode == r->key.relfilenode &&
 			residents[i].key.graph_version < r->key.graph_version)
 		{

@@ -1,9 +1,9 @@
 /*
- * The GPU server's searches (runs in the GPU server process): the queries of
- * a batch grouped by index and settings, one search call per group, with the
- * unreached rows and the pending rows' copy scored exactly and merged into
- * the results; and the SQL batch searches, answered as heap TIDs in the
- * batch area or a segment of their own.
+ * The GPU server's index scan searches (runs in the GPU server process): the
+ * queries of a batch grouped by index and settings, one search call per
+ * group, with the unreached rows and the pending rows' copy scored exactly
+ * and merged into the results. The SQL batch searches are in
+ * tsdgserverbatch.c.
  */
 #include "postgres.h"
 
@@ -13,15 +13,8 @@
 
 #include "tsdggpuserver.h"
 
-/* batches of SQL batch searches this large get a LOG line with their time */
-#define TSDG_LOGGED_BATCH		1000
-
-/*
- * The nq queries' exact nearest unreached rows of r (uk each, positions into
- * r->unreached) into *positions and *dists, which it pallocs.
- */
-static TsdgStatus
-SearchUnreached(const ResidentIndex *r, const float *queries, int nq, int uk,
+TsdgStatus
+TsdgSearchUnreached(const ResidentIndex *r, const float *queries, int nq, int uk,
 				uint32 **positions, float **dists, TsdgError *error)
 {
 	*positions = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * uk * (Size) nq);
@@ -95,7 +88,7 @@ MergeUnreachedIds(const ResidentIndex *r, const float *queries, int nq, int k, u
 	if (on_host)
 		scratch = palloc(sizeof(TsdgCandidate) * r->unreached_count);
 	else
-		status = SearchUnreached(r, queries, nq, uk, &positions, &device_dists, error);
+		status = TsdgSearchUnreached(r, queries, nq, uk, &positions, &device_dists, error);
 	hit_ids = palloc(sizeof(uint32) * uk);
 	hit_dists = palloc(sizeof(float) * uk);
 	scratch_ids = palloc(sizeof(uint32) * k);
@@ -134,56 +127,6 @@ MergeUnreachedIds(const ResidentIndex *r, const float *queries, int nq, int k, u
 	return status;
 }
 
-/*
- * r's unreached rows merged into a batch's answers (heap TIDs, k per query,
- * deleted nodes left out), a row once.
- */
-static TsdgStatus
-MergeUnreachedTids(const ResidentIndex *r, const float *queries, int nq, int k,
-				   ItemPointerData *tids, float *dists, TsdgError *error)
-{
-	int			uk = (int) Min(k, r->unreached_count);
-	uint32	   *positions;
-	float	   *hit_dists;
-	ItemPointerData *hit_tids;
-	ItemPointerData *scratch_tids;
-	float	   *scratch_dists;
-	ItemPointerData missing;
-	TsdgStatus	status;
-
-	if (uk == 0 || nq == 0)
-		return TSDG_OK;
-	ItemPointerSetInvalid(&missing);
-	status = SearchUnreached(r, queries, nq, uk, &positions, &hit_dists, error);
-	hit_tids = palloc(sizeof(ItemPointerData) * uk);
-	scratch_tids = palloc(sizeof(ItemPointerData) * k);
-	scratch_dists = palloc(sizeof(float) * k);
-	for (int q = 0; q < nq && status == TSDG_OK; q++)
-	{
-		const uint32 *qpos = positions + (Size) q * uk;
-		float	   *qdists = hit_dists + (Size) q * uk;
-		int			hits = 0;
-
-		for (int j = 0; j < uk && qpos[j] != TSDG_INVALID_ID; j++)
-		{
-			uint32		node = r->unreached[qpos[j]];
-
-			if (r->flags != NULL && (r->flags[node] & TSDG_NODE_DELETED) != 0)
-				continue;
-			hit_tids[hits] = r->tids[node];
-			qdists[hits++] = qdists[j];
-		}
-		TsdgMergeExactHits(k, tids + (Size) q * k, dists + (Size) q * k, sizeof(ItemPointerData),
-						   &missing, hit_tids, qdists, hits, scratch_tids, scratch_dists);
-	}
-	pfree(positions);
-	pfree(hit_dists);
-	pfree(hit_tids);
-	pfree(scratch_tids);
-	pfree(scratch_dists);
-	return status;
-}
-
 /* ---- searches ---- */
 
 /*
@@ -194,23 +137,16 @@ MergeUnreachedTids(const ResidentIndex *r, const float *queries, int nq, int k,
  */
 #define TSDG_PENDING_ROUND_ROWS	32
 
-/* true when the worker's copy of r's pending rows is the one args's metapage has, or more */
-static bool
-PendingCopyCovers(const ResidentIndex *r, const TsdgSearchArgs *args)
+bool
+TsdgPendingCopyCovers(const ResidentIndex *r, const TsdgSearchArgs *args)
 {
 	return args->pending_rows > 0 && args->k <= TSDG_EXACT_SET_MAX_K && r->pending != NULL &&
 		args->pending_epoch == r->pending_epoch &&
 		tsdg_exact_set_size(r->pending) >= args->pending_rows;
 }
 
-/*
- * The k nearest of one query's graph results (graph_count of them, with
- * their TIDs; ids may be NULL) and of its pending_k nearest pending rows
- * (positions into r's copy, TSDG_INVALID_ID padded), into out_*; out_ids may
- * be NULL. Returns how many results were written.
- */
-static int
-MergePendingResults(const ResidentIndex *r, int k, int graph_count, const float *graph_dists,
+int
+TsdgMergePendingResults(const ResidentIndex *r, int k, int graph_count, const float *graph_dists,
 					const uint32 *graph_ids, const ItemPointerData *graph_tids, int pending_k,
 					const uint32 *pending_pos, const float *pending_dists,
 					float *out_dists, uint32 *out_ids, ItemPointerData *out_tids)
@@ -311,7 +247,7 @@ TsdgServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 		if (status == TSDG_OK)
 			status = MergeUnreachedIds(r, queries, nq, k, ids, dists, &error);
 		for (int m = 0; m < nq && status == TSDG_OK; m++)
-			if (PendingCopyCovers(r, &taken[members[m]].copy.args.search))
+			if (TsdgPendingCopyCovers(r, &taken[members[m]].copy.args.search))
 			{
 				pending_pos = palloc(sizeof(uint32) * pending_k * nq);
 				pending_dists = palloc(sizeof(float) * pending_k * nq);
@@ -324,7 +260,7 @@ TsdgServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 			TakenRequest *t = &taken[members[m]];
 			const uint32 *qids = ids + (Size) m * k;
 			bool		with_pending = status == TSDG_OK && pending_pos != NULL &&
-				PendingCopyCovers(r, &t->copy.args.search);
+				TsdgPendingCopyCovers(r, &t->copy.args.search);
 			int			count = 0;
 
 			if (status == TSDG_OK)
@@ -344,7 +280,7 @@ TsdgServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 					qdists[pending_k - 1] : get_float4_infinity();
 				TsdgSearchAnswer answer;
 
-				count = MergePendingResults(r, k, count, dists + (Size) m * k, qids, tids,
+				count = TsdgMergePendingResults(r, k, count, dists + (Size) m * k, qids, tids,
 											pending_k, qpos, qdists, out_dists, out_ids, out_tids);
 				answer = (TsdgSearchAnswer) {count, out_dists, out_ids, out_tids, k, true, bound};
 				TsdgIpcAnswerSearch(t->slot, t->copy.request_id, TSDG_REPLY_OK, &answer, NULL);
@@ -374,137 +310,4 @@ TsdgServeSearchGroup(TakenRequest *taken, int ntaken, int first)
 		}
 	}
 	pfree(members);
-}
-
-/*
- * The pending rows' k nearest merged into a batch's answers (tids, dists:
- * nq * k in the segment, the graph's nearest first, invalid TIDs after the
- * last).
- */
-static TsdgStatus
-MergePendingIntoBatch(const ResidentIndex *r, const float *queries, int nq, int k,
-					  ItemPointerData *tids, float *dists, TsdgError *error)
-{
-	uint32	   *pending_pos = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * k * (Size) nq);
-	float	   *pending_dists = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * k * (Size) nq);
-	float	   *out_dists = palloc(sizeof(float) * k);
-	ItemPointerData *out_tids = palloc(sizeof(ItemPointerData) * k);
-	TsdgStatus	status;
-
-	status = tsdg_exact_set_search(r->pending, queries, nq, k, pending_pos, pending_dists, error);
-	for (int q = 0; q < nq && status == TSDG_OK; q++)
-	{
-		ItemPointerData *qtids = tids + (Size) q * k;
-		float	   *qdists = dists + (Size) q * k;
-		int			graph_count = 0;
-		int			count;
-
-		while (graph_count < k && ItemPointerIsValid(&qtids[graph_count]))
-			graph_count++;
-		count = MergePendingResults(r, k, graph_count, qdists, NULL, qtids, k,
-									pending_pos + (Size) q * k, pending_dists + (Size) q * k,
-									out_dists, NULL, out_tids);
-		memcpy(qtids, out_tids, sizeof(ItemPointerData) * count);
-		memcpy(qdists, out_dists, sizeof(float) * count);
-		for (int i = count; i < k; i++)
-		{
-			ItemPointerSetInvalid(&qtids[i]);
-			qdists[i] = get_float4_infinity();
-		}
-	}
-	pfree(pending_pos);
-	pfree(pending_dists);
-	pfree(out_dists);
-	pfree(out_tids);
-	return status;
-}
-
-/* before the answer: the session may give the batch area to another once it has it */
-static void
-LetGoOfBatchArea(const TakenRequest *t)
-{
-	if (t->copy.in_batch_area)
-		TsdgIpcLetGoOfBatchArea();
-}
-
-/*
- * A batch of queries in the batch area or a DSM segment, answered as heap
- * TIDs: the session does not read a page per result. Deleted nodes are
- * skipped, so the search asks for as many more results as the index has
- * deleted nodes, up to k more.
- */
-void
-TsdgServeSearchBatch(TakenRequest *t)
-{
-	const TsdgSearchArgs *args = &t->copy.args.search;
-	ResidentIndex *r = TsdgFindResident(&args->key);
-	BulkMapping map;
-	TsdgBulkHeader *header;
-	TsdgError	error;
-	TsdgStatus	status;
-	TimestampTz start;
-	int			k = args->k;
-	int			wide_k;
-	bool		pending_searched;
-	TsdgSearchAnswer answer = {0};
-
-	t->done = true;
-	if (r == NULL || r->dims != args->dims)
-	{
-		LetGoOfBatchArea(t);
-		TsdgIpcAnswer(t->slot, t->copy.request_id,
-					  r == NULL && TsdgPromiseLoad(&args->key) ? TSDG_REPLY_NEED_INDEX : TSDG_REPLY_NOT_RESIDENT, NULL);
-		return;
-	}
-	TsdgDropOlderGraphs(r);
-	if (!TsdgMapBulk(&t->copy, &map))
-	{
-		LetGoOfBatchArea(t);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
-					  "the GPU worker could not map the batch's shared memory segment");
-		return;
-	}
-	header = (TsdgBulkHeader *) map.address;
-	if (args->nq < 1 || k < 1 ||
-		!TsdgBulkFits(&map, header->queries, sizeof(float) * args->dims * (Size) args->nq) ||
-		!TsdgBulkFits(&map, header->tids, sizeof(ItemPointerData) * k * (Size) args->nq) ||
-		!TsdgBulkFits(&map, header->dists, sizeof(float) * k * (Size) args->nq))
-	{
-		TsdgUnmapBulk(&map);
-		LetGoOfBatchArea(t);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
-					  "the batch's sizes do not fit its shared memory segment");
-		return;
-	}
-	wide_k = r->flags != NULL ? k + Min(k, (int) args->key.deleted_count) : k;
-	r->last_used = start = GetCurrentTimestamp();
-	status = tsdg_index_search_payload(r->index, TsdgBulkArray(map.address, header->queries),
-									   args->nq, wide_k, k, Max(args->ef, wide_k), args->lambda_limit,
-									   TsdgBulkArray(map.address, header->tids),
-									   TsdgBulkArray(map.address, header->dists), &error);
-	if (status == TSDG_OK)
-		status = MergeUnreachedTids(r, TsdgBulkArray(map.address, header->queries), args->nq, k,
-									TsdgBulkArray(map.address, header->tids),
-									TsdgBulkArray(map.address, header->dists), &error);
-	pending_searched = status == TSDG_OK && PendingCopyCovers(r, args);
-	if (pending_searched)
-		status = MergePendingIntoBatch(r, TsdgBulkArray(map.address, header->queries), args->nq, k,
-									   TsdgBulkArray(map.address, header->tids),
-									   TsdgBulkArray(map.address, header->dists), &error);
-	if (status == TSDG_OK)
-	{
-		pg_atomic_fetch_add_u64(&TsdgShared->batches, 1);
-		pg_atomic_fetch_add_u64(&TsdgShared->batched_queries, args->nq);
-		if (args->nq >= TSDG_LOGGED_BATCH)
-			ereport(LOG,
-					(errmsg("pg_tsdg GPU worker: searched a batch of %d queries (k %d, ef %d) in %.3f ms",
-							args->nq, wide_k, Max(args->ef, wide_k), TsdgSecondsSince(start) * 1000)));
-	}
-	TsdgUnmapBulk(&map);
-	LetGoOfBatchArea(t);
-	answer.result_count = status == TSDG_OK ? args->nq : 0;
-	answer.pending_searched = pending_searched && status == TSDG_OK;
-	answer.pending_bound = get_float4_infinity();
-	TsdgIpcAnswerSearch(t->slot, t->copy.request_id, TsdgReplyOf(status), &answer,
-						status == TSDG_OK ? NULL : error.message);
 }

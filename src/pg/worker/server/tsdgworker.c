@@ -43,6 +43,8 @@ int			tsdg_worker_backend = TSDG_WORKER_BACKEND_CUDA;
 int			tsdg_gpu_device_number = 0;
 int			tsdg_batch_memory_mb = 32;
 int			tsdg_worker_pending_rows = 1000;
+int			tsdg_worker_max_ef_search = 2048;
+int			tsdg_worker_max_k = 1000;
 
 static const struct config_enum_entry tsdg_worker_backend_options[] = {
 	{"cuda", TSDG_WORKER_BACKEND_CUDA, false},
@@ -76,6 +78,22 @@ TsdgDefineWorkerGucs(void)
 							"Least recently used indexes are dropped for a new one to stay under it, and pending rows past it are left to the sessions' own scans; 0 leaves only the device's own limit.",
 							&tsdg_gpu_memory_limit_mb, 0, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MB, NULL, NULL, NULL);
+
+	/*
+	 * The worker serves every session: a search wider than these holds it
+	 * for one user, so it runs in that user's session instead. Only a
+	 * superuser may change them, or the user they would bound could.
+	 */
+	DefineCustomIntVariable("tsdg.worker_max_ef_search",
+							"Sets the widest search (ef, or k where larger) the GPU worker takes from a session.",
+							"Wider searches run on the CPU in the session.",
+							&tsdg_worker_max_ef_search, 2048, 1, INT_MAX,
+							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("tsdg.worker_max_k",
+							"Sets the most results per query of a batch search the GPU worker takes from a session.",
+							"Batches asking for more run on the CPU in the session.",
+							&tsdg_worker_max_k, 1000, 1, INT_MAX,
+							PGC_SUSET, 0, NULL, NULL, NULL);
 }
 
 /*
