@@ -140,8 +140,15 @@ run_tap_tests() {
   # one port lock directory for every checkout on this machine, so that
   # concurrent runs do not pick the same free port
   mkdir -p -m 1777 /tmp/pg_tsdg_test_ports
+  # the server's headers, for tests that build a module of their own: the
+  # private copy has none, the install it was made of has them
+  local includedir
+  includedir=$(pg_config --includedir-server)
+  [ -f "$includedir/postgres.h" ] ||
+    includedir=$("/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" --includedir-server)
   if as_cluster_user env PATH="$PATH" TESTDIR="$dir" TMPDIR="$dir" \
        PG_TEST_PORT_DIR=/tmp/pg_tsdg_test_ports PG_REGRESS="$pgxs/test/regress/pg_regress" \
+       TSDG_SERVER_INCLUDEDIR="$includedir" \
        prove --timer -I "$pgxs/test/perl" -I "$TSDG_ROOT/test/support" "${tests[@]}"; then
     return 0
   fi

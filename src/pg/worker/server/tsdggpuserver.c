@@ -57,6 +57,7 @@
 #include "utils/timestamp.h"
 
 #include "tsdggpuserver.h"
+#include "vector.h"
 
 /* the sessions that submitted within this window are expected back soon */
 #define TSDG_ACTIVE_WINDOW_US	10000
@@ -123,6 +124,36 @@ TsdgBulkFits(const BulkMapping *map, Size offset, Size bytes)
 
 	return total <= map->size && offset >= sizeof(TsdgBulkHeader) && offset <= total &&
 		bytes <= total - offset;
+}
+
+/*
+ * Whether count elements of elem_size bytes at offset lie inside the mapped
+ * segment (TsdgBulkFits, without overflow for any count); an array that is
+ * absent (offset 0) passes only where it is optional.
+ */
+bool
+TsdgBulkHasArray(const BulkMapping *map, Size offset, int64 count, Size elem_size, bool optional)
+{
+	Size		total = ((const TsdgBulkHeader *) map->address)->total_size;
+
+	if (offset == 0)
+		return optional;
+	if (count < 0 || elem_size == 0 || (uint64) count > total / elem_size)
+		return false;
+	return TsdgBulkFits(map, offset, (Size) count * elem_size);
+}
+
+/*
+ * Whether the rows, dimensions and list lengths of a graph a request
+ * describes are within what an index may have: they size the arrays the
+ * worker reads and writes, and come from another process's shared memory.
+ */
+bool
+TsdgGraphSizesValid(int64 n, int dims, int degree, int build_k)
+{
+	return n >= 1 && n < (int64) TSDG_PENDING_ROW_ID && dims >= 1 && dims <= VECTOR_MAX_DIM &&
+		degree >= TSDG_MIN_DEGREE && degree <= TSDG_MAX_DEGREE &&
+		(build_k == 0 || (build_k >= TSDG_MIN_BUILD_K && build_k <= TSDG_MAX_BUILD_K));
 }
 
 void

@@ -126,6 +126,10 @@ typedef struct BuildPollState
 /* tsdggpuserver.c */
 extern bool TsdgMapBulk(const TsdgRequestSlot *request, BulkMapping *map);
 extern bool TsdgBulkFits(const BulkMapping *map, Size offset, Size bytes);
+extern bool TsdgBulkHasArray(const BulkMapping *map, Size offset, int64 count, Size elem_size,
+							 bool optional);
+/* build_k 0: the request has no k-NN lists */
+extern bool TsdgGraphSizesValid(int64 n, int dims, int degree, int build_k);
 extern TsdgReply TsdgReplyOf(TsdgStatus status);
 extern double TsdgSecondsSince(TimestampTz start);
 extern void TsdgUnmapBulk(BulkMapping *map);

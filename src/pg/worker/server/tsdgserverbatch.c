@@ -273,10 +273,10 @@ TsdgStartSearchBatch(TakenRequest *t)
 		return;
 	}
 	header = (TsdgBulkHeader *) map.address;
-	if (args->nq < 1 || args->k < 1 || args->dims < 1 ||
-		!TsdgBulkFits(&map, header->queries, sizeof(float) * args->dims * (Size) args->nq) ||
-		!TsdgBulkFits(&map, header->tids, sizeof(ItemPointerData) * args->k * (Size) args->nq) ||
-		!TsdgBulkFits(&map, header->dists, sizeof(float) * args->k * (Size) args->nq))
+	if (args->nq < 1 || args->k < 1 ||
+		!TsdgBulkHasArray(&map, header->queries, (int64) args->nq * args->dims, sizeof(float), false) ||
+		!TsdgBulkHasArray(&map, header->tids, (int64) args->nq * args->k, sizeof(ItemPointerData), false) ||
+		!TsdgBulkHasArray(&map, header->dists, (int64) args->nq * args->k, sizeof(float), false))
 	{
 		TsdgUnmapBulk(&map);
 		LetGoOfBatchArea(t);

@@ -113,11 +113,18 @@ TsdgServeBuild(TakenRequest *t)
 	neighbors = TsdgBulkArray(map.address, header->neighbors);
 	lambdas = TsdgBulkArray(map.address, header->lambdas);
 	knn_ids = TsdgBulkArray(map.address, header->knn_ids);
-	if (args->n > header->capacity)
+	if (args->n > header->capacity ||
+		!TsdgGraphSizesValid(args->n, args->dims, args->params.degree, args->params.build_k) ||
+		!TsdgBulkHasArray(&map, header->rows, args->n * args->dims, sizeof(float), false) ||
+		!TsdgBulkHasArray(&map, header->tids, args->n, sizeof(ItemPointerData), false) ||
+		!TsdgBulkHasArray(&map, header->neighbors, args->n * args->params.degree, sizeof(uint32), false) ||
+		!TsdgBulkHasArray(&map, header->lambdas, args->n * args->params.degree, sizeof(uint8), false) ||
+		!TsdgBulkHasArray(&map, header->knn_ids, args->n * args->params.build_k, sizeof(uint32), false) ||
+		!TsdgBulkHasArray(&map, header->summary, 1, sizeof(TsdgBuildSummary), true))
 	{
 		TsdgUnmapBulk(&map);
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
-					  "the build's shared memory segment is smaller than its rows");
+					  "the build's sizes do not fit its shared memory segment");
 		return;
 	}
 	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);

@@ -558,10 +558,10 @@ TsdgServePendingRows(TakenRequest *t)
 		return;
 	}
 	if (args->first < 0 || args->n < 0 ||
-		!TsdgBulkFits(&map, ((const TsdgBulkHeader *) map.address)->rows,
-					  sizeof(float) * r->dims * (Size) args->n) ||
-		!TsdgBulkFits(&map, ((const TsdgBulkHeader *) map.address)->tids,
-					  sizeof(ItemPointerData) * (Size) args->n))
+		!TsdgBulkHasArray(&map, ((const TsdgBulkHeader *) map.address)->rows,
+						  args->n * r->dims, sizeof(float), false) ||
+		!TsdgBulkHasArray(&map, ((const TsdgBulkHeader *) map.address)->tids,
+						  args->n, sizeof(ItemPointerData), false))
 	{
 		TsdgUnmapBulk(&map);
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
@@ -663,12 +663,12 @@ TsdgServeLoad(TakenRequest *t)
 		return;
 	}
 	header = (TsdgBulkHeader *) map.address;
-	if (args->n < 0 || args->dims < 1 || args->degree < 1 ||
-		!TsdgBulkFits(&map, header->rows, sizeof(float) * args->dims * (Size) args->n) ||
-		!TsdgBulkFits(&map, header->neighbors, sizeof(uint32) * args->degree * (Size) args->n) ||
-		!TsdgBulkFits(&map, header->lambdas, sizeof(uint8) * args->degree * (Size) args->n) ||
-		!TsdgBulkFits(&map, header->tids, sizeof(ItemPointerData) * (Size) args->n) ||
-		(header->flags != 0 && !TsdgBulkFits(&map, header->flags, (Size) args->n)))
+	if (!TsdgGraphSizesValid(args->n, args->dims, args->degree, 0) ||
+		!TsdgBulkHasArray(&map, header->rows, args->n * args->dims, sizeof(float), false) ||
+		!TsdgBulkHasArray(&map, header->neighbors, args->n * args->degree, sizeof(uint32), false) ||
+		!TsdgBulkHasArray(&map, header->lambdas, args->n * args->degree, sizeof(uint8), false) ||
+		!TsdgBulkHasArray(&map, header->tids, args->n, sizeof(ItemPointerData), false) ||
+		!TsdgBulkHasArray(&map, header->flags, args->n, sizeof(uint8), true))
 	{
 		TsdgUnmapBulk(&map);
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,

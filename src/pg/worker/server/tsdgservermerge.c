@@ -306,6 +306,40 @@ SummarizeMergedGraph(const TsdgMergeArgs *args, uint8 *changed, TsdgBuildSummary
 	return true;
 }
 
+/*
+ * Whether a merge's row counts and list lengths are an index's and its
+ * segment holds every array they size (the old lists may be left to the
+ * worker's copy, the old distances, repaired flags, merged k-NN lists and
+ * summary may be absent): see TsdgBulkHeader.
+ */
+static bool
+MergeSizesFit(const TsdgMergeArgs *args, const BulkMapping *map)
+{
+	const TsdgBulkHeader *header = (const TsdgBulkHeader *) map->address;
+	int64		n_old = args->n_old;
+	int64		n;
+	int			build_k = args->params.build_k;
+	int			degree = args->params.degree;
+
+	if (n_old < 0 || args->n_new < 0 || n_old >= (int64) TSDG_PENDING_ROW_ID ||
+		args->n_new >= (int64) TSDG_PENDING_ROW_ID)
+		return false;
+	n = n_old + args->n_new;
+	return TsdgGraphSizesValid(n, args->dims, degree, build_k) &&
+		TsdgBulkHasArray(map, header->rows, (n - header->rows_from) * args->dims, sizeof(float), false) &&
+		TsdgBulkHasArray(map, header->tids, n, sizeof(ItemPointerData), false) &&
+		TsdgBulkHasArray(map, header->knn_ids, n_old * build_k, sizeof(uint32), args->graph_resident) &&
+		TsdgBulkHasArray(map, header->neighbors, n_old * degree, sizeof(uint32), args->graph_resident) &&
+		TsdgBulkHasArray(map, header->lambdas, n_old * degree, sizeof(uint8), args->graph_resident) &&
+		TsdgBulkHasArray(map, header->dists, n_old * build_k, sizeof(float), true) &&
+		TsdgBulkHasArray(map, header->flags, n_old, sizeof(uint8), true) &&
+		TsdgBulkHasArray(map, header->merged_knn_ids, n * build_k, sizeof(uint32), true) &&
+		TsdgBulkHasArray(map, header->merged_neighbors, n * degree, sizeof(uint32), false) &&
+		TsdgBulkHasArray(map, header->merged_lambdas, n * degree, sizeof(uint8), false) &&
+		TsdgBulkHasArray(map, header->changed, n, sizeof(uint8), false) &&
+		TsdgBulkHasArray(map, header->summary, 1, sizeof(TsdgBuildSummary), true);
+}
+
 void
 TsdgServeMerge(TakenRequest *t)
 {
@@ -346,6 +380,13 @@ TsdgServeMerge(TakenRequest *t)
 		TsdgUnmapBulk(&map);
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
 					  "the merge's segment leaves out old rows the session does not leave to the GPU worker");
+		return;
+	}
+	if (!MergeSizesFit(args, &map))
+	{
+		TsdgUnmapBulk(&map);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
+					  "the merge's sizes do not fit its shared memory segment");
 		return;
 	}
 	old_graph = TsdgFindResident(&args->old_key);
