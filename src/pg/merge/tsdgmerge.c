@@ -128,20 +128,34 @@ TsdgMergeFits(const TsdgMetaPageData *meta)
 	return TsdgMergeBytes(meta) <= (double) maintenance_work_mem * 1024.0;
 }
 
+/*
+ * A merge past maintenance_work_mem says so and keeps its large arrays, and
+ * the core's, in temporary files (tsdgspill.c), as a build does; until the
+ * merge's memory context goes.
+ */
 void
-TsdgCheckMergeMemory(Relation index, const TsdgMetaPageData *meta)
+TsdgPlanMergeMemory(TsdgMerge *m)
 {
-	int64		rows = TsdgMergeRows(meta);
+	if (TsdgMergeFits(&m->meta))
+		return;
+	ereport(NOTICE,
+			(errmsg("merging tsdg index \"%s\" does not fit into maintenance_work_mem",
+					RelationGetRelationName(m->index)),
+			 errdetail("The merge goes on with its large arrays in temporary files, which may take more time."),
+			 errhint("Increase maintenance_work_mem to about %.0f MB to speed up merges.",
+					 TsdgMergeBytes(&m->meta) / (1024.0 * 1024.0) + 1)));
+	m->spill = TsdgSpillStart();
+}
 
-	if (!TsdgMergeFits(meta))
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("merging tsdg index \"%s\" does not fit in maintenance_work_mem (%d kB)",
-						RelationGetRelationName(index), maintenance_work_mem),
-				 errdetail("The merge holds %lld rows, about %.0f bytes each.",
-						   (long long) rows, TsdgMergeBytes(meta) / Max(rows, 1)),
-				 errhint("Raise maintenance_work_mem to at least %.0f MB.",
-						 TsdgMergeBytes(meta) / (1024.0 * 1024.0) + 1)));
+/* a large array of a merge: local memory, or a temporary file once it spills */
+void *
+TsdgMergeAlloc(TsdgMerge *m, Size bytes, bool zeroed)
+{
+	/* a new temporary file reads as zeros */
+	if (m->spill != NULL)
+		return TsdgSpillAlloc(m->spill, Max(bytes, 1));
+	return MemoryContextAllocExtended(CurrentMemoryContext, Max(bytes, 1),
+									  MCXT_ALLOC_HUGE | (zeroed ? MCXT_ALLOC_ZERO : 0));
 }
 
 /* the core's parameters of a merge: the index's build parameters */
@@ -362,16 +376,6 @@ TsdgVacuumMerge(IndexVacuumInfo *info)
 	TsdgReadMeta(info->index, &meta);
 	if (!TsdgMergeDue(&meta))
 		return;
-	if (!TsdgMergeFits(&meta))
-	{
-		/* a VACUUM that cannot merge still does the rest of its work */
-		ereport(WARNING,
-				(errmsg("tsdg index \"%s\" not merged: the merge needs about %.0f MB of maintenance_work_mem",
-						RelationGetRelationName(info->index),
-						TsdgMergeBytes(&meta) / (1024.0 * 1024.0) + 1),
-				 errhint("Raise maintenance_work_mem (autovacuum_work_mem for autovacuum), or run tsdg_merge() with more.")));
-		return;
-	}
 	if (TsdgMergeIndex(info->index) < 0)
 		ereport(DEBUG1,
 				(errmsg("tsdg index \"%s\" not merged: a scan from before its last merge still runs",

@@ -81,6 +81,8 @@ typedef struct TsdgMerge
 
 	/* where the arrays above live when the worker will compute the graph */
 	TsdgMergeSegment segment;
+	/* else in temporary files, once the merge is past maintenance_work_mem */
+	TsdgSpill  *spill;
 	/* what of the old graph is not read here: the worker copies it in from its copy */
 	TsdgWorkerCopy left_to_worker;
 	/* the search for the new rows the searches do not reach, while the pages are written */
@@ -93,7 +95,8 @@ typedef struct TsdgMerge
 /* tsdgmerge.c: the index's parameters and bounds */
 extern uint32 TsdgStoredKnnNodes(const TsdgMetaPageData *meta);
 extern double TsdgMergeBytes(const TsdgMetaPageData *meta);
-extern void TsdgCheckMergeMemory(Relation index, const TsdgMetaPageData *meta);
+extern void TsdgPlanMergeMemory(TsdgMerge *m);
+extern void *TsdgMergeAlloc(TsdgMerge *m, Size bytes, bool zeroed);
 extern void TsdgMergeParams(const TsdgMetaPageData *meta, TsdgBuildParams *params);
 
 /* tsdgmergeread.c */

@@ -172,7 +172,7 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 		 * array is for a merge on the CPU should the worker fail.
 		 */
 		m->knn_ids = m->segment.knn_ids != NULL ? m->segment.knn_ids :
-			MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(n, 1) * m->k);
+			TsdgMergeAlloc(m, sizeof(uint32) * Max(n, 1) * m->k, false);
 		m->changed = m->segment.changed;
 		m->neighbors = m->segment.neighbors;
 		m->lambdas = m->segment.lambdas;
@@ -185,12 +185,10 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 	}
 	else
 	{
-		m->knn_ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(n, 1) * m->k);
-		m->changed = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint8) * Max(n, 1));
-		m->neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
-											  sizeof(uint32) * Max(n, 1) * params.degree);
-		m->lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
-											sizeof(uint8) * Max(n, 1) * params.degree);
+		m->knn_ids = TsdgMergeAlloc(m, sizeof(uint32) * Max(n, 1) * m->k, false);
+		m->changed = TsdgMergeAlloc(m, sizeof(uint8) * Max(n, 1), false);
+		m->neighbors = TsdgMergeAlloc(m, sizeof(uint32) * Max(n, 1) * params.degree, false);
+		m->lambdas = TsdgMergeAlloc(m, sizeof(uint8) * Max(n, 1) * params.degree, false);
 	}
 	TsdgInitLayout(&m->new_layout, m->dims, m->meta.degree, n);
 	m->arrays = (TsdgGraphArrays) {&m->new_layout, n, m->tids, m->rows, m->neighbors, m->lambdas,

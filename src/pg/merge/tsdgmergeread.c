@@ -370,12 +370,11 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 						RelationGetRelationName(m->index)),
 				 errhint("REINDEX the index.")));
 	g.width = meta->build_k;
-	g.new_id = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(g.nodes, 1));
+	TsdgPlanMergeMemory(m);
+	g.new_id = TsdgMergeAlloc(m, sizeof(uint32) * Max(g.nodes, 1), false);
 
 	capacity = (int64) (meta->node_count - meta->deleted_count) + m->consumed_rows;
-	TsdgCheckMergeMemory(m->index, meta);
-	m->tids = MemoryContextAllocHuge(CurrentMemoryContext,
-									 sizeof(ItemPointerData) * Max(capacity, 1));
+	m->tids = TsdgMergeAlloc(m, sizeof(ItemPointerData) * Max(capacity, 1), false);
 	m->n_old = 0;
 	TsdgMergeParams(meta, &params);
 
@@ -406,25 +405,20 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 		 */
 		m->left_to_worker = copy;
 		m->rows = m->segment.rows_from == 0 ? m->segment.rows :
-			MemoryContextAllocHuge(CurrentMemoryContext, sizeof(float) * m->dims * Max(capacity, 1));
+			TsdgMergeAlloc(m, sizeof(float) * m->dims * Max(capacity, 1), false);
 		m->old_neighbors = m->segment.old_neighbors;
 		m->old_lambdas = m->segment.old_lambdas;
 		m->old_changed = m->segment.old_changed;
 		g.lists = meta->deleted_count == 0 ? m->segment.old_knn_ids :
-			MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * Max(g.nodes, 1) * g.width);
+			TsdgMergeAlloc(m, sizeof(uint32) * Max(g.nodes, 1) * g.width, false);
 	}
 	else
 	{
-		g.lists = MemoryContextAllocHuge(CurrentMemoryContext,
-										 sizeof(uint32) * Max(g.nodes, 1) * g.width);
-		m->old_neighbors = MemoryContextAllocHuge(CurrentMemoryContext,
-												  sizeof(uint32) * Max(capacity, 1) * meta->degree);
-		m->old_lambdas = MemoryContextAllocHuge(CurrentMemoryContext,
-												sizeof(uint8) * Max(capacity, 1) * meta->degree);
-		m->old_changed = MemoryContextAllocExtended(CurrentMemoryContext, Max(capacity, 1),
-													MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
-		m->rows = MemoryContextAllocHuge(CurrentMemoryContext,
-										 sizeof(float) * m->dims * Max(capacity, 1));
+		g.lists = TsdgMergeAlloc(m, sizeof(uint32) * Max(g.nodes, 1) * g.width, false);
+		m->old_neighbors = TsdgMergeAlloc(m, sizeof(uint32) * Max(capacity, 1) * meta->degree, false);
+		m->old_lambdas = TsdgMergeAlloc(m, sizeof(uint8) * Max(capacity, 1) * meta->degree, false);
+		m->old_changed = TsdgMergeAlloc(m, Max(capacity, 1), true);
+		m->rows = TsdgMergeAlloc(m, sizeof(float) * m->dims * Max(capacity, 1), false);
 	}
 
 	if (m->left_to_worker != TSDG_COPY_NONE)
@@ -442,18 +436,27 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	}
 
 	/* the consumed pending rows, after the live nodes */
-	if (m->segment.seg != NULL)
+	if (m->segment.seg != NULL || m->spill != NULL)
 	{
-		/* read apart, as their count may exceed the metapage's, then moved in */
+		int64		room = m->segment.seg != NULL ?
+			m->segment.old_capacity + m->segment.new_capacity : capacity;
+
+		/*
+		 * read apart, as their count may exceed the metapage's, then moved in
+		 * (arrays in the segment or in files do not grow)
+		 */
 		TsdgInitPendingRows(&pending, m->dims, m->consumed_rows);
 		TsdgReadPendingRows(m->index, &m->layout, m->consumed_head, m->remaining_head, &pending);
-		if (m->n_old + pending.count > m->segment.old_capacity + m->segment.new_capacity)
+		if (m->n_old + pending.count > room)
 			elog(ERROR, "tsdg index \"%s\" has more pending rows than its metapage counts",
 				 RelationGetRelationName(m->index));
 		memcpy(m->rows + m->n_old * m->dims, pending.rows, sizeof(float) * m->dims * pending.count);
-		m->tids = repalloc_huge(m->tids, sizeof(ItemPointerData) * Max(m->n_old + pending.count, 1));
+		if (m->spill == NULL)
+			m->tids = repalloc_huge(m->tids, sizeof(ItemPointerData) * Max(m->n_old + pending.count, 1));
 		memcpy(m->tids + m->n_old, pending.tids, sizeof(ItemPointerData) * pending.count);
 		m->n_new = pending.count;
+		pfree(pending.rows);
+		pfree(pending.tids);
 	}
 	else
 	{
@@ -490,10 +493,8 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	}
 	else
 	{
-		m->old_knn_ids = MemoryContextAllocHuge(CurrentMemoryContext,
-												sizeof(uint32) * Max(m->n_old, 1) * m->k);
-		m->old_knn_dists = MemoryContextAllocHuge(CurrentMemoryContext,
-												  sizeof(float) * Max(m->n_old, 1) * m->k);
+		m->old_knn_ids = TsdgMergeAlloc(m, sizeof(uint32) * Max(m->n_old, 1) * m->k, false);
+		m->old_knn_dists = TsdgMergeAlloc(m, sizeof(float) * Max(m->n_old, 1) * m->k, false);
 	}
 	TsdgOldKnnLists(m, &g, metric);
 	TsdgSplitAtStoredKnn(m, &g);
@@ -513,10 +514,9 @@ TsdgReadLeftGraph(TsdgMerge *m)
 	{
 		Size		lists = (Size) Max(m->n_old, 1) * m->meta.degree;
 
-		m->old_knn_ids = MemoryContextAllocHuge(CurrentMemoryContext,
-												sizeof(uint32) * Max(m->n_old, 1) * m->k);
-		m->old_neighbors = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * lists);
-		m->old_lambdas = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint8) * lists);
+		m->old_knn_ids = TsdgMergeAlloc(m, sizeof(uint32) * Max(m->n_old, 1) * m->k, false);
+		m->old_neighbors = TsdgMergeAlloc(m, sizeof(uint32) * lists, false);
+		m->old_lambdas = TsdgMergeAlloc(m, sizeof(uint8) * lists, false);
 	}
 
 	g.nodes = m->n_old;

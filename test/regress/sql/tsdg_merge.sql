@@ -56,11 +56,25 @@ INSERT INTO merge_items SELECT i, merge_vec(i) FROM generate_series(5501, 5600) 
 SELECT rows, pending FROM tsdg_index_info('merge_idx');
 SELECT id FROM merge_items ORDER BY v <-> merge_vec(5555) LIMIT 1;
 
--- a merge that does not fit in maintenance_work_mem fails and leaves them pending
+-- a merge past maintenance_work_mem says so and goes on in temporary files
+-- (in the session: the GPU worker's merge reads into its segment)
+CREATE TABLE merge_mem (v vector(3));
+INSERT INTO merge_mem SELECT ARRAY[i, i % 7, i % 11]::real[]::vector FROM generate_series(1, 2000) i;
+CREATE INDEX merge_mem_v ON merge_mem USING tsdg (v vector_l2_ops) WITH (degree = 32, build_k = 64);
+INSERT INTO merge_mem SELECT ARRAY[i, i % 7, i % 11]::real[]::vector FROM generate_series(2001, 2500) i;
 SET maintenance_work_mem = '1MB';
-SELECT tsdg_merge('merge_idx');
+SET tsdg.device = cpu;
+SET client_min_messages = notice;
+SELECT tsdg_merge('merge_mem_v');
+SET client_min_messages = warning;
+RESET tsdg.device;
 RESET maintenance_work_mem;
-SELECT rows, pending FROM tsdg_index_info('merge_idx');
+SELECT rows, pending FROM tsdg_index_info('merge_mem_v');
+SET enable_seqscan = off;
+SELECT v FROM merge_mem ORDER BY v <-> '[2400,6,2]' LIMIT 3;
+SELECT count(*) FROM (SELECT v FROM merge_mem ORDER BY v <-> '[0,0,0]') s;
+RESET enable_seqscan;
+DROP TABLE merge_mem;
 
 -- VACUUM below the threshold leaves the pending rows alone
 DELETE FROM merge_items WHERE id % 10 = 0;
