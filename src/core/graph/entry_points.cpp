@@ -6,6 +6,7 @@
 
 #include "bruteforce.h"
 #include "distance.h"
+#include "huge_pages.h"
 #include "thread_pool.h"
 
 namespace tsdg {
@@ -29,7 +30,7 @@ std::vector<uint32_t> nearest_rows(MatrixView rows, MatrixView points, const Run
 
 // k-means++ seeding then Lloyd iterations on the sampled rows. The sums go
 // by fixed chunks, so the result does not depend on the pool.
-Matrix kmeans_centers(const Matrix& sampled, int centers, std::mt19937_64& rng, DistanceFn l2,
+Matrix kmeans_centers(MatrixView sampled, int centers, std::mt19937_64& rng, DistanceFn l2,
                       const RunControl& control) {
   const int dim = sampled.dim;
   const auto size = static_cast<size_t>(sampled.rows);
@@ -65,7 +66,7 @@ Matrix kmeans_centers(const Matrix& sampled, int centers, std::mt19937_64& rng, 
   std::vector<double> sums(static_cast<size_t>(centers) * dim);
   std::vector<int64_t> members(centers);
   for (int iteration = 0; iteration < kLloydIterations; ++iteration) {
-    const std::vector<uint32_t> assigned = nearest_rows(result.view(), sampled.view(), control);
+    const std::vector<uint32_t> assigned = nearest_rows(result.view(), sampled, control);
     std::fill(sums.begin(), sums.end(), 0.0);
     std::fill(members.begin(), members.end(), 0);
     for (size_t s = 0; s < size; ++s) {
@@ -99,8 +100,14 @@ std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int 
   std::vector<uint32_t> sample(sample_size);
   for (auto& row : sample) row = static_cast<uint32_t>(rng() % data.rows);
 
-  Matrix sampled(sample_size, dim);
-  for (int64_t s = 0; s < sample_size; ++s) std::copy(data.row(sample[s]), data.row(sample[s]) + dim, sampled.row(s));
+  // through the huge-page allocator, so that a build past its memory budget
+  // keeps the sample in a temporary file too (spill_files.h): it holds up to
+  // kSamplesPerEntry rows for each entry point, whatever their dimensions
+  HugePageArray<float> sampled_values(static_cast<size_t>(sample_size) * dim, HugePageArray<float>::Unfilled{});
+  for (int64_t s = 0; s < sample_size; ++s) {
+    std::copy(data.row(sample[s]), data.row(sample[s]) + dim, sampled_values.data() + s * dim);
+  }
+  const MatrixView sampled{sampled_values.data(), sample_size, dim};
 
   Matrix targets(count, dim);  // the mean first, then the centers
   {
@@ -114,7 +121,7 @@ std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int 
     const Matrix centers = kmeans_centers(sampled, count - 1, rng, l2, control);
     std::copy(centers.values.begin(), centers.values.end(), targets.row(1));
   }
-  const std::vector<uint32_t> nearest_sample = nearest_rows(sampled.view(), targets.view(), control);
+  const std::vector<uint32_t> nearest_sample = nearest_rows(sampled, targets.view(), control);
   std::vector<uint32_t> descended(count);
   parallel_for(control, count, 1, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
