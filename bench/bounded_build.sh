@@ -10,7 +10,11 @@
 # usage: bench/bounded_build.sh [ROWS] [DIMS] [SETTING...]
 #   defaults 200000 128, settings 8GB 64MB; e.g. bench/bounded_build.sh 1000000 128 64MB
 # Starts its own cluster (port 54353 + TSDG_PORT_OFFSET, pg_tsdg preloaded: on a
-# machine with a GPU the worker builds) in a temp dir; prints a Markdown table.
+# machine with a GPU the worker builds; BOUNDED_DEVICE=cpu builds in the
+# session there too) in a temp dir; prints a Markdown table. Where /dev/shm
+# is under 8 GB (containers), dynamic shared memory lives in files.
+# On the GPU machine, with PostgreSQL packed by scripts/gpu/pack-postgres.sh:
+#   bash scripts/gpu/on-device.sh bash bench/bounded_build.sh 1000000 128 16GB 64MB
 source "$(dirname "$0")/../scripts/common.sh"
 rows=${1:-200000}
 dims=${2:-128}
@@ -22,7 +26,11 @@ py=$(numpy_python)
 work=$(mktemp -d /tmp/tsdg_bounded_build.XXXXXX)
 chmod 755 "$work"
 trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
-start_cluster "$work" 54353 "shared_buffers = '1GB'" "max_parallel_workers_per_gather = 0"
+shm_kb=$(df -k --output=size /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
+dsm_type=posix
+if [ -z "$shm_kb" ] || [ "$shm_kb" -lt $((8 * 1024 * 1024)) ]; then dsm_type=mmap; fi
+start_cluster "$work" 54353 "shared_buffers = '1GB'" "max_parallel_workers_per_gather = 0" \
+  "dynamic_shared_memory_type = $dsm_type" "tsdg.device = ${BOUNDED_DEVICE:-auto}"
 
 "$py" "$TSDG_ROOT/test/support/subspace_clusters.py" "$rows" "$dims" 100 1 1 > "$work/items.tsv"
 "$py" "$TSDG_ROOT/test/support/subspace_clusters.py" "$queries" "$dims" 100 1 2 > "$work/queries.tsv"
@@ -35,9 +43,17 @@ psql -X -q -v ON_ERROR_STOP=1 \
   -c "VACUUM ANALYZE items" \
   -c "SET enable_indexscan = off" \
   -c "CREATE TABLE truth AS SELECT q.id AS qid, ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS ids FROM queries q"
+# a build starts on the worker only once it is ready
+worker=""
+for _ in $(seq 1 120); do
+  worker=$(psql -X -At -c "SELECT state FROM tsdg_gpu_status()" 2>/dev/null)
+  { [ "$worker" = ready ] || [ "$worker" = "no gpu" ]; } && break
+  sleep 0.5
+done
+export BOUNDED_WORKER=${worker:-none} BOUNDED_DSM=$dsm_type
 
 "$py" - "$rows" "$dims" "${settings[@]}" <<'PY'
-import subprocess, sys, time
+import os, subprocess, sys, time
 rows, dims, settings = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 
 def psql(sql):
@@ -78,7 +94,13 @@ def build(setting):
     err = proc.stderr.read()
     if proc.returncode != 0:
         sys.exit("CREATE INDEX at %s failed: %s" % (setting, err))
-    return seconds, peak, "no longer fits" in err
+    if "no longer fits" not in err:
+        place = "memory"
+    elif "segment the GPU worker reads" in err:
+        place = "worker's segment"
+    else:
+        place = "temporary files"
+    return seconds, peak, place
 
 def recall(ef):
     return float(psql(
@@ -88,13 +110,15 @@ def recall(ef):
         " LATERAL (SELECT ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS ids) r;" % ef
     ).splitlines()[-1])
 
-print("rows %d, %d dims, hard data (100 subspace clusters, spread 1), L2, default index options" % (rows, dims))
+print("rows %d, %d dims, hard data (100 subspace clusters, spread 1), L2, default index options;"
+      " GPU worker: %s, tsdg.device %s, dynamic_shared_memory_type %s"
+      % (rows, dims, os.environ["BOUNDED_WORKER"], os.environ.get("BOUNDED_DEVICE", "auto"), os.environ["BOUNDED_DSM"]))
 print()
-print("| maintenance_work_mem | NOTICE | CREATE INDEX s | peak RssAnon MB | peak RssFile MB | peak RssShmem MB | recall@10 ef 64 | ef 128 |")
+print("| maintenance_work_mem | arrays past it in | CREATE INDEX s | peak RssAnon MB | peak RssFile MB | peak RssShmem MB | recall@10 ef 64 | ef 128 |")
 print("|---|---|---|---|---|---|---|---|")
 for setting in settings:
-    seconds, peak, notice = build(setting)
+    seconds, peak, place = build(setting)
     print("| %s | %s | %.1f | %.0f | %.0f | %.0f | %.3f | %.3f |" % (
-        setting, "yes" if notice else "no", seconds, peak.get("RssAnon", 0) / 1024.0,
+        setting, place, seconds, peak.get("RssAnon", 0) / 1024.0,
         peak.get("RssFile", 0) / 1024.0, peak.get("RssShmem", 0) / 1024.0, recall(64), recall(128)), flush=True)
 PY
