@@ -5,6 +5,7 @@
 #include <string>
 
 #include "distance.h"
+#include "huge_pages.h"
 #include "thread_pool.h"
 
 namespace tsdg {
@@ -12,12 +13,13 @@ namespace tsdg {
 namespace {
 
 // The pivots and, for each listed row, its nearest ones (as indexes into
-// pivots).
+// pivots); the lists through the huge-page allocator, which a build past its
+// memory budget keeps in temporary files (spill_files.h).
 struct Pivots {
   std::vector<uint32_t> pivots;
   int asked = 0;  // nearest pivots found per row
-  std::vector<uint32_t> near_ids;
-  std::vector<float> near_dists;
+  HugePageVector<uint32_t> near_ids;
+  HugePageVector<float> near_dists;
 };
 
 uint64_t mix(uint64_t z) {
@@ -50,12 +52,16 @@ KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGra
   const auto listed = static_cast<int64_t>(rows != nullptr ? rows->size() : static_cast<size_t>(data.rows));
   const auto row_of = [&](int64_t i) -> int64_t { return rows != nullptr ? (*rows)[i] : i; };
 
-  Matrix queries(rows != nullptr ? listed : 0, data.dim);
+  HugePageArray<float> query_values(static_cast<size_t>(rows != nullptr ? listed : 0) * data.dim,
+                                    HugePageArray<float>::Unfilled{});
   if (rows != nullptr) {
     parallel_for(control, listed, 1024, [&](int64_t begin, int64_t end, int) {
-      for (int64_t i = begin; i < end; ++i) std::copy(data.row(row_of(i)), data.row(row_of(i)) + data.dim, queries.row(i));
+      for (int64_t i = begin; i < end; ++i) {
+        std::copy(data.row(row_of(i)), data.row(row_of(i)) + data.dim, query_values.data() + i * data.dim);
+      }
     });
   }
+  const MatrixView queries{query_values.data(), rows != nullptr ? listed : 0, data.dim};
   Pivots pivot_set;
   if (params.max_pivots < 1) throw Error(Status::InvalidArgument, "max pivots must be positive");
   const int64_t stride =
@@ -64,15 +70,16 @@ KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGra
     pivot_set.pivots = pivot_rows(data.rows, stride);
     // One more pivot than asked for: a pivot row finds itself first.
     pivot_set.asked = static_cast<int>(std::min<int64_t>(extra + 1, static_cast<int64_t>(pivot_set.pivots.size())));
-    Matrix pivot_data(static_cast<int64_t>(pivot_set.pivots.size()), data.dim);
-    for (size_t p = 0; p < pivot_set.pivots.size(); ++p) {
+    const auto pivot_count = static_cast<int64_t>(pivot_set.pivots.size());
+    HugePageArray<float> pivot_values(static_cast<size_t>(pivot_count) * data.dim, HugePageArray<float>::Unfilled{});
+    for (int64_t p = 0; p < pivot_count; ++p) {
       std::copy(data.row(pivot_set.pivots[p]), data.row(pivot_set.pivots[p]) + data.dim,
-                pivot_data.row(static_cast<int64_t>(p)));
+                pivot_values.data() + p * data.dim);
     }
-    pivot_set.near_ids.resize(static_cast<size_t>(listed) * pivot_set.asked);
-    pivot_set.near_dists.resize(pivot_set.near_ids.size());
-    search(pivot_data.view(), rows != nullptr ? queries.view() : data, pivot_set.asked, pivot_set.near_ids.data(),
-           pivot_set.near_dists.data());
+    pivot_set.near_ids.resize(static_cast<size_t>(listed) * pivot_set.asked, 0);
+    pivot_set.near_dists.resize(pivot_set.near_ids.size(), 0.0f);
+    search(MatrixView{pivot_values.data(), pivot_count, data.dim}, rows != nullptr ? queries : data,
+           pivot_set.asked, pivot_set.near_ids.data(), pivot_set.near_dists.data());
     control.throw_if_cancelled();
   }
 
