@@ -102,7 +102,16 @@ use_install() {
   export PGHOST=$dir/cluster PGPORT=$(( ${SOAK_PORT:-5560} + TSDG_PORT_OFFSET )) PGUSER=postgres
 }
 
+# the load of an earlier run in SOAK_DIR, if it still runs (a session of its own)
+stop_load() {
+  local pid
+  pid=$(cat "$dir/load.pid" 2>/dev/null) || return 0
+  kill -- -"$pid" 2>/dev/null
+  rm -f "$dir/load.pid"
+}
+
 setup() {
+  stop_load
   if [ -f "$dir/cluster/data/postmaster.pid" ]; then
     use_install
     stop_cluster "$dir/cluster"
@@ -231,8 +240,11 @@ churn_loop() {
 # worker's supervisor (both restart the cluster). The last tenth of the load
 # has none, so that the end is reached running.
 kill_loop() {
-  local k=0 what pid quiet=$(( SOAK_END - SOAK_SECONDS / 10 ))
-  while sleep "$SOAK_KILL_SECONDS"; [ "$(now)" -lt "$quiet" ]; do
+  local k=0 what pid quiet=$(( SOAK_END - SOAK_SECONDS / 10 )) next
+  next=$(( $(now) + SOAK_KILL_SECONDS ))
+  while [ "$next" -lt "$quiet" ]; do
+    sleep $(( next - $(now) > 0 ? next - $(now) : 0 ))
+    next=$(( next + SOAK_KILL_SECONDS ))
     k=$((k + 1))
     case $((k % 6)) in
       0) what=supervisor; pid=$(sql postgres "SELECT supervisor_pid FROM tsdg_gpu_status()") ;;
@@ -275,6 +287,7 @@ start_load() {
   rm -f "$dir/load.done"
   # a session of its own: it outlives the command that started it
   setsid bash "$TSDG_ROOT/test/soak/soak.sh" load </dev/null >"$dir/load.log" 2>&1 &
+  echo $! >"$dir/load.pid"
   echo "load started for $SOAK_SECONDS s: $SOAK_CLIENTS clients, kills every $SOAK_KILL_SECONDS s"
 }
 
@@ -397,6 +410,7 @@ summary() {
     total=$((total + ${n:-0}))
   done
   aborted=$(cat "$dir"/pgbench/soak_[0-9]*.log | grep -c 'aborted in command')
+  [ "$total" -gt 0 ] || fail "no pgbench transaction was completed"
   echo "pgbench: $total transactions in the three databases over $SOAK_SECONDS s" \
     "($(ls "$dir"/pgbench/soak_[0-9]*.log | wc -l) runs), $aborted clients dropped at an error"
   echo "errors the clients saw, by message:"
@@ -410,6 +424,7 @@ finish() {
   use_install
   log "waiting for the load to end ($(( SOAK_END - $(now) )) s left)"
   wait_load || fail "the load did not end in time"
+  stop_load
   wait_ready 180 || { fail "the server does not answer"; collect; return; }
   local state
   state=$(wait_worker 300) || fail "the worker is not ready again ($state)"
