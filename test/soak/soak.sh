@@ -40,6 +40,7 @@ load=$TSDG_ROOT/test/soak/load
 databases=(soak_1 soak_2 soak_3)
 
 now() { date +%s; }
+stage() { log "$(date -u +%T) $*"; }
 
 # sql DB SQL...: one statement's rows, unaligned, or nothing on failure
 sql() {
@@ -140,7 +141,7 @@ setup() {
   echo "worker: $(wait_worker)"
   sql postgres "SELECT state, device FROM tsdg_gpu_status()"
 
-  log "three databases of $SOAK_ROWS rows each"
+  stage "three databases of $SOAK_ROWS rows each"
   local db pids=()
   for db in "${databases[@]}"; do
     (
@@ -399,8 +400,12 @@ check_log() {
   local internal
   internal=$(grep -E '\] XX[0-9A-Z]{3} [^ ]*: (ERROR|FATAL)' "$server_log" | head -20)
   [ -z "$internal" ] || fail "internal errors in the server log: $internal"
-  echo "restarts: $(grep -c 'all server processes terminated; reinitializing' "$server_log"), killed:" \
+  local restarts ready
+  restarts=$(grep -c 'all server processes terminated; reinitializing' "$server_log")
+  ready=$(grep -c 'database system is ready to accept connections' "$server_log")
+  echo "restarts: $restarts, each back to accepting connections: $ready times in all; killed:" \
     "$(awk '{ print $3 }' "$dir/kills.log" | sort | uniq -c | tr '\n' ' ')"
+  [ "$ready" -gt "$restarts" ] || fail "the server did not come back after each restart"
 }
 
 summary() {
@@ -422,7 +427,7 @@ summary() {
 finish() {
   source "$dir/state.sh"
   use_install
-  log "waiting for the load to end ($(( SOAK_END - $(now) )) s left)"
+  stage "waiting for the load to end ($(( SOAK_END - $(now) )) s left)"
   wait_load || fail "the load did not end in time"
   stop_load
   wait_ready 180 || { fail "the server does not answer"; collect; return; }
@@ -432,7 +437,7 @@ finish() {
   sql postgres "SELECT string_agg(quote_ident(datname), ' ') FROM pg_database WHERE datname LIKE 'soak_churn%'" |
     tr ' ' '\n' | while read -r db; do [ -z "$db" ] || sql postgres "DROP DATABASE $db WITH (FORCE)"; done
 
-  log "checks on the indexes as the load left them"
+  stage "checks on the indexes as the load left them"
   local db
   for db in "${databases[@]}"; do
     sql "$db" "SELECT 'pending ' || pending || ', deleted ' || deleted || ', unreached ' || unreached
@@ -441,7 +446,7 @@ finish() {
   check_indexes
   for db in "${databases[@]}"; do full_scan "$db" items_v_idx '<->'; done
 
-  log "checks after merging every pending row"
+  stage "checks after merging every pending row"
   for db in "${databases[@]}"; do
     sql "$db" "SELECT tsdg_merge('items_v_idx')" >/dev/null || fail "$db: tsdg_merge failed"
     [ "$db" != soak_2 ] || sql "$db" "SELECT tsdg_merge('items_cos_idx')" >/dev/null ||
@@ -452,7 +457,7 @@ finish() {
   done
   check_indexes
 
-  log "the heap and its btree, pgvector's index, the server"
+  stage "the heap and its btree, pgvector's index, the server"
   for db in "${databases[@]}"; do
     sql "$db" "SELECT bt_index_check('items_pkey', true)" >/dev/null ||
       fail "$db: amcheck found the heap and items_pkey apart"
@@ -475,7 +480,7 @@ finish() {
 
 collect() {
   mkdir -p "$OUT"
-  cp "$dir/cluster/server.log" "$OUT/server.log" 2>/dev/null
+  gzip -c "$dir/cluster/server.log" >"$OUT/server.log.gz" 2>/dev/null
   tar czf "$OUT/soak_logs.tar.gz" -C "$dir" pgbench kills.log maintenance.log churn.log load.log \
     psql_errors.log 2>/dev/null
 }
@@ -489,7 +494,7 @@ case $phase in
     mkdir -p "$OUT"
     exec > >(tee "$OUT/soak_$phase.log") 2>&1
     began=$(now)
-    log "setup"
+    stage "setup"
     setup || { echo "FAIL: setup"; exit 1; }
     source "$dir/state.sh"
     start_load
