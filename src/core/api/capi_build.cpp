@@ -239,6 +239,23 @@ void tsdg_build_params_default(TsdgBuildParams* params) {
   params->threads = 0;
 }
 
+size_t tsdg_build_bytes_per_row(int dim, const TsdgBuildParams* params) {
+  const tsdg::DiversifyParams diversify = diversify_params(*params);
+  // a k-NN list widened with the long-range candidates (and the row itself
+  // among its nearest pivots)
+  const auto width =
+      static_cast<size_t>(params->build_k + diversify.pivot_candidates + 1 + diversify.random_candidates);
+  const size_t edge = sizeof(uint32_t) + sizeof(float);
+  const auto dims = static_cast<size_t>(dim);
+  const auto degree = static_cast<size_t>(params->degree);
+  const auto k = static_cast<size_t>(params->build_k);
+  return 2 * sizeof(float) * dims                             // the caller's rows, GNND's copy
+         + 2 * (sizeof(uint32_t) + sizeof(uint8_t)) * degree  // the graph, the core's and the caller's
+         + sizeof(uint32_t) * k                               // the caller's k-NN ids
+         + edge * k                                           // GNND's lists
+         + 3 * edge * width;  // the widened lists, stage 1's pruned lists, their reverse edges
+}
+
 void tsdg_set_spill_directory(const char* directory, size_t min_bytes) {
   tsdg::set_spill_directory(directory != nullptr ? directory : "", min_bytes);
 }

@@ -122,6 +122,13 @@ typedef struct TsdgBuildParams
 void		tsdg_build_params_default(TsdgBuildParams *params);
 
 /*
+ * The bytes a build on the CPU holds for each row at its peak, the caller's
+ * arrays of tsdg_build_graph included (the rows, the graph, the k-NN ids):
+ * for a caller that decides whether a build fits its memory budget.
+ */
+size_t		tsdg_build_bytes_per_row(int dim, const TsdgBuildParams *params);
+
+/*
  * Large arrays in temporary files (a build or merge past its memory budget):
  * while a directory is set, every array of at least min_bytes the core
  * allocates, in any thread of this process, is a file there, unlinked at

@@ -79,22 +79,14 @@ typedef struct TsdgBuildState
 	int64		reported_done;
 } TsdgBuildState;
 
-/*
- * Bytes one row costs during the build: its vector and TID here, its list of
- * the search graph, and its k-NN list (ids and distances) inside the core.
- */
+/* Bytes one row costs during the build: its TID here, the rest in the core's estimate. */
 static Size
 TsdgBuildBytesPerRow(const TsdgBuildState *bs)
 {
-	return sizeof(float) * bs->dims + sizeof(ItemPointerData) +
-		(sizeof(uint32) + sizeof(uint8)) * bs->params.degree +
-		(sizeof(uint32) + sizeof(float)) * bs->params.build_k;
+	return sizeof(ItemPointerData) + tsdg_build_bytes_per_row(bs->dims, &bs->params);
 }
 
-/*
- * The rows that fit maintenance_work_mem, by the estimate above (the core's
- * arrays are most of it).
- */
+/* the rows that fit maintenance_work_mem, by the estimate above */
 static int64
 TsdgRowsInMemory(const TsdgBuildState *bs)
 {
