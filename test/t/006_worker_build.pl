@@ -119,4 +119,16 @@ unlike(join("\n", log_since($from) =~ /(tsdg index "grown_cpu" built from.*)/g),
 $node->safe_psql('postgres', 'DROP INDEX grown_idx');
 is(self_misses('grown', 1), 0, 'grown: every row finds itself (built on the CPU)');
 
+# 4. Past maintenance_work_mem the rows go on into the worker's segment, the
+# NOTICE says so, and the worker builds.
+$node->safe_psql('postgres', 'DROP INDEX grown_cpu');
+$from = -s $node->logfile;
+my ($ret, $stdout, $stderr) = $node->psql('postgres',
+	"SET maintenance_work_mem = '1MB'; SET client_min_messages = notice; CREATE INDEX grown_small ON grown USING tsdg (v vector_l2_ops)");
+is($ret, 0, 'a build on the worker past maintenance_work_mem succeeds');
+like($stderr, qr/NOTICE:  tsdg index build no longer fits into maintenance_work_mem after \d+ tuples\nDETAIL:  The rows go on into the shared memory segment the GPU worker reads/,
+	'the NOTICE says the rows go on into the worker\'s segment');
+like(log_since($from), qr/tsdg index "grown_small" built on the GPU worker/, 'the worker built grown_small');
+is(self_misses('grown', 1), 0, 'grown: every row finds itself (built on the worker past maintenance_work_mem)');
+
 done_testing();

@@ -216,8 +216,11 @@ TsdgGrowArrays(TsdgBuildState *bs)
 	{
 		bool		ready;
 
+		/* within the limit until the rows reach it, as in local memory */
 		if (bs->count >= max_rows)
 			TsdgPassMemoryLimit(bs, true);
+		else
+			capacity = Min(capacity, max_rows);
 		if (bs->segment.seg == NULL)
 			ready = TsdgBuildSegmentCreate(&bs->segment, capacity, bs->dims, &bs->params);
 		else
