@@ -10,7 +10,8 @@
 # The huge batch is then cancelled (pg_cancel_backend) and the time until the
 # worker answers a scan again is measured. Reports latency p50 / p95 / max,
 # recall@10 of the scans against a sequential scan, and whether every scan
-# completed while the huge batch was still waiting for the worker.
+# completed while the huge batch was still waiting for the worker; and a
+# third session's batch of 10 queries, idle and during the huge batch.
 #
 # usage: fairness_bench.sh [OUTDIR]   (default ./fairness-bench-out; starts its
 # own cluster, with the worker on tsdg.worker_backend = TSDG_WORKER_BACKEND
@@ -78,11 +79,18 @@ BEGIN
     INTO p50, p95, worst FROM unnest(ms) m;
   recall := hits / (10.0 * array_length(ms, 1));
 END \$\$;
+CREATE FUNCTION timed_small_batch() RETURNS float8 LANGUAGE plpgsql AS \$\$
+DECLARE t timestamptz := clock_timestamp();
+BEGIN
+  PERFORM count(*) FROM tsdg_search_batch('items_v', (SELECT array_agg(v) FROM queries WHERE id <= 10), 10);
+  RETURN extract(epoch FROM clock_timestamp() - t) * 1000;
+END \$\$;
 SQL
 scan_settings="SET enable_seqscan = off; SET tsdg.worker_timeout_ms = '1h';"
 # the worker holds the index and has served scans before the idle timing
 run -c "$scan_settings SELECT * FROM timed_scans()" >/dev/null
 idle=$(run -At -F ' | ' -c "$scan_settings SELECT round(p50::numeric, 2), round(p95::numeric, 2), round(worst::numeric, 2), round(recall::numeric, 4) FROM timed_scans()")
+small_idle=$(run -At -c "SELECT round(timed_small_batch()::numeric, 2)")
 
 psql -X -d fairness_bench -c "SET application_name = 'huge_batch'" -c 'SET tsdg.ef_search = 10000' \
   -c 'SET tsdg.worker_max_ef_search = 10000' \
@@ -96,6 +104,7 @@ for _ in $(seq 600); do
 done
 sleep 1
 busy=$(run -At -F ' | ' -c "$scan_settings SELECT round(p50::numeric, 2), round(p95::numeric, 2), round(worst::numeric, 2), round(recall::numeric, 4) FROM timed_scans()")
+small_busy=$(run -At -c "SELECT round(timed_small_batch()::numeric, 2)")
 still=$(run -At -c "$waiting")
 cancel_start=$(date +%s.%N)
 run -At -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'huge_batch'" >/dev/null
@@ -117,7 +126,8 @@ commit=$(git -C "$TSDG_ROOT" rev-parse --short HEAD)
   echo "| worker idle | $idle |"
   echo "| during the huge batch | $busy |"
   echo
-  echo "The huge batch still waiting for the worker after the last scan: $( [ "$still" = 1 ] && echo yes || echo no)."
+  echo "A batch of 10 queries (k 10) of a third session: ${small_idle} ms with the worker idle, ${small_busy} ms during the huge batch."
+  echo "The huge batch still waiting for the worker after the last scan and that batch: $( [ "$still" = 1 ] && echo yes || echo no)."
   echo "From pg_cancel_backend of the huge batch to the next scan's answer: ${after_cancel} s."
   echo "huge batch session: $(tr '\n' ' ' < "$work/huge_batch.out")"
 } | tee "$out/fairness_bench.md"

@@ -3,7 +3,7 @@
 # alone. Here: pack PostgreSQL with the extension built with CUDA
 #   TSDG_PG_PREFIX=/tmp/gpu-pg bash scripts/gpu/pack-postgres.sh
 # then, in a device run that carries .gpu, from the repository root:
-#   bash scripts/gpu/on-device.sh bash test/gpu/pg_worker_run.sh [tests|bench|all|pending|merge]
+#   bash scripts/gpu/on-device.sh bash test/gpu/pg_worker_run.sh [tests|bench|all|pending|merge|fairness]
 # It starts a cluster with pg_tsdg preloaded (the worker loads
 # pg_tsdg_cuda.so), then
 #   tests: the worker regression test (test/regress/sql/worker.sql, the
@@ -18,6 +18,10 @@
 #   pending: (not part of all) test/gpu/pg_pending_bench.py: searches of an
 #          index of ROWS with PENDING (default 100k) pending rows: the worker's
 #          copy of them, each session's own scan, the CPU path;
+#   fairness: (not part of all) bench/fairness_bench.sh against this server:
+#          other sessions' index scans and a small batch while one session's
+#          batch of BATCH (default 20000) queries at k 1000 holds the worker,
+#          on ROWS x DIM (default 1M x 128) rows, and its cancel;
 #   merge: (not part of all) bench/merge_bench.sh against this server: CHUNK x
 #          (BASE_CHUNKS + LOADS) rows (default 100k x (10 + 10)), an index built
 #          on the GPU on the first 1M, then 10 loads of 100k each merged on the
@@ -26,7 +30,7 @@
 # to try a mode on a machine without a GPU).
 # Writes under $OUT: run.log, regress/ (the regression test's output and
 # diffs), tap_logs.tar.gz (the TAP tests' logs), bench.log, worker_bench.json,
-# pending_bench.{json,log}, merge_bench.md, merge_bench.log, server.log.
+# pending_bench.{json,log}, merge_bench.md, merge_bench.log, fairness_bench.{md,log}, server.log.
 source "$(dirname "$0")/../../scripts/common.sh"
 set +e
 cd "$TSDG_ROOT"
@@ -104,6 +108,13 @@ if [ "$mode" = pending ]; then
     --out "$OUT/pending_bench.json" >"$OUT/pending_bench.log" 2>&1 ||
     { echo "pending benchmark: FAILED or cut short"; failed=1; }
   tail -30 "$OUT/pending_bench.log"
+fi
+if [ "$mode" = fairness ]; then
+  log "fairness benchmark"
+  TSDG_BENCH_EXTERNAL=1 ROWS=${ROWS:-1000000} DIMS=${DIM:-128} BATCH=${BATCH:-20000} SCANS=${SCANS:-100} \
+    timeout "${BENCH_TIMEOUT:-480}" bash bench/fairness_bench.sh "$OUT" >"$OUT/fairness_bench.log" 2>&1 ||
+    { echo "fairness benchmark: FAILED or cut short"; tail -30 "$OUT/fairness_bench.log"; failed=1; }
+  [ -f "$OUT/fairness_bench.md" ] && cat "$OUT/fairness_bench.md"
 fi
 if [ "$mode" = merge ]; then
   log "merge benchmark"

@@ -288,6 +288,13 @@ TsdgStartSearchBatch(TakenRequest *t)
 	if (running == NULL)
 		running = MemoryContextAllocZero(TopMemoryContext,
 										 sizeof(RunningBatch) * TsdgShared->slot_count);
+	/* a batch still running from this slot was given up: its session sent another request */
+	for (int i = 0; i < running_count; i++)
+		if (running[i].t.slot == t->slot)
+		{
+			FinishBatch(i, TSDG_REPLY_CANCELLED, NULL);
+			break;
+		}
 	Assert(running_count < TsdgShared->slot_count);
 	b = &running[running_count++];
 	b->t = *t;
