@@ -215,7 +215,10 @@ LetGoOfBatchArea(const TakenRequest *t)
 		TsdgIpcLetGoOfBatchArea();
 }
 
-/* Answers a batch (or learns that its session gave it up) and forgets it. */
+/*
+ * Answers a batch and forgets it; CANCELLED: its session gave it up, and no
+ * answer is written.
+ */
 static void
 FinishBatch(int i, TsdgReply reply, const char *message)
 {
@@ -225,6 +228,10 @@ FinishBatch(int i, TsdgReply reply, const char *message)
 
 	TsdgUnmapBulk(&b->map);
 	LetGoOfBatchArea(&b->t);
+	if (reply == TSDG_REPLY_CANCELLED && args->nq >= TSDG_LOGGED_BATCH)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: dropped a batch of %d queries after %d of them: its session gave it up",
+						args->nq, b->next)));
 	if (reply == TSDG_REPLY_OK)
 	{
 		pg_atomic_fetch_add_u64(&TsdgShared->batches, 1);
@@ -238,7 +245,8 @@ FinishBatch(int i, TsdgReply reply, const char *message)
 	answer.result_count = reply == TSDG_REPLY_OK ? args->nq : 0;
 	answer.pending_searched = b->pending_searched && reply == TSDG_REPLY_OK;
 	answer.pending_bound = get_float4_infinity();
-	TsdgIpcAnswerSearch(b->t.slot, b->t.copy.request_id, reply, &answer, message);
+	if (reply != TSDG_REPLY_CANCELLED)
+		TsdgIpcAnswerSearch(b->t.slot, b->t.copy.request_id, reply, &answer, message);
 	running[i] = running[--running_count];
 }
 
@@ -337,11 +345,7 @@ SearchNextPart(int i)
 
 	if (TsdgIpcCancelRequested(b->t.slot, b->t.copy.request_id))
 	{
-		if (args->nq >= TSDG_LOGGED_BATCH)
-			ereport(LOG,
-					(errmsg("pg_tsdg GPU worker: dropped a batch of %d queries after %d of them: its session gave it up",
-							args->nq, b->next)));
-		FinishBatch(i, TSDG_REPLY_CANCELLED, "the session gave the batch up");
+		FinishBatch(i, TSDG_REPLY_CANCELLED, NULL);
 		return true;
 	}
 	if (r == NULL)
