@@ -142,10 +142,11 @@ run_tap_tests() {
   mkdir -p -m 1777 /tmp/pg_tsdg_test_ports
   # the server's headers, for tests that build a module of their own: the
   # private copy has none, the install it was made of has them
-  local includedir
-  includedir=$(pg_config --includedir-server)
-  [ -f "$includedir/postgres.h" ] ||
-    includedir=$("/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" --includedir-server)
+  local includedir system_pg_config=/usr/lib/postgresql/$PG_MAJOR/bin/pg_config
+  includedir=$(pg_config --includedir-server 2>/dev/null || true)
+  if [ ! -f "$includedir/postgres.h" ] && [ -x "$system_pg_config" ]; then
+    includedir=$("$system_pg_config" --includedir-server 2>/dev/null || true)
+  fi
   if as_cluster_user env PATH="$PATH" TESTDIR="$dir" TMPDIR="$dir" \
        PG_TEST_PORT_DIR=/tmp/pg_tsdg_test_ports PG_REGRESS="$pgxs/test/regress/pg_regress" \
        TSDG_SERVER_INCLUDEDIR="$includedir" \
