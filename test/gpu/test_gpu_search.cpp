@@ -73,7 +73,8 @@ TEST(GpuSearch, BothKernelsReachCpuRecall) {
   const SearchFixture& f = fixture();
   auto cpu_index = make_cpu_backend()->make_search_index(f.data.view(), f.graph, Metric::L2);
   auto gpu_index = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
-  for (int ef : {32, 64}) {
+  // 1000: past the visited set's first sizes and the expansion queue's length
+  for (int ef : {32, 64, 1000}) {
     SearchParams params;
     params.k = 10;
     params.ef = ef;
@@ -116,7 +117,7 @@ TEST(GpuSearch, SmallBatchWidthAndEfLimit) {
   std::vector<float> out_dists(out_ids.size());
   EXPECT_THROW(gpu_index->search(f.queries.view(), params, out_ids.data(), out_dists.data(), RunControl{}),
                Error);
-  params.gpu_kernel = 0;  // by batch size: past the limit the large-batch kernel answers
+  params.gpu_kernel = 0;  // by batch size: past the limit the search answers at the largest ef
   EXPECT_GE(search_recall(*gpu_index, params, &dists, &ids), 0.99);
 }
 

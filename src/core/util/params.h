@@ -39,8 +39,9 @@ struct DiversifyParams {
 };
 
 // The largest ef of the GPU small-batch kernel (its pool lives in shared
-// memory); a batch with a larger ef goes to the large-batch kernel.
-inline constexpr int kGpuSmallBatchMaxEf = 512;
+// memory), which is the largest of the GPU searches too: a single query
+// keeps the small-batch kernel's latency at every ef the GPU serves.
+inline constexpr int kGpuSmallBatchMaxEf = 1024;
 
 // Graph search (Wang, Wang, Zhao, 2022, section 4; Groh et al., 2023 for the slack stop rule).
 struct SearchParams {

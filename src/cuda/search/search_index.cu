@@ -229,8 +229,8 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
   }
   if (params.gpu_kernel == kKernelExactScan) return false;
   const int k = params.k;
-  const int ef = std::clamp(std::max(params.ef, k), 1, 1024);
-  if (params.gpu_kernel == kKernelSmallBatch && ef > kGpuSmallBatchMaxEf) {
+  const int ef = std::clamp(std::max(params.ef, k), 1, kGpuSmallBatchMaxEf);
+  if (params.gpu_kernel == kKernelSmallBatch && params.ef > kGpuSmallBatchMaxEf) {
     throw Error(Status::InvalidArgument,
                 "the small-batch kernel supports ef up to " + std::to_string(kGpuSmallBatchMaxEf));
   }

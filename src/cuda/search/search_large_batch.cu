@@ -3,9 +3,10 @@
 //   R  the ef best (distance, id) found, sorted, merged 32 candidates at a time
 //   C  the expansion queue: kQueueSegments sorted arrays of 32, node e in
 //      segment e % kQueueSegments; a pop takes the smallest head
-//   V  the visited table: kVisitedSegments circular arrays of 32, node e in
-//      segment e % kVisitedSegments, the oldest entry overwritten; it holds
-//      the expanded nodes only
+//   V  the visited set: an open-addressing hash of every node scored, sized
+//      by ef, so that a lookup costs a probe or two whatever ef is (a scan of
+//      R for each neighbor grows with ef, and at a large ef it costs more
+//      than the distances)
 // Distances are computed by teams of 8 lanes, 4 candidates at a time.
 #include <algorithm>
 
@@ -16,17 +17,32 @@ namespace tsdg::cuda {
 namespace {
 
 constexpr int kQueueSegments = 8;
-constexpr int kVisitedSegments = 8;
 constexpr int kTeam = 8;
 constexpr int kTeamsPerWarp = kWarpSize / kTeam;
+constexpr int kMinVisitedBits = 8;
+constexpr int kVisitedRoom = 128;
+
+// log2 of V's slots. V is cleared and refilled with R's nodes once more than
+// three quarters of it is taken (visited_refill): a node scored once and
+// dropped from R is worse than R's last entry, which only improves, so
+// scoring it again would change nothing. After a refill, at least
+// kVisitedRoom inserts (several expansions) fit under the threshold, so
+// that refills stay rare at every ef.
+int visited_bits(int ef) {
+  int bits = kMinVisitedBits;
+  while ((1 << bits) / 4 * 3 < ef + kWarpSize + kVisitedRoom) ++bits;
+  return bits;
+}
 
 struct LargeBatchLayout {
   int dim_padded;
   int ef;
+  int visited_bits;
   size_t bytes() const {
+    const size_t slots = size_t{1} << visited_bits;
     return static_cast<size_t>(dim_padded) * 4 + static_cast<size_t>(ef) * 16 +
-           kQueueSegments * kWarpSize * 8 + kQueueSegments * 4 + kVisitedSegments * kWarpSize * 4 +
-           kVisitedSegments * 4 + kWarpSize * 8;
+           kQueueSegments * kWarpSize * 8 + kQueueSegments * 4 + slots * 4 + 16 +
+           kWarpSize * 8;
   }
 };
 
@@ -129,26 +145,49 @@ __device__ __forceinline__ uint32_t queue_pop(float* queue_dists, uint32_t* queu
   return id;
 }
 
-__device__ __forceinline__ void visited_add(uint32_t* visited, int* visited_heads, uint32_t id) {
-  if (lane_id() == 0) {
-    const int segment = static_cast<int>(id % kVisitedSegments);
-    visited[segment * kWarpSize + visited_heads[segment]] = id;
-    visited_heads[segment] = (visited_heads[segment] + 1) % kWarpSize;
+// Inserts id into V of 2^bits slots (one lane's call); false when it was
+// there.
+__device__ __forceinline__ bool visited_insert(uint32_t* visited, int bits, uint32_t id) {
+  const int slots = 1 << bits;
+  uint32_t slot = (id * 2654435761u) >> (32 - bits);
+  for (;;) {
+    const uint32_t old = atomicCAS(visited + slot, kInvalidId, id);
+    if (old == kInvalidId) return true;
+    if (old == id) return false;
+    slot = (slot + 1) & static_cast<uint32_t>(slots - 1);
+  }
+}
+
+// Before up to kWarpSize more inserts: past three quarters of its slots, V
+// becomes R's nodes only (warp-wide; see visited_bits).
+__device__ __forceinline__ void visited_refill(uint32_t* visited, int bits, int& fill, const uint32_t* best_ids,
+                                               int ef) {
+  const int slots = 1 << bits;
+  if (fill + kWarpSize <= slots - slots / 4) return;
+  for (int i = lane_id(); i < slots; i += kWarpSize) visited[i] = kInvalidId;
+  __syncwarp();
+  fill = 0;
+  for (int first = 0; first < ef; first += kWarpSize) {
+    const int i = first + lane_id();
+    const bool inserted = i < ef && best_ids[i] != kInvalidId && visited_insert(visited, bits, best_ids[i]);
+    fill += __popc(__ballot_sync(kFullMask, inserted));
   }
   __syncwarp();
 }
 
-// One lane's check of its own candidate; the reads are staggered by lane so
-// that lanes looking at different segments hit different banks.
-__device__ __forceinline__ bool visited_contains(const uint32_t* visited, uint32_t id) {
-  const uint32_t* segment = visited + (id % kVisitedSegments) * kWarpSize;
-  bool found = false;
-  for (int i = 0; i < kWarpSize; ++i) found |= segment[(i + lane_id()) % kWarpSize] == id;
-  return found;
+// Inserts each lane's candidate e (kInvalidId: none) into V; true for the
+// lanes whose node was not there. Warp-wide.
+__device__ __forceinline__ bool visited_take(uint32_t* visited, int bits, int& fill, const uint32_t* best_ids,
+                                             int ef, uint32_t e) {
+  visited_refill(visited, bits, fill, best_ids, ef);
+  const bool fresh = e != kInvalidId && visited_insert(visited, bits, e);
+  fill += __popc(__ballot_sync(kFullMask, fresh));
+  __syncwarp();
+  return fresh;
 }
 
 template <Metric M>
-__global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLaunch launch) {
+__global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLaunch launch, int visited_bits) {
   extern __shared__ __align__(16) unsigned char shared_raw[];
   const DeviceGraph& g = launch.graph;
   const int64_t query_index = blockIdx.x;
@@ -164,8 +203,9 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
   uint32_t* queue_ids = reinterpret_cast<uint32_t*>(queue_dists + kQueueSegments * kWarpSize);
   int* queue_sizes = reinterpret_cast<int*>(queue_ids + kQueueSegments * kWarpSize);
   uint32_t* visited = reinterpret_cast<uint32_t*>(queue_sizes + kQueueSegments);
-  int* visited_heads = reinterpret_cast<int*>(visited + kVisitedSegments * kWarpSize);
-  float* cand_dists = reinterpret_cast<float*>(visited_heads + kVisitedSegments);
+  const int slots = 1 << visited_bits;
+  int fill = 0;
+  float* cand_dists = reinterpret_cast<float*>(visited + slots + 4);
   uint32_t* cand_ids = reinterpret_cast<uint32_t*>(cand_dists + kWarpSize);
 
   load_query(launch.queries + query_index * g.dim, g.dim, query);
@@ -174,8 +214,7 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
     best_ids[i] = kInvalidId;
   }
   if (lane < kQueueSegments) queue_sizes[lane] = 0;
-  for (int i = lane; i < kVisitedSegments * kWarpSize; i += kWarpSize) visited[i] = kInvalidId;
-  if (lane < kVisitedSegments) visited_heads[lane] = 0;
+  for (int i = lane; i < slots; i += kWarpSize) visited[i] = kInvalidId;
   __syncwarp();
 
   // Entry: the navigating set (the CPU search's entry points) is scored and
@@ -185,9 +224,13 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
   const int64_t own_row = launch.own_row_first >= 0 ? launch.own_row_first + query_index : -1;
   bool own_found = false;
   for (int first = 0; first < launch.entry_count; first += kWarpSize) {
-    const int count = min(kWarpSize, launch.entry_count - first);
-    if (lane < count) cand_ids[lane] = launch.entries[first + lane];
+    const uint32_t e = first + lane < launch.entry_count ? launch.entries[first + lane] : kInvalidId;
+    const bool fresh = visited_take(visited, visited_bits, fill, best_ids, ef, e);
+    const unsigned fresh_mask = __ballot_sync(kFullMask, fresh);
+    if (fresh) cand_ids[__popc(fresh_mask & ((1u << lane) - 1u))] = e;
     __syncwarp();
+    const int count = __popc(fresh_mask);
+    if (count == 0) continue;
     own_found |= holds_own_row(cand_ids, count, own_row);
     team_distances<M>(g, query, cand_ids, cand_dists, count);
     merge_into_best(best_dists, best_ids, spare_dists, spare_ids, ef, cand_dists, cand_ids, count);
@@ -206,15 +249,13 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
         slack_stops(launch.stop, u_dist, best_dists[0], best_dists[best_k_index])) {
       break;
     }
-    visited_add(visited, visited_heads, u);
     const uint32_t* list = g.neighbors + static_cast<int64_t>(u) * g.degree;
     const uint8_t* lambdas = g.lambdas + static_cast<int64_t>(u) * g.degree;
     for (int first = 0; first < g.degree; first += kWarpSize) {
       const int j = first + lane;
       uint32_t e = kInvalidId;
       if (j < g.degree && lambdas[j] <= launch.lambda_limit) e = list[j];
-      bool fresh = e != kInvalidId && !visited_contains(visited, e);
-      for (int i = 0; i < ef && fresh; ++i) fresh = best_ids[i] != e;
+      const bool fresh = visited_take(visited, visited_bits, fill, best_ids, ef, e);
       const unsigned fresh_mask = __ballot_sync(kFullMask, fresh);
       if (fresh_mask == 0) continue;
       if (fresh) cand_ids[__popc(fresh_mask & ((1u << lane) - 1u))] = e;
@@ -229,6 +270,7 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
       const uint32_t my_id = lane < count ? cand_ids[lane] : kInvalidId;
       unsigned entering =
           __ballot_sync(kFullMask, lane < count && pair_less(my_d, my_id, worst_before, worst_id_before));
+      if (entering == 0) continue;
       merge_into_best(best_dists, best_ids, spare_dists, spare_ids, ef, cand_dists, cand_ids, count);
       while (entering != 0) {
         const int source = __ffs(entering) - 1;
@@ -250,14 +292,14 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
 
 void launch_large_batch_search(const SearchLaunch& launch, cudaStream_t stream) {
   if (launch.rows == 0) return;
-  LargeBatchLayout layout{(launch.graph.dim + 3) & ~3, launch.ef};
+  LargeBatchLayout layout{(launch.graph.dim + 3) & ~3, launch.ef, visited_bits(launch.ef)};
   const size_t shared_bytes = layout.bytes();
   dispatch_metric(launch.metric, [&](auto tag) {
     constexpr Metric M = decltype(tag)::value;
     auto kernel = large_batch_search_kernel<M>;
     TSDG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(shared_bytes)));
-    kernel<<<static_cast<unsigned>(launch.rows), kWarpSize, shared_bytes, stream>>>(launch);
+    kernel<<<static_cast<unsigned>(launch.rows), kWarpSize, shared_bytes, stream>>>(launch, layout.visited_bits);
     check_launch("large_batch_search_kernel");
   });
 }
