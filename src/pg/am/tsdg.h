@@ -522,6 +522,33 @@ extern void tsdgrescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orde
 extern bool tsdggettuple(IndexScanDesc scan, ScanDirection dir);
 extern void tsdgendscan(IndexScanDesc scan);
 
+/* tsdgscanwalk.c: a scan's graph walk over the pages */
+#define TSDG_WALK_BATCH		64	/* rows pinned at once */
+
+typedef struct TsdgPageWalk
+{
+	Relation	index;
+	const TsdgLayout *layout;
+	TsdgMetric	metric;
+	const float *query;
+	uint32		node_count;
+	uint32	   *list_ids;		/* degree entries each */
+	uint8	   *list_lambdas;
+	uint32	   *fresh;
+	BlockNumber blocks[TSDG_WALK_BATCH];
+	Buffer		pins[TSDG_WALK_BATCH];
+	const float *vectors[TSDG_WALK_BATCH];
+	float		dists[TSDG_WALK_BATCH];
+} TsdgPageWalk;
+
+extern void TsdgWalkInit(TsdgPageWalk *walk, Relation index, const TsdgLayout *layout,
+						 TsdgMetric metric, const float *query, uint32 node_count);
+extern void TsdgCheckScanNode(Relation index, uint32 id, uint32 node_count);
+/* scores the rows of ids and offers them to the search */
+extern void TsdgWalkOffer(TsdgPageWalk *walk, TsdgSearch *search, const uint32 *ids, int count);
+/* expands candidates until the search has nothing better left to visit */
+extern void TsdgWalkExpand(TsdgPageWalk *walk, TsdgSearch *search);
+
 /* tsdgvacuum.c */
 extern IndexBulkDeleteResult *tsdgbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 											 IndexBulkDeleteCallback callback, void *callback_state);

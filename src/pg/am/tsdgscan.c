@@ -18,7 +18,8 @@
  * the search but are never returned.
  *
  * Node pages only change by VACUUM setting a deleted flag, so every read
- * takes a share lock on one page, copies what it needs and lets go.
+ * of a flag or TID takes a share lock on one page, copies what it needs and
+ * lets go; the graph walk reads vectors under a pin alone (tsdgscanwalk.c).
  *
  * With the GPU worker running, the first round is answered by the worker
  * (TsdgWorkerRound) instead of by reading pages here; wider rounds are
@@ -87,9 +88,7 @@ typedef struct TsdgScanOpaqueData
 	uint32		head_id;
 	ItemPointerData head_tid;
 	float		head_distance;
-	uint32	   *list_ids;		/* scratch, degree entries each */
-	uint8	   *list_lambdas;
-	uint32	   *fresh;
+	TsdgPageWalk walk;			/* the graph search's reads of the pages */
 
 	/*
 	 * rows the round had: a round of the worker that searched the pending
@@ -157,52 +156,6 @@ TsdgMakeConsumedBitmap(TsdgScanOpaque so)
 		so->consumed[so->result_ids[i] / 8] |= (1 << (so->result_ids[i] % 8));
 }
 
-static void
-TsdgCheckNodeId(Relation index, const TsdgScanOpaque so, uint32 id)
-{
-	if (id >= so->meta.node_count)
-		ereport(ERROR,
-				(errcode(ERRCODE_INDEX_CORRUPTED),
-				 errmsg("tsdg index \"%s\" refers to node %u of %u",
-						RelationGetRelationName(index), id, so->meta.node_count)));
-}
-
-/* Reads a node's neighbor list into so->list_*; returns how many it holds. */
-static int
-TsdgReadNeighbors(Relation index, TsdgScanOpaque so, uint32 id)
-{
-	Buffer		buf = ReadBuffer(index, TsdgListBlock(&so->layout, id));
-	char	   *rec;
-	int			count = 0;
-
-	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	rec = TsdgListRecord(&so->layout, BufferGetPage(buf), id);
-	TsdgListRead(&so->layout, rec, so->list_ids, so->list_lambdas);
-	UnlockReleaseBuffer(buf);
-
-	/* lists are padded at the end */
-	while (count < so->layout.degree && so->list_ids[count] != TSDG_INVALID_ID)
-	{
-		TsdgCheckNodeId(index, so, so->list_ids[count]);
-		count++;
-	}
-	return count;
-}
-
-static float
-TsdgNodeDistance(Relation index, TsdgScanOpaque so, uint32 id)
-{
-	Buffer		buf = ReadBuffer(index, TsdgRowBlock(&so->layout, id));
-	float		distance;
-
-	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	distance = tsdg_metric_distance(so->metric, so->query,
-									TsdgRecordVector(TsdgRowRecord(&so->layout, BufferGetPage(buf), id)),
-									so->layout.dims);
-	UnlockReleaseBuffer(buf);
-	return distance;
-}
-
 /* heap TID and deleted flag of a node */
 static bool
 TsdgReadNodeTid(Relation index, TsdgScanOpaque so, uint32 id, ItemPointer tid)
@@ -237,31 +190,9 @@ TsdgOfferUnreached(Relation index, TsdgScanOpaque so)
 	no_lambdas = palloc0(sizeof(uint8) * count);
 	fresh = palloc(sizeof(uint32) * count);
 	unseen = tsdg_search_unvisited(so->search, so->meta.unreached, no_lambdas, count, fresh);
-	for (int i = 0; i < unseen; i++)
-	{
-		TsdgCheckNodeId(index, so, fresh[i]);
-		tsdg_search_offer(so->search, fresh[i], TsdgNodeDistance(index, so, fresh[i]));
-	}
+	TsdgWalkOffer(&so->walk, so->search, fresh, unseen);
 	pfree(no_lambdas);
 	pfree(fresh);
-}
-
-/* Expands candidates until the search has nothing better left to visit. */
-static void
-TsdgExpand(Relation index, TsdgScanOpaque so)
-{
-	uint32		node;
-
-	while ((node = tsdg_search_next(so->search)) != TSDG_INVALID_ID)
-	{
-		int			count = TsdgReadNeighbors(index, so, node);
-		int			fresh = tsdg_search_unvisited(so->search, so->list_ids, so->list_lambdas,
-												  count, so->fresh);
-
-		for (int i = 0; i < fresh; i++)
-			tsdg_search_offer(so->search, so->fresh[i], TsdgNodeDistance(index, so, so->fresh[i]));
-		CHECK_FOR_INTERRUPTS();
-	}
 }
 
 /*
@@ -308,7 +239,7 @@ TsdgWorkerRound(Relation index, TsdgScanOpaque so)
 			so->pending[so->pending_count++].distance = so->result_dists[i];
 			continue;
 		}
-		TsdgCheckNodeId(index, so, so->result_ids[i]);
+		TsdgCheckScanNode(index, so->result_ids[i], so->meta.node_count);
 		so->result_ids[graph_rows] = so->result_ids[i];
 		so->result_dists[graph_rows] = so->result_dists[i];
 		so->result_tids[graph_rows++] = so->result_tids[i];
@@ -350,21 +281,19 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 
 		tsdg_search_begin(so->search, so->ef);
 		if (so->meta.entry_count == 0)
-			tsdg_search_offer(so->search, 0, TsdgNodeDistance(index, so, 0));
-		for (int i = 0; i < so->meta.entry_count; i++)
 		{
-			uint32		entry = so->meta.entry_points[i];
+			uint32		first_node = 0;
 
-			TsdgCheckNodeId(index, so, entry);
-			tsdg_search_offer(so->search, entry, TsdgNodeDistance(index, so, entry));
+			TsdgWalkOffer(&so->walk, so->search, &first_node, 1);
 		}
+		TsdgWalkOffer(&so->walk, so->search, so->meta.entry_points, so->meta.entry_count);
 	}
 	else
 		tsdg_search_widen(so->search, so->ef);
 	/* this round's results come with no TIDs: they are read from the pages */
 	so->result_tids = NULL;
 
-	TsdgExpand(index, so);
+	TsdgWalkExpand(&so->walk, so->search);
 	TsdgOfferUnreached(index, so);
 	{
 		TsdgError	error;
@@ -507,9 +436,8 @@ TsdgStartScan(IndexScanDesc scan)
 	if (!so->graph_done)
 	{
 		so->consumed = NULL;
-		so->list_ids = palloc(sizeof(uint32) * so->layout.degree);
-		so->list_lambdas = palloc(sizeof(uint8) * so->layout.degree);
-		so->fresh = palloc(sizeof(uint32) * so->layout.degree);
+		TsdgWalkInit(&so->walk, scan->indexRelation, &so->layout, so->metric, so->query,
+					 so->meta.node_count);
 		TsdgGraphRound(scan->indexRelation, so, true);
 	}
 	if (!so->pending_from_worker)
