@@ -48,7 +48,9 @@ search
   --lambda-limits LIST   comma-separated λ limits (default 255)
   --slack LIST           comma-separated GGNN slack factors (default 0: off)
   --batch-sizes LIST     queries per SearchIndex::search call (default: all at once)
-  --entry-samples N      navigating-set size
+  --entry-samples N      navigating-set size (nodes nearest k-means centers)
+  --entry-stride N       and every N-th node besides (default -1: by the row
+                         count, 0: none)
   --gpu-kernels LIST     GPU search kernels to sweep: 0 by batch size (default),
                          1 small-batch, 2 large-batch
   --gpu-search-width N   nodes the small-batch kernel expands a step (0: default)
@@ -127,6 +129,7 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--slack", [&](auto& f, auto& v) { o.slacks = parse_list<float>(f, v); }},
       {"--batch-sizes", [&](auto& f, auto& v) { o.batch_sizes = parse_list<int64_t>(f, v); }},
       {"--entry-samples", [&](auto& f, auto& v) { o.entry_samples = parse_number<int>(f, v); }},
+      {"--entry-stride", [&](auto& f, auto& v) { o.entry_stride = parse_number<int64_t>(f, v); }},
       {"--gpu-kernels", [&](auto& f, auto& v) { o.gpu_kernels = parse_list<int>(f, v); }},
       {"--gpu-search-width", [&](auto& f, auto& v) { o.gpu_search_width = parse_number<int>(f, v); }},
       {"--min-seconds", [&](auto& f, auto& v) { o.min_seconds = parse_number<double>(f, v); }},

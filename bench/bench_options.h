@@ -30,6 +30,7 @@ struct BenchOptions {
   std::vector<float> slacks{0.0f};
   std::vector<int64_t> batch_sizes{0};  // 0: all queries in one call
   int entry_samples = SearchParams{}.entry_samples;
+  int64_t entry_stride = SearchParams{}.entry_stride;
   std::vector<int> gpu_kernels{0};  // SearchParams::gpu_kernel values swept on the GPU
   int gpu_search_width = 0;
   int threads = 0;

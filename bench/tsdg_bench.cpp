@@ -357,6 +357,14 @@ int run(const BenchOptions& o) {
     index = backend->make_search_index(data, graph, o.metric);
   }
   report.emit(Record("index").add("time_s", seconds_since(start)));
+  {
+    SearchParams params;
+    params.entry_samples = o.entry_samples;
+    params.entry_stride = o.entry_stride;
+    start = Clock::now();
+    const size_t entries = index->entry_points(params, control).size();
+    report.emit(Record("entries").add("count", static_cast<int64_t>(entries)).add("time_s", seconds_since(start)));
+  }
   auto tsdg_distances = [&]() -> int64_t {
     return cpu_index ? cpu_index->distance_computations() : 0;
   };
@@ -375,6 +383,8 @@ int run(const BenchOptions& o) {
             params.lambda_limit = lambda_limit;
             params.slack = slack;
             params.entry_samples = o.entry_samples;
+      params.entry_stride = o.entry_stride;
+            params.entry_stride = o.entry_stride;
             params.gpu_kernel = gpu_kernel;
             params.gpu_search_width = o.gpu_search_width;
             const SweepPoint p = measure(
@@ -428,6 +438,7 @@ int run(const BenchOptions& o) {
       params.k = k;
       params.ef = ef;
       params.entry_samples = o.entry_samples;
+      params.entry_stride = o.entry_stride;
       const SweepPoint p = measure(
           queries.rows, k, 0, truth, o.min_seconds,
           [&](int64_t first, int64_t count, uint32_t* ids) {

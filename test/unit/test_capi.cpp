@@ -117,9 +117,15 @@ TEST(CApi, UnreachedRowsJob) {
   ASSERT_EQ(tsdg_select_entry_points(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
                                      b.neighbors.data(), params.degree, 256, entries.data(), &error),
             TSDG_OK);
+  // the set the scans start from: these, then the strided nodes
+  std::vector<uint32_t> navigating(256 + TSDG_MAX_STRIDED_ENTRIES);
+  const int navigating_count = tsdg_navigating_set(entries.data(), 256, data.rows, navigating.data());
+  ASSERT_GT(navigating_count, 256);  // 8000 rows: nodes 0, 512, ..., 7680 unless selected
+  ASSERT_LE(navigating_count, 256 + 16);
+  EXPECT_TRUE(std::equal(entries.begin(), entries.end(), navigating.begin()));
   TsdgUnreachedJob* job = tsdg_unreached_job_start(
       data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, b.neighbors.data(), b.lambdas.data(),
-      params.degree, entries.data(), 256, 6000, 2, 255, kAllRecords, &error);
+      params.degree, navigating.data(), navigating_count, 6000, 2, 255, kAllRecords, &error);
   ASSERT_NE(job, nullptr) << error.message;
   std::vector<uint32_t> rows(2000);
   int64_t count = -1;

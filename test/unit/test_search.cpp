@@ -279,8 +279,7 @@ TEST(Search, UnreachedRowsAreThoseTheirOwnSearchMisses) {
   EXPECT_TRUE(std::is_sorted(unreached.begin(), unreached.end()));
   EXPECT_EQ(missed.size(), unreached.size());
 
-  const std::vector<uint32_t> entries = select_entry_points(f.data.view(), GraphView::of(f.graph),
-                                                            params.entry_samples, params.seed);
+  const std::vector<uint32_t> entries = navigating_set(f.data.view(), GraphView::of(f.graph), params);
   EXPECT_EQ(unreached_rows(f.data.view(), GraphView::of(f.graph), Metric::L2, entries.data(),
                            static_cast<int>(entries.size()), first, n, params.ef,
                            params.lambda_limit, RunControl{}),
@@ -318,6 +317,31 @@ TEST(Search, UnreachedRowsAreThoseTheirOwnSearchMisses) {
 // the caller before it is first written; with every walk kept, with none
 // kept (all walked again), and with some kept.
 class UnreachedRepair : public ::testing::TestWithParam<int64_t> {};
+
+TEST(Search, NavigatingSetAddsEachStridedNodeOnce) {
+  EXPECT_EQ(with_strided_entries({5, 10, 3}, 25, 5), (std::vector<uint32_t>{5, 10, 3, 0, 15, 20}));
+  EXPECT_EQ(with_strided_entries({5, 10, 3}, 25, 0), (std::vector<uint32_t>{5, 10, 3}));
+  EXPECT_EQ(with_strided_entries({}, 0, 5), (std::vector<uint32_t>{}));
+  for (const int64_t nodes : {int64_t{1}, int64_t{511}, int64_t{513}, kRowsPerStridedEntry * kMaxStridedEntries,
+                              kRowsPerStridedEntry * kMaxStridedEntries + 1, int64_t{10000000}}) {
+    const int64_t stride = navigating_stride(nodes);
+    EXPECT_GE(stride, kRowsPerStridedEntry);
+    EXPECT_LE((nodes + stride - 1) / stride, kMaxStridedEntries) << nodes;
+  }
+  EXPECT_EQ(navigating_stride(4 * kRowsPerStridedEntry * kMaxStridedEntries), 4 * kRowsPerStridedEntry);
+
+  const Fixture f = make_fixture(2000, 16, 6, 10);
+  SearchParams params;
+  params.entry_samples = 16;
+  const std::vector<uint32_t> set = navigating_set(f.data.view(), GraphView::of(f.graph), params);
+  const std::vector<uint32_t> selected = select_entry_points(f.data.view(), GraphView::of(f.graph), 16, params.seed);
+  ASSERT_GT(set.size(), selected.size());
+  EXPECT_TRUE(std::equal(selected.begin(), selected.end(), set.begin()));
+  EXPECT_EQ(std::set<uint32_t>(set.begin(), set.end()).size(), set.size());
+  for (uint32_t node = 0; node < 2000; node += kRowsPerStridedEntry) {
+    EXPECT_NE(std::find(set.begin(), set.end(), node), set.end()) << node;
+  }
+}
 
 INSTANTIATE_TEST_SUITE_P(RecordBudgets, UnreachedRepair, ::testing::Values(kMaxRecordedExpansions, 0, 4000));
 
@@ -375,8 +399,7 @@ TEST(Search, RowWithoutInEdgesIsUnreached) {
   Fixture f = make_fixture(1500, 16, 6, 10);
   SearchParams params;
   params.ef = 200;
-  const std::vector<uint32_t> entries = select_entry_points(f.data.view(), GraphView::of(f.graph),
-                                                            params.entry_samples, params.seed);
+  const std::vector<uint32_t> entries = navigating_set(f.data.view(), GraphView::of(f.graph), params);
   uint32_t orphan = 0;
   while (std::find(entries.begin(), entries.end(), orphan) != entries.end()) ++orphan;
   for (int64_t i = 0; i < f.graph.nodes; ++i) {

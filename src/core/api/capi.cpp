@@ -460,6 +460,16 @@ TsdgStatus tsdg_select_entry_points(const float* rows, int64_t n, int dim, TsdgM
   });
 }
 
+static_assert(TSDG_MAX_STRIDED_ENTRIES == tsdg::kMaxStridedEntries,
+              "the C API's bound on strided entries is the core's");
+
+int tsdg_navigating_set(const uint32_t* entry_ids, int count, int64_t n, uint32_t* out) {
+  const std::vector<uint32_t> entries = tsdg::with_strided_entries(
+      std::vector<uint32_t>(entry_ids, entry_ids + std::max(count, 0)), n, tsdg::navigating_stride(n));
+  std::copy(entries.begin(), entries.end(), out);
+  return static_cast<int>(entries.size());
+}
+
 TsdgStatus tsdg_graph_nn1_bound(const float* rows, int64_t n, int dim, TsdgMetric metric,
                                 const uint32_t* neighbors, int degree, float* bound,
                                 TsdgError* error) {

@@ -48,7 +48,7 @@ void validate_build_params(const TsdgBuildParams* params) {
   require(params != nullptr, "build parameters must not be NULL");
   require(params->degree > 0, "degree must be positive");
   require(params->build_k > 0, "build_k must be positive");
-  require(params->samples > 0, "samples must be positive");
+  require(params->samples >= 0, "samples must not be negative");
   require(params->iterations > 0, "iterations must be positive");
   require(params->alpha >= 1.0f, "alpha must be >= 1");
   require(params->lambda0 >= 0 && params->lambda0 <= TSDG_LAMBDA0_MAX,
@@ -58,7 +58,9 @@ void validate_build_params(const TsdgBuildParams* params) {
 tsdg::GnndParams gnnd_params(const TsdgBuildParams& params) {
   tsdg::GnndParams gnnd;
   gnnd.k = params.build_k;
-  gnnd.samples = params.samples;
+  // Half the list: GNND then converges on clustered data within its
+  // iteration bound (see GnndParams::samples).
+  gnnd.samples = params.samples > 0 ? params.samples : std::max(1, params.build_k / 2);
   gnnd.iterations = params.iterations;
   gnnd.seed = params.seed;
   return gnnd;
@@ -231,7 +233,7 @@ void tsdg_build_params_default(TsdgBuildParams* params) {
   const tsdg::DiversifyParams diversify;
   params->degree = diversify.degree;
   params->build_k = gnnd.k;
-  params->samples = gnnd.samples;
+  params->samples = 0;
   params->iterations = gnnd.iterations;
   params->alpha = diversify.alpha;
   params->lambda0 = diversify.lambda0;

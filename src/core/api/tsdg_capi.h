@@ -111,7 +111,7 @@ typedef struct TsdgBuildParams
 {
 	int			degree;			/* R */
 	int			build_k;		/* k of the k-NN graph */
-	int			samples;		/* GNND p */
+	int			samples;		/* GNND p; 0: half of build_k */
 	int			iterations;		/* GNND max iterations */
 	float		alpha;			/* stage-1 pruning */
 	int			lambda0;		/* stage-2 threshold */
@@ -357,6 +357,19 @@ int64_t		tsdg_search_distance_count(const TsdgSearch *search);
 TsdgStatus	tsdg_select_entry_points(const float *rows, int64_t n, int dim, TsdgMetric metric,
 									 const uint32_t *neighbors, int degree, int count,
 									 uint32_t *entry_ids, TsdgError *error);
+
+/*
+ * The navigating set every search of a graph of n nodes starts from: the
+ * count entry points (the metapage's), then every node at the spacing the
+ * node count gives that is not among them (at most TSDG_MAX_STRIDED_ENTRIES
+ * of those). The strided nodes need no storage: each reader derives them
+ * from n, so the CPU scans, the merge's checks and the worker's searches
+ * start from the same set. out must hold count + TSDG_MAX_STRIDED_ENTRIES
+ * ids; returns how many it wrote.
+ */
+#define TSDG_MAX_STRIDED_ENTRIES 4096
+
+int			tsdg_navigating_set(const uint32_t *entry_ids, int count, int64_t n, uint32_t *out);
 
 /*
  * d_nn1+ of a graph for the slack stop rule: the largest distance (metric's

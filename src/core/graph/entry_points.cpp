@@ -149,4 +149,26 @@ std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int 
   return entries;
 }
 
+int64_t navigating_stride(int64_t nodes) {
+  return std::max(kRowsPerStridedEntry, (nodes + kMaxStridedEntries - 1) / kMaxStridedEntries);
+}
+
+std::vector<uint32_t> with_strided_entries(std::vector<uint32_t> entries, int64_t nodes, int64_t stride) {
+  if (stride <= 0) return entries;
+  std::vector<uint32_t> sorted(entries);
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t node = 0; node < nodes; node += stride) {
+    const auto id = static_cast<uint32_t>(node);
+    if (!std::binary_search(sorted.begin(), sorted.end(), id)) entries.push_back(id);
+  }
+  return entries;
+}
+
+std::vector<uint32_t> navigating_set(MatrixView data, GraphView graph, const SearchParams& params,
+                                     const RunControl& control) {
+  const int64_t stride = params.entry_stride < 0 ? navigating_stride(data.rows) : params.entry_stride;
+  return with_strided_entries(select_entry_points(data, graph, params.entry_samples, params.seed, control),
+                              data.rows, stride);
+}
+
 }  // namespace tsdg

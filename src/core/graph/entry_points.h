@@ -21,4 +21,24 @@ namespace tsdg {
 std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int count,
                                           uint64_t seed, const RunControl& control = RunControl{});
 
+// The spacing of the strided part of the navigating set of a graph of
+// `nodes` nodes: every kRowsPerStridedEntry-th node, at most
+// kMaxStridedEntries of them. A fixed set of entries spread over many
+// clusters leaves most queries far from their own cluster once the clusters
+// outnumber the entries; nodes taken at a fixed spacing grow with the data,
+// cost nothing to choose and need no storage (the index pages keep only the
+// selected entries, the scan derives the rest from the node count).
+inline constexpr int64_t kRowsPerStridedEntry = 512;
+inline constexpr int64_t kMaxStridedEntries = 4096;
+int64_t navigating_stride(int64_t nodes);
+
+// entries, then the nodes 0, stride, 2 * stride, ... below nodes that are
+// not among them (stride <= 0: entries alone).
+std::vector<uint32_t> with_strided_entries(std::vector<uint32_t> entries, int64_t nodes, int64_t stride);
+
+// The navigating set of params: select_entry_points for entry_samples and
+// seed, then the strided nodes of entry_stride.
+std::vector<uint32_t> navigating_set(MatrixView data, GraphView graph, const SearchParams& params,
+                                     const RunControl& control = RunControl{});
+
 }  // namespace tsdg

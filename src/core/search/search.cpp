@@ -305,13 +305,17 @@ void CpuSearchIndex::release_scratch(std::unique_ptr<Scratch> scratch) {
 
 void CpuSearchIndex::prepare_entry_points(const SearchParams& params, const RunControl& control) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (entries_count_ == params.entry_samples && entries_seed_ == params.seed) return;
-  entries_ = select_entry_points(data_, graph_, params.entry_samples, params.seed, control);
+  if (entries_count_ == params.entry_samples && entries_stride_ == params.entry_stride &&
+      entries_seed_ == params.seed) {
+    return;
+  }
+  entries_ = navigating_set(data_, graph_, params, control);
   entry_rows_ = Matrix(static_cast<int64_t>(entries_.size()), data_.dim);
   for (size_t i = 0; i < entries_.size(); ++i) {
     std::copy(data_.row(entries_[i]), data_.row(entries_[i]) + data_.dim, entry_rows_.row(i));
   }
   entries_count_ = params.entry_samples;
+  entries_stride_ = params.entry_stride;
   entries_seed_ = params.seed;
 }
 

@@ -284,9 +284,9 @@ class GraphSearch {
 };
 
 // The in-memory search over rows and a graph held in memory (the CPU
-// backend's SearchIndex). Entry points: a navigating set of
-// params.entry_samples nodes spread over the data (select_entry_points),
-// computed once per (entry_samples, seed) and scanned in full by every query.
+// backend's SearchIndex). Entry points: the navigating set of params
+// (navigating_set), computed once per (entry_samples, entry_stride, seed) and
+// scanned in full by every query.
 // Thread-safe.
 class CpuSearchIndex : public SearchIndex {
  public:
@@ -326,6 +326,7 @@ class CpuSearchIndex : public SearchIndex {
   std::vector<uint32_t> entries_;
   Matrix entry_rows_;  // the entries' rows side by side, so scanning them stays in cache
   int entries_count_ = -1;
+  int64_t entries_stride_ = 0;
   uint64_t entries_seed_ = 0;
 
   std::atomic<int64_t> distance_computations_{0};

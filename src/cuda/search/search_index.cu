@@ -206,15 +206,19 @@ void CudaSearchIndex::reserve_batch(int64_t rows, int k) {
   }
 }
 
-void CudaSearchIndex::prepare_entries(int count, uint64_t seed, const RunControl& control) {
-  if (count == entries_for_count_ && seed == entries_for_seed_) return;
-  host_entries_ = select_entry_points(host_data_, host_graph_, count, seed, control);
+void CudaSearchIndex::prepare_entries(const SearchParams& params, const RunControl& control) {
+  if (params.entry_samples == entries_for_count_ && params.entry_stride == entries_for_stride_ &&
+      params.seed == entries_for_seed_) {
+    return;
+  }
+  host_entries_ = navigating_set(host_data_, host_graph_, params, control);
   entries_.allocate(std::max<size_t>(host_entries_.size(), 1));
   copy_to_device(entries_.data(), host_entries_.data(), host_entries_.size(), ctx_->stream.get());
   ctx_->stream.synchronize();
   entry_count_ = static_cast<int>(host_entries_.size());
-  entries_for_count_ = count;
-  entries_for_seed_ = seed;
+  entries_for_count_ = params.entry_samples;
+  entries_for_stride_ = params.entry_stride;
+  entries_for_seed_ = params.seed;
 }
 
 bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& params,
@@ -238,7 +242,7 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
                            (params.gpu_kernel == kKernelAuto && queries.rows < small_batch_limit() &&
                             ef <= kGpuSmallBatchMaxEf);
   if (params.entry_samples < 1) throw Error(Status::InvalidArgument, "search entry_samples must be positive");
-  prepare_entries(params.entry_samples, params.seed, control);
+  prepare_entries(params, control);
   cudaStream_t stream = ctx_->stream.get();
   const DeviceGraph g{data_.data(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
   control.set_total(queries.rows);
@@ -350,7 +354,7 @@ std::vector<uint32_t> CudaSearchIndex::entry_points(const SearchParams& params,
                                                     const RunControl& control) {
   std::lock_guard<std::mutex> guard(mutex_);
   TSDG_CUDA_CHECK(cudaSetDevice(device_));
-  prepare_entries(params.entry_samples, params.seed, control);
+  prepare_entries(params, control);
   return host_entries_;
 }
 
@@ -363,7 +367,7 @@ std::vector<uint32_t> CudaSearchIndex::unreached_rows(int64_t first, int64_t end
   std::lock_guard<std::mutex> guard(mutex_);
   TSDG_CUDA_CHECK(cudaSetDevice(device_));
   PhaseTrace trace("unreached rows", ctx_->stream.get(), end - first >= kTracedBatch);
-  prepare_entries(params.entry_samples, params.seed, control);
+  prepare_entries(params, control);
   trace.mark("entry points", entry_count_);
   // Each kernel walks differently, and either may answer a session: a row
   // must be in the answer to its own vector from both. A reached row is

@@ -57,9 +57,9 @@ class CudaSearchIndex final : public SearchIndex {
   bool search_launches(MatrixView queries, const SearchParams& params, const RunControl& control,
                        const std::function<void(int64_t, int64_t, int)>& deliver, int64_t own_row_first = -1,
                        bool stops_at_own_row = false);
-  // The CPU search's navigating entry points for (count, seed), on the device
-  // (computed on control's pool, when it has one).
-  void prepare_entries(int count, uint64_t seed, const RunControl& control);
+  // The CPU search's navigating set for params (navigating_set), on the
+  // device (computed on control's pool, when it has one).
+  void prepare_entries(const SearchParams& params, const RunControl& control);
 
   int device_;
   MatrixView host_data_;
@@ -79,6 +79,7 @@ class CudaSearchIndex final : public SearchIndex {
   std::vector<uint32_t> host_entries_;  // the same, for the CPU's walk
   int entry_count_ = 0;
   int entries_for_count_ = -1;
+  int64_t entries_for_stride_ = 0;
   uint64_t entries_for_seed_ = 0;
   // Per-batch buffers, grown on demand.
   DeviceBuffer<float> queries_;

@@ -251,7 +251,8 @@ TsdgWorkerRound(Relation index, TsdgScanOpaque so)
 
 /*
  * One round of the graph search at so->ef: the first round starts from the
- * metapage's entry points, later ones widen the previous round.
+ * navigating set (the metapage's entry points and the strided nodes),
+ * later ones widen the previous round.
  */
 static void
 TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
@@ -268,6 +269,8 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 	{
 		TsdgError	error;
 		MemoryContextCallback *cb;
+		uint32	   *entries;
+		int			entry_count;
 
 		so->search = tsdg_search_create(tsdg_lambda_search, 0.0f, &error);
 		if (so->search == NULL)
@@ -280,13 +283,11 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 		MemoryContextRegisterResetCallback(so->ctx, cb);
 
 		tsdg_search_begin(so->search, so->ef);
-		if (so->meta.entry_count == 0)
-		{
-			uint32		first_node = 0;
-
-			TsdgWalkOffer(&so->walk, so->search, &first_node, 1);
-		}
-		TsdgWalkOffer(&so->walk, so->search, so->meta.entry_points, so->meta.entry_count);
+		entries = palloc(sizeof(uint32) * (so->meta.entry_count + TSDG_MAX_STRIDED_ENTRIES));
+		entry_count = tsdg_navigating_set(so->meta.entry_points, so->meta.entry_count,
+										  so->meta.node_count, entries);
+		TsdgWalkOffer(&so->walk, so->search, entries, entry_count);
+		pfree(entries);
 	}
 	else
 		tsdg_search_widen(so->search, so->ef);

@@ -211,6 +211,8 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 	TsdgError	error;
 	TsdgStatus	status;
 	uint32		entries[TSDG_MAX_ENTRY_POINTS];
+	uint32	   *navigating;
+	int			navigating_count;
 	double		record_bytes;
 
 	nm->entry_count = 0;
@@ -233,10 +235,13 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 	 * maintenance_work_mem leaves
 	 */
 	record_bytes = Max(0.0, (double) maintenance_work_mem * 1024.0 - TsdgMergeBytes(&m->meta));
+	navigating = palloc(sizeof(uint32) * (nm->entry_count + TSDG_MAX_STRIDED_ENTRIES));
+	navigating_count = tsdg_navigating_set(nm->entry_points, nm->entry_count, n, navigating);
 	m->unreached_job = tsdg_unreached_job_start(m->rows, n, m->dims, metric, m->neighbors,
-												m->lambdas, degree, nm->entry_points,
-												nm->entry_count, m->n_old, tsdg_ef_search,
+												m->lambdas, degree, navigating,
+												navigating_count, m->n_old, tsdg_ef_search,
 												tsdg_lambda_search, (int64) record_bytes, &error);
+	pfree(navigating);
 	if (m->unreached_job == NULL)
 		TsdgCheckCore(m->index, TSDG_ERR_OUT_OF_MEMORY, &error);
 }

@@ -25,7 +25,7 @@ DROP INDEX tb_opts;
 CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (degree = 3);
 CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (degree = 129);
 CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (build_k = 1000);
-CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (samples = 0);
+CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (samples = -1);
 CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (iterations = 0);
 CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (alpha = 0.9);
 CREATE INDEX ON tb USING tsdg (v vector_l2_ops) WITH (lambda0 = 255);
