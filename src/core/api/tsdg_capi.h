@@ -367,7 +367,7 @@ TsdgStatus	tsdg_select_entry_points(const float *rows, int64_t n, int dim, TsdgM
  * start from the same set. out must hold count + TSDG_MAX_STRIDED_ENTRIES
  * ids; returns how many it wrote.
  */
-#define TSDG_MAX_STRIDED_ENTRIES 4096
+#define TSDG_MAX_STRIDED_ENTRIES 8192
 
 int			tsdg_navigating_set(const uint32_t *entry_ids, int count, int64_t n, uint32_t *out);
 

@@ -28,8 +28,8 @@ std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int 
 // outnumber the entries; nodes taken at a fixed spacing grow with the data,
 // cost nothing to choose and need no storage (the index pages keep only the
 // selected entries, the scan derives the rest from the node count).
-inline constexpr int64_t kRowsPerStridedEntry = 512;
-inline constexpr int64_t kMaxStridedEntries = 4096;
+inline constexpr int64_t kRowsPerStridedEntry = 256;
+inline constexpr int64_t kMaxStridedEntries = 8192;
 int64_t navigating_stride(int64_t nodes);
 
 // entries, then the nodes 0, stride, 2 * stride, ... below nodes that are
