@@ -460,8 +460,9 @@ TsdgStatus tsdg_select_entry_points(const float* rows, int64_t n, int dim, TsdgM
   });
 }
 
-static_assert(TSDG_MAX_STRIDED_ENTRIES == tsdg::kMaxStridedEntries,
-              "the C API's bound on strided entries is the core's");
+static_assert(TSDG_MAX_STRIDED_ENTRIES == tsdg::kMaxStridedEntries &&
+                  TSDG_ROWS_PER_STRIDED_ENTRY == tsdg::kRowsPerStridedEntry,
+              "the C API's strided entries are the core's");
 
 int tsdg_navigating_set(const uint32_t* entry_ids, int count, int64_t n, uint32_t* out) {
   const std::vector<uint32_t> entries = tsdg::with_strided_entries(

@@ -360,13 +360,14 @@ TsdgStatus	tsdg_select_entry_points(const float *rows, int64_t n, int dim, TsdgM
 
 /*
  * The navigating set every search of a graph of n nodes starts from: the
- * count entry points (the metapage's), then every node at the spacing the
- * node count gives that is not among them (at most TSDG_MAX_STRIDED_ENTRIES
- * of those). The strided nodes need no storage: each reader derives them
+ * count entry points (the metapage's), then every
+ * TSDG_ROWS_PER_STRIDED_ENTRY-th node not among them, the spacing widened
+ * so that there are at most TSDG_MAX_STRIDED_ENTRIES of those. The strided nodes need no storage: each reader derives them
  * from n, so the CPU scans, the merge's checks and the worker's searches
  * start from the same set. out must hold count + TSDG_MAX_STRIDED_ENTRIES
  * ids; returns how many it wrote.
  */
+#define TSDG_ROWS_PER_STRIDED_ENTRY 256
 #define TSDG_MAX_STRIDED_ENTRIES 8192
 
 int			tsdg_navigating_set(const uint32_t *entry_ids, int count, int64_t n, uint32_t *out);

@@ -16,7 +16,8 @@
  *
  * A graph search with ef candidates scores a few times ef nodes, plus a
  * number that grows with the logarithm of the rows (the walk from the entry
- * points), each read with the list beside it; all of that happens before the
+ * points) and the navigating set, which grows with the rows, each read with
+ * the list beside it; all of that happens before the
  * first row comes back. A filter above the scan makes it return more rows
  * than the LIMIT, widening the search: the total cost, of returning every
  * row, makes the planner charge that share. Without a LIMIT it is the cost of
@@ -55,11 +56,16 @@
 #define TSDG_VISITS_PER_EF		5.0
 #define TSDG_VISITS_PER_LEVEL	20.0
 
-/* nodes a search with ef candidates scores in a graph of nodes nodes */
+/*
+ * nodes a search with ef candidates scores in a graph of nodes nodes, the
+ * navigating set (tsdg_navigating_set) included
+ */
 static double
 TsdgVisitedNodes(double ef, double nodes)
 {
-	double		visits = TSDG_VISITS_PER_EF * ef + TSDG_VISITS_PER_LEVEL * log2(Max(nodes, 2.0));
+	double		entries = TSDG_MAX_ENTRY_POINTS +
+		Min(nodes / TSDG_ROWS_PER_STRIDED_ENTRY, (double) TSDG_MAX_STRIDED_ENTRIES);
+	double		visits = TSDG_VISITS_PER_EF * ef + TSDG_VISITS_PER_LEVEL * log2(Max(nodes, 2.0)) + entries;
 
 	return Min(visits, Max(nodes, 1.0));
 }
