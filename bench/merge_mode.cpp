@@ -123,6 +123,11 @@ void entry_points_of(MatrixView rows, IndexGraph& graph, int degree) {
                                  degree, kIndexEntryPoints, entries.data(), &error),
         error, "entry points");
   entries.erase(std::remove(entries.begin(), entries.end(), TSDG_INVALID_ID), entries.end());
+  // the scans' navigating set: these and the strided nodes
+  std::vector<uint32_t> navigating(entries.size() + TSDG_MAX_STRIDED_ENTRIES);
+  navigating.resize(static_cast<size_t>(
+      tsdg_navigating_set(entries.data(), static_cast<int>(entries.size()), rows.rows, navigating.data())));
+  entries = std::move(navigating);
   float bound = 0;
   check(tsdg_graph_nn1_bound(rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, graph.neighbors.data(),
                              degree, &bound, &error),
