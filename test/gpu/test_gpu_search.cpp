@@ -245,8 +245,7 @@ TEST(GpuSearch, UnreachedRowsOfBothKernels) {
   EXPECT_GT(unreached.size(), 0u);
   EXPECT_LT(unreached.size(), static_cast<size_t>(n - first) / 4);
 
-  const std::vector<uint32_t> entries = select_entry_points(f.data.view(), GraphView::of(f.graph),
-                                                            params.entry_samples, params.seed);
+  const std::vector<uint32_t> entries = navigating_set(f.data.view(), GraphView::of(f.graph), params);
   const std::vector<uint32_t> walk = unreached_rows(f.data.view(), GraphView::of(f.graph), Metric::L2,
                                                     entries.data(), static_cast<int>(entries.size()),
                                                     first, n, params.ef, params.lambda_limit, cpu_control());
