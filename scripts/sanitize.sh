@@ -70,6 +70,37 @@ trap 'stop_cluster "$work"' EXIT
 export ASAN_OPTIONS="detect_leaks=0:verify_asan_link_order=0:log_path=$work/reports/asan"
 LD_PRELOAD=${preload#:} start_cluster "$work" "$port" "autovacuum = off" "tsdg.worker_backend = cpu"
 
+# AddressSanitizer must be live in the backends, not merely loaded: a module
+# that writes one byte past a block it allocates must be reported
+if [[ ,$sanitizers, == *,address,* ]]; then
+  cat >"$work/probe.c" <<'EOF'
+#include "postgres.h"
+#include "fmgr.h"
+PG_MODULE_MAGIC;
+void _PG_init(void);
+void
+_PG_init(void)
+{
+	volatile char *block = malloc(8);
+
+	block[8] = 1;
+	free((void *) block);
+}
+EOF
+  gcc -fsanitize=address -fPIC -shared -I"$(/usr/lib/postgresql/$PG_MAJOR/bin/pg_config --includedir-server)" \
+    -o "$prefix/usr/lib/postgresql/$PG_MAJOR/lib/tsdg_sanitize_probe.so" "$work/probe.c"
+  psql -X -q -c "LOAD 'tsdg_sanitize_probe'" >/dev/null 2>&1
+  if grep -qs 'heap-buffer-overflow' "$work"/reports/asan.*; then
+    mkdir -p "$work/probe"
+    mv "$work"/reports/asan.* "$work/probe/"
+    log "AddressSanitizer reported the planted overflow in a backend"
+  else
+    log "AddressSanitizer missed a planted overflow in a backend"
+    failed=1
+  fi
+  pg_isready -q -t 30
+fi
+
 log "pg_regress suite against the sanitized build"
 sanitized_make installcheck || { failed=1; head -100 "$work/tree/regression.diffs" 2>/dev/null; }
 
