@@ -120,8 +120,10 @@ $node->safe_psql('postgres', 'DROP INDEX grown_idx');
 is(self_misses('grown', 1), 0, 'grown: every row finds itself (built on the CPU)');
 
 # 4. Past maintenance_work_mem the rows go on into the worker's segment, the
-# NOTICE says so, and the worker builds.
+# NOTICE says so, and the worker builds: once the worker killed in 2 is back.
 $node->safe_psql('postgres', 'DROP INDEX grown_cpu');
+ok($node->poll_query_until('postgres', "SELECT state = 'ready' FROM tsdg_gpu_status()"),
+	'the worker is ready again after the kill');
 $from = -s $node->logfile;
 my ($ret, $stdout, $stderr) = $node->psql('postgres',
 	"SET maintenance_work_mem = '1MB'; SET client_min_messages = notice; CREATE INDEX grown_small ON grown USING tsdg (v vector_l2_ops)");
