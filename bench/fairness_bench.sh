@@ -11,7 +11,7 @@
 # worker answers a scan again is measured. Reports latency p50 / p95 / max,
 # recall@10 of the scans against a sequential scan, and whether every scan
 # completed while the huge batch was still waiting for the worker; and a
-# third session's batch of 10 queries, idle and during the huge batch.
+# batch of 10 queries from another client, idle and during the huge batch.
 #
 # usage: fairness_bench.sh [OUTDIR]   (default ./fairness-bench-out; starts its
 # own cluster, with the worker on tsdg.worker_backend = TSDG_WORKER_BACKEND
@@ -126,7 +126,7 @@ commit=$(git -C "$TSDG_ROOT" rev-parse --short HEAD)
   echo "| worker idle | $idle |"
   echo "| during the huge batch | $busy |"
   echo
-  echo "A batch of 10 queries (k 10) of a third session: ${small_idle} ms with the worker idle, ${small_busy} ms during the huge batch."
+  echo "A batch of 10 queries (k 10) from another client: ${small_idle} ms with the worker idle, ${small_busy} ms during the huge batch."
   echo "The huge batch still waiting for the worker after the last scan and that batch: $( [ "$still" = 1 ] && echo yes || echo no)."
   echo "From pg_cancel_backend of the huge batch to the next scan's answer: ${after_cancel} s."
   echo "huge batch session: $(tr '\n' ' ' < "$work/huge_batch.out")"

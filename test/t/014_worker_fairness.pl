@@ -1,7 +1,7 @@
 # One user cannot stall the GPU worker for the others. A huge batch search
 # (thousands of queries at k 1000 and ef 10000, which holds a CPU worker for
 # minutes) runs in one session; meanwhile another session's index scans, which
-# wait for the worker without a time limit here, and a third session's small
+# wait for the worker without a time limit here, and another client's small
 # batch must be answered by the worker while the huge batch is still running.
 # pg_cancel_backend of the huge batch must stop the worker's work on it. A
 # role that is not a superuser cannot raise the caps on what the worker
@@ -92,7 +92,7 @@ if ($cpu_backend)
 	cmp_ok(worker_status($node, 'batches'), '>=', $batches + 20, 'the worker answered the index scans');
 	is(worker_status($node, 'fallbacks'), $fallbacks, 'no index scan fell back to the CPU');
 
-	# 3. A small batch of a third session.
+	# 3. A small batch of another client.
 	my $small = $node->safe_psql('postgres',
 		q{SELECT count(*) FROM tsdg_search_batch('items_v', (SELECT array_agg(v) FROM queries WHERE id BETWEEN 201 AND 210), 10)});
 	is($small, '100', 'the small batch found 10 rows a query');
