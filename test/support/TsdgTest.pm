@@ -12,7 +12,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT =
-  qw(tsdg_node worker_node wait_for_worker worker_status support_file source_file numpy_python random_vector_sql);
+  qw(tsdg_node worker_node wait_for_worker worker_status support_file source_file numpy_python random_vector_sql
+  write_subspace_clusters);
 
 my $support_dir = dirname(File::Spec->rel2abs(__FILE__));
 my $source_dir = dirname(dirname($support_dir));
@@ -41,6 +42,18 @@ sub numpy_python
 		  if system("$candidate -c 'import numpy' >/dev/null 2>&1") == 0;
 	}
 	return 'python3';
+}
+
+# Writes to $path (id, vector) lines of hard data from subspace_clusters.py:
+# $rows rows of $dims dimensions in $clusters clusters, each on its own
+# random 16-dim subspace, at $spread, drawn from $seed.
+sub write_subspace_clusters
+{
+	my ($path, $rows, $dims, $clusters, $spread, $seed) = @_;
+	my $generator = support_file('subspace_clusters.py');
+	system(numpy_python() . " $generator $rows $dims $clusters $spread $seed > $path") == 0
+	  or die "subspace_clusters.py failed for $path";
+	return;
 }
 
 # SQL for a random vector of $dims components in [0, 1), one per row: the

@@ -20,12 +20,10 @@ my $node = worker_node('worker_fairness');
 wait_for_worker($node);
 
 my $dims = 32;
-my $python = numpy_python();
-my $generator = support_file('subspace_clusters.py');
 my $dir = PostgreSQL::Test::Utils::tempdir();
 chmod 0755, $dir;
-system("$python $generator 20000 $dims 50 1 1 > $dir/items.tsv") == 0 or die 'generator failed';
-system("$python $generator 4000 $dims 50 1 2 > $dir/queries.tsv") == 0 or die 'generator failed';
+write_subspace_clusters("$dir/items.tsv", 20000, $dims, 50, 1, 1);
+write_subspace_clusters("$dir/queries.tsv", 4000, $dims, 50, 1, 2);
 $node->safe_psql('postgres', qq{
 	CREATE TABLE items (id int PRIMARY KEY, v vector($dims));
 	CREATE TABLE queries (id int PRIMARY KEY, v vector($dims));

@@ -19,14 +19,12 @@ my $node = worker_node('worker_batch_safety');
 wait_for_worker($node);
 
 my $dims = 32;
-my $python = numpy_python();
-my $generator = support_file('subspace_clusters.py');
 my $dir = PostgreSQL::Test::Utils::tempdir();
 chmod 0755, $dir;
-system("$python $generator 3000 $dims 30 1 1 > $dir/items.tsv") == 0 or die 'generator failed';
-system("$python $generator 3000 $dims 30 4 3 > $dir/others.tsv") == 0 or die 'generator failed';
-system("$python $generator 4000 $dims 30 1 2 > $dir/queries.tsv") == 0 or die 'generator failed';
-system("$python $generator 20000 $dims 30 1 5 > $dir/big.tsv") == 0 or die 'generator failed';
+write_subspace_clusters("$dir/items.tsv", 3000, $dims, 30, 1, 1);
+write_subspace_clusters("$dir/others.tsv", 3000, $dims, 30, 4, 3);
+write_subspace_clusters("$dir/queries.tsv", 4000, $dims, 30, 1, 2);
+write_subspace_clusters("$dir/big.tsv", 20000, $dims, 30, 1, 5);
 $node->safe_psql('postgres', qq{
 	CREATE TABLE items (id int PRIMARY KEY, v vector($dims));
 	CREATE TABLE queries (id int PRIMARY KEY, v vector($dims));

@@ -5,19 +5,14 @@
 # tsdg.ef_search <= 256 must reach recall 0.99.
 use strict;
 use warnings FATAL => 'all';
-use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use TsdgTest;
 use Test::More;
 
 my $rows = 50000;
 my $dims = 64;
 my $queries = 100;
-my $generator = dirname(__FILE__) . '/../support/subspace_clusters.py';
-my $python =
-  (-x '/usr/bin/python3' && system('/usr/bin/python3', '-c', 'import numpy') == 0)
-  ? '/usr/bin/python3'
-  : 'python3';
 
 my $node = PostgreSQL::Test::Cluster->new('hard_recall');
 $node->init;
@@ -28,10 +23,8 @@ chmod 0755, $dir;
 
 for my $spread (1, 4)
 {
-	system("$python $generator $rows $dims 100 $spread 1 > $dir/items.tsv") == 0
-	  or die "generator failed";
-	system("$python $generator $queries $dims 100 $spread 2 > $dir/queries.tsv") == 0
-	  or die "generator failed";
+	write_subspace_clusters("$dir/items.tsv", $rows, $dims, 100, $spread, 1);
+	write_subspace_clusters("$dir/queries.tsv", $queries, $dims, 100, $spread, 2);
 	$node->safe_psql(
 		'postgres', qq{
 		DROP TABLE IF EXISTS items, queries, truth;

@@ -17,17 +17,13 @@ my $pending = 3000;    # of them, inserted after the builds
 my $built = $rows - $pending;
 my $dims = 64;
 my $queries = 50;
-my $generator = support_file('subspace_clusters.py');
-my $python = numpy_python();
 
 my $node = tsdg_node('bounded_build');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_tsdg CASCADE');
 my $dir = PostgreSQL::Test::Utils::tempdir();
 chmod 0755, $dir;
-system("$python $generator $rows $dims 50 1 1 > $dir/items.tsv") == 0
-  or die "generator failed";
-system("$python $generator $queries $dims 50 1 2 > $dir/queries.tsv") == 0
-  or die "generator failed";
+write_subspace_clusters("$dir/items.tsv", $rows, $dims, 50, 1, 1);
+write_subspace_clusters("$dir/queries.tsv", $queries, $dims, 50, 1, 2);
 $node->safe_psql(
 	'postgres', qq{
 	CREATE TABLE items (id int PRIMARY KEY, v vector($dims));
