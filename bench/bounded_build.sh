@@ -26,9 +26,7 @@ py=$(numpy_python)
 work=$(mktemp -d /tmp/tsdg_bounded_build.XXXXXX)
 chmod 755 "$work"
 trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
-shm_kb=$(df -k --output=size /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
-dsm_type=posix
-if [ -z "$shm_kb" ] || [ "$shm_kb" -lt $((8 * 1024 * 1024)) ]; then dsm_type=mmap; fi
+dsm_type=$(shared_memory_type)
 start_cluster "$work" 54353 "shared_buffers = '1GB'" "max_parallel_workers_per_gather = 0" \
   "dynamic_shared_memory_type = $dsm_type" "tsdg.device = ${BOUNDED_DEVICE:-auto}"
 

@@ -67,6 +67,15 @@ build_and_install() {
 # The cluster belongs to an unprivileged user: PostgreSQL refuses to run as root.
 CLUSTER_USER=${CLUSTER_USER:-$( [ "$(id -u)" -eq 0 ] && echo tsdgrun || id -un )}
 
+# The dynamic_shared_memory_type a server here should use: posix, unless
+# /dev/shm is under 8 GB (containers often cap it), where the segments go to
+# files (mmap, in the data directory's pg_dynshmem/).
+shared_memory_type() {
+  local shm_kb
+  shm_kb=$(df -k --output=size /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
+  if [ -z "$shm_kb" ] || [ "$shm_kb" -lt $((8 * 1024 * 1024)) ]; then echo mmap; else echo posix; fi
+}
+
 # A Python that has numpy: the system's (python3-numpy) here, the one on PATH
 # elsewhere (the GPU machine's /usr/bin/python3 has none).
 numpy_python() {

@@ -39,11 +39,8 @@ OUT=${OUT:-/tmp/pg_worker_out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/run.log") 2>&1
 
-# Containers often cap /dev/shm: DSM segments then live in files (pg_dynshmem/).
-shm_kb=$(df -k --output=size /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
-dsm_type=posix
-if [ -z "$shm_kb" ] || [ "$shm_kb" -lt $((8 * 1024 * 1024)) ]; then dsm_type=mmap; fi
-log "/dev/shm: ${shm_kb:-?} kB -> dynamic_shared_memory_type = $dsm_type"
+dsm_type=$(shared_memory_type)
+log "dynamic_shared_memory_type = $dsm_type"
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
 
 work=$(mktemp -d /tmp/pg_worker_run.XXXXXX)

@@ -123,10 +123,8 @@ setup() {
   make_install || return 1
   use_install
 
-  # containers often cap /dev/shm: DSM segments then live in files
-  local shm_kb dsm_type=posix conf=()
-  shm_kb=$(df -k --output=size /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
-  if [ -z "$shm_kb" ] || [ "$shm_kb" -lt $((8 * 1024 * 1024)) ]; then dsm_type=mmap; fi
+  local dsm_type conf=()
+  dsm_type=$(shared_memory_type)
   [ -z "${SOAK_PG_CONF:-}" ] || mapfile -t conf <<<"$SOAK_PG_CONF"
   start_cluster "$dir/cluster" "${SOAK_PORT:-5560}" \
     "dynamic_shared_memory_type = $dsm_type" \
