@@ -42,12 +42,7 @@ psql -X -q -v ON_ERROR_STOP=1 \
   -c "SET enable_indexscan = off" \
   -c "CREATE TABLE truth AS SELECT q.id AS qid, ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS ids FROM queries q"
 # a build starts on the worker only once it is ready
-worker=""
-for _ in $(seq 1 120); do
-  worker=$(psql -X -At -c "SELECT state FROM tsdg_gpu_status()" 2>/dev/null)
-  { [ "$worker" = ready ] || [ "$worker" = "no gpu" ]; } && break
-  sleep 0.5
-done
+worker=$(settled_worker_state)
 export BOUNDED_WORKER=${worker:-none} BOUNDED_DSM=$dsm_type
 
 "$py" - "$rows" "$dims" "${settings[@]}" <<'PY'

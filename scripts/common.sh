@@ -76,6 +76,18 @@ shared_memory_type() {
   if [ -z "$shm_kb" ] || [ "$shm_kb" -lt $((8 * 1024 * 1024)) ]; then echo mmap; else echo posix; fi
 }
 
+# The GPU worker's state once it has settled (ready, or no gpu), or the last
+# one seen after a minute; empty when the server has no worker.
+settled_worker_state() {
+  local state=""
+  for _ in $(seq 1 120); do
+    state=$(psql -X -At -c "SELECT state FROM tsdg_gpu_status()" 2>/dev/null)
+    { [ "$state" = ready ] || [ "$state" = "no gpu" ]; } && break
+    sleep 0.5
+  done
+  echo "$state"
+}
+
 # A Python that has numpy: the system's (python3-numpy) here, the one on PATH
 # elsewhere (the GPU machine's /usr/bin/python3 has none).
 numpy_python() {

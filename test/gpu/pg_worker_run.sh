@@ -53,12 +53,7 @@ start_cluster "$work" "${TSDG_TEST_PORT:-5544}" \
   "tsdg.batch_wait_us = ${BATCH_WAIT_US:-100}" ${PG_EXTRA_CONF:+"$PG_EXTRA_CONF"} || exit 1
 psql -X -q -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pg_tsdg CASCADE"
 
-state=""
-for _ in $(seq 1 120); do
-  state=$(psql -X -At -c "SELECT state FROM tsdg_gpu_status()" 2>/dev/null)
-  { [ "$state" = ready ] || [ "$state" = "no gpu" ]; } && break
-  sleep 0.5
-done
+state=$(settled_worker_state)
 psql -X -x -c "SELECT * FROM tsdg_gpu_status()"
 if [ "$state" != ready ]; then
   echo "FAIL: the GPU worker is not ready (state: $state)"
