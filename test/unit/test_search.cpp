@@ -13,6 +13,7 @@
 #include "bruteforce.h"
 #include "distance.h"
 #include "entry_points.h"
+#include "tsdg_capi.h"
 #include "search.h"
 #include "thread_pool.h"
 #include "tsdg_test_graphs.h"
@@ -322,13 +323,20 @@ TEST(Search, NavigatingSetAddsEachStridedNodeOnce) {
   EXPECT_EQ(with_strided_entries({5, 10, 3}, 25, 5), (std::vector<uint32_t>{5, 10, 3, 0, 15, 20}));
   EXPECT_EQ(with_strided_entries({5, 10, 3}, 25, 0), (std::vector<uint32_t>{5, 10, 3}));
   EXPECT_EQ(with_strided_entries({}, 0, 5), (std::vector<uint32_t>{}));
-  for (const int64_t nodes : {int64_t{1}, int64_t{511}, int64_t{513}, kRowsPerStridedEntry * kMaxStridedEntries,
-                              kRowsPerStridedEntry * kMaxStridedEntries + 1, int64_t{10000000}}) {
+  EXPECT_EQ(navigating_stride(1), kRowsPerStridedEntry);
+  EXPECT_EQ(navigating_stride(kNodesAtBaseSpacing), kRowsPerStridedEntry);
+  EXPECT_EQ(navigating_stride(10 * kNodesAtBaseSpacing), kRowsPerStridedEntry / 2);
+  int64_t previous_count = 0;
+  for (int64_t nodes = 1000; nodes <= int64_t{1} << 34; nodes *= 2) {
     const int64_t stride = navigating_stride(nodes);
-    EXPECT_GE(stride, kRowsPerStridedEntry);
-    EXPECT_LE((nodes + stride - 1) / stride, kMaxStridedEntries) << nodes;
+    const int64_t count = (nodes + stride - 1) / stride;
+    EXPECT_GE(stride, 1) << nodes;
+    EXPECT_LE(count, kMaxStridedEntries) << nodes;
+    EXPECT_GE(count, previous_count) << nodes;  // more nodes never get fewer entries
+    EXPECT_EQ(tsdg_strided_entry_count(nodes), count) << nodes;
+    previous_count = count;
   }
-  EXPECT_EQ(navigating_stride(4 * kRowsPerStridedEntry * kMaxStridedEntries), 4 * kRowsPerStridedEntry);
+  EXPECT_EQ(previous_count, kMaxStridedEntries);
 
   const Fixture f = make_fixture(2000, 16, 6, 10);
   SearchParams params;

@@ -460,15 +460,19 @@ TsdgStatus tsdg_select_entry_points(const float* rows, int64_t n, int dim, TsdgM
   });
 }
 
-static_assert(TSDG_MAX_STRIDED_ENTRIES == tsdg::kMaxStridedEntries &&
-                  TSDG_ROWS_PER_STRIDED_ENTRY == tsdg::kRowsPerStridedEntry,
-              "the C API's strided entries are the core's");
+static_assert(TSDG_MAX_STRIDED_ENTRIES == tsdg::kMaxStridedEntries, "the C API's strided entries are the core's");
 
 int tsdg_navigating_set(const uint32_t* entry_ids, int count, int64_t n, uint32_t* out) {
   const std::vector<uint32_t> entries = tsdg::with_strided_entries(
       std::vector<uint32_t>(entry_ids, entry_ids + std::max(count, 0)), n, tsdg::navigating_stride(n));
   std::copy(entries.begin(), entries.end(), out);
   return static_cast<int>(entries.size());
+}
+
+int64_t tsdg_strided_entry_count(int64_t n) {
+  if (n <= 0) return 0;
+  const int64_t stride = tsdg::navigating_stride(n);
+  return (n + stride - 1) / stride;
 }
 
 TsdgStatus tsdg_graph_nn1_bound(const float* rows, int64_t n, int dim, TsdgMetric metric,

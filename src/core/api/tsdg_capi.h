@@ -360,17 +360,19 @@ TsdgStatus	tsdg_select_entry_points(const float *rows, int64_t n, int dim, TsdgM
 
 /*
  * The navigating set every search of a graph of n nodes starts from: the
- * count entry points (the metapage's), then every
- * TSDG_ROWS_PER_STRIDED_ENTRY-th node not among them, the spacing widened
- * so that there are at most TSDG_MAX_STRIDED_ENTRIES of those. The strided nodes need no storage: each reader derives them
- * from n, so the CPU scans, the merge's checks and the worker's searches
- * start from the same set. out must hold count + TSDG_MAX_STRIDED_ENTRIES
- * ids; returns how many it wrote.
+ * count entry points (the metapage's), then the strided nodes (every s-th
+ * node, s narrowing slowly as n grows, at most TSDG_MAX_STRIDED_ENTRIES)
+ * not among them. The strided nodes need no storage: each reader derives
+ * them from n, so the CPU scans, the merge's checks and the worker's
+ * searches start from the same set. out must hold count +
+ * TSDG_MAX_STRIDED_ENTRIES ids; returns how many it wrote.
  */
-#define TSDG_ROWS_PER_STRIDED_ENTRY 256
-#define TSDG_MAX_STRIDED_ENTRIES 8192
+#define TSDG_MAX_STRIDED_ENTRIES 131072
 
 int			tsdg_navigating_set(const uint32_t *entry_ids, int count, int64_t n, uint32_t *out);
+
+/* How many strided nodes the navigating set of a graph of n nodes has. */
+int64_t		tsdg_strided_entry_count(int64_t n);
 
 /*
  * d_nn1+ of a graph for the slack stop rule: the largest distance (metric's

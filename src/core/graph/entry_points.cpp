@@ -1,6 +1,7 @@
 #include "entry_points.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <random>
 
@@ -150,7 +151,12 @@ std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int 
 }
 
 int64_t navigating_stride(int64_t nodes) {
-  return std::max(kRowsPerStridedEntry, (nodes + kMaxStridedEntries - 1) / kMaxStridedEntries);
+  int64_t spacing = kRowsPerStridedEntry;
+  if (nodes > kNodesAtBaseSpacing) {
+    const double narrowing = 1.0 + std::log10(static_cast<double>(nodes) / kNodesAtBaseSpacing);
+    spacing = std::llround(static_cast<double>(kRowsPerStridedEntry) / narrowing);
+  }
+  return std::max(spacing, (nodes + kMaxStridedEntries - 1) / kMaxStridedEntries);
 }
 
 std::vector<uint32_t> with_strided_entries(std::vector<uint32_t> entries, int64_t nodes, int64_t stride) {

@@ -22,14 +22,20 @@ std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int 
                                           uint64_t seed, const RunControl& control = RunControl{});
 
 // The spacing of the strided part of the navigating set of a graph of
-// `nodes` nodes: every kRowsPerStridedEntry-th node, at most
-// kMaxStridedEntries of them. A fixed set of entries spread over many
-// clusters leaves most queries far from their own cluster once the clusters
-// outnumber the entries; nodes taken at a fixed spacing grow with the data,
-// cost nothing to choose and need no storage (the index pages keep only the
-// selected entries, the scan derives the rest from the node count).
+// `nodes` nodes: every kRowsPerStridedEntry-th node up to
+// kNodesAtBaseSpacing nodes, the spacing divided by 1 + log10(nodes /
+// kNodesAtBaseSpacing) past that, and at most kMaxStridedEntries of them.
+// A fixed set of entries spread over many clusters leaves most queries far
+// from their own cluster once the clusters outnumber the entries; nodes
+// taken at a fixed spacing grow with the data, cost nothing to choose and
+// need no storage (the index pages keep only the selected entries, the scan
+// derives the rest from the node count). The spacing narrows past a
+// million nodes because a query whose cluster holds no entry gets there only
+// through the graph's long-range edges, and among more clusters each such
+// edge is less likely to lead to the right one.
 inline constexpr int64_t kRowsPerStridedEntry = 256;
-inline constexpr int64_t kMaxStridedEntries = 8192;
+inline constexpr int64_t kNodesAtBaseSpacing = 1000000;
+inline constexpr int64_t kMaxStridedEntries = 131072;
 int64_t navigating_stride(int64_t nodes);
 
 // entries, then the nodes 0, stride, 2 * stride, ... below nodes that are

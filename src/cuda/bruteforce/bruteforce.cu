@@ -27,6 +27,13 @@ __global__ void squared_norms_kernel(const float* rows, int64_t count, int dim, 
   if (lane_id() == 0) norms[warp] = sum;
 }
 
+__global__ void gather_rows_kernel(const float* rows, int dim, const uint32_t* picked, int64_t count,
+                                   float* out) {
+  const int64_t at = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (at >= count * dim) return;
+  out[at] = rows[static_cast<int64_t>(picked[at / dim]) * dim + at % dim];
+}
+
 // The distance of product entry (query, base) for metric M.
 template <Metric M>
 __device__ __forceinline__ float distance_from_product(float product, float query_norm,
@@ -209,6 +216,16 @@ __global__ void merge_segment_topk_kernel(const float* segment_dists, const uint
 
 }  // namespace
 
+void gather_rows(const float* rows, int dim, const uint32_t* picked, int64_t count, float* out,
+                 cudaStream_t stream) {
+  if (count == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t values = count * dim;
+  gather_rows_kernel<<<static_cast<unsigned>((values + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      rows, dim, picked, count, out);
+  check_launch("gather_rows_kernel");
+}
+
 void compute_squared_norms(const float* rows, int64_t count, int dim, float* norms,
                            cudaStream_t stream) {
   if (count == 0) return;
@@ -243,14 +260,94 @@ T* scratch_buffer(DeviceBuffer<T>& buffer, size_t count) {
   return buffer.data();
 }
 
+// The launch shape and buffers of the top-k selection over base tiles.
+struct TileSelect {
+  int64_t base_tile;
+  float* products;             // query tile x base tile
+  int most_segments;
+  float* segment_dists;        // null with one segment
+  uint32_t* segment_ids;
+  int warps_per_block;
+  size_t shared_bytes;
+};
+
+TileSelect tile_select(Metric metric, int k, int64_t base_tile, int64_t query_tile, int64_t query_count,
+                       ExactKnnScratch& buffers) {
+  TileSelect plan{};
+  plan.base_tile = base_tile;
+  plan.products = scratch_buffer(buffers.products, static_cast<size_t>(query_tile) * base_tile);
+  plan.most_segments = segments_for(std::min(query_tile, query_count), base_tile, k);
+  if (plan.most_segments > 1) {
+    const size_t lists = static_cast<size_t>(std::min(query_tile, query_count)) * plan.most_segments * k;
+    plan.segment_dists = scratch_buffer(buffers.segment_dists, lists);
+    plan.segment_ids = scratch_buffer(buffers.segment_ids, lists);
+  }
+  const size_t per_warp = static_cast<size_t>(2 * k + kWarpSize) * (sizeof(float) + sizeof(uint32_t));
+  plan.warps_per_block = static_cast<int>(std::clamp<size_t>(kSelectSharedBudget / per_warp, 1, 8));
+  plan.shared_bytes = per_warp * plan.warps_per_block;
+  dispatch_metric(metric, [&](auto tag) {
+    TSDG_CUDA_CHECK(cudaFuncSetAttribute(select_tile_topk_kernel<decltype(tag)::value>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(plan.shared_bytes)));
+  });
+  TSDG_CUDA_CHECK(cudaFuncSetAttribute(merge_segment_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(plan.shared_bytes)));
+  return plan;
+}
+
+// The top-k of q_rows queries on the device (with their squared norms for
+// L2) among base_rows rows, into topk_dists / topk_ids (device, q_rows * k);
+// base_tile_at(b0, b_rows) returns the ResidentRows of the tile's rows on
+// the device.
+template <typename BaseTileAt>
+void select_topk_over_base(DeviceContext& ctx, const TileSelect& plan, Metric metric, int k, int dim,
+                           int64_t base_rows, const float* query_rows, const float* query_norms, int64_t q_rows,
+                           float* topk_dists, uint32_t* topk_ids, BaseTileAt&& base_tile_at) {
+  cudaStream_t stream = ctx.stream.get();
+  const float alpha = metric == Metric::L2 ? -2.0f : -1.0f;
+  const float beta = 0.0f;
+  for (int64_t b0 = 0; b0 < base_rows; b0 += plan.base_tile) {
+    const int64_t b_rows = std::min(plan.base_tile, base_rows - b0);
+    const ResidentRows tile = base_tile_at(b0, b_rows);
+    // Column-major view: products^T (b_rows x q_rows) = B (d x b_rows)^T * Q (d x q_rows).
+    TSDG_CUBLAS_CHECK(cublasSgemm(ctx.blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(b_rows),
+                                  static_cast<int>(q_rows), dim, &alpha, tile.rows, dim, query_rows, dim, &beta,
+                                  plan.products, static_cast<int>(b_rows)));
+    const int segments = std::min(plan.most_segments, segments_for(q_rows, b_rows, k));
+    const int segment_cols = static_cast<int>((b_rows + segments - 1) / segments);
+    const int64_t warps = q_rows * segments;
+    const unsigned blocks = static_cast<unsigned>((warps + plan.warps_per_block - 1) / plan.warps_per_block);
+    dispatch_metric(metric, [&](auto tag) {
+      constexpr Metric M = decltype(tag)::value;
+      select_tile_topk_kernel<M><<<blocks, plan.warps_per_block * kWarpSize, plan.shared_bytes, stream>>>(
+          plan.products, static_cast<int>(q_rows), static_cast<int>(b_rows), segments, segment_cols, query_norms,
+          tile.norms, static_cast<uint32_t>(b0), k, b0 == 0, segments > 1 ? plan.segment_dists : topk_dists,
+          segments > 1 ? plan.segment_ids : topk_ids);
+      check_launch("select_tile_topk_kernel");
+    });
+    if (segments > 1) {
+      const unsigned merge_blocks =
+          static_cast<unsigned>((q_rows + plan.warps_per_block - 1) / plan.warps_per_block);
+      merge_segment_topk_kernel<<<merge_blocks, plan.warps_per_block * kWarpSize, plan.shared_bytes, stream>>>(
+          plan.segment_dists, plan.segment_ids, static_cast<int>(q_rows), segments, k, b0 == 0, topk_dists,
+          topk_ids);
+      check_launch("merge_segment_topk_kernel");
+    }
+  }
+}
+
+void check_select_k(int k) {
+  if (k <= 0 || k > kMaxSelectK) {
+    throw Error(Status::InvalidArgument, "GPU exact k-NN supports 1 <= k <= 2048");
+  }
+}
+
 }  // namespace
 
 void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric metric, int k,
                uint32_t* ids, float* dists, const RunControl& control,
                const ResidentRows* resident, ExactKnnScratch* scratch) {
-  if (k <= 0 || k > kMaxSelectK) {
-    throw Error(Status::InvalidArgument, "GPU exact k-NN supports 1 <= k <= 2048");
-  }
+  check_select_k(k);
   if (base.dim != queries.dim) throw Error(Status::InvalidArgument, "dimension mismatch");
   if (base.rows >= static_cast<int64_t>(kInvalidId)) {
     throw Error(Status::InvalidArgument, "too many base rows for 32-bit ids");
@@ -286,17 +383,9 @@ void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric m
   ExactKnnScratch& buffers = scratch_tiles ? *scratch : own;
   float* query_rows = scratch_buffer(buffers.query_rows, static_cast<size_t>(query_tile) * dim);
   float* query_norms = scratch_buffer(buffers.query_norms, query_tile);
-  float* products = scratch_buffer(buffers.products, static_cast<size_t>(query_tile) * base_tile);
   float* topk_dists = scratch_buffer(buffers.topk_dists, static_cast<size_t>(query_tile) * k);
   uint32_t* topk_ids = scratch_buffer(buffers.topk_ids, static_cast<size_t>(query_tile) * k);
-  const int most_segments = segments_for(std::min(query_tile, query_count), base_tile, k);
-  float* segment_dists = nullptr;
-  uint32_t* segment_ids = nullptr;
-  if (most_segments > 1) {
-    const size_t lists = static_cast<size_t>(std::min(query_tile, query_count)) * most_segments * k;
-    segment_dists = scratch_buffer(buffers.segment_dists, lists);
-    segment_ids = scratch_buffer(buffers.segment_ids, lists);
-  }
+  const TileSelect plan = tile_select(metric, k, base_tile, query_tile, query_count, buffers);
   if (upload_base) {
     copy_to_device(base_rows.data(), base.data, base_rows.size(), stream);
     if (metric == Metric::L2) compute_squared_norms(base_rows.data(), base.rows, dim, base_norms.data(), stream);
@@ -304,65 +393,50 @@ void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric m
   const float* all_rows = resident ? resident->rows : base_rows.data();
   const float* all_norms = resident ? resident->norms : base_norms.data();
 
-  const size_t per_warp = static_cast<size_t>(2 * k + kWarpSize) * (sizeof(float) + sizeof(uint32_t));
-  const int warps_per_block =
-      static_cast<int>(std::clamp<size_t>(kSelectSharedBudget / per_warp, 1, 8));
-  const size_t shared_bytes = per_warp * warps_per_block;
-  dispatch_metric(metric, [&](auto tag) {
-    TSDG_CUDA_CHECK(cudaFuncSetAttribute(select_tile_topk_kernel<decltype(tag)::value>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(shared_bytes)));
-  });
-  TSDG_CUDA_CHECK(cudaFuncSetAttribute(merge_segment_topk_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(shared_bytes)));
-  const float alpha = metric == Metric::L2 ? -2.0f : -1.0f;
-  const float beta = 0.0f;
-
   for (int64_t q0 = 0; q0 < query_count; q0 += query_tile) {
     control.throw_if_cancelled();
     const int64_t q_rows = std::min(query_tile, query_count - q0);
     copy_to_device(query_rows, queries.row(q0), static_cast<size_t>(q_rows) * dim, stream);
     if (metric == Metric::L2) compute_squared_norms(query_rows, q_rows, dim, query_norms, stream);
-    for (int64_t b0 = 0; b0 < base.rows; b0 += base_tile) {
-      const int64_t b_rows = std::min(base_tile, base.rows - b0);
-      const float* tile_rows = all_rows + (base_resident ? b0 * dim : 0);
-      const float* tile_norms = all_norms == nullptr ? nullptr : all_norms + (base_resident ? b0 : 0);
-      if (!base_resident) {
-        copy_to_device(base_rows.data(), base.row(b0), static_cast<size_t>(b_rows) * dim, stream);
-        if (metric == Metric::L2) compute_squared_norms(base_rows.data(), b_rows, dim, base_norms.data(), stream);
-      }
-      // Column-major view: products^T (b_rows x q_rows) = B (d x b_rows)^T * Q (d x q_rows).
-      TSDG_CUBLAS_CHECK(cublasSgemm(ctx.blas.get(), CUBLAS_OP_T, CUBLAS_OP_N,
-                                    static_cast<int>(b_rows), static_cast<int>(q_rows), dim, &alpha,
-                                    tile_rows, dim, query_rows, dim, &beta, products,
-                                    static_cast<int>(b_rows)));
-      const int segments = std::min(most_segments, segments_for(q_rows, b_rows, k));
-      const int segment_cols = static_cast<int>((b_rows + segments - 1) / segments);
-      const int64_t warps = q_rows * segments;
-      const unsigned blocks = static_cast<unsigned>((warps + warps_per_block - 1) / warps_per_block);
-      dispatch_metric(metric, [&](auto tag) {
-        constexpr Metric M = decltype(tag)::value;
-        select_tile_topk_kernel<M><<<blocks, warps_per_block * kWarpSize, shared_bytes, stream>>>(
-            products, static_cast<int>(q_rows), static_cast<int>(b_rows), segments, segment_cols,
-            query_norms, tile_norms, static_cast<uint32_t>(b0), k, b0 == 0,
-            segments > 1 ? segment_dists : topk_dists, segments > 1 ? segment_ids : topk_ids);
-        check_launch("select_tile_topk_kernel");
-      });
-      if (segments > 1) {
-        const unsigned merge_blocks =
-            static_cast<unsigned>((q_rows + warps_per_block - 1) / warps_per_block);
-        merge_segment_topk_kernel<<<merge_blocks, warps_per_block * kWarpSize, shared_bytes, stream>>>(
-            segment_dists, segment_ids, static_cast<int>(q_rows), segments, k, b0 == 0, topk_dists,
-            topk_ids);
-        check_launch("merge_segment_topk_kernel");
-      }
-      if (!base_resident) ctx.stream.synchronize();  // the staging tile is reused
-    }
+    select_topk_over_base(ctx, plan, metric, k, dim, base.rows, query_rows, query_norms, q_rows, topk_dists,
+                          topk_ids, [&](int64_t b0, int64_t b_rows) {
+                            if (base_resident) {
+                              return ResidentRows{all_rows + b0 * dim,
+                                                  all_norms == nullptr ? nullptr : all_norms + b0};
+                            }
+                            ctx.stream.synchronize();  // the staging tile is reused
+                            copy_to_device(base_rows.data(), base.row(b0), static_cast<size_t>(b_rows) * dim,
+                                           stream);
+                            if (metric == Metric::L2) {
+                              compute_squared_norms(base_rows.data(), b_rows, dim, base_norms.data(), stream);
+                            }
+                            return ResidentRows{base_rows.data(), base_norms.data()};
+                          });
     copy_to_host(ids + q0 * k, topk_ids, static_cast<size_t>(q_rows) * k, stream);
     copy_to_host(dists + q0 * k, topk_dists, static_cast<size_t>(q_rows) * k, stream);
     ctx.stream.synchronize();
     control.add_done(q_rows);
+  }
+}
+
+void exact_knn_on_device(DeviceContext& ctx, const ResidentRows& base, int64_t base_rows, int dim,
+                         const float* queries, int64_t query_count, Metric metric, int k, uint32_t* ids,
+                         float* dists, ExactKnnScratch& scratch) {
+  check_select_k(k);
+  if (query_count == 0 || base_rows == 0) return;
+  const int64_t base_tile = std::min<int64_t>(base_rows, 32768);
+  const int64_t query_tile = std::min<int64_t>(
+      query_count, std::max<int64_t>(256, static_cast<int64_t>(kScratchProductBytes / (base_tile * sizeof(float)))));
+  float* query_norms = scratch_buffer(scratch.query_norms, query_tile);
+  const TileSelect plan = tile_select(metric, k, base_tile, query_tile, query_count, scratch);
+  for (int64_t q0 = 0; q0 < query_count; q0 += query_tile) {
+    const int64_t q_rows = std::min(query_tile, query_count - q0);
+    const float* query_rows = queries + q0 * dim;
+    if (metric == Metric::L2) compute_squared_norms(query_rows, q_rows, dim, query_norms, ctx.stream.get());
+    select_topk_over_base(ctx, plan, metric, k, dim, base_rows, query_rows, query_norms, q_rows, dists + q0 * k,
+                          ids + q0 * k, [&](int64_t b0, int64_t) {
+                            return ResidentRows{base.rows + b0 * dim, base.norms == nullptr ? nullptr : base.norms + b0};
+                          });
   }
 }
 

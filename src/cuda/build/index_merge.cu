@@ -38,13 +38,6 @@ void check_merge_input(const MergeInput& in, int k, int degree) {
   }
 }
 
-__global__ void gather_rows_kernel(const float* rows, int dim, const uint32_t* picked, int64_t count,
-                                   float* out) {
-  const int64_t at = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (at >= count * dim) return;
-  out[at] = rows[static_cast<int64_t>(picked[at / dim]) * dim + at % dim];
-}
-
 // For every batch row, the nearest of the merge's seed pivots (ggm.h), as
 // indexed rows: the brute force of the batch against the pivots, gathered
 // from the merge's rows on the device.
@@ -59,14 +52,8 @@ std::vector<uint32_t> nearest_seed_pivots(DeviceContext& ctx, MatrixView data, c
   DeviceBuffer<float> pivots(static_cast<size_t>(count) * data.dim);
   DeviceBuffer<float> norms(metric == Metric::L2 ? pivot_rows.size() : 0);
   copy_to_device(picked.data(), pivot_rows.data(), pivot_rows.size(), stream);
-  if (count > 0) {
-    constexpr int kThreads = 256;
-    const int64_t values = count * data.dim;
-    gather_rows_kernel<<<static_cast<unsigned>((values + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        device_rows, data.dim, picked.data(), count, pivots.data());
-    check_launch("gather_rows_kernel");
-    if (metric == Metric::L2) compute_squared_norms(pivots.data(), count, data.dim, norms.data(), stream);
-  }
+  gather_rows(device_rows, data.dim, picked.data(), count, pivots.data(), stream);
+  if (metric == Metric::L2) compute_squared_norms(pivots.data(), count, data.dim, norms.data(), stream);
   trace.mark("rows gathered on the device", static_cast<long long>(count));
   std::vector<uint32_t> nearest(batch);
   std::vector<float> dists(batch);

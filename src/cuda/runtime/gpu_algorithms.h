@@ -45,8 +45,17 @@ struct ExactKnnScratch {
 void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric metric, int k,
                uint32_t* ids, float* dists, const RunControl& control,
                const ResidentRows* resident = nullptr, ExactKnnScratch* scratch = nullptr);
+// The same for queries already on the device (query_count * dim) against
+// base_rows resident rows; the results stay on the device (query_count * k),
+// the work in scratch's buffers.
+void exact_knn_on_device(DeviceContext& ctx, const ResidentRows& base, int64_t base_rows, int dim,
+                         const float* queries, int64_t query_count, Metric metric, int k, uint32_t* ids,
+                         float* dists, ExactKnnScratch& scratch);
 void compute_squared_norms(const float* rows, int64_t count, int dim, float* norms,
                            cudaStream_t stream);
+// out (count * dim) = the rows of rows (dim wide) at picked (count, device).
+void gather_rows(const float* rows, int dim, const uint32_t* picked, int64_t count, float* out,
+                 cudaStream_t stream);
 
 // gnnd.cu: GNND (Wang et al., 2021, section 4); sets that do not fit in GPU memory
 // go through gnnd_build_by_shards.

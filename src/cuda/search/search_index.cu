@@ -187,7 +187,10 @@ void CudaSearchIndex::check_neighbor_ids(cudaStream_t stream) {
 size_t CudaSearchIndex::memory_bytes() const {
   return data_.bytes() + norms_.bytes() + neighbors_.bytes() + lambdas_.bytes() + queries_.bytes() +
          result_ids_.bytes() + result_dists_.bytes() + payload_.bytes() + payload_flags_device_.bytes() +
-         payload_out_.bytes() + payload_dists_.bytes();
+         payload_out_.bytes() + payload_dists_.bytes() + entries_.bytes() + entry_rows_.bytes() +
+         entry_norms_.bytes() + entry_pick_ids_.bytes() + entry_pick_dists_.bytes() +
+         entry_scratch_.query_norms.bytes() + entry_scratch_.products.bytes() +
+         entry_scratch_.segment_dists.bytes() + entry_scratch_.segment_ids.bytes();
 }
 
 int64_t CudaSearchIndex::small_batch_limit() const {
@@ -212,8 +215,14 @@ void CudaSearchIndex::prepare_entries(const SearchParams& params, const RunContr
     return;
   }
   host_entries_ = navigating_set(host_data_, host_graph_, params, control);
+  cudaStream_t stream = ctx_->stream.get();
+  const auto count = static_cast<int64_t>(host_entries_.size());
   entries_.allocate(std::max<size_t>(host_entries_.size(), 1));
-  copy_to_device(entries_.data(), host_entries_.data(), host_entries_.size(), ctx_->stream.get());
+  copy_to_device(entries_.data(), host_entries_.data(), host_entries_.size(), stream);
+  entry_rows_.allocate(std::max<size_t>(static_cast<size_t>(count) * dim_, 1));
+  gather_rows(data_.data(), dim_, entries_.data(), count, entry_rows_.data(), stream);
+  entry_norms_.allocate(metric_ == Metric::L2 ? std::max<size_t>(host_entries_.size(), 1) : 0);
+  if (metric_ == Metric::L2) compute_squared_norms(entry_rows_.data(), count, dim_, entry_norms_.data(), stream);
   ctx_->stream.synchronize();
   entry_count_ = static_cast<int>(host_entries_.size());
   entries_for_count_ = params.entry_samples;
@@ -271,6 +280,20 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
                         result_ids_.data(),
                         result_dists_.data(),
                         own_row_first >= 0 && stops_at_own_row ? own_row_first + first : -1};
+    if (entry_count_ > ef) {
+      // Only the ef best entries can be in a search's first ef best.
+      const size_t picks = static_cast<size_t>(rows) * ef;
+      if (entry_pick_ids_.size() < picks) {
+        entry_pick_ids_.allocate(picks);
+        entry_pick_dists_.allocate(picks);
+      }
+      const ResidentRows entry_rows{entry_rows_.data(), metric_ == Metric::L2 ? entry_norms_.data() : nullptr};
+      exact_knn_on_device(*ctx_, entry_rows, entry_count_, dim_, launch_queries, rows, metric_, ef,
+                          entry_pick_ids_.data(), entry_pick_dists_.data(), entry_scratch_);
+      launch.entry_picks = entry_pick_ids_.data();
+      launch.entry_pick_count = ef;
+      trace.mark("entries picked", entry_count_);
+    }
     if (small_batch) {
       launch_small_batch_search(launch, params.gpu_search_width, stream);
     } else {

@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "device_memory.h"
+#include "gpu_algorithms.h"
 #include "search.h"
 
 namespace tsdg::cuda {
@@ -77,6 +78,14 @@ class CudaSearchIndex final : public SearchIndex {
   DeviceBuffer<uint8_t> lambdas_;
   DeviceBuffer<uint32_t> entries_;
   std::vector<uint32_t> host_entries_;  // the same, for the CPU's walk
+  // The entries' rows (and squared norms for L2) side by side, so that each
+  // batch picks its queries' best entries with one exact search (a matrix
+  // product) instead of every query reading every entry's row.
+  DeviceBuffer<float> entry_rows_;
+  DeviceBuffer<float> entry_norms_;
+  ExactKnnScratch entry_scratch_;
+  DeviceBuffer<uint32_t> entry_pick_ids_;
+  DeviceBuffer<float> entry_pick_dists_;
   int entry_count_ = 0;
   int entries_for_count_ = -1;
   int64_t entries_for_stride_ = 0;

@@ -30,7 +30,23 @@ struct SearchLaunch {
   // cosine: a row found at distance 0 stays among the best, so the rest of
   // the walk could not lose it)
   int64_t own_row_first = -1;
+  // Non-null: each query starts from its own entry_pick_count best entries,
+  // indexes into entries (rows * entry_pick_count, kInvalidId: none) picked
+  // by an exact search of the entry rows, instead of scoring every entry.
+  const uint32_t* entry_picks = nullptr;
+  int entry_pick_count = 0;
 };
+
+// The i-th entry query_index starts from (i below entry_total).
+__device__ __forceinline__ uint32_t query_entry(const SearchLaunch& launch, int64_t query_index, int i) {
+  if (launch.entry_picks == nullptr) return launch.entries[i];
+  const uint32_t pick = launch.entry_picks[query_index * launch.entry_pick_count + i];
+  return pick == kInvalidId ? kInvalidId : launch.entries[pick];
+}
+
+__device__ __forceinline__ int entry_total(const SearchLaunch& launch) {
+  return launch.entry_picks == nullptr ? launch.entry_count : launch.entry_pick_count;
+}
 
 // One warp-sized block per query, started from the navigating entry set:
 // segmented sorted expansion queue, segmented visited table, sorted top-ef list.

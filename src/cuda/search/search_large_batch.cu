@@ -223,8 +223,9 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
   // cluster, which the graph rarely leaves.
   const int64_t own_row = launch.own_row_first >= 0 ? launch.own_row_first + query_index : -1;
   bool own_found = false;
-  for (int first = 0; first < launch.entry_count; first += kWarpSize) {
-    const uint32_t e = first + lane < launch.entry_count ? launch.entries[first + lane] : kInvalidId;
+  const int entries = entry_total(launch);
+  for (int first = 0; first < entries; first += kWarpSize) {
+    const uint32_t e = first + lane < entries ? query_entry(launch, query_index, first + lane) : kInvalidId;
     const bool fresh = visited_take(visited, visited_bits, fill, best_ids, ef, e);
     const unsigned fresh_mask = __ballot_sync(kFullMask, fresh);
     if (fresh) cand_ids[__popc(fresh_mask & ((1u << lane) - 1u))] = e;
@@ -235,7 +236,7 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
     team_distances<M>(g, query, cand_ids, cand_dists, count);
     merge_into_best(best_dists, best_ids, spare_dists, spare_ids, ef, cand_dists, cand_ids, count);
   }
-  for (int i = 0; i < min(ef, launch.entry_count); ++i) {
+  for (int i = 0; i < min(ef, entries); ++i) {
     if (best_ids[i] != kInvalidId) queue_push(queue_dists, queue_ids, queue_sizes, best_dists[i], best_ids[i]);
   }
 

@@ -188,14 +188,15 @@ __global__ void __launch_bounds__(kBeamThreads)
 
   // The navigating entry set (the CPU and large-batch searches' entries)
   // fills the pool first.
-  for (int first = 0; first < launch.entry_count; first += kMaxCandidates) {
+  const int entries = entry_total(launch);
+  for (int first = 0; first < entries; first += kMaxCandidates) {
     refill_hash_if_full(hash, &hash_fill, pool, pool_size);
     if (threadIdx.x == 0) cand_count = 0;
     __syncthreads();
-    const int chunk = min(kMaxCandidates, launch.entry_count - first);
+    const int chunk = min(kMaxCandidates, entries - first);
     if (threadIdx.x < chunk) {
-      const uint32_t e = launch.entries[first + threadIdx.x];
-      if (hash_insert(hash, &hash_fill, e)) {
+      const uint32_t e = query_entry(launch, query_index, first + threadIdx.x);
+      if (e != kInvalidId && hash_insert(hash, &hash_fill, e)) {
         cand_ids[atomicAdd(&cand_count, 1)] = e;
         if (e == own_row) own_found = 1;
       }

@@ -63,8 +63,7 @@
 static double
 TsdgVisitedNodes(double ef, double nodes)
 {
-	double		entries = TSDG_MAX_ENTRY_POINTS +
-		Min(nodes / TSDG_ROWS_PER_STRIDED_ENTRY, (double) TSDG_MAX_STRIDED_ENTRIES);
+	double		entries = TSDG_MAX_ENTRY_POINTS + (double) tsdg_strided_entry_count((int64) nodes);
 	double		visits = TSDG_VISITS_PER_EF * ef + TSDG_VISITS_PER_LEVEL * log2(Max(nodes, 2.0)) + entries;
 
 	return Min(visits, Max(nodes, 1.0));

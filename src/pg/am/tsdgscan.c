@@ -283,7 +283,8 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 		MemoryContextRegisterResetCallback(so->ctx, cb);
 
 		tsdg_search_begin(so->search, so->ef);
-		entries = palloc(sizeof(uint32) * (so->meta.entry_count + TSDG_MAX_STRIDED_ENTRIES));
+		entries = palloc(sizeof(uint32) *
+						 (so->meta.entry_count + tsdg_strided_entry_count(so->meta.node_count)));
 		entry_count = tsdg_navigating_set(so->meta.entry_points, so->meta.entry_count,
 										  so->meta.node_count, entries);
 		TsdgWalkOffer(&so->walk, so->search, entries, entry_count);

@@ -235,7 +235,7 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 	 * maintenance_work_mem leaves
 	 */
 	record_bytes = Max(0.0, (double) maintenance_work_mem * 1024.0 - TsdgMergeBytes(&m->meta));
-	navigating = palloc(sizeof(uint32) * (nm->entry_count + TSDG_MAX_STRIDED_ENTRIES));
+	navigating = palloc(sizeof(uint32) * (nm->entry_count + tsdg_strided_entry_count(n)));
 	navigating_count = tsdg_navigating_set(nm->entry_points, nm->entry_count, n, navigating);
 	m->unreached_job = tsdg_unreached_job_start(m->rows, n, m->dims, metric, m->neighbors,
 												m->lambdas, degree, navigating,
