@@ -251,12 +251,22 @@ int GraphSearch::results(uint32_t* ids, float* dists, int max_results) const {
 using detail::prefetch_row;
 using detail::VisitedTable;
 
+namespace {
+
+// Queries whose distances to the navigating set are computed together: each
+// entry row is read once for the whole block, so a navigating set larger
+// than the caches costs one pass over memory per block, not per query.
+constexpr int kEntryBlock = 8;
+
+}  // namespace
+
 struct CpuSearchIndex::Scratch {
-  Scratch(int64_t nodes, int degree, int dim) : visited(nodes), fresh(degree), query(dim) {}
+  Scratch(int64_t nodes, int degree, int dim) : visited(nodes), fresh(degree), queries(kEntryBlock * dim) {}
   VisitedTable visited;
   CandidatePool pool;
   std::vector<uint32_t> fresh;
-  std::vector<float> query;  // the normalized query, for cosine
+  std::vector<float> queries;      // the block's queries normalized, for cosine
+  std::vector<float> entry_dists;  // the block's distances to the entries, a query's after another
 };
 
 CpuSearchIndex::CpuSearchIndex(MatrixView data, GraphView graph, Metric metric)
@@ -281,7 +291,7 @@ size_t CpuSearchIndex::memory_bytes() const {
                  entry_rows_.values.size() * sizeof(float) + payload_values_.size() + payload_flags_.size();
   for (const auto& scratch : free_scratch_) {
     bytes += scratch->visited.bytes() + scratch->fresh.size() * sizeof(uint32_t) +
-             scratch->query.size() * sizeof(float);
+             (scratch->queries.size() + scratch->entry_dists.size()) * sizeof(float);
   }
   return bytes;
 }
@@ -319,7 +329,15 @@ void CpuSearchIndex::prepare_entry_points(const SearchParams& params, const RunC
   entries_seed_ = params.seed;
 }
 
-int64_t CpuSearchIndex::search_one(const float* query, const SearchParams& params,
+void CpuSearchIndex::score_entries(const float* const* queries, int count, float* entry_dists) const {
+  const auto entry_count = static_cast<int64_t>(entries_.size());
+  for (int64_t i = 0; i < entry_count; ++i) {
+    const float* row = entry_rows_.row(i);
+    for (int q = 0; q < count; ++q) entry_dists[q * entry_count + i] = distance_(queries[q], row, data_.dim);
+  }
+}
+
+int64_t CpuSearchIndex::search_one(const float* query, const float* entry_dists, const SearchParams& params,
                                    const SlackRule& slack, Scratch& scratch, uint32_t* ids,
                                    float* dists) const {
   const int dim = data_.dim;
@@ -334,8 +352,7 @@ int64_t CpuSearchIndex::search_one(const float* query, const SearchParams& param
   const int64_t entry_count = static_cast<int64_t>(entries_.size());
   for (int64_t i = 0; i < entry_count; ++i) {
     visited.mark(entries_[i]);
-    const float d = distance_(query, entry_rows_.row(i), dim);
-    pool.push(entries_[i], d);
+    pool.push(entries_[i], entry_dists[i]);
   }
   int64_t computed = entry_count;
 
@@ -401,15 +418,27 @@ void CpuSearchIndex::search(MatrixView queries, const SearchParams& params, uint
   control.set_total(queries.rows);
   parallel_for(control, queries.rows, chunk, [&](int64_t begin, int64_t end, int) {
     std::unique_ptr<Scratch> scratch = acquire_scratch();
+    const auto entry_count = static_cast<int64_t>(entries_.size());
+    scratch->entry_dists.resize(static_cast<size_t>(kEntryBlock * entry_count));
     int64_t computed = 0;
-    for (int64_t q = begin; q < end; ++q) {
-      const float* query = queries.row(q);
-      if (metric_ == Metric::Cosine) {
-        std::copy(query, query + queries.dim, scratch->query.begin());
-        normalize_rows(scratch->query.data(), 1, queries.dim);
-        query = scratch->query.data();
+    for (int64_t first = begin; first < end; first += kEntryBlock) {
+      const int count = static_cast<int>(std::min<int64_t>(kEntryBlock, end - first));
+      const float* block[kEntryBlock];
+      for (int b = 0; b < count; ++b) {
+        block[b] = queries.row(first + b);
+        if (metric_ == Metric::Cosine) {
+          float* normalized = scratch->queries.data() + static_cast<size_t>(b) * queries.dim;
+          std::copy(block[b], block[b] + queries.dim, normalized);
+          normalize_rows(normalized, 1, queries.dim);
+          block[b] = normalized;
+        }
       }
-      computed += search_one(query, params, slack, *scratch, ids + q * k, dists + q * k);
+      score_entries(block, count, scratch->entry_dists.data());
+      for (int b = 0; b < count; ++b) {
+        const int64_t q = first + b;
+        computed += search_one(block[b], scratch->entry_dists.data() + b * entry_count, params, slack, *scratch,
+                               ids + q * k, dists + q * k);
+      }
     }
     distance_computations_.fetch_add(computed, std::memory_order_relaxed);
     control.add_done(end - begin);

@@ -312,8 +312,12 @@ class CpuSearchIndex : public SearchIndex {
   std::unique_ptr<Scratch> acquire_scratch();
   void release_scratch(std::unique_ptr<Scratch> scratch);
   void prepare_entry_points(const SearchParams& params, const RunControl& control = RunControl{});
-  int64_t search_one(const float* query, const SearchParams& params, const SlackRule& slack,
-                     Scratch& scratch, uint32_t* ids, float* dists) const;
+  // The distances of count queries to every entry, into entry_dists (a
+  // query's after another).
+  void score_entries(const float* const* queries, int count, float* entry_dists) const;
+  // The search of one query from its distances to the entries.
+  int64_t search_one(const float* query, const float* entry_dists, const SearchParams& params,
+                     const SlackRule& slack, Scratch& scratch, uint32_t* ids, float* dists) const;
 
   MatrixView data_;
   GraphView graph_;
