@@ -403,7 +403,13 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  in.old_neighbors = old_neighbors;
                  in.old_lambdas = old_lambdas;
                  in.batch_knn = &batch_graph;
-                 in.old_rebuilt = old_changed;
+                 // the lists to build again; the rows to check again are the caller's
+                 std::vector<uint8_t> rebuilt;
+                 if (old_changed != nullptr) {
+                   rebuilt.resize(n_old);
+                   for (int64_t u = 0; u < n_old; ++u) rebuilt[u] = old_changed[u] & TSDG_OLD_REBUILT;
+                   in.old_rebuilt = rebuilt.data();
+                 }
                  if (old_rows_copied.valid()) {
                    in.old_rows_source = old_rows_source;
                    in.old_rows_copied = old_rows_copied;
@@ -423,10 +429,16 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  out.relinked = relinked.data();
                  b.merge_graph(in, out, m, tsdg::incremental_merge_params(gnnd), diversify, control);
                  if (old_rows_copied.valid()) old_rows_copied.get();
+                 std::vector<uint8_t> recheck(n, 0);
+                 for (const uint32_t v : tsdg::rows_losing_in_edges(in, out, control)) recheck[v] = 1;
+                 for (int64_t u = 0; old_changed != nullptr && u < n_old; ++u) {
+                   if ((old_changed[u] & TSDG_OLD_RECHECK) != 0) recheck[u] = 1;
+                 }
                  for (int64_t u = 0; u < n; ++u) {
                    changed[u] = static_cast<uint8_t>((knn_change[u] ? TSDG_CHANGED_KNN : 0) |
                                                      (search_changed[u] ? TSDG_CHANGED_GRAPH : 0) |
-                                                     (relinked[u] ? TSDG_CHANGED_LINK : 0));
+                                                     (relinked[u] ? TSDG_CHANGED_LINK : 0) |
+                                                     (recheck[u] ? TSDG_CHANGED_RECHECK : 0));
                  }
                });
   });

@@ -7,6 +7,7 @@
 #include <exception>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend.h"
 #include "capi_internal.h"
@@ -27,6 +28,21 @@ struct TsdgUnreachedJob {
   std::thread thread;
   std::exception_ptr failure;
 };
+
+namespace {
+
+// The rows a check of the rows [first, n) and of those marked
+// TSDG_CHANGED_RECHECK in recheck (n flags, may be NULL) walks, ascending.
+std::vector<uint32_t> rows_to_check(int64_t first, int64_t n, const uint8_t* recheck) {
+  std::vector<uint32_t> rows;
+  for (int64_t u = 0; recheck != nullptr && u < first; ++u) {
+    if ((recheck[u] & TSDG_CHANGED_RECHECK) != 0) rows.push_back(static_cast<uint32_t>(u));
+  }
+  for (int64_t u = std::max<int64_t>(first, 0); u < n; ++u) rows.push_back(static_cast<uint32_t>(u));
+  return rows;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -57,7 +73,7 @@ tsdg::BeforeListChange marking_repaired(uint8_t* changed) {
 TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim, TsdgMetric metric,
                                            const uint32_t* neighbors, const uint8_t* lambdas,
                                            int degree, const uint32_t* entry_ids, int entry_count,
-                                           int64_t first, int ef, int lambda_limit,
+                                           int64_t first, const uint8_t* recheck, int ef, int lambda_limit,
                                            int64_t record_bytes, TsdgError* error) {
   // per row and check: its walk's record (an empty vector and its heap
   // block's header once it holds nodes), its nearest node and its flag
@@ -72,11 +88,13 @@ TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim
     require(entry_count >= 0 && (entry_count == 0 || entry_ids != nullptr),
             "entry_ids must not be NULL");
     require(record_bytes >= 0, "record_bytes must not be negative");
+    require(first >= 0 && first <= n, "unreached rows: rows out of range");
     auto job = std::make_unique<TsdgUnreachedJob>();
     // A record's vector may hold twice the nodes it keeps.
     job->checks = std::make_unique<tsdg::RepairChecks>(
         tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, to_metric(metric), entry_ids,
-        entry_count, first, n, ef, lambda_limit, record_bytes / (2 * static_cast<int64_t>(sizeof(uint32_t))));
+        entry_count, rows_to_check(first, n, recheck), ef, lambda_limit,
+        record_bytes / (2 * static_cast<int64_t>(sizeof(uint32_t))));
     job->pool = std::make_unique<tsdg::ThreadPool>(0);
     TsdgUnreachedJob* running = job.get();
     job->thread = std::thread([running] {
@@ -163,11 +181,14 @@ TsdgStatus tsdg_index_unreached_rows_repaired(TsdgResidentIndex* index, const fl
     const int64_t n = index->index->node_count();
     std::unique_ptr<tsdg::ThreadPool> own_pool;
     const tsdg::RunControl control = own_rows_control(index, n - first, own_pool);
+    require(first >= 0 && first <= n, "unreached rows: rows out of range");
     std::vector<uint32_t> repaired;
+    std::vector<uint32_t> also = rows_to_check(first, n, changed);
+    also.resize(also.size() - static_cast<size_t>(n - first));  // the range is the index's own check
     const std::vector<uint32_t> after = tsdg::unreached_rows_repaired(
         *index->index, tsdg::MatrixView{rows, n, index->dim}, tsdg::GraphSpan{neighbors, lambdas, n, degree},
         to_metric(metric), resident_search_params(1, ef, lambda_limit), first, n, *found, repaired, control,
-        marking_repaired(changed));
+        marking_repaired(changed), also);
     *lists_changed = static_cast<int64_t>(repaired.size());
     copy_unreached(after, rows_out, max_rows, count);
   });

@@ -193,13 +193,18 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
  * (n_old * build_k, TSDG_INVALID_ID padded); old_knn_dists may be NULL: the
  * distances are then computed by the merge. old_neighbors and
  * old_lambdas: the old search graph (n_old * degree), as stored.
- * old_changed (n_old, may be NULL): 1 where an old k-NN list is not the one
- * the stored search list was built from (a list repaired after deletes), so
- * that its search list is built again. Writes the
+ * old_changed (n_old, may be NULL): TSDG_OLD_REBUILT where an old k-NN list
+ * is not the one the stored search list was built from (a list repaired
+ * after deletes), so that its search list is built again; TSDG_OLD_RECHECK
+ * where the caller wants the row's search checked after the merge (it lost
+ * an edge into it outside the merge, or was not reached before). Writes the
  * k-NN graph (knn_dists may be NULL) and the search graph of all rows, and
  * changed[n]: TSDG_CHANGED_KNN where a row's k-NN list differs from its old
  * one, TSDG_CHANGED_GRAPH where its search list or lambdas do; every new row
- * has both. The k-NN graph is final in knn_ids (and knn_dists) once poll
+ * has both. TSDG_CHANGED_RECHECK marks the old rows that an old search list
+ * held and the merged one does not (an edge into them gone: searches that
+ * found them may not any more) and those of TSDG_OLD_RECHECK: what the
+ * unreached-row checks take besides the new rows. The k-NN graph is final in knn_ids (and knn_dists) once poll
  * sees TSDG_PHASE_DIVERSIFY, so that the caller may write it out while the
  * search graph is diversified. A merge that then reports TSDG_PHASE_LINK
  * (the GPU's) writes its search lists out, then links the graph's
@@ -218,6 +223,9 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
 #define TSDG_CHANGED_GRAPH	2
 #define TSDG_CHANGED_LINK	4
 #define TSDG_CHANGED_REPAIR	8
+#define TSDG_CHANGED_RECHECK	16
+#define TSDG_OLD_REBUILT	1
+#define TSDG_OLD_RECHECK	2
 
 TsdgStatus	tsdg_merge_graph_incremental(TsdgBackend *backend, const float *rows,
 										 const TsdgResidentIndex *old_rows_index,
@@ -384,7 +392,9 @@ TsdgStatus	tsdg_graph_nn1_bound(const float *rows, int64_t n, int dim, TsdgMetri
 								 TsdgError *error);
 
 /*
- * The rows [first, n) that a search for their own vector does not reach: the
+ * The rows [first, n), and those marked TSDG_CHANGED_RECHECK in recheck[n]
+ * (may be NULL: none; a merge's changed flags), that a search for their own
+ * vector does not reach: the
  * walk of the index pages' scans (tsdg_search_* with ef, lambda_limit and no
  * stop rule, every entry point offered first), stopped once it offers the
  * row. A merge keeps these few exact. Found on threads of its own, so that
@@ -406,8 +416,9 @@ TsdgUnreachedJob *tsdg_unreached_job_start(const float *rows, int64_t n, int dim
 										   TsdgMetric metric, const uint32_t *neighbors,
 										   const uint8_t *lambdas, int degree,
 										   const uint32_t *entry_ids, int entry_count,
-										   int64_t first, int ef, int lambda_limit,
-										   int64_t record_bytes, TsdgError *error);
+										   int64_t first, const uint8_t *recheck, int ef,
+										   int lambda_limit, int64_t record_bytes,
+										   TsdgError *error);
 TsdgStatus	tsdg_unreached_job_finish(TsdgUnreachedJob *job, uint32_t *rows_out,
 									  int64_t max_rows, int64_t *count, TsdgError *error);
 
@@ -421,7 +432,8 @@ TsdgStatus	tsdg_unreached_job_finish(TsdgUnreachedJob *job, uint32_t *rows_out,
  * tsdg_unreached_job_finish after a repair of the graph for the rows not
  * reached: each gets an edge from the node its walk found nearest it (that
  * node's list in its (lambda, distance) order, the last entry dropped when
- * full), and the walks the new edges can change are walked again, for up
+ * full, and the row that entry pointed to checked too), and the walks the
+ * new edges can change are walked again, for up
  * to two rounds (UnreachedCheck in search.h); at an ef wider than
  * TSDG_REPAIR_NARROW_EF, first for the rows a walk at that ef misses (the
  * job looked for both). neighbors and lambdas are the
@@ -452,10 +464,13 @@ TsdgStatus	tsdg_index_unreached_rows(TsdgResidentIndex *index, int64_t first, in
 
 /*
  * tsdg_index_unreached_rows after a repair of index's graph for the rows
- * of [first, n) it misses. On a GPU, the rows the large-batch kernel
- * misses, *found of them, each get an edge from the nearest other node the
- * CPU's walk from the index's entry points finds; the index copies the
- * changed lists up, then looks [first, n) up with both kernels. On the CPU
+ * of [first, n) it misses, and for those marked TSDG_CHANGED_RECHECK in
+ * changed[] (a merge's flags). On a GPU, the rows the large-batch kernel
+ * misses (of the marked ones, the CPU's walk), *found of them, each get an
+ * edge from the nearest other node the CPU's walk from the index's entry
+ * points finds; the index copies the changed lists up, then looks
+ * [first, n) up with both kernels and the marked rows, and those whose
+ * edge a repair edge displaced, with the CPU's walk. On the CPU
  * the repair is tsdg_unreached_job_finish_repairing's (*found: the rows
  * its walk missed before it). rows, neighbors and lambdas are the
  * host arrays the index was made from (neighbors and lambdas now

@@ -66,4 +66,28 @@ void set_search_changed(const MergeInput& in, const MergeOutput& out, const RunC
   });
 }
 
+std::vector<uint32_t> rows_losing_in_edges(const MergeInput& in, const MergeOutput& out, const RunControl& control) {
+  const int degree = in.degree;
+  std::vector<std::vector<uint32_t>> lost(worker_count(control));
+  parallel_for(control, in.split, 1024, [&](int64_t begin, int64_t end, int worker) {
+    std::vector<uint32_t> merged(degree);
+    for (int64_t u = begin; u < end; ++u) {
+      if (out.search_changed[u] == 0) continue;
+      const size_t at = static_cast<size_t>(u) * degree;
+      std::copy(out.neighbors + at, out.neighbors + at + degree, merged.begin());
+      std::sort(merged.begin(), merged.end());
+      for (int j = 0; j < degree; ++j) {
+        const uint32_t v = in.old_neighbors[at + j];
+        if (v >= in.split) continue;  // padding
+        if (!std::binary_search(merged.begin(), merged.end(), v)) lost[worker].push_back(v);
+      }
+    }
+  });
+  std::vector<uint32_t> rows;
+  for (const std::vector<uint32_t>& part : lost) rows.insert(rows.end(), part.begin(), part.end());
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
 }  // namespace tsdg

@@ -76,4 +76,10 @@ void set_knn_change(const uint8_t* ggm_changed, const MergeInput& in, const Merg
 // from its old one, and for every batch row.
 void set_search_changed(const MergeInput& in, const MergeOutput& out, const RunControl& control);
 
+// After a merge: the indexed rows that a stored search list (in.old_neighbors)
+// held and the merged list of the same row (out.neighbors, with
+// out.search_changed) does not, ascending. Each lost an edge into it, so a
+// search that reached it through that edge may not any more.
+std::vector<uint32_t> rows_losing_in_edges(const MergeInput& in, const MergeOutput& out, const RunControl& control);
+
 }  // namespace tsdg

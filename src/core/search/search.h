@@ -93,8 +93,12 @@ using BeforeListChange = std::function<void(uint32_t node)>;
 // the check is destroyed.
 class UnreachedCheck {
  public:
+  // The rows checked: rows (any order, duplicates once), or [first, end).
   // record_budget: the expanded nodes it keeps in all; a walk past it is not
   // kept, and a repair walks its row again.
+  UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries, int entry_count,
+                 std::vector<uint32_t> rows, int ef, int lambda_limit,
+                 int64_t record_budget = kMaxRecordedExpansions);
   UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries, int entry_count,
                  int64_t first, int64_t end, int ef, int lambda_limit,
                  int64_t record_budget = kMaxRecordedExpansions);
@@ -107,31 +111,39 @@ class UnreachedCheck {
   // For each row not reached, an edge into it in the list of the node its
   // walk found nearest it: inserted in the list's (λ, distance) order with
   // its λ counted as stage 2 counts it, the last entry not added here
-  // dropped when the list is full. Rows whose edge would be past the walk's
-  // λ limit stay as they are. Up to `rounds` rounds, each followed by the
-  // walks it can change. graph holds the arrays given at construction, now
-  // writable. Returns the nodes whose lists changed, ascending.
+  // dropped when the list is full. The row that entry pointed to lost an
+  // edge into it: it joins the rows checked. Rows whose edge would be past
+  // the walk's λ limit stay as they are. Up to `rounds` rounds, each
+  // followed by the walks it can change. graph holds the arrays given at
+  // construction, now writable. Returns the nodes whose lists changed,
+  // ascending.
   std::vector<uint32_t> repair(GraphSpan graph, int rounds, const RunControl& control,
                                const BeforeListChange& before_change = {});
   // After run(): the lists of nodes changed (by another check's repair):
   // walks again the rows not reached and those whose walk read one of them.
   void lists_changed(const std::vector<uint32_t>& nodes, const RunControl& control);
+  // After run(): the rows of rows not checked yet join the check and are
+  // walked.
+  void check_too(const std::vector<uint32_t>& rows, const RunControl& control);
   // The rows not reached, ascending.
   const std::vector<uint32_t>& unreached() const { return unreached_; }
+  // The rows checked, ascending.
+  const std::vector<uint32_t>& rows() const { return rows_; }
   int64_t nodes() const { return graph_.nodes; }
 
  private:
-  struct Walker;
   void walk_rows(const std::vector<uint32_t>& rows, const RunControl& control);
+  // The place of a checked row in rows_ and the per-row arrays.
+  size_t slot(uint32_t row) const;
 
   MatrixView data_;
   GraphView graph_;
   DistanceFn distance_;
   std::vector<uint32_t> entries_;
-  int64_t first_, end_;
+  std::vector<uint32_t> rows_;  // the rows checked, ascending
   int ef_, lambda_limit_;
   int64_t record_budget_;
-  std::vector<std::vector<uint32_t>> expanded_;  // per row of [first, end): its walk's expanded nodes
+  std::vector<std::vector<uint32_t>> expanded_;  // per row checked: its walk's expanded nodes
   std::vector<uint8_t> unrecorded_;  // per row: its walk was past the records' budget, walked again after a repair
   std::atomic<int64_t> recorded_{0};
   std::vector<uint32_t> nearest_found_;  // per row: its walk's nearest node, for a row not reached
@@ -151,11 +163,12 @@ constexpr int kRepairNarrowEf = 10;
 // at most kMaxRecordedExpansions.
 struct RepairChecks {
   RepairChecks(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries, int entry_count,
-               int64_t first, int64_t end, int ef, int lambda_limit,
+               const std::vector<uint32_t>& rows, int ef, int lambda_limit,
                int64_t record_budget = 2 * kMaxRecordedExpansions);
   void run(const RunControl& control);
-  // After run(): narrow's repair, which wide is told of, then wide's; the
-  // nodes whose lists changed, ascending.
+  // After run(): narrow's repair, which wide is told of (its lists and the
+  // rows it added to its check), then wide's; the nodes whose lists
+  // changed, ascending.
   std::vector<uint32_t> repair(GraphSpan graph, const RunControl& control,
                                const BeforeListChange& before_change = {});
 
@@ -167,22 +180,26 @@ struct RepairChecks {
 // the CPU does (one expansion at a time from the same entries).
 constexpr int kGpuKernelWalkingAsTheCpu = 2;
 
-// index->unreached_rows after UnreachedCheck's repair for a search index:
+// index->unreached_rows after UnreachedCheck's repair for a search index,
+// of the rows [first, end) and also_rows (ascending, outside that range):
 // on the CPU exactly that (its check is the walk UnreachedCheck records);
 // on a GPU, whose kernels' walks are not recorded, otherwise. The rows of
-// [first, end) that the large-batch kernel misses (on the CPU, its walk)
-// each get an edge from the nearest other node that the CPU's walk from
-// the index's entry points finds for them, which is where that kernel's
-// walk ends too; the index takes the changed lists (lists_changed), and its
-// full check (both kernels) of [first, end) on the repaired graph is the
-// answer, ascending. graph: the host arrays the index was made from, now
+// [first, end) that the large-batch kernel misses, and those of also_rows
+// the CPU's walk misses (the walk that kernel follows), each get an edge
+// from the nearest other node that the CPU's walk from the index's entry
+// points finds for them, which is where that kernel's walk ends too; the
+// index takes the changed lists (lists_changed), and the answer, ascending,
+// is its full check (both kernels) of [first, end) on the repaired graph
+// with the CPU's walk of also_rows and of the rows whose in-edge a repair
+// edge displaced. graph: the host arrays the index was made from, now
 // writable, with data its rows. found gets how many the first check
 // missed; changed the nodes whose lists changed, also when the index then
 // throws; before_change sees each of them before its list is written.
 std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView data, GraphSpan graph, Metric metric,
                                               const SearchParams& params, int64_t first, int64_t end,
                                               int64_t& found, std::vector<uint32_t>& changed,
-                                              const RunControl& control, const BeforeListChange& before_change);
+                                              const RunControl& control, const BeforeListChange& before_change,
+                                              const std::vector<uint32_t>& also_rows = {});
 
 // The bounded best-first candidate list: the ef best (distance, id) pairs seen,
 // ascending, each marked once expanded.

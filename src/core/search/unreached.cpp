@@ -115,6 +115,37 @@ void walk_rows_on_pool(MatrixView data, GraphView graph, DistanceFn distance, co
   });
 }
 
+std::vector<uint32_t> row_range(int64_t first, int64_t end) {
+  std::vector<uint32_t> rows(std::max<int64_t>(0, end - first));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint32_t>(first + static_cast<int64_t>(i));
+  return rows;
+}
+
+// rows ascending without duplicates, each checked to be a row of data.
+std::vector<uint32_t> sorted_rows(std::vector<uint32_t> rows, int64_t count) {
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  if (!rows.empty() && rows.back() >= count) throw Error(Status::InvalidArgument, "unreached rows: rows out of range");
+  return rows;
+}
+
+// The rows of rows (ascending) that the walk at ef does not reach, ascending;
+// nearest, when not null, gets each one's nearest node found (by position
+// in rows, kInvalidId where reached).
+std::vector<uint32_t> walk_misses(MatrixView data, GraphView graph, DistanceFn distance,
+                                  const std::vector<uint32_t>& entries, const std::vector<uint32_t>& rows, int ef,
+                                  int lambda_limit, const RunControl& control) {
+  std::vector<std::vector<uint32_t>> missed(worker_count(control));
+  walk_rows_on_pool(
+      data, graph, distance, entries, static_cast<int64_t>(rows.size()), ef, lambda_limit, control,
+      [&](int64_t i) { return rows[i]; }, [](int64_t) { return static_cast<std::vector<uint32_t>*>(nullptr); },
+      [&](int64_t i, int worker, uint32_t) { missed[worker].push_back(rows[i]); });
+  std::vector<uint32_t> out;
+  for (const std::vector<uint32_t>& part : missed) out.insert(out.end(), part.begin(), part.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
 std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric metric,
@@ -135,21 +166,33 @@ std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric me
 }
 
 UnreachedCheck::UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries,
-                               int entry_count, int64_t first, int64_t end, int ef, int lambda_limit,
+                               int entry_count, std::vector<uint32_t> rows, int ef, int lambda_limit,
                                int64_t record_budget)
-    : data_(data), graph_(graph), distance_(metric_distance_fn(metric)), first_(first), end_(end), ef_(ef),
-      lambda_limit_(lambda_limit), record_budget_(record_budget) {
-  check_walk_arguments(data, graph, entries, entry_count, first, end, ef);
+    : data_(data), graph_(graph), distance_(metric_distance_fn(metric)), ef_(ef), lambda_limit_(lambda_limit),
+      record_budget_(record_budget) {
+  check_walk_arguments(data, graph, entries, entry_count, 0, data.rows, ef);
+  rows_ = sorted_rows(std::move(rows), data.rows);
   entries_.assign(entries, entries + entry_count);
 }
 
+UnreachedCheck::UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries,
+                               int entry_count, int64_t first, int64_t end, int ef, int lambda_limit,
+                               int64_t record_budget)
+    : UnreachedCheck(data, graph, metric, entries, entry_count,
+                     (check_walk_arguments(data, graph, entries, entry_count, first, end, ef), row_range(first, end)),
+                     ef, lambda_limit, record_budget) {}
+
 UnreachedCheck::~UnreachedCheck() = default;
+
+size_t UnreachedCheck::slot(uint32_t row) const {
+  return static_cast<size_t>(std::lower_bound(rows_.begin(), rows_.end(), row) - rows_.begin());
+}
 
 void UnreachedCheck::walk_rows(const std::vector<uint32_t>& rows, const RunControl& control) {
   std::vector<std::vector<uint32_t>> missed(worker_count(control));
   // a record replaced gives its share of the budget back
   for (uint32_t row : rows) {
-    std::vector<uint32_t>& walk = expanded_[row - first_];
+    std::vector<uint32_t>& walk = expanded_[slot(row)];
     recorded_ -= static_cast<int64_t>(walk.size());
     std::vector<uint32_t>().swap(walk);
   }
@@ -158,22 +201,24 @@ void UnreachedCheck::walk_rows(const std::vector<uint32_t>& rows, const RunContr
       [&](int64_t i) { return rows[i]; },
       [&](int64_t i) {
         // the row's previous record is gone: kept again when the budget allows
-        unrecorded_[rows[i] - first_] = 0;
-        return &expanded_[rows[i] - first_];
+        const size_t at = slot(rows[i]);
+        unrecorded_[at] = 0;
+        return &expanded_[at];
       },
       [&](int64_t i, int worker, uint32_t nearest) {
-        nearest_found_[rows[i] - first_] = nearest;
+        nearest_found_[slot(rows[i])] = nearest;
         missed[worker].push_back(rows[i]);
       },
       true, [&](int64_t i) {
-        std::vector<uint32_t>& walk = expanded_[rows[i] - first_];
+        const size_t at = slot(rows[i]);
+        std::vector<uint32_t>& walk = expanded_[at];
         if (recorded_.fetch_add(static_cast<int64_t>(walk.size())) + static_cast<int64_t>(walk.size()) <=
             record_budget_) {
           return;
         }
         recorded_ -= static_cast<int64_t>(walk.size());
         std::vector<uint32_t>().swap(walk);
-        unrecorded_[rows[i] - first_] = 1;
+        unrecorded_[at] = 1;
       });
   std::vector<uint32_t> still;
   for (const std::vector<uint32_t>& part : missed) still.insert(still.end(), part.begin(), part.end());
@@ -186,25 +231,51 @@ void UnreachedCheck::walk_rows(const std::vector<uint32_t>& rows, const RunContr
 }
 
 void UnreachedCheck::run(const RunControl& control) {
-  expanded_.assign(end_ - first_, {});
-  unrecorded_.assign(end_ - first_, 0);
+  expanded_.assign(rows_.size(), {});
+  unrecorded_.assign(rows_.size(), 0);
   recorded_ = 0;
-  nearest_found_.assign(end_ - first_, kInvalidId);
+  nearest_found_.assign(rows_.size(), kInvalidId);
   unreached_.clear();
-  std::vector<uint32_t> rows(end_ - first_);
-  for (int64_t i = 0; i < end_ - first_; ++i) rows[i] = static_cast<uint32_t>(first_ + i);
-  walk_rows(rows, control);
+  walk_rows(rows_, control);
+}
+
+void UnreachedCheck::check_too(const std::vector<uint32_t>& rows, const RunControl& control) {
+  std::vector<uint32_t> added;
+  for (uint32_t row : sorted_rows(rows, data_.rows)) {
+    if (!std::binary_search(rows_.begin(), rows_.end(), row)) added.push_back(row);
+  }
+  if (added.empty()) return;
+  // the per-row arrays in the order of the merged rows
+  std::vector<uint32_t> all;
+  std::merge(rows_.begin(), rows_.end(), added.begin(), added.end(), std::back_inserter(all));
+  std::vector<std::vector<uint32_t>> expanded(all.size());
+  std::vector<uint8_t> unrecorded(all.size(), 0);
+  std::vector<uint32_t> nearest(all.size(), kInvalidId);
+  for (size_t i = 0, j = 0; i < all.size(); ++i) {
+    if (j < rows_.size() && rows_[j] == all[i]) {
+      expanded[i].swap(expanded_[j]);
+      unrecorded[i] = unrecorded_[j];
+      nearest[i] = nearest_found_[j];
+      ++j;
+    }
+  }
+  rows_.swap(all);
+  expanded_.swap(expanded);
+  unrecorded_.swap(unrecorded);
+  nearest_found_.swap(nearest);
+  walk_rows(added, control);
 }
 
 namespace {
 
 // Inserts row into node's list (graph's lists sorted by (λ, distance)) with
 // the λ stage 2 would give it among the list, unless that is past
-// lambda_limit; a full list drops its last entry that is not pinned. Returns
-// whether it inserted.
+// lambda_limit; a full list drops its last entry that is not pinned, whose
+// row goes to *dropped (else kInvalidId). Returns whether it inserted.
 bool insert_repair_edge(MatrixView data, GraphSpan graph, DistanceFn distance, uint32_t node, uint32_t row,
                         int lambda_limit, const std::vector<uint32_t>& pinned,
-                        const BeforeListChange& before_change) {
+                        const BeforeListChange& before_change, uint32_t* dropped) {
+  *dropped = kInvalidId;
   const int degree = graph.degree;
   uint32_t* list = graph.list(node);
   uint8_t* lambdas = graph.list_lambdas(node);
@@ -226,6 +297,7 @@ bool insert_repair_edge(MatrixView data, GraphSpan graph, DistanceFn distance, u
   }
   if (before_change) before_change(node);
   if (drop >= 0) {
+    *dropped = list[drop];
     for (int j = drop; j + 1 < size; ++j) {
       list[j] = list[j + 1];
       lambdas[j] = lambdas[j + 1];
@@ -253,13 +325,14 @@ std::vector<uint32_t> sorted_union(const std::vector<uint32_t>& a, const std::ve
 
 // An edge into each of rows from nearest_of(row) (insert_repair_edge),
 // rows in order. edges holds the (node, row) edges added so far, which
-// later insertions keep; it gains the new ones. Returns the nodes whose
+// later insertions keep; it gains the new ones. dropped gains the rows
+// whose edge a full list dropped for a new one. Returns the nodes whose
 // lists changed, ascending.
 template <typename NearestOf>
 std::vector<uint32_t> insert_repair_edges(MatrixView data, GraphSpan graph, DistanceFn distance,
                                           const std::vector<uint32_t>& rows, NearestOf nearest_of, int lambda_limit,
                                           std::vector<std::pair<uint32_t, uint32_t>>& edges,
-                                          const BeforeListChange& before_change) {
+                                          const BeforeListChange& before_change, std::vector<uint32_t>& dropped) {
   std::vector<uint32_t> changed;
   for (uint32_t row : rows) {
     const uint32_t node = nearest_of(row);
@@ -268,7 +341,11 @@ std::vector<uint32_t> insert_repair_edges(MatrixView data, GraphSpan graph, Dist
     for (const auto& [at, to] : edges) {
       if (at == node) pinned.push_back(to);
     }
-    if (!insert_repair_edge(data, graph, distance, node, row, lambda_limit, pinned, before_change)) continue;
+    uint32_t displaced = kInvalidId;
+    if (!insert_repair_edge(data, graph, distance, node, row, lambda_limit, pinned, before_change, &displaced)) {
+      continue;
+    }
+    if (displaced != kInvalidId) dropped.push_back(displaced);
     edges.emplace_back(node, row);
     changed.push_back(node);
   }
@@ -282,36 +359,41 @@ std::vector<uint32_t> insert_repair_edges(MatrixView data, GraphSpan graph, Dist
 std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView data, GraphSpan graph, Metric metric,
                                               const SearchParams& params, int64_t first, int64_t end,
                                               int64_t& found, std::vector<uint32_t>& changed,
-                                              const RunControl& control, const BeforeListChange& before_change) {
+                                              const RunControl& control, const BeforeListChange& before_change,
+                                              const std::vector<uint32_t>& also_rows) {
   const GraphView view{graph.neighbors, graph.lambdas, graph.nodes, graph.degree};
   const std::vector<uint32_t> entries = index.entry_points(params, control);
   check_walk_arguments(data, view, entries.data(), static_cast<int>(entries.size()), first, end, params.ef);
+  const std::vector<uint32_t> also = sorted_rows(also_rows, data.rows);
   const int narrow_ef = std::min(params.ef, kRepairNarrowEf);
   changed.clear();
   if (index.device_rows() == nullptr) {
     // the CPU index's check is the walk UnreachedCheck records: the repair
     // then walks again only the walks it can change
-    RepairChecks checks(data, view, metric, entries.data(), static_cast<int>(entries.size()), first, end,
-                        params.ef, params.lambda_limit);
+    RepairChecks checks(data, view, metric, entries.data(), static_cast<int>(entries.size()),
+                        sorted_union(row_range(first, end), also), params.ef, params.lambda_limit);
     checks.run(control);
     found = static_cast<int64_t>(checks.wide->unreached().size());
     changed = checks.repair(graph, control, before_change);
     return checks.wide->unreached();
   }
-  // The rows the large-batch kernel misses at ef and at the narrow ef, each
-  // given its edge from where the CPU's walk ends at the narrower ef of the
-  // two at which the kernel misses it.
+  // The rows the large-batch kernel misses at ef and at the narrow ef (of
+  // also_rows, the CPU's walk), each given its edge from where the CPU's
+  // walk ends at the narrower ef of the two at which it is missed.
+  const DistanceFn distance = metric_distance_fn(metric);
   SearchParams walk_as_cpu = params;
   walk_as_cpu.gpu_kernel = kGpuKernelWalkingAsTheCpu;
-  std::vector<uint32_t> missed = index.unreached_rows(first, end, walk_as_cpu, control);
+  std::vector<uint32_t> missed =
+      sorted_union(index.unreached_rows(first, end, walk_as_cpu, control),
+                   walk_misses(data, view, distance, entries, also, params.ef, params.lambda_limit, control));
   found = static_cast<int64_t>(missed.size());
   std::vector<uint32_t> narrow;
   if (narrow_ef < params.ef) {
     walk_as_cpu.ef = narrow_ef;
-    narrow = index.unreached_rows(first, end, walk_as_cpu, control);
+    narrow = sorted_union(index.unreached_rows(first, end, walk_as_cpu, control),
+                          walk_misses(data, view, distance, entries, also, narrow_ef, params.lambda_limit, control));
     missed = sorted_union(missed, narrow);
   }
-  const DistanceFn distance = metric_distance_fn(metric);
   std::vector<uint32_t> nearest(missed.size(), kInvalidId);
   for (const bool at_narrow_ef : {true, false}) {
     const int ef = at_narrow_ef ? narrow_ef : params.ef;
@@ -329,12 +411,20 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
         [&](int64_t i, int, uint32_t node) { nearest[at[i]] = node; }, /*stop_at_row=*/false);
   }
   std::vector<std::pair<uint32_t, uint32_t>> edges;
+  std::vector<uint32_t> displaced;
   changed = insert_repair_edges(
       data, graph, distance, missed,
       [&](uint32_t row) { return nearest[std::lower_bound(missed.begin(), missed.end(), row) - missed.begin()]; },
-      params.lambda_limit, edges, before_change);
+      params.lambda_limit, edges, before_change, displaced);
   if (!changed.empty()) index.lists_changed(changed);
-  return index.unreached_rows(first, end, params, control);
+  // the rows the kernels do not check are walked on the CPU: also_rows and
+  // those whose edge a repair edge displaced
+  displaced.erase(std::remove_if(displaced.begin(), displaced.end(),
+                                 [&](uint32_t row) { return row >= first && row < end; }),
+                  displaced.end());
+  const std::vector<uint32_t> walked = sorted_union(also, sorted_rows(displaced, data.rows));
+  return sorted_union(index.unreached_rows(first, end, params, control),
+                      walk_misses(data, view, distance, entries, walked, params.ef, params.lambda_limit, control));
 }
 
 void UnreachedCheck::lists_changed(const std::vector<uint32_t>& nodes, const RunControl& control) {
@@ -342,11 +432,11 @@ void UnreachedCheck::lists_changed(const std::vector<uint32_t>& nodes, const Run
   std::vector<uint8_t> is_changed(data_.rows, 0);
   for (uint32_t node : nodes) is_changed[node] = 1;
   std::vector<uint32_t> again(unreached_);
-  for (int64_t i = 0; i < end_ - first_; ++i) {
+  for (size_t i = 0; i < rows_.size(); ++i) {
     const std::vector<uint32_t>& walk = expanded_[i];
     if (unrecorded_[i] != 0 ||
         std::any_of(walk.begin(), walk.end(), [&](uint32_t node) { return is_changed[node] != 0; })) {
-      again.push_back(static_cast<uint32_t>(first_ + i));
+      again.push_back(rows_[i]);
     }
   }
   std::sort(again.begin(), again.end());
@@ -362,26 +452,27 @@ std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const 
   std::vector<uint32_t> changed;
   std::vector<std::pair<uint32_t, uint32_t>> edges;
   for (int round = 0; round < rounds && !unreached_.empty(); ++round) {
+    std::vector<uint32_t> displaced;
     const std::vector<uint32_t> changed_now = insert_repair_edges(
-        data_, graph, distance_, unreached_, [&](uint32_t row) { return nearest_found_[row - first_]; },
-        lambda_limit_, edges, before_change);
+        data_, graph, distance_, unreached_, [&](uint32_t row) { return nearest_found_[slot(row)]; },
+        lambda_limit_, edges, before_change, displaced);
     if (changed_now.empty()) break;
     lists_changed(changed_now, control);
+    check_too(displaced, control);
     changed = sorted_union(changed, changed_now);
   }
   return changed;
 }
 
 RepairChecks::RepairChecks(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries,
-                           int entry_count, int64_t first, int64_t end, int ef, int lambda_limit,
+                           int entry_count, const std::vector<uint32_t>& rows, int ef, int lambda_limit,
                            int64_t record_budget) {
   const bool with_narrow = ef > kRepairNarrowEf;
   const int64_t budget = std::min(kMaxRecordedExpansions, record_budget / (with_narrow ? 2 : 1));
-  wide = std::make_unique<UnreachedCheck>(data, graph, metric, entries, entry_count, first, end, ef, lambda_limit,
-                                          budget);
+  wide = std::make_unique<UnreachedCheck>(data, graph, metric, entries, entry_count, rows, ef, lambda_limit, budget);
   if (with_narrow) {
-    narrow = std::make_unique<UnreachedCheck>(data, graph, metric, entries, entry_count, first, end,
-                                              kRepairNarrowEf, lambda_limit, budget);
+    narrow = std::make_unique<UnreachedCheck>(data, graph, metric, entries, entry_count, rows, kRepairNarrowEf,
+                                              lambda_limit, budget);
   }
 }
 
@@ -396,6 +487,7 @@ std::vector<uint32_t> RepairChecks::repair(GraphSpan graph, const RunControl& co
   if (narrow) {
     changed = narrow->repair(graph, kUnreachedRepairRounds, control, before_change);
     wide->lists_changed(changed, control);
+    wide->check_too(narrow->rows(), control);
   }
   return sorted_union(changed, wide->repair(graph, kUnreachedRepairRounds, control, before_change));
 }

@@ -39,7 +39,10 @@ TsdgCheckCore(Relation index, TsdgStatus status, const TsdgError *error)
  * What the metapage will say of the merged graph, set before it is computed:
  * the worker keeps its copy under that key (TsdgIndexKey), and the switch
  * writes the same values. The timestamp tells this merge's graph from one a
- * failed merge of the same graph_version left on the worker.
+ * failed merge of the same graph_version left on the worker. The rows
+ * checked for searches that do not reach them are the computation's batch
+ * (the new rows, and the old ones past the stored k-NN lists, whose search
+ * lists are built again), with the old rows that lost an edge into them.
  */
 void
 TsdgStampMergedGraph(TsdgMerge *m)
@@ -48,7 +51,7 @@ TsdgStampMergedGraph(TsdgMerge *m)
 	m->new_meta.node_count = (uint32) (m->n_old + m->n_new);
 	m->new_meta.deleted_count = 0;
 	m->new_meta.last_merge = GetCurrentTimestamp();
-	m->new_meta.unreached_checked = (uint32) m->n_new;
+	m->new_meta.unreached_checked = (uint32) (m->n_old + m->n_new - m->split);
 }
 
 /* the arrays of the merge's computation as they stand now */
@@ -108,6 +111,8 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 	{
 		/* the worker dropped its copy, or gave up: what was left to it is read after all */
 		TsdgReadLeftGraph(m);
+		/* the split may have moved: the batch checked with it */
+		m->new_meta.unreached_checked = (uint32) (n - m->split);
 		if (outcome == TSDG_WORKER_NEEDS_OLD_GRAPH)
 		{
 			/* what was read moved the split, and may have read the lists into arrays of their own */
@@ -239,8 +244,9 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 	navigating_count = tsdg_navigating_set(nm->entry_points, nm->entry_count, n, navigating);
 	m->unreached_job = tsdg_unreached_job_start(m->rows, n, m->dims, metric, m->neighbors,
 												m->lambdas, degree, navigating,
-												navigating_count, m->n_old, tsdg_ef_search,
-												tsdg_lambda_search, (int64) record_bytes, &error);
+												navigating_count, m->split, m->changed,
+												tsdg_ef_search, tsdg_lambda_search,
+												(int64) record_bytes, &error);
 	pfree(navigating);
 	if (m->unreached_job == NULL)
 		TsdgCheckCore(m->index, TSDG_ERR_OUT_OF_MEMORY, &error);

@@ -124,7 +124,7 @@ TsdgOldKnnLists(TsdgMerge *m, const TsdgOldGraph *g, TsdgMetric metric)
 			{
 				int			seconds = TsdgSourceList(g, source[j], second);
 
-				m->old_changed[self] = 1;
+				m->old_changed[self] |= TSDG_OLD_REBUILT;
 				for (int i = 0; i < seconds; i++)
 				{
 					uint32		w = g->new_id[second[i]];
@@ -186,7 +186,7 @@ TsdgRenumberSearchLists(TsdgMerge *m, const TsdgOldGraph *g)
 			v = v < g->nodes ? g->new_id[v] : TSDG_INVALID_ID;
 			if (v == TSDG_INVALID_ID)
 			{
-				m->old_changed[s] = 1;
+				m->old_changed[s] |= TSDG_OLD_REBUILT;
 				continue;
 			}
 			ids[kept] = v;
@@ -244,11 +244,18 @@ TsdgReadOldRows(TsdgMerge *m, uint32 nodes, uint32 *new_id, int64 capacity)
 	}
 }
 
-/* the search lists of the live nodes of the old graph, old ids until TsdgRenumberSearchLists */
+/*
+ * The search lists of the live nodes of the old graph, old ids until
+ * TsdgRenumberSearchLists. The live nodes a deleted node's list points to
+ * lose that edge when the merge drops the node: they are marked
+ * TSDG_OLD_RECHECK in m->old_changed, for the merge's unreached-row check.
+ */
 static void
 TsdgReadOldLists(TsdgMerge *m, const TsdgOldGraph *g)
 {
 	const TsdgMetaPageData *meta = &m->meta;
+	uint32	   *dropped = palloc(sizeof(uint32) * meta->degree);
+	uint8	   *dropped_lambdas = palloc(sizeof(uint8) * meta->degree);
 
 	for (uint32 first = 0; first < g->nodes; first += m->layout.lists_per_page)
 	{
@@ -263,13 +270,40 @@ TsdgReadOldLists(TsdgMerge *m, const TsdgOldGraph *g)
 			char	   *rec = TsdgListRecord(&m->layout, page, id);
 			uint32		self = g->new_id[id];
 
-			if (self == TSDG_INVALID_ID)
+			if (self != TSDG_INVALID_ID)
+			{
+				TsdgListRead(&m->layout, rec, m->old_neighbors + (int64) self * meta->degree,
+							 m->old_lambdas + (int64) self * meta->degree);
 				continue;
-			TsdgListRead(&m->layout, rec, m->old_neighbors + (int64) self * meta->degree,
-						 m->old_lambdas + (int64) self * meta->degree);
+			}
+			TsdgListRead(&m->layout, rec, dropped, dropped_lambdas);
+			for (int j = 0; j < meta->degree; j++)
+				if (dropped[j] < g->nodes && g->new_id[dropped[j]] != TSDG_INVALID_ID)
+					m->old_changed[g->new_id[dropped[j]]] |= TSDG_OLD_RECHECK;
 		}
 		UnlockReleaseBuffer(buf);
 		CHECK_FOR_INTERRUPTS();
+	}
+	pfree(dropped);
+	pfree(dropped_lambdas);
+}
+
+/*
+ * The rows the old graph's searches did not reach (the metapage's list, old
+ * ids) are checked again after the merge: marked TSDG_OLD_RECHECK in
+ * m->old_changed, or past m->split, where the check takes every row.
+ */
+static void
+TsdgRecheckUnreached(TsdgMerge *m, const TsdgOldGraph *g)
+{
+	const TsdgMetaPageData *meta = &m->meta;
+
+	for (int i = 0; i < Min(meta->unreached_count, TSDG_MAX_UNREACHED); i++)
+	{
+		uint32		old = meta->unreached[i];
+
+		if (old < g->nodes && g->new_id[old] != TSDG_INVALID_ID && g->new_id[old] < m->split)
+			m->old_changed[g->new_id[old]] |= TSDG_OLD_RECHECK;
 	}
 }
 
@@ -335,7 +369,7 @@ TsdgSplitAtStoredKnn(TsdgMerge *m, const TsdgOldGraph *g)
 		{
 			if (ids[j] >= m->split)
 			{
-				m->old_changed[s] = 1;
+				m->old_changed[s] |= TSDG_OLD_REBUILT;
 				continue;
 			}
 			ids[kept] = ids[j];
@@ -483,6 +517,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 		}
 		m->old_knn_ids = g.lists;
 		m->old_knn_dists = NULL;
+		TsdgRecheckUnreached(m, &g);
 		return;
 	}
 	TsdgRenumberSearchLists(m, &g);
@@ -498,6 +533,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	}
 	TsdgOldKnnLists(m, &g, metric);
 	TsdgSplitAtStoredKnn(m, &g);
+	TsdgRecheckUnreached(m, &g);
 }
 
 /*

@@ -440,11 +440,12 @@ ForgetPromise(const TsdgIndexKey *key)
 }
 
 /*
- * The rows [n - check->rows, n) of r, a merge's new rows, that its searches
+ * The rows [n - check->rows, n) of r, a merge's batch, that its searches
  * at the check's ef do not reach: kept with r and scored exactly for every
  * search (MergeUnreachedIds, MergeUnreachedTids), so that a row just merged
  * is always found. With repair_changed (the merge's changed flags, whose
- * graph r holds), the graph is first repaired for them
+ * graph r holds), the graph is first repaired for them and for the old rows
+ * the merge marked TSDG_CHANGED_RECHECK, which are checked too
  * (tsdg_index_unreached_rows_repaired): the lists it changes are marked
  * TSDG_CHANGED_REPAIR there, for the session to write again, even when it
  * fails. False, with none kept, when they could not be found.
@@ -459,10 +460,14 @@ TsdgFindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repa
 	int64		lists_repaired = 0;
 	uint32	   *ids;
 	TimestampTz start = GetCurrentTimestamp();
+	int64		rechecked = 0;
 
-	if (first == r->n)
+	for (int64 u = 0; repair_changed != NULL && u < first; u++)
+		rechecked += (repair_changed[u] & TSDG_CHANGED_RECHECK) != 0;
+	if (first == r->n && rechecked == 0)
 		return true;
-	ids = malloc(sizeof(uint32) * (r->n - first));
+	/* a repair may also report old rows: room for every row */
+	ids = malloc(sizeof(uint32) * (repair_changed == NULL ? r->n - first : r->n));
 	if (ids == NULL)
 	{
 		strlcpy(error->message, "out of host memory", sizeof(error->message));
@@ -473,7 +478,7 @@ TsdgFindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repa
 								   r->n - first, &count, error) :
 		 tsdg_index_unreached_rows_repaired(r->index, r->rows, r->neighbors, r->lambdas, r->degree,
 											r->metric, first, check->ef, check->lambda_limit, ids,
-											r->n - first, &count, &found, repair_changed,
+											r->n, &count, &found, repair_changed,
 											&lists_repaired, error)) != TSDG_OK)
 	{
 		free(ids);
@@ -509,8 +514,8 @@ TsdgFindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repa
 	r->unreached_count = count;
 	if (repair_changed != NULL)
 		ereport(LOG,
-				(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows of index %u/%u version " UINT64_FORMAT " are not reached by the walk for their own vector at ef %d (the large-batch kernel's, or the CPU's); %lld lists given an edge into those and the rows a walk at ef %d misses, then %lld not reached by a search, searched exactly (%.3f s)",
-						(long long) found, (long long) (r->n - first), r->key.database,
+				(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows and of %lld older ones that lost an edge into them of index %u/%u version " UINT64_FORMAT " are not reached by the walk for their own vector at ef %d (the large-batch kernel's, or the CPU's); %lld lists given an edge into those and the rows a walk at ef %d misses, then %lld not reached by a search, searched exactly (%.3f s)",
+						(long long) found, (long long) (r->n - first), (long long) rechecked, r->key.database,
 						r->key.relfilenode, r->key.graph_version, check->ef,
 						(long long) lists_repaired, Min(check->ef, TSDG_REPAIR_NARROW_EF),
 						(long long) count, TsdgSecondsSince(start))));
