@@ -151,6 +151,107 @@ TEST(CApi, UnreachedRowsJob) {
   EXPECT_NE(std::string(error.message).find("out of range"), std::string::npos) << error.message;
 }
 
+// Orphans rows: every edge into them dropped from every list, as merges can
+// leave an old row.
+void drop_edges_into(Built& b, int degree, const std::vector<uint32_t>& rows) {
+  const int64_t nodes = static_cast<int64_t>(b.neighbors.size()) / degree;
+  for (int64_t u = 0; u < nodes; ++u) {
+    uint32_t* list = &b.neighbors[u * degree];
+    uint8_t* lambdas = &b.lambdas[u * degree];
+    int kept = 0;
+    for (int j = 0; j < degree; ++j) {
+      if (std::find(rows.begin(), rows.end(), list[j]) != rows.end()) continue;
+      list[kept] = list[j];
+      lambdas[kept++] = lambdas[j];
+    }
+    for (; kept < degree; ++kept) {
+      list[kept] = TSDG_INVALID_ID;
+      lambdas[kept] = 0;
+    }
+  }
+}
+
+// The rows a merge marks TSDG_CHANGED_RECHECK are checked besides
+// [first, n), by a job (and repaired) and by a resident index's repair: an
+// old row no list points to any more is reported, or given an edge, only
+// when it is marked.
+TEST(CApi, UnreachedChecksTakeTheMarkedOldRows) {
+  const SyntheticSpec spec = small_clustered_spec(6000, 24, 10, 37);
+  const Matrix data = make_clustered(spec);
+  const TsdgBuildParams params = small_params();
+  Built b = build(data, params);
+  TsdgError error;
+  std::vector<uint32_t> entries(8);
+  ASSERT_EQ(tsdg_select_entry_points(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                     b.neighbors.data(), params.degree, 8, entries.data(), &error),
+            TSDG_OK);
+  std::vector<uint32_t> orphans;
+  for (uint32_t row = 100; orphans.size() < 3; row += 977) {
+    if (std::find(entries.begin(), entries.end(), row) == entries.end()) orphans.push_back(row);
+  }
+  drop_edges_into(b, params.degree, orphans);
+  const int64_t first = 5000;
+  std::vector<uint8_t> marks(data.rows, 0);
+  for (uint32_t row : orphans) marks[row] = TSDG_CHANGED_RECHECK;
+  const auto reported = [&](const uint8_t* recheck) {
+    TsdgUnreachedJob* job = tsdg_unreached_job_start(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                                     b.neighbors.data(), b.lambdas.data(), params.degree,
+                                                     entries.data(), 8, first, recheck, 64, 255, kAllRecords, &error);
+    EXPECT_NE(job, nullptr) << error.message;
+    std::vector<uint32_t> rows(data.rows);
+    int64_t count = -1;
+    EXPECT_EQ(tsdg_unreached_job_finish(job, rows.data(), rows.size(), &count, &error), TSDG_OK);
+    rows.resize(std::max<int64_t>(count, 0));
+    return rows;
+  };
+  const std::vector<uint32_t> unmarked = reported(nullptr);
+  const std::vector<uint32_t> marked = reported(marks.data());
+  for (uint32_t row : orphans) {
+    EXPECT_FALSE(std::binary_search(unmarked.begin(), unmarked.end(), row)) << "row " << row;
+    EXPECT_TRUE(std::binary_search(marked.begin(), marked.end(), row)) << "row " << row;
+  }
+
+  // the repairs give each marked orphan an edge, so that it is reached
+  for (const bool resident : {false, true}) {
+    Built repaired = b;
+    std::vector<uint8_t> changed = marks;
+    std::vector<uint32_t> rows(data.rows);
+    int64_t count = -1, lists = -1, found = -1;
+    if (resident) {
+      TsdgResidentIndex* index =
+          tsdg_index_upload(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                            repaired.neighbors.data(), repaired.lambdas.data(), params.degree, &error);
+      ASSERT_NE(index, nullptr) << error.message;
+      ASSERT_EQ(tsdg_index_unreached_rows_repaired(index, data.values.data(), repaired.neighbors.data(),
+                                                   repaired.lambdas.data(), params.degree, TSDG_METRIC_L2, first, 64,
+                                                   255, rows.data(), rows.size(), &count, &found, changed.data(),
+                                                   &lists, &error),
+                TSDG_OK)
+          << error.message;
+      tsdg_index_free(index);
+      EXPECT_GE(found, static_cast<int64_t>(orphans.size()));
+    } else {
+      TsdgUnreachedJob* job = tsdg_unreached_job_start(
+          data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, repaired.neighbors.data(), repaired.lambdas.data(),
+          params.degree, entries.data(), 8, first, marks.data(), 64, 255, kAllRecords, &error);
+      ASSERT_NE(job, nullptr) << error.message;
+      ASSERT_EQ(tsdg_unreached_job_finish_repairing(job, repaired.neighbors.data(), repaired.lambdas.data(),
+                                                    params.degree, changed.data(), rows.data(), rows.size(), &count,
+                                                    &lists, &error),
+                TSDG_OK)
+          << error.message;
+    }
+    rows.resize(count);
+    EXPECT_GE(lists, static_cast<int64_t>(orphans.size())) << (resident ? "resident" : "job");
+    for (uint32_t row : orphans) {
+      EXPECT_FALSE(std::binary_search(rows.begin(), rows.end(), row)) << "row " << row;
+      const bool pointed_to = std::find(repaired.neighbors.begin(), repaired.neighbors.end(), row) !=
+                              repaired.neighbors.end();
+      EXPECT_TRUE(pointed_to) << "row " << row << (resident ? " (resident)" : " (job)");
+    }
+  }
+}
+
 // A job's repair at an ef wider than kRepairNarrowEf also repairs the rows
 // a search at that narrow ef misses: both checks on the repaired graph then
 // miss few rows, and the rows it reports are a full check's at its ef; with

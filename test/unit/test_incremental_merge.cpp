@@ -429,12 +429,33 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
   EXPECT_GT(rewritten, 0);
   EXPECT_LT(rewritten, n_old);
 
+  // TSDG_CHANGED_RECHECK marks the old rows that an old list held and its
+  // merged list does not (fewer than the merge's budget here)
+  std::set<uint32_t> lost;
+  for (int64_t u = 0; u < n_old; ++u) {
+    const auto merged = neighbors.begin() + u * params.degree;
+    for (int j = 0; j < params.degree; ++j) {
+      const uint32_t v = old_neighbors[u * params.degree + j];
+      if (v < n_old && std::find(merged, merged + params.degree, v) == merged + params.degree) lost.insert(v);
+    }
+  }
+  ASSERT_GT(lost.size(), 0u);
+  ASSERT_LT(lost.size(), static_cast<size_t>(8 * (n - n_old)));
+  for (int64_t u = 0; u < n; ++u) {
+    EXPECT_EQ((changed[u] & TSDG_CHANGED_RECHECK) != 0, lost.count(static_cast<uint32_t>(u)) != 0) << "row " << u;
+  }
+
   // A list marked in old_changed (repaired after deletes) counts as a changed
   // k-NN list, so its search list is built again.
   const auto untouched = std::find(changed.begin(), changed.begin() + n_old, 0) - changed.begin();
   ASSERT_LT(untouched, n_old);
   std::vector<uint8_t> old_changed(n_old, 0);
-  old_changed[untouched] = 1;
+  old_changed[untouched] = TSDG_OLD_REBUILT;
+  // a row the caller asks to check again is marked so, its list left as it is
+  const auto recheck = std::find_if(changed.begin() + untouched + 1, changed.begin() + n_old,
+                                    [](uint8_t flags) { return flags == 0; }) - changed.begin();
+  ASSERT_LT(recheck, n_old);
+  old_changed[recheck] = TSDG_OLD_RECHECK;
   ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, nullptr, n_old, n - n_old, data.dim,
                                          TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
                                          old_neighbors.data(), old_lambdas.data(), old_changed.data(),
@@ -443,6 +464,7 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
             TSDG_OK)
       << error.message;
   EXPECT_NE(changed[untouched] & TSDG_CHANGED_KNN, 0);
+  EXPECT_EQ(changed[recheck], TSDG_CHANGED_RECHECK);
 
   // The old rows handed as a source (a worker's copy of the old graph): the
   // merge copies them into rows itself and computes what it computes from

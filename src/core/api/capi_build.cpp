@@ -44,6 +44,12 @@ constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // them as it writes; it has until the component linking, a second later.
 constexpr int kBackgroundCopyThreads = 4;
 
+// The old rows that lost an edge into them a merge asks to check at most,
+// per row it checks anyway (its new rows, and those the caller marked): so
+// that the checks follow the merge's size. Past it, those that lost the
+// largest share of their edges are checked.
+constexpr int64_t kRecheckedPerCheckedRow = 8;
+
 void validate_build_params(const TsdgBuildParams* params) {
   require(params != nullptr, "build parameters must not be NULL");
   require(params->degree > 0, "degree must be positive");
@@ -405,9 +411,13 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  in.batch_knn = &batch_graph;
                  // the lists to build again; the rows to check again are the caller's
                  std::vector<uint8_t> rebuilt;
+                 int64_t caller_rechecks = 0;
                  if (old_changed != nullptr) {
                    rebuilt.resize(n_old);
-                   for (int64_t u = 0; u < n_old; ++u) rebuilt[u] = old_changed[u] & TSDG_OLD_REBUILT;
+                   for (int64_t u = 0; u < n_old; ++u) {
+                     rebuilt[u] = old_changed[u] & TSDG_OLD_REBUILT;
+                     caller_rechecks += (old_changed[u] & TSDG_OLD_RECHECK) != 0;
+                   }
                    in.old_rebuilt = rebuilt.data();
                  }
                  if (old_rows_copied.valid()) {
@@ -430,7 +440,8 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  b.merge_graph(in, out, m, tsdg::incremental_merge_params(gnnd), diversify, control);
                  if (old_rows_copied.valid()) old_rows_copied.get();
                  std::vector<uint8_t> recheck(n, 0);
-                 for (const uint32_t v : tsdg::rows_losing_in_edges(in, out, control)) recheck[v] = 1;
+                 const int64_t lost_budget = kRecheckedPerCheckedRow * (n_new + caller_rechecks);
+                 for (const uint32_t v : tsdg::rows_losing_in_edges(in, out, lost_budget, control)) recheck[v] = 1;
                  for (int64_t u = 0; old_changed != nullptr && u < n_old; ++u) {
                    if ((old_changed[u] & TSDG_OLD_RECHECK) != 0) recheck[u] = 1;
                  }

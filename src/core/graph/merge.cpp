@@ -66,7 +66,8 @@ void set_search_changed(const MergeInput& in, const MergeOutput& out, const RunC
   });
 }
 
-std::vector<uint32_t> rows_losing_in_edges(const MergeInput& in, const MergeOutput& out, const RunControl& control) {
+std::vector<uint32_t> rows_losing_in_edges(const MergeInput& in, const MergeOutput& out, int64_t max_rows,
+                                           const RunControl& control) {
   const int degree = in.degree;
   std::vector<std::vector<uint32_t>> lost(worker_count(control));
   parallel_for(control, in.split, 1024, [&](int64_t begin, int64_t end, int worker) {
@@ -83,10 +84,37 @@ std::vector<uint32_t> rows_losing_in_edges(const MergeInput& in, const MergeOutp
       }
     }
   });
+  std::vector<uint32_t> edges;  // one entry per edge lost, by target
+  for (const std::vector<uint32_t>& part : lost) edges.insert(edges.end(), part.begin(), part.end());
+  std::sort(edges.begin(), edges.end());
+  struct Loss {
+    uint32_t row;
+    uint32_t lost;
+  };
+  std::vector<Loss> losses;
+  for (size_t i = 0; i < edges.size();) {
+    size_t j = i;
+    while (j < edges.size() && edges[j] == edges[i]) ++j;
+    losses.push_back(Loss{edges[i], static_cast<uint32_t>(j - i)});
+    i = j;
+  }
+  if (static_cast<int64_t>(losses.size()) > max_rows) {
+    std::vector<uint32_t> in_degree(in.split, 0);
+    for (int64_t i = 0; i < in.split * degree; ++i) {
+      if (in.old_neighbors[i] < in.split) ++in_degree[in.old_neighbors[i]];
+    }
+    // lost / in_degree compared as cross products, exact
+    const auto more_at_risk = [&](const Loss& a, const Loss& b) {
+      const uint64_t left = uint64_t{a.lost} * in_degree[b.row], right = uint64_t{b.lost} * in_degree[a.row];
+      return left != right ? left > right : a.lost != b.lost ? a.lost > b.lost : a.row < b.row;
+    };
+    std::nth_element(losses.begin(), losses.begin() + max_rows, losses.end(), more_at_risk);
+    losses.resize(max_rows);
+  }
   std::vector<uint32_t> rows;
-  for (const std::vector<uint32_t>& part : lost) rows.insert(rows.end(), part.begin(), part.end());
+  rows.reserve(losses.size());
+  for (const Loss& loss : losses) rows.push_back(loss.row);
   std::sort(rows.begin(), rows.end());
-  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   return rows;
 }
 

@@ -79,7 +79,10 @@ void set_search_changed(const MergeInput& in, const MergeOutput& out, const RunC
 // After a merge: the indexed rows that a stored search list (in.old_neighbors)
 // held and the merged list of the same row (out.neighbors, with
 // out.search_changed) does not, ascending. Each lost an edge into it, so a
-// search that reached it through that edge may not any more.
-std::vector<uint32_t> rows_losing_in_edges(const MergeInput& in, const MergeOutput& out, const RunControl& control);
+// search that reached it through that edge may not any more. At most
+// max_rows of them: those that lost the largest share of the edges into
+// them (most lost first on a tie).
+std::vector<uint32_t> rows_losing_in_edges(const MergeInput& in, const MergeOutput& out, int64_t max_rows,
+                                           const RunControl& control);
 
 }  // namespace tsdg

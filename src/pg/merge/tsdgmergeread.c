@@ -288,23 +288,35 @@ TsdgReadOldLists(TsdgMerge *m, const TsdgOldGraph *g)
 	pfree(dropped_lambdas);
 }
 
+/* marks an old node to check again after the merge (TsdgRecheckOldRows) */
+static void
+TsdgRecheckOldNode(TsdgMerge *m, const TsdgOldGraph *g, uint32 old)
+{
+	if (old < g->nodes && g->new_id[old] != TSDG_INVALID_ID && g->new_id[old] < m->split)
+		m->old_changed[g->new_id[old]] |= TSDG_OLD_RECHECK;
+}
+
 /*
- * The rows the old graph's searches did not reach (the metapage's list, old
- * ids) are checked again after the merge: marked TSDG_OLD_RECHECK in
- * m->old_changed, or past m->split, where the check takes every row.
+ * Old rows the merge may leave unfound without losing an edge into them,
+ * marked TSDG_OLD_RECHECK in m->old_changed (past m->split the check takes
+ * every row): those the old graph's searches did not reach (the metapage's
+ * list), and those of its navigating set, which every search started from
+ * and so found without an edge into them, while the merged graph's set is
+ * chosen again (and its strided nodes move with the renumbering).
  */
 static void
-TsdgRecheckUnreached(TsdgMerge *m, const TsdgOldGraph *g)
+TsdgRecheckOldRows(TsdgMerge *m, const TsdgOldGraph *g)
 {
 	const TsdgMetaPageData *meta = &m->meta;
+	uint32	   *navigating = palloc(sizeof(uint32) * (TSDG_MAX_ENTRY_POINTS + TSDG_MAX_STRIDED_ENTRIES));
+	int			count = tsdg_navigating_set(meta->entry_points, Min(meta->entry_count, TSDG_MAX_ENTRY_POINTS),
+											g->nodes, navigating);
 
+	for (int i = 0; i < count; i++)
+		TsdgRecheckOldNode(m, g, navigating[i]);
 	for (int i = 0; i < Min(meta->unreached_count, TSDG_MAX_UNREACHED); i++)
-	{
-		uint32		old = meta->unreached[i];
-
-		if (old < g->nodes && g->new_id[old] != TSDG_INVALID_ID && g->new_id[old] < m->split)
-			m->old_changed[g->new_id[old]] |= TSDG_OLD_RECHECK;
-	}
+		TsdgRecheckOldNode(m, g, meta->unreached[i]);
+	pfree(navigating);
 }
 
 /* the stored k-NN lists of the old graph, old ids, into g->lists */
@@ -517,7 +529,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 		}
 		m->old_knn_ids = g.lists;
 		m->old_knn_dists = NULL;
-		TsdgRecheckUnreached(m, &g);
+		TsdgRecheckOldRows(m, &g);
 		return;
 	}
 	TsdgRenumberSearchLists(m, &g);
@@ -533,7 +545,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	}
 	TsdgOldKnnLists(m, &g, metric);
 	TsdgSplitAtStoredKnn(m, &g);
-	TsdgRecheckUnreached(m, &g);
+	TsdgRecheckOldRows(m, &g);
 }
 
 /*

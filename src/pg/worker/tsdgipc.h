@@ -189,6 +189,13 @@ typedef struct TsdgMergeArgs
 	TsdgUnreachedCheck check;
 } TsdgMergeArgs;
 
+/*
+ * In a loaded image's flags (TsdgBulkHeader.flags), besides the node flags:
+ * a row the metapage lists as not reached by searches
+ * (TsdgMetaPageData.unreached), which the worker scores exactly too.
+ */
+#define TSDG_IMAGE_UNREACHED	(1 << 7)
+
 typedef struct TsdgLoadArgs
 {
 	TsdgIndexKey key;

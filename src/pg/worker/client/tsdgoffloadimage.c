@@ -10,8 +10,9 @@
 #include "tsdgoffload.h"
 
 /*
- * The last merge's new rows, checked against this session's searches: the
- * worker keeps those they do not reach exact (TsdgMetaPageData.unreached).
+ * The last merge's batch, checked against this session's searches: the
+ * worker keeps those they do not reach exact, with the rows the image marks
+ * TSDG_IMAGE_UNREACHED (TsdgMetaPageData.unreached).
  */
 void
 TsdgSetUnreachedCheck(TsdgUnreachedCheck *check, const TsdgMetaPageData *meta)
@@ -62,6 +63,9 @@ TsdgShipIndex(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *
 	image.tids = TsdgBulkArray(dsm_segment_address(seg), header.tids);
 	image.flags = TsdgBulkArray(dsm_segment_address(seg), header.flags);
 	TsdgReadIndexImage(index, meta, &image);
+	for (int i = 0; i < Min(meta->unreached_count, TSDG_MAX_UNREACHED); i++)
+		if (meta->unreached[i] < n)
+			image.flags[meta->unreached[i]] |= TSDG_IMAGE_UNREACHED;
 
 	/* a merge or VACUUM while the pages were read: that image is of no version */
 	TsdgReadMeta(index, &after);

@@ -142,7 +142,8 @@ extern void TsdgDropOlderGraphs(const ResidentIndex *r);
 extern void TsdgEvictAll(const char *why);
 extern ResidentIndex *TsdgFindResident(const TsdgIndexKey *key);
 extern bool TsdgFindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check,
-							  uint8 *repair_changed, TsdgError *error);
+							  uint8 *repair_changed, const uint32 *known, int64 known_count,
+							  TsdgError *error);
 extern ResidentIndex *TsdgLeastRecentlyUsed(void);
 extern void TsdgPinListsOf(const TsdgIndexKey *key);
 extern bool TsdgPromiseLoad(const TsdgIndexKey *key);

@@ -439,6 +439,36 @@ ForgetPromise(const TsdgIndexKey *key)
 			promises[i].promised_at = 0;
 }
 
+static int
+CompareNodeIds(const void *a, const void *b)
+{
+	uint32		x = *(const uint32 *) a;
+	uint32		y = *(const uint32 *) b;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/*
+ * ids (count rows of [first, n), ascending, with room for known_count more)
+ * joined by the rows of known below first and below n, ascending without
+ * duplicates; returns their count.
+ */
+static int64
+TsdgMergeKnownRows(uint32 *ids, int64 count, int64 first, const uint32 *known, int64 known_count, int64 n)
+{
+	int64		kept = count;
+
+	for (int64 i = 0; i < known_count; i++)
+		if (known[i] < first && known[i] < n)
+			ids[kept++] = known[i];
+	qsort(ids, kept, sizeof(uint32), CompareNodeIds);
+	count = 0;
+	for (int64 i = 0; i < kept; i++)
+		if (count == 0 || ids[count - 1] != ids[i])
+			ids[count++] = ids[i];
+	return count;
+}
+
 /*
  * The rows [n - check->rows, n) of r, a merge's batch, that its searches
  * at the check's ef do not reach: kept with r and scored exactly for every
@@ -448,11 +478,13 @@ ForgetPromise(const TsdgIndexKey *key)
  * the merge marked TSDG_CHANGED_RECHECK, which are checked too
  * (tsdg_index_unreached_rows_repaired): the lists it changes are marked
  * TSDG_CHANGED_REPAIR there, for the session to write again, even when it
- * fails. False, with none kept, when they could not be found.
+ * fails. Without it, the rows of known (known_count of them, any order: the
+ * rows an earlier merge left unreached, which the metapage lists) are kept
+ * as well. False, with none kept, when they could not be found.
  */
 bool
 TsdgFindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repair_changed,
-			  TsdgError *error)
+				  const uint32 *known, int64 known_count, TsdgError *error)
 {
 	int64		first = r->n - Min(check->rows, r->n);
 	int64		count = 0;
@@ -464,10 +496,10 @@ TsdgFindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repa
 
 	for (int64 u = 0; repair_changed != NULL && u < first; u++)
 		rechecked += (repair_changed[u] & TSDG_CHANGED_RECHECK) != 0;
-	if (first == r->n && rechecked == 0)
+	if (first == r->n && rechecked == 0 && known_count == 0)
 		return true;
 	/* a repair may also report old rows: room for every row */
-	ids = malloc(sizeof(uint32) * (repair_changed == NULL ? r->n - first : r->n));
+	ids = malloc(sizeof(uint32) * (repair_changed == NULL ? r->n - first + known_count : r->n));
 	if (ids == NULL)
 	{
 		strlcpy(error->message, "out of host memory", sizeof(error->message));
@@ -484,6 +516,8 @@ TsdgFindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repa
 		free(ids);
 		return false;
 	}
+	if (repair_changed == NULL && known_count > 0)
+		count = TsdgMergeKnownRows(ids, count, first, known, known_count, r->n);
 	if (count > 0)
 	{
 		float	   *rows = malloc(sizeof(float) * r->dims * count);
@@ -644,6 +678,33 @@ TsdgServePendingRows(TakenRequest *t)
 }
 
 /* ---- loads ---- */
+
+/*
+ * The rows an index image marks TSDG_IMAGE_UNREACHED (flags may be NULL),
+ * malloc'd, their count in *count; NULL when there are none (or no memory:
+ * the load's own check then stands alone).
+ */
+static uint32 *
+TsdgImageUnreached(const uint8 *flags, int64 n, int64 *count)
+{
+	uint32	   *rows;
+
+	*count = 0;
+	for (int64 i = 0; flags != NULL && i < n; i++)
+		*count += (flags[i] & TSDG_IMAGE_UNREACHED) != 0;
+	rows = *count > 0 ? malloc(sizeof(uint32) * *count) : NULL;
+	if (rows == NULL)
+	{
+		*count = 0;
+		return NULL;
+	}
+	*count = 0;
+	for (int64 i = 0; i < n; i++)
+		if (flags[i] & TSDG_IMAGE_UNREACHED)
+			rows[(*count)++] = (uint32) i;
+	return rows;
+}
+
 void
 TsdgServeLoad(TakenRequest *t)
 {
@@ -653,6 +714,8 @@ TsdgServeLoad(TakenRequest *t)
 	ResidentGraph graph = {0};
 	TsdgError	error;
 	TsdgStatus	status;
+	uint32	   *known;
+	int64		known_count;
 
 	t->done = true;
 	ForgetPromise(&args->key);
@@ -690,13 +753,16 @@ TsdgServeLoad(TakenRequest *t)
 	graph.lambdas = TsdgBulkArray(map.address, header->lambdas);
 	graph.tids = TsdgBulkArray(map.address, header->tids);
 	graph.flags = TsdgBulkArray(map.address, header->flags);
+	known = TsdgImageUnreached(graph.flags, args->n, &known_count);
 	status = TsdgAddResident(&args->key, &graph, NULL, &map, &error);
-	if (status == TSDG_OK && !TsdgFindUnreached(TsdgFindResident(&args->key), &args->check, NULL, &error))
+	if (status == TSDG_OK &&
+		!TsdgFindUnreached(TsdgFindResident(&args->key), &args->check, NULL, known, known_count, &error))
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: could not check which of the newest rows of index %u/%u its searches reach, some may not be found: %s",
 						args->key.database, args->key.relfilenode, error.message)));
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	TsdgUnmapBulk(&map);
+	free(known);
 	if (status == TSDG_OK)
 		pg_atomic_fetch_add_u64(&TsdgShared->loads, 1);
 	else

@@ -281,7 +281,7 @@ SummarizeMergedGraph(const TsdgMergeArgs *args, uint8 *changed, TsdgBuildSummary
 		return false;
 	if (tsdg_index_summary(r->index, TSDG_SUMMARY_MAX_ENTRIES, entries, &summary->nn1_bound,
 						   &error) != TSDG_OK ||
-		!TsdgFindUnreached(r, &args->check, changed, &error))
+		!TsdgFindUnreached(r, &args->check, changed, NULL, 0, &error))
 	{
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: no summary of the merged graph of index %u/%u, the session computes it: %s",
