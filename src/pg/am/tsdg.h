@@ -270,12 +270,13 @@ typedef struct TsdgMetaPageData
 	uint64		pending_epoch;
 
 	/*
-	 * The rows of the last merge that the search for their own vector does
-	 * not reach at the merging session's tsdg.ef_search (tsdgmergecompute.c). Every
-	 * search also scores them exactly (tsdgscan.c, the worker), so that a row
-	 * just merged is found however far out it lies. The merge checked its
-	 * last unreached_checked nodes (its new rows); 0 in a build and in an
-	 * index made before the fields: none.
+	 * The rows that the search for their own vector does not reach at the
+	 * merging session's tsdg.ef_search (tsdgmergecompute.c). Every search
+	 * also scores them exactly (tsdgscan.c, the worker), so that a merged
+	 * row is found however far out it lies. The last merge checked its last
+	 * unreached_checked nodes (its batch), the old rows that lost an edge
+	 * into them, those of the old navigating set and those listed here
+	 * before; 0 in a build and in an index made before the fields: none.
 	 */
 	uint32		unreached_checked;
 	int32		unreached_count;
