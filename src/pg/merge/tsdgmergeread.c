@@ -308,9 +308,9 @@ static void
 TsdgRecheckOldRows(TsdgMerge *m, const TsdgOldGraph *g)
 {
 	const TsdgMetaPageData *meta = &m->meta;
-	uint32	   *navigating = palloc(sizeof(uint32) * (TSDG_MAX_ENTRY_POINTS + TSDG_MAX_STRIDED_ENTRIES));
-	int			count = tsdg_navigating_set(meta->entry_points, Min(meta->entry_count, TSDG_MAX_ENTRY_POINTS),
-											g->nodes, navigating);
+	int			entry_count = Min(meta->entry_count, TSDG_MAX_ENTRY_POINTS);
+	uint32	   *navigating = palloc(sizeof(uint32) * (entry_count + tsdg_strided_entry_count(g->nodes)));
+	int			count = tsdg_navigating_set(meta->entry_points, entry_count, g->nodes, navigating);
 
 	for (int i = 0; i < count; i++)
 		TsdgRecheckOldNode(m, g, navigating[i]);
