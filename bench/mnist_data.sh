@@ -50,7 +50,7 @@ for source, name in (("train-images-idx3-ubyte", "mnist-train"), ("t10k-images-i
          open(os.path.join(out, name + ".tsv"), "w") as tsv:
         for i in range(count):
             row = pixels[i * dims:(i + 1) * dims]
-            values = array.array("f", row)
+            values = array.array("f", list(row))  # from bytes it would take them as raw floats
             if sys.byteorder != "little":
                 values.byteswap()
             fvecs.write(head)
