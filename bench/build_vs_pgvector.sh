@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# CREATE INDEX of pg_tsdg against pgvector's HNSW (m 16, ef_construction 64)
+# on the same rows of one table, in one cluster, taking turns: tsdg, hnsw,
+# tsdg, hnsw, ... so that both see the same load on a shared machine. Then
+# recall@10 of both indexes at a few ef values against the exact answer of
+# QUERIES rows (one session, LIMIT 10). Prints the load average beside every
+# build.
+#
+# usage: PGVECTOR_TARBALL=pgvector-0.8.6.tar.gz bench/build_vs_pgvector.sh ROWS.tsv QUERIES.tsv [TURNS]
+#   ROWS.tsv, QUERIES.tsv: "id<TAB>[x1,...]" lines (bench/mnist_data.sh writes
+#   MNIST's; test/support/subspace_clusters.py writes hard synthetic rows)
+#   TURNS: builds of each index (default 2)
+# pg_tsdg is built and installed, with pgvector built from its release archive
+# (its own default flags, as a user builds it), into a private copy of
+# PostgreSQL (BENCH_PG_PREFIX, default /tmp/pg_tsdg_vs_pgvector); the cluster
+# (port 54363 + TSDG_PORT_OFFSET, no preload: the build runs in the session on
+# the CPU, as pgvector's does) lives in a temporary directory. Server settings
+# are the defaults but maintenance_work_mem (BENCH_MWM, default 2GB: both
+# builds fit in memory) and shared_buffers (1GB).
+set -euo pipefail
+rows_file=$(realpath "${1:?usage: bench/build_vs_pgvector.sh ROWS.tsv QUERIES.tsv [TURNS]}")
+queries_file=$(realpath "${2:?usage: bench/build_vs_pgvector.sh ROWS.tsv QUERIES.tsv [TURNS]}")
+turns=${3:-2}
+tarball=$(realpath "${PGVECTOR_TARBALL:?PGVECTOR_TARBALL names the release archive of pgvector}")
+export TSDG_PG_PREFIX=${BENCH_PG_PREFIX:-/tmp/pg_tsdg_vs_pgvector}
+source "$(dirname "$0")/../scripts/common.sh"
+
+build_and_install
+sharedir=$TSDG_PG_PREFIX/usr/share/postgresql/$PG_MAJOR/extension
+if ! grep -q "module_pathname = '\$libdir/vector'" "$sharedir/vector.control" 2>/dev/null; then
+  log "building pgvector into $TSDG_PG_PREFIX"
+  src=$(mktemp -d /tmp/pgvector_src.XXXXXX)
+  tar xzf "$tarball" -C "$src"
+  # pg_tsdg's own extension "vector" gives way to pgvector's
+  rm -f "$sharedir/vector.control" "$sharedir"/vector--*+tsdg.sql
+  make -s -C "$src"/pgvector-* -j2 PG_CONFIG=/usr/lib/postgresql/$PG_MAJOR/bin/pg_config with_llvm=no
+  make -s -C "$src"/pgvector-* install DESTDIR="$TSDG_PG_PREFIX" \
+    PG_CONFIG=/usr/lib/postgresql/$PG_MAJOR/bin/pg_config with_llvm=no >/dev/null
+  rm -rf "$src"
+fi
+
+work=$(mktemp -d /tmp/tsdg_vs_pgvector.XXXXXX)
+chmod 755 "$work"
+trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
+cp "$rows_file" "$work/items.tsv"
+cp "$queries_file" "$work/queries.tsv"
+chmod 644 "$work"/*.tsv
+start_cluster "$work" 54363 "shared_preload_libraries = ''" "shared_buffers = '1GB'" \
+  "maintenance_work_mem = '${BENCH_MWM:-2GB}'"
+dims=$(head -1 "$work/items.tsv" | cut -f2 | tr -cd , | wc -c)
+dims=$((dims + 1))
+psql -X -q -v ON_ERROR_STOP=1 \
+  -c "CREATE EXTENSION vector" -c "CREATE EXTENSION pg_tsdg" \
+  -c "CREATE TABLE items (id int PRIMARY KEY, v vector($dims))" \
+  -c "CREATE TABLE queries (id int PRIMARY KEY, v vector($dims))" \
+  -c "\\copy items FROM '$work/items.tsv'" \
+  -c "\\copy queries FROM '$work/queries.tsv'" \
+  -c "VACUUM ANALYZE items" \
+  -c "SET enable_indexscan = off" \
+  -c "CREATE TABLE truth AS SELECT q.id AS qid, ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS ids FROM queries q"
+
+rows=$(psql -X -At -c "SELECT count(*) FROM items")
+queries=$(psql -X -At -c "SELECT count(*) FROM queries")
+/usr/bin/python3 - "$turns" "$dims" "$rows" "$queries" <<'PY'
+import os, subprocess, sys, time
+turns, dims, rows, queries = (int(a) for a in sys.argv[1:5])
+indexes = {
+    "tsdg": ("CREATE INDEX items_tsdg ON items USING tsdg (v vector_l2_ops)", "tsdg.ef_search"),
+    "hnsw": ("CREATE INDEX items_hnsw ON items USING hnsw (v vector_l2_ops)"
+             " WITH (m = 16, ef_construction = 64)", "hnsw.ef_search"),
+}
+
+def psql(sql):
+    return subprocess.run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"], input=sql,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+def load():
+    return "%.2f %.2f %.2f" % os.getloadavg()
+
+print("%d rows x %d dims, %d queries; pgvector %s, pg_tsdg %s; no preload; maintenance_work_mem %s;"
+      " max_parallel_maintenance_workers %s" % (
+          rows, dims, queries, psql("SELECT extversion FROM pg_extension WHERE extname = 'vector'"),
+          psql("SELECT extversion FROM pg_extension WHERE extname = 'pg_tsdg'"),
+          psql("SHOW maintenance_work_mem"), psql("SHOW max_parallel_maintenance_workers")))
+print()
+print("| turn | index | CREATE INDEX s | load average before | size MB |")
+print("|---|---|---|---|---|")
+for turn in range(1, turns + 1):
+    for name, (create, _) in indexes.items():
+        psql("DROP INDEX IF EXISTS items_%s; CHECKPOINT;" % name)
+        before = load()
+        start = time.perf_counter()
+        psql(create)
+        seconds = time.perf_counter() - start
+        size = int(psql("SELECT pg_relation_size('items_%s')" % name)) / 2**20
+        print("| %d | %s | %.1f | %s | %.1f |" % (turn, name, seconds, before, size), flush=True)
+
+print()
+print("| index | ef | recall@10 | ms a query (one session) |")
+print("|---|---|---|---|")
+for name, (_, setting) in indexes.items():
+    other = [n for n in indexes if n != name][0]
+    for ef in (10, 40, 100, 200, 400):
+        # the other index off the table for the plan: both answer the same ORDER BY
+        out = psql(
+            "BEGIN; DROP INDEX items_%s; SET enable_seqscan = off; SET %s = %d;\n"
+            "SELECT avg((SELECT count(*) FROM unnest(r.ids) x WHERE x = ANY(t.ids)) / 10.0),"
+            " 1000 * extract(epoch FROM clock_timestamp() - now()) / count(*)"
+            " FROM truth t JOIN queries q ON q.id = t.qid,"
+            " LATERAL (SELECT ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS ids) r;\n"
+            "ROLLBACK;" % (other, setting, ef))
+        recall, ms = out.split("|")
+        print("| %s | %d | %.3f | %.2f |" % (name, ef, float(recall), float(ms)), flush=True)
+PY
