@@ -10,13 +10,16 @@
 #   ROWS.tsv, QUERIES.tsv: "id<TAB>[x1,...]" lines (bench/mnist_data.sh writes
 #   MNIST's; test/support/subspace_clusters.py writes hard synthetic rows)
 #   TURNS: builds of each index (default 2)
+#   BENCH_TSDG_ALSO="samples = 32, ...": a third index, tsdg with these options,
+#   built by the same turns (e.g. to compare options side by side)
 # pg_tsdg is built and installed, with pgvector built from its release archive
 # (its own default flags, as a user builds it), into a private copy of
 # PostgreSQL (BENCH_PG_PREFIX, default /tmp/pg_tsdg_vs_pgvector); the cluster
 # (port 54363 + TSDG_PORT_OFFSET, no preload: the build runs in the session on
 # the CPU, as pgvector's does) lives in a temporary directory. Server settings
 # are the defaults but maintenance_work_mem (BENCH_MWM, default 2GB: both
-# builds fit in memory) and shared_buffers (1GB).
+# builds fit in memory) and shared_buffers (1GB). pg_tsdg's account of where
+# its builds spent their time (the server log) closes the report.
 set -euo pipefail
 rows_file=$(realpath "${1:?usage: bench/build_vs_pgvector.sh ROWS.tsv QUERIES.tsv [TURNS]}")
 queries_file=$(realpath "${2:?usage: bench/build_vs_pgvector.sh ROWS.tsv QUERIES.tsv [TURNS]}")
@@ -69,6 +72,9 @@ indexes = {
     "hnsw": ("CREATE INDEX items_hnsw ON items USING hnsw (v vector_l2_ops)"
              " WITH (m = 16, ef_construction = 64)", "hnsw.ef_search"),
 }
+if os.environ.get("BENCH_TSDG_ALSO"):
+    indexes["tsdg_also"] = ("CREATE INDEX items_tsdg_also ON items USING tsdg (v vector_l2_ops) WITH (%s)"
+                            % os.environ["BENCH_TSDG_ALSO"], "tsdg.ef_search")
 
 def psql(sql):
     return subprocess.run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"], input=sql,
@@ -99,16 +105,19 @@ print()
 print("| index | ef | recall@10 | ms a query (one session) |")
 print("|---|---|---|---|")
 for name, (_, setting) in indexes.items():
-    other = [n for n in indexes if n != name][0]
+    others = "".join("DROP INDEX items_%s; " % n for n in indexes if n != name)
     for ef in (10, 40, 100, 200, 400):
-        # the other index off the table for the plan: both answer the same ORDER BY
+        # the other indexes off the table for the plan: all answer the same ORDER BY
         out = psql(
-            "BEGIN; DROP INDEX items_%s; SET enable_seqscan = off; SET %s = %d;\n"
+            "BEGIN; %sSET enable_seqscan = off; SET %s = %d;\n"
             "SELECT avg((SELECT count(*) FROM unnest(r.ids) x WHERE x = ANY(t.ids)) / 10.0),"
             " 1000 * extract(epoch FROM clock_timestamp() - now()) / count(*)"
             " FROM truth t JOIN queries q ON q.id = t.qid,"
             " LATERAL (SELECT ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS ids) r;\n"
-            "ROLLBACK;" % (other, setting, ef))
+            "ROLLBACK;" % (others, setting, ef))
         recall, ms = out.split("|")
         print("| %s | %d | %.3f | %.2f |" % (name, ef, float(recall), float(ms)), flush=True)
 PY
+echo
+echo "pg_tsdg's own account of its builds (server log):"
+grep -o 'tsdg index "items_tsdg[a-z_]*" built from.*' "$work/server.log" || true

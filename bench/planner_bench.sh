@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The planner's choice for ORDER BY v <-> q LIMIT 10 against the measured
+# times of both plans: for each tsdg.ef_search, the plan EXPLAIN picks, the
+# index scan's time (sequential scan off) and the sequential scan's time
+# (index scans off), each the backend's CPU time a query (getrusage of the
+# backend, read from /proc around a loop of QUERIES queries in one session),
+# so that other work on a shared machine changes them little.
+#
+# usage: bench/planner_bench.sh ROWS.tsv QUERIES.tsv [EF...]
+#   ROWS.tsv, QUERIES.tsv: "id<TAB>[x1,...]" lines (bench/mnist_data.sh writes
+#   MNIST's; test/support/subspace_clusters.py writes hard synthetic rows);
+#   EF: default 10 20 40 100 200 400 700 1000
+# Starts its own cluster (port 54373 + TSDG_PORT_OFFSET, no preload: the
+# scans run in the session on the CPU) in a temporary directory, with the
+# installed pg_tsdg (TSDG_PG_PREFIX picks a private copy, as for the tests);
+# default index options; shared_buffers 1GB, the table and index prewarmed.
+source "$(dirname "$0")/../scripts/common.sh"
+rows_file=$(realpath "${1:?usage: bench/planner_bench.sh ROWS.tsv QUERIES.tsv [EF...]}")
+queries_file=$(realpath "${2:?usage: bench/planner_bench.sh ROWS.tsv QUERIES.tsv [EF...]}")
+shift 2
+ef_values=("$@")
+[ ${#ef_values[@]} -gt 0 ] || ef_values=(10 20 40 100 200 400 700 1000)
+
+work=$(mktemp -d /tmp/tsdg_planner_bench.XXXXXX)
+chmod 755 "$work"
+trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
+cp "$rows_file" "$work/items.tsv"
+cp "$queries_file" "$work/queries.tsv"
+chmod 644 "$work"/*.tsv
+start_cluster "$work" 54373 "shared_preload_libraries = ''" "shared_buffers = '1GB'" \
+  "maintenance_work_mem = '2GB'"
+dims=$(head -1 "$work/items.tsv" | cut -f2 | tr -cd , | wc -c)
+dims=$((dims + 1))
+psql -X -q -v ON_ERROR_STOP=1 \
+  -c "CREATE EXTENSION pg_tsdg CASCADE" -c "CREATE EXTENSION pg_prewarm" \
+  -c "CREATE TABLE items (id int PRIMARY KEY, v vector($dims))" \
+  -c "CREATE TABLE queries (id int PRIMARY KEY, v vector($dims))" \
+  -c "\\copy items FROM '$work/items.tsv'" \
+  -c "\\copy queries FROM '$work/queries.tsv'" \
+  -c "CREATE INDEX items_v ON items USING tsdg (v vector_l2_ops)" \
+  -c "VACUUM ANALYZE items"
+
+/usr/bin/python3 - "$dims" "${ef_values[@]}" <<'PY'
+import subprocess, sys
+dims, ef_values = int(sys.argv[1]), [int(a) for a in sys.argv[2:]]
+
+def psql(sql):
+    return subprocess.run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"], input=sql,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+# backend CPU time (user + system, clock ticks) from /proc/<pid>/stat, read by
+# the server itself through pg_read_file on its own process
+TIMED = """
+SELECT pg_prewarm('items'), pg_prewarm('items_v'), pg_prewarm('pg_toast.' || (
+  SELECT c2.relname FROM pg_class c JOIN pg_class c2 ON c2.oid = c.reltoastrelid WHERE c.relname = 'items'))
+  WHERE EXISTS (SELECT 1 FROM pg_class WHERE relname = 'items' AND reltoastrelid <> 0);
+CREATE TEMP TABLE ticks (at text, value bigint);
+CREATE FUNCTION pg_temp.ticks() RETURNS bigint LANGUAGE sql AS $$
+  SELECT (split_part(s, ' ', 13))::bigint + (split_part(s, ' ', 14))::bigint
+  FROM (SELECT regexp_replace(pg_read_file('/proc/' || pg_backend_pid() || '/stat'), '^.*\\) ', 'x ') s) x $$;
+%s
+DO $$ DECLARE q vector; BEGIN
+  FOR q IN SELECT v FROM queries LOOP PERFORM id FROM items ORDER BY v <-> q LIMIT 10; END LOOP;
+END $$;
+INSERT INTO ticks VALUES ('before', pg_temp.ticks());
+DO $$ DECLARE q vector; BEGIN
+  FOR q IN SELECT v FROM queries LOOP PERFORM id FROM items ORDER BY v <-> q LIMIT 10; END LOOP;
+END $$;
+SELECT (pg_temp.ticks() - (SELECT value FROM ticks)) * 1000.0 / 100 / (SELECT count(*) FROM queries);
+"""
+
+def ms_a_query(settings):
+    return float(psql(TIMED % settings).splitlines()[-1])
+
+def plan(ef):
+    q = psql("SELECT v FROM queries LIMIT 1")
+    out = psql("SET tsdg.ef_search = %d; EXPLAIN SELECT id FROM items ORDER BY v <-> '%s' LIMIT 10;" % (ef, q))
+    return "index" if "Index Scan" in out else "seq scan" if "Seq Scan" in out else out
+
+queries = int(psql("SELECT count(*) FROM queries"))
+toast = psql("SELECT pg_size_pretty(pg_relation_size(reltoastrelid)) FROM pg_class WHERE relname = 'items'"
+             " AND reltoastrelid <> 0") or "none"
+print("%s rows x %d dims, %d queries; heap %s, its TOAST table %s (vectors of 2 kB and more are"
+      " stored out of line)" % (psql("SELECT count(*) FROM items"), dims, queries,
+                                psql("SELECT pg_size_pretty(pg_relation_size('items'))"), toast))
+seq = ms_a_query("SET enable_indexscan = off;")
+print()
+print("| tsdg.ef_search | plan chosen | index ms | seq scan ms | faster |")
+print("|---|---|---|---|---|")
+for ef in ef_values:
+    index = ms_a_query("SET enable_seqscan = off; SET tsdg.ef_search = %d;" % ef)
+    chosen = plan(ef)
+    faster = "index" if index < seq else "seq scan"
+    print("| %d | %s | %.2f | %.2f | %s |" % (ef, chosen, index, seq, faster), flush=True)
+PY
