@@ -3,8 +3,9 @@
 # on the same rows of one table, in one cluster, taking turns: tsdg, hnsw,
 # tsdg, hnsw, ... so that both see the same load on a shared machine. Then
 # recall@10 of both indexes at a few ef values against the exact answer of
-# QUERIES rows (one session, LIMIT 10). Prints the load average beside every
-# build.
+# QUERIES rows (one session, LIMIT 10). Prints beside every build its CPU time
+# (all processes that worked on it: the session and any parallel workers) and
+# the load average, since wall times on a shared machine follow the load.
 #
 # usage: PGVECTOR_TARBALL=pgvector-0.8.6.tar.gz bench/build_vs_pgvector.sh ROWS.tsv QUERIES.tsv [TURNS]
 #   ROWS.tsv, QUERIES.tsv: "id<TAB>[x1,...]" lines (bench/mnist_data.sh writes
@@ -89,17 +90,31 @@ print("%d rows x %d dims, %d queries; pgvector %s, pg_tsdg %s; no preload; maint
           psql("SELECT extversion FROM pg_extension WHERE extname = 'pg_tsdg'"),
           psql("SHOW maintenance_work_mem"), psql("SHOW max_parallel_maintenance_workers")))
 print()
-print("| turn | index | CREATE INDEX s | load average before | size MB |")
-print("|---|---|---|---|---|")
+# CPU seconds of a build: the session's own (all its threads) and those of
+# the processes that exited meanwhile, which the postmaster reaped (pgvector's
+# parallel build workers): user + system ticks from /proc, read by the server.
+CPU_TICKS = """
+CREATE FUNCTION pg_temp.ticks(pid int, first int) RETURNS bigint LANGUAGE sql AS $$
+  SELECT split_part(s, ' ', first)::bigint + split_part(s, ' ', first + 1)::bigint
+  FROM (SELECT regexp_replace(pg_read_file('/proc/' || pid || '/stat'), '^.*\\) ', 'x ') s) x $$;
+CREATE FUNCTION pg_temp.cpu_ticks() RETURNS bigint LANGUAGE sql AS $$
+  SELECT pg_temp.ticks(pg_backend_pid(), 13)
+       + pg_temp.ticks(split_part(pg_read_file('postmaster.pid'), E'\\n', 1)::int, 15) $$;
+"""
+
+print("| turn | index | CREATE INDEX s | CPU s | load average before | size MB |")
+print("|---|---|---|---|---|---|")
 for turn in range(1, turns + 1):
     for name, (create, _) in indexes.items():
         psql("DROP INDEX IF EXISTS items_%s; CHECKPOINT;" % name)
         before = load()
         start = time.perf_counter()
-        psql(create)
+        ticks = psql(CPU_TICKS + "SELECT pg_temp.cpu_ticks() AS before \\gset\n" + create + ";\n"
+                     "SELECT pg_temp.cpu_ticks() - :before;").splitlines()[-1]
         seconds = time.perf_counter() - start
         size = int(psql("SELECT pg_relation_size('items_%s')" % name)) / 2**20
-        print("| %d | %s | %.1f | %s | %.1f |" % (turn, name, seconds, before, size), flush=True)
+        print("| %d | %s | %.1f | %.1f | %s | %.1f |" % (turn, name, seconds, int(ticks) / 100.0, before, size),
+              flush=True)
 
 print()
 print("| index | ef | recall@10 | ms a query (one session) |")
