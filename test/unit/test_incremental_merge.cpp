@@ -18,6 +18,7 @@
 #include "long_range.h"
 #include "recall.h"
 #include "search.h"
+#include "synthetic.h"
 #include "thread_pool.h"
 #include "tsdg_capi.h"
 
@@ -91,6 +92,37 @@ TEST(IncrementalGgm, OnlyListsNearTheBatchChange) {
 
 // An index keeps only the old lists' ids: the merge computes their distances
 // and merges as well as with them given.
+// Separated clusters of a few hundred rows, which the old k-NN graph does
+// not link to one another: the batch rows' merged lists hold their old
+// neighbors in every cluster, also in those that a sample of one old row in
+// 256 as the walks' starts would miss.
+TEST(IncrementalGgm, BatchRowsFindTheirOldNeighborsInSeparatedClusters) {
+  SyntheticSpec spec;
+  spec.rows = 13200;
+  spec.dim = 24;
+  spec.clusters = 60;
+  spec.intrinsic_dim = 8;
+  spec.spread = 4.0f;
+  spec.absolute_scale = true;
+  spec.seed = 5;
+  const Matrix data = make_clustered(spec);
+  const int64_t split = 12000, batch = data.rows - split;
+  ThreadPool pool(2);
+  RunControl control;
+  control.pool = &pool;
+  GnndParams params;
+  params.k = 16;
+  params.samples = 8;
+  const KnnGraph old_graph = exact_knn_graph(data.view().slice(0, split), Metric::L2, params.k, control);
+  const KnnGraph batch_graph = exact_knn_graph(data.view().slice(split, batch), Metric::L2, params.k, control);
+  const IncrementalMerge merged = ggm_merge_incremental(data.view(), split, old_graph, batch_graph, Metric::L2,
+                                                        incremental_merge_params(params), control);
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::L2, params.k, control);
+  const double recall = recall_at(merged.graph.ids.data() + split * params.k, params.k,
+                                  exact.ids.data() + split * params.k, params.k, batch, 10);
+  EXPECT_GT(recall, 0.9);
+}
+
 TEST(IncrementalGgm, ComputesMissingOldDistances) {
   ThreadPool pool(2);
   RunControl control;

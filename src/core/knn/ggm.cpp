@@ -305,7 +305,8 @@ KnnGraph ggm_merge(MatrixView data, int64_t split, const KnnGraph& first, const 
 }
 
 std::vector<uint32_t> merge_seed_pivots(int64_t split, uint64_t seed) {
-  const int64_t pivots = std::max<int64_t>(1, split / kMergeSeedPivotRows);
+  const int64_t pivots = std::max<int64_t>(
+      {1, std::min(split / kMergeSeedPivotRows, kMergeSeedMaxPivots), split / kMergeSeedSparsestPivotRows});
   std::vector<uint32_t> rows(split > 0 ? pivots : 0);
   uint64_t state = seed ^ 0x70697675747344ULL;
   if (split > 0) draw_distinct(state, static_cast<uint64_t>(split), static_cast<int>(pivots), rows.data());

@@ -39,10 +39,18 @@ struct IncrementalMerge {
   int iterations = 0;            // GNND iterations run
 };
 
-// The batch lists' start (ggm_merge_incremental): one old row in
-// kMergeSeedPivotRows is a pivot; a batch row walks greedily on the old
-// k-NN graph from its nearest pivot for at most kMergeSeedWalkSteps steps.
-constexpr int64_t kMergeSeedPivotRows = 256;
+// The batch lists' start (ggm_merge_incremental): a batch row walks
+// greedily on the old k-NN graph from its nearest pivot for at most
+// kMergeSeedWalkSteps steps. The walk cannot leave a cluster that the k-NN
+// graph does not link to others, so a cluster without a pivot leaves its
+// batch rows without their old neighbors, which no join then brings: one old
+// row in kMergeSeedPivotRows is a pivot, so that clusters of a few hundred
+// rows have several, up to kMergeSeedMaxPivots pivots (the nearest-pivot
+// search costs batch rows times pivots distances), and never fewer than one
+// in kMergeSeedSparsestPivotRows.
+constexpr int64_t kMergeSeedPivotRows = 32;
+constexpr int64_t kMergeSeedMaxPivots = 16384;
+constexpr int64_t kMergeSeedSparsestPivotRows = 256;
 constexpr int kMergeSeedWalkSteps = 8;
 
 // The pivots of a merge into split indexed rows: distinct rows of [0, split),
