@@ -10,7 +10,7 @@ TSDG_PG_PREFIX=${TSDG_PG_PREFIX:-}
 if [ -n "$TSDG_PG_PREFIX" ]; then
   PGBIN=$TSDG_PG_PREFIX/usr/lib/postgresql/$PG_MAJOR/bin
 fi
-PGBIN=${PGBIN:-/usr/lib/postgresql/$PG_MAJOR/bin}  # override to build against another install
+export PGBIN=${PGBIN:-/usr/lib/postgresql/$PG_MAJOR/bin}  # override to build against another install
 export PATH=$PGBIN:$PATH
 # TSDG_PORT_OFFSET moves every port the tests listen on, likewise.
 TSDG_PORT_OFFSET=${TSDG_PORT_OFFSET:-0}
