@@ -113,6 +113,7 @@ TsdgBackend* load_backend(const BenchOptions& o) {
 struct IndexGraph {
   std::vector<uint32_t> neighbors, knn_ids, entries;
   std::vector<uint8_t> lambdas;
+  std::vector<uint8_t> changed;  // after a merge: its changed flags (tsdg_merge_graph_incremental)
 };
 
 void entry_points_of(MatrixView rows, IndexGraph& graph, int degree) {
@@ -159,7 +160,8 @@ IndexGraph merge(TsdgBackend* backend, MatrixView rows, int64_t n_old, const Ind
   graph.neighbors.resize(static_cast<size_t>(n) * params.degree);
   graph.lambdas.resize(graph.neighbors.size());
   graph.knn_ids.resize(static_cast<size_t>(n) * params.build_k);
-  std::vector<uint8_t> changed(n);
+  std::vector<uint8_t>& changed = graph.changed;
+  changed.resize(n);
   TsdgError error;
   check(tsdg_merge_graph_incremental(backend, rows.data, nullptr, nullptr, n_old, n - n_old, rows.dim, TSDG_METRIC_L2,
                                      &params, old.knn_ids.data(), nullptr, old.neighbors.data(),
@@ -207,7 +209,8 @@ int64_t self_lookup_misses(MatrixView data, const IndexGraph& graph, int degree,
 }
 
 // The check tsdg_merge runs beside its page writes (src/pg/merge/tsdgmergecompute.c):
-// rows [first, rows.rows) looked up by their own vector the way the pages'
+// rows [first, rows.rows), and the old rows the merge marked
+// TSDG_CHANGED_RECHECK, looked up by their own vector the way the pages'
 // scans walk. Returns the rows not reached; *seconds gets its wall time.
 int64_t unreached_check(MatrixView rows, const IndexGraph& graph, int degree, int64_t first,
                         double& seconds) {
@@ -215,7 +218,7 @@ int64_t unreached_check(MatrixView rows, const IndexGraph& graph, int degree, in
   TsdgError error;
   TsdgUnreachedJob* job = tsdg_unreached_job_start(
       rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, graph.neighbors.data(), graph.lambdas.data(), degree,
-      graph.entries.data(), static_cast<int>(graph.entries.size()), first, nullptr, kIndexEfSearch, kNoLambdaLimit,
+      graph.entries.data(), static_cast<int>(graph.entries.size()), first, graph.changed.data(), kIndexEfSearch, kNoLambdaLimit,
       kUnboundedRecords, &error);
   if (job == nullptr) throw Error(Status::OutOfMemory, std::string("unreached check: ") + error.message);
   int64_t count = 0;
@@ -300,6 +303,8 @@ int run_merge_benchmark(const BenchOptions& o) {
     worst_cpu_ratio = std::max(worst_cpu_ratio, merge_time.cpu / fresh_time.cpu);
     double check_seconds = 0;
     const int64_t unreached = unreached_check(data.view().slice(0, next), graph, params.degree, rows, check_seconds);
+    const int64_t rechecked = std::count_if(graph.changed.begin(), graph.changed.begin() + rows,
+                                            [](uint8_t c) { return (c & TSDG_CHANGED_RECHECK) != 0; });
     report.emit(Record("merge")
                     .add("into", rows)
                     .add("batch", next - rows)
@@ -311,6 +316,7 @@ int run_merge_benchmark(const BenchOptions& o) {
                     .add("tsdg_cpu_s", phases.cpu[TSDG_PHASE_DIVERSIFY] + phases.cpu[TSDG_PHASE_LINK])
                     .add("entry_cpu_s", phases.cpu[0])
                     .add("old_lists_changed", changed_lists)
+                    .add("rechecked", rechecked)
                     .add("check_wall_s", check_seconds)
                     .add("unreached", unreached));
     rows = next;
