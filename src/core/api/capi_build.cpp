@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <future>
 #include <limits>
@@ -44,10 +45,12 @@ constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // them as it writes; it has until the component linking, a second later.
 constexpr int kBackgroundCopyThreads = 4;
 
-// The old rows that lost an edge into them a merge asks to check at most,
-// per row it checks anyway (its new rows, and those the caller marked): so
-// that the checks follow the merge's size. Past it, those that lost the
-// largest share of their edges are checked.
+// The old rows that lost an edge into them a merge on the CPU asks to check
+// at most, per row it checks anyway (its new rows, and those the caller
+// marked): so that the checks, a walk on the host each, follow the merge's
+// size. Past it, those that lost the largest share of their edges are
+// checked. A device's merge diversifies every list again and its index
+// checks rows with its batch searches: it asks for every row.
 constexpr int64_t kRecheckedPerCheckedRow = 8;
 
 void validate_build_params(const TsdgBuildParams* params) {
@@ -452,7 +455,9 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  b.merge_graph(in, out, m, tsdg::incremental_merge_params(gnnd), diversify, control);
                  if (old_rows_copied.valid()) old_rows_copied.get();
                  std::vector<uint8_t> recheck(n, 0);
-                 const int64_t lost_budget = kRecheckedPerCheckedRow * (n_new + caller_rechecks);
+                 const bool on_host = std::strcmp(b.name(), "cpu") == 0;
+                 const int64_t lost_budget =
+                     on_host ? kRecheckedPerCheckedRow * (n_new + caller_rechecks) : n_old;
                  for (const uint32_t v : tsdg::rows_losing_in_edges(in, out, lost_budget, control)) recheck[v] = 1;
                  for (int64_t u = 0; old_changed != nullptr && u < n_old; ++u) {
                    if ((old_changed[u] & TSDG_OLD_RECHECK) != 0) recheck[u] = 1;

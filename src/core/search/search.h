@@ -176,22 +176,23 @@ struct RepairChecks {
   std::unique_ptr<UnreachedCheck> wide;
 };
 
-// SearchParams::gpu_kernel of the GPU's large-batch kernel, which walks as
+// SearchParams::gpu_kernel of the GPU's small-batch kernel (a beam search,
+// which single queries take), and of its large-batch kernel, which walks as
 // the CPU does (one expansion at a time from the same entries).
+constexpr int kGpuKernelSmallBatch = 1;
 constexpr int kGpuKernelWalkingAsTheCpu = 2;
 
 // index->unreached_rows after UnreachedCheck's repair for a search index,
 // of the rows [first, end) and also_rows (ascending, outside that range):
 // on the CPU exactly that (its check is the walk UnreachedCheck records);
-// on a GPU, whose kernels' walks are not recorded, otherwise. The rows of
-// [first, end) that the large-batch kernel misses, and those of also_rows
-// the CPU's walk misses (the walk that kernel follows), each get an edge
-// from the nearest other node that the CPU's walk from the index's entry
-// points finds for them, which is where that kernel's walk ends too; the
-// index takes the changed lists (lists_changed), and the answer, ascending,
-// is its full check (both kernels) of [first, end) on the repaired graph
-// with the CPU's walk of also_rows and of the rows whose in-edge a repair
-// edge displaced. graph: the host arrays the index was made from, now
+// on a GPU, whose kernels' walks are not recorded, otherwise. The rows that
+// the large-batch kernel misses (also_rows looked up by its searches) each
+// get an edge from the nearest other node that the CPU's walk from the
+// index's entry points finds for them, which is where that kernel's walk
+// ends too; the index takes the changed lists (lists_changed), and the
+// answer, ascending, is its full check (both kernels) of [first, end) on
+// the repaired graph, with both kernels' searches for also_rows and for the
+// rows whose in-edge a repair edge displaced. graph: the host arrays the index was made from, now
 // writable, with data its rows. found gets how many the first check
 // missed; changed the nodes whose lists changed, also when the index then
 // throws; before_change sees each of them before its list is written.

@@ -129,21 +129,42 @@ std::vector<uint32_t> sorted_rows(std::vector<uint32_t> rows, int64_t count) {
   return rows;
 }
 
-// The rows of rows (ascending) that the walk at ef does not reach, ascending;
-// nearest, when not null, gets each one's nearest node found (by position
-// in rows, kInvalidId where reached).
-std::vector<uint32_t> walk_misses(MatrixView data, GraphView graph, DistanceFn distance,
-                                  const std::vector<uint32_t>& entries, const std::vector<uint32_t>& rows, int ef,
-                                  int lambda_limit, const RunControl& control) {
-  std::vector<std::vector<uint32_t>> missed(worker_count(control));
-  walk_rows_on_pool(
-      data, graph, distance, entries, static_cast<int64_t>(rows.size()), ef, lambda_limit, control,
-      [&](int64_t i) { return rows[i]; }, [](int64_t) { return static_cast<std::vector<uint32_t>*>(nullptr); },
-      [&](int64_t i, int worker, uint32_t) { missed[worker].push_back(rows[i]); });
-  std::vector<uint32_t> out;
-  for (const std::vector<uint32_t>& part : missed) out.insert(out.end(), part.begin(), part.end());
-  std::sort(out.begin(), out.end());
-  return out;
+// The answers a device index's check of rows gives each (a reached row is
+// first, or after rows just as near), and the rows it checks per search call.
+constexpr int kOwnResults = 8;
+constexpr int64_t kOwnRowsPerCall = 65536;
+
+// The rows of rows (ascending) that a device index's search for their own
+// vector misses, with the kernel params.gpu_kernel forces, or else with
+// each kernel that serves params.ef (as SearchIndex::unreached_rows checks
+// a range of rows), ascending.
+std::vector<uint32_t> kernel_misses(SearchIndex& index, MatrixView data, const std::vector<uint32_t>& rows,
+                                    const SearchParams& params, const RunControl& control) {
+  std::vector<uint32_t> missed;
+  SearchParams own = params;
+  own.k = std::min(params.ef, kOwnResults);
+  for (int64_t first = 0; first < static_cast<int64_t>(rows.size()); first += kOwnRowsPerCall) {
+    const int64_t count = std::min<int64_t>(kOwnRowsPerCall, static_cast<int64_t>(rows.size()) - first);
+    Matrix queries(count, data.dim);
+    for (int64_t i = 0; i < count; ++i) {
+      std::memcpy(queries.row(i), data.row(rows[first + i]), sizeof(float) * data.dim);
+    }
+    std::vector<uint32_t> ids(static_cast<size_t>(count) * own.k);
+    std::vector<float> dists(ids.size());
+    for (const int kernel : {kGpuKernelSmallBatch, kGpuKernelWalkingAsTheCpu}) {
+      if (params.gpu_kernel != 0 && kernel != params.gpu_kernel) continue;
+      if (kernel == kGpuKernelSmallBatch && params.ef > kGpuSmallBatchMaxEf) continue;
+      own.gpu_kernel = kernel;
+      index.search(queries.view(), own, ids.data(), dists.data(), control);
+      for (int64_t i = 0; i < count; ++i) {
+        const uint32_t* found = ids.data() + i * own.k;
+        if (std::find(found, found + own.k, rows[first + i]) == found + own.k) missed.push_back(rows[first + i]);
+      }
+    }
+  }
+  std::sort(missed.begin(), missed.end());
+  missed.erase(std::unique(missed.begin(), missed.end()), missed.end());
+  return missed;
 }
 
 }  // namespace
@@ -383,15 +404,14 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
   const DistanceFn distance = metric_distance_fn(metric);
   SearchParams walk_as_cpu = params;
   walk_as_cpu.gpu_kernel = kGpuKernelWalkingAsTheCpu;
-  std::vector<uint32_t> missed =
-      sorted_union(index.unreached_rows(first, end, walk_as_cpu, control),
-                   walk_misses(data, view, distance, entries, also, params.ef, params.lambda_limit, control));
+  std::vector<uint32_t> missed = sorted_union(index.unreached_rows(first, end, walk_as_cpu, control),
+                                              kernel_misses(index, data, also, walk_as_cpu, control));
   found = static_cast<int64_t>(missed.size());
   std::vector<uint32_t> narrow;
   if (narrow_ef < params.ef) {
     walk_as_cpu.ef = narrow_ef;
     narrow = sorted_union(index.unreached_rows(first, end, walk_as_cpu, control),
-                          walk_misses(data, view, distance, entries, also, narrow_ef, params.lambda_limit, control));
+                          kernel_misses(index, data, also, walk_as_cpu, control));
     missed = sorted_union(missed, narrow);
   }
   std::vector<uint32_t> nearest(missed.size(), kInvalidId);
@@ -417,14 +437,13 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
       [&](uint32_t row) { return nearest[std::lower_bound(missed.begin(), missed.end(), row) - missed.begin()]; },
       params.lambda_limit, edges, before_change, displaced);
   if (!changed.empty()) index.lists_changed(changed);
-  // the rows the kernels do not check are walked on the CPU: also_rows and
-  // those whose edge a repair edge displaced
+  // past [first, end): also_rows and those whose edge a repair edge displaced
   displaced.erase(std::remove_if(displaced.begin(), displaced.end(),
                                  [&](uint32_t row) { return row >= first && row < end; }),
                   displaced.end());
-  const std::vector<uint32_t> walked = sorted_union(also, sorted_rows(displaced, data.rows));
+  const std::vector<uint32_t> outside = sorted_union(also, sorted_rows(displaced, data.rows));
   return sorted_union(index.unreached_rows(first, end, params, control),
-                      walk_misses(data, view, distance, entries, walked, params.ef, params.lambda_limit, control));
+                      kernel_misses(index, data, outside, params, control));
 }
 
 void UnreachedCheck::lists_changed(const std::vector<uint32_t>& nodes, const RunControl& control) {
