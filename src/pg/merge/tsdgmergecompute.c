@@ -252,6 +252,76 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 		TsdgCheckCore(m->index, TSDG_ERR_OUT_OF_MEMORY, &error);
 }
 
+static int
+TsdgCompareIds(const void *a, const void *b)
+{
+	uint32		x = *(const uint32 *) a;
+	uint32		y = *(const uint32 *) b;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/*
+ * After the repair changed lists: the entry points picked on the repaired
+ * graph into m->new_meta, as a search index made from the pages picks them
+ * (their descents follow the lists), with its d_nn1+. When they differ from
+ * those the check walked from, the rows a search from them does not reach
+ * join the unreached ones listed (unreached of them, the first ones in
+ * m->new_meta). Returns how many are listed then, at least.
+ */
+static int64
+TsdgRecheckFromRepairedEntries(TsdgMerge *m, int64 unreached)
+{
+	TsdgMetaPageData *nm = &m->new_meta;
+	TsdgMetric	metric = TsdgIndexMetric(m->index);
+	int64		n = m->n_old + m->n_new;
+	int			degree = m->meta.degree;
+	uint32		entries[TSDG_MAX_ENTRY_POINTS];
+	int			count = 0;
+	uint32	   *navigating;
+	int			navigating_count;
+	uint32	   *rows;
+	int64		more;
+	int			listed = (int) Min(unreached, TSDG_MAX_UNREACHED);
+	TsdgUnreachedJob *job;
+	TsdgError	error;
+	TsdgStatus	status;
+
+	status = tsdg_select_entry_points(m->rows, n, m->dims, metric, m->neighbors, degree,
+									  TSDG_MAX_ENTRY_POINTS, entries, &error);
+	TsdgCheckCore(m->index, status, &error);
+	for (int i = 0; i < TSDG_MAX_ENTRY_POINTS; i++)
+		if (entries[i] != TSDG_INVALID_ID)
+			entries[count++] = entries[i];
+	if (count == nm->entry_count && memcmp(entries, nm->entry_points, sizeof(uint32) * count) == 0)
+		return unreached;
+	memcpy(nm->entry_points, entries, sizeof(uint32) * count);
+	nm->entry_count = count;
+	status = tsdg_graph_nn1_bound(m->rows, n, m->dims, metric, m->neighbors, degree, &nm->nn1_bound, &error);
+	TsdgCheckCore(m->index, status, &error);
+
+	navigating = palloc(sizeof(uint32) * (count + tsdg_strided_entry_count(n)));
+	navigating_count = tsdg_navigating_set(nm->entry_points, count, n, navigating);
+	job = tsdg_unreached_job_start(m->rows, n, m->dims, metric, m->neighbors, m->lambdas, degree,
+								   navigating, navigating_count, m->split, m->changed, tsdg_ef_search,
+								   tsdg_lambda_search, 0, &error);
+	pfree(navigating);
+	if (job == NULL)
+		TsdgCheckCore(m->index, TSDG_ERR_OUT_OF_MEMORY, &error);
+	rows = palloc(sizeof(uint32) * 2 * TSDG_MAX_UNREACHED);
+	status = tsdg_unreached_job_finish(job, rows, TSDG_MAX_UNREACHED, &more, &error);
+	TsdgCheckCore(m->index, status, &error);
+	memcpy(rows + Min(more, TSDG_MAX_UNREACHED), nm->unreached, sizeof(uint32) * listed);
+	count = (int) Min(more, TSDG_MAX_UNREACHED) + listed;
+	qsort(rows, count, sizeof(uint32), TsdgCompareIds);
+	listed = 0;
+	for (int i = 0; i < count && listed < TSDG_MAX_UNREACHED; i++)
+		if (listed == 0 || nm->unreached[listed - 1] != rows[i])
+			nm->unreached[listed++] = rows[i];
+	pfree(rows);
+	return Max(listed, Max(unreached, more));
+}
+
 /*
  * The new rows the merged graph's searches do not reach, into m->new_meta,
  * once the search TsdgMergedEntryPoints started has them (none when the
@@ -282,6 +352,8 @@ TsdgFinishUnreachedCheck(TsdgMerge *m)
 													 m->changed, nm->unreached, TSDG_MAX_UNREACHED,
 													 &unreached, &lists_marked, &error);
 		TsdgCheckCore(m->index, status, &error);
+		if (lists_marked > 0)
+			unreached = TsdgRecheckFromRepairedEntries(m, unreached);
 	}
 	else
 	{
