@@ -7,6 +7,7 @@
 
 #include "bruteforce.h"
 #include "connectivity.h"
+#include "descent.h"
 #include "distance.h"
 #include "huge_pages.h"
 #include "long_range.h"
@@ -276,13 +277,20 @@ TsdgGraph diversify_tsdg(MatrixView data, Metric metric, const KnnGraph& knn,
   const DistanceFn distance = metric_distance_fn(metric);
   control.set_total(2 * n);
 
+  // Both stages visit the nodes region by region: a node's candidates are
+  // mostly its region's rows, which the nodes before it have just read, so
+  // they come from the caches rather than from memory. Each node's lists
+  // are its own, so the order does not change the graph.
+  const std::vector<uint32_t> order = region_order(data, params.random_seed, control);
+
   // Stage 1: relaxed pruning of every k-NN list.
   HugePageVector<Edge> pruned(static_cast<size_t>(n) * width, Edge{});
   std::vector<int> pruned_count(n, 0);
   const int workers = worker_count(control);
   std::vector<std::vector<Edge>> candidates(workers);
   parallel_for(control, n, kChunk, [&](int64_t begin, int64_t end, int worker) {
-    for (int64_t u = begin; u < end; ++u) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t u = order[i];
       pruned_count[u] = prune_list(data, distance, knn, u, params.alpha, candidates[worker], &pruned[u * width]);
     }
     control.add_done(end - begin);
@@ -297,7 +305,8 @@ TsdgGraph diversify_tsdg(MatrixView data, Metric metric, const KnnGraph& knn,
   std::vector<Stage2Scratch> stage2_scratch(workers);
   parallel_for(control, n, kChunk, [&](int64_t begin, int64_t end, int worker) {
     Stage2Scratch& scratch = stage2_scratch[worker];
-    for (int64_t u = begin; u < end; ++u) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t u = order[i];
       scratch.incoming.assign(reverse.edges.begin() + reverse.offsets[u],
                               reverse.edges.begin() + reverse.offsets[u + 1]);
       rank_list(data, distance, params, &pruned[u * width], pruned_count[u], scratch, graph, u);
