@@ -42,7 +42,8 @@ class SearchIndex {
   virtual const float* device_rows() const { return nullptr; }
   // The lists of nodes changed in the host graph the index was made from:
   // a GPU index copies them to the device; the CPU index reads the host
-  // arrays, which it only views.
+  // arrays, which it only views. Either picks its navigating set again at
+  // its next search, on the changed lists, as an index made from them would.
   virtual void lists_changed(const std::vector<uint32_t>& nodes) { (void)nodes; }
 
   // Per-node values that searches can answer with instead of node ids (for

@@ -329,6 +329,12 @@ void CpuSearchIndex::prepare_entry_points(const SearchParams& params, const RunC
   entries_seed_ = params.seed;
 }
 
+void CpuSearchIndex::lists_changed(const std::vector<uint32_t>& nodes) {
+  if (nodes.empty()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_count_ = -1;
+}
+
 void CpuSearchIndex::score_entries(const float* const* queries, int count, float* entry_dists) const {
   const auto entry_count = static_cast<int64_t>(entries_.size());
   for (int64_t i = 0; i < entry_count; ++i) {

@@ -319,6 +319,7 @@ class CpuSearchIndex : public SearchIndex {
                                      const RunControl& control) override;
   std::vector<uint32_t> unreached_rows(int64_t first, int64_t end, const SearchParams& params,
                                        const RunControl& control) override;
+  void lists_changed(const std::vector<uint32_t>& nodes) override;
 
   // Distance computations of every search so far.
   int64_t distance_computations() const { return distance_computations_.load(); }

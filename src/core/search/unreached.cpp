@@ -396,7 +396,15 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
     checks.run(control);
     found = static_cast<int64_t>(checks.wide->unreached().size());
     changed = checks.repair(graph, control, before_change);
-    return checks.wide->unreached();
+    if (changed.empty()) return checks.wide->unreached();
+    // The index picks its entry points again on the repaired lists, as one
+    // loaded from them would: the rows must be reached from those too.
+    index.lists_changed(changed);
+    SearchParams as_walked = params;
+    as_walked.gpu_kernel = kGpuKernelWalkingAsTheCpu;
+    return sorted_union(checks.wide->unreached(),
+                        sorted_union(index.unreached_rows(first, end, params, control),
+                                     kernel_misses(index, data, also, as_walked, control)));
   }
   // The rows the large-batch kernel misses at ef and at the narrow ef (of
   // also_rows, the CPU's walk), each given its edge from where the CPU's

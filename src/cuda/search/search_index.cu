@@ -162,6 +162,7 @@ void CudaSearchIndex::lists_changed(const std::vector<uint32_t>& nodes) {
     copy_to_device(lambdas_.data() + at, host_graph_.list_lambdas(node), degree_, stream);
   }
   ctx_->stream.synchronize();
+  if (!nodes.empty()) entries_for_count_ = -1;
 }
 
 // On the device rather than the host: a merge waits for the upload, and a
