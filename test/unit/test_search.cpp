@@ -319,6 +319,34 @@ TEST(Search, UnreachedRowsAreThoseTheirOwnSearchMisses) {
 // kept (all walked again), and with some kept.
 class UnreachedRepair : public ::testing::TestWithParam<int64_t> {};
 
+// Entry points are picked on the lists; an index told its lists changed
+// picks them again, as an index made from the changed lists would.
+TEST(Search, ChangedListsGiveTheEntryPointsOfTheChangedGraph) {
+  const Fixture f = make_fixture(2000, 16, 6, 10);
+  TsdgGraph graph(f.graph.nodes, f.graph.degree);
+  std::copy(f.graph.neighbors.begin(), f.graph.neighbors.end(), graph.neighbors.begin());
+  std::copy(f.graph.lambdas.begin(), f.graph.lambdas.end(), graph.lambdas.begin());
+  CpuSearchIndex index(f.data.view(), GraphView::of(graph), Metric::L2);
+  SearchParams params;
+  params.entry_samples = 16;
+  const std::vector<uint32_t> before = index.entry_points(params, RunControl{});
+
+  // every list becomes one edge to the next node: the descents that pick
+  // the entry points end elsewhere
+  std::vector<uint32_t> changed;
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    uint32_t* list = graph.neighbors.data() + u * graph.degree;
+    std::fill(list, list + graph.degree, kInvalidId);
+    list[0] = static_cast<uint32_t>((u + 1) % graph.nodes);
+    changed.push_back(static_cast<uint32_t>(u));
+  }
+  const std::vector<uint32_t> expected = navigating_set(f.data.view(), GraphView::of(graph), params);
+  ASSERT_NE(expected, before);
+  EXPECT_EQ(index.entry_points(params, RunControl{}), before);  // not told yet
+  index.lists_changed(changed);
+  EXPECT_EQ(index.entry_points(params, RunControl{}), expected);
+}
+
 TEST(Search, NavigatingSetAddsEachStridedNodeOnce) {
   EXPECT_EQ(with_strided_entries({5, 10, 3}, 25, 5), (std::vector<uint32_t>{5, 10, 3, 0, 15, 20}));
   EXPECT_EQ(with_strided_entries({5, 10, 3}, 25, 0), (std::vector<uint32_t>{5, 10, 3}));
