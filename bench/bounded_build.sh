@@ -32,15 +32,8 @@ start_cluster "$work" 54353 "shared_buffers = '1GB'" "max_parallel_workers_per_g
 
 "$py" "$TSDG_ROOT/test/support/subspace_clusters.py" "$rows" "$dims" 100 1 1 > "$work/items.tsv"
 "$py" "$TSDG_ROOT/test/support/subspace_clusters.py" "$queries" "$dims" 100 1 2 > "$work/queries.tsv"
-psql -X -q -v ON_ERROR_STOP=1 \
-  -c "CREATE EXTENSION pg_tsdg CASCADE" \
-  -c "CREATE TABLE items (id int PRIMARY KEY, v vector($dims))" \
-  -c "CREATE TABLE queries (id int PRIMARY KEY, v vector($dims))" \
-  -c "\\copy items FROM '$work/items.tsv'" \
-  -c "\\copy queries FROM '$work/queries.tsv'" \
-  -c "VACUUM ANALYZE items" \
-  -c "SET enable_indexscan = off" \
-  -c "CREATE TABLE truth AS SELECT q.id AS qid, ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS ids FROM queries q"
+psql -X -q -v ON_ERROR_STOP=1 -c "CREATE EXTENSION pg_tsdg CASCADE"
+load_vector_tables "$work" truth
 # a build starts on the worker only once it is ready
 worker=$(settled_worker_state)
 export BOUNDED_WORKER=${worker:-none} BOUNDED_DSM=$dsm_type

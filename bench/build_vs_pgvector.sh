@@ -48,20 +48,11 @@ chmod 755 "$work"
 trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
 cp "$rows_file" "$work/items.tsv"
 cp "$queries_file" "$work/queries.tsv"
-chmod 644 "$work"/*.tsv
 start_cluster "$work" 54363 "shared_preload_libraries = ''" "shared_buffers = '1GB'" \
   "maintenance_work_mem = '${BENCH_MWM:-2GB}'"
-dims=$(head -1 "$work/items.tsv" | cut -f2 | tr -cd , | wc -c)
-dims=$((dims + 1))
-psql -X -q -v ON_ERROR_STOP=1 \
-  -c "CREATE EXTENSION vector" -c "CREATE EXTENSION pg_tsdg" \
-  -c "CREATE TABLE items (id int PRIMARY KEY, v vector($dims))" \
-  -c "CREATE TABLE queries (id int PRIMARY KEY, v vector($dims))" \
-  -c "\\copy items FROM '$work/items.tsv'" \
-  -c "\\copy queries FROM '$work/queries.tsv'" \
-  -c "VACUUM ANALYZE items" \
-  -c "SET enable_indexscan = off" \
-  -c "CREATE TABLE truth AS SELECT q.id AS qid, ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS ids FROM queries q"
+dims=$(tsv_dims "$work/items.tsv")
+psql -X -q -v ON_ERROR_STOP=1 -c "CREATE EXTENSION vector" -c "CREATE EXTENSION pg_tsdg"
+load_vector_tables "$work" truth
 
 rows=$(psql -X -At -c "SELECT count(*) FROM items")
 queries=$(psql -X -At -c "SELECT count(*) FROM queries")

@@ -26,18 +26,12 @@ chmod 755 "$work"
 trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
 cp "$rows_file" "$work/items.tsv"
 cp "$queries_file" "$work/queries.tsv"
-chmod 644 "$work"/*.tsv
 start_cluster "$work" 54373 "shared_preload_libraries = ''" "shared_buffers = '1GB'" \
   "maintenance_work_mem = '2GB'"
-dims=$(head -1 "$work/items.tsv" | cut -f2 | tr -cd , | wc -c)
-dims=$((dims + 1))
-psql -X -q -v ON_ERROR_STOP=1 \
-  -c "CREATE EXTENSION pg_tsdg CASCADE" -c "CREATE EXTENSION pg_prewarm" \
-  -c "CREATE TABLE items (id int PRIMARY KEY, v vector($dims))" \
-  -c "CREATE TABLE queries (id int PRIMARY KEY, v vector($dims))" \
-  -c "\\copy items FROM '$work/items.tsv'" \
-  -c "\\copy queries FROM '$work/queries.tsv'" \
-  -c "CREATE INDEX items_v ON items USING tsdg (v vector_l2_ops)" \
+dims=$(tsv_dims "$work/items.tsv")
+psql -X -q -v ON_ERROR_STOP=1 -c "CREATE EXTENSION pg_tsdg CASCADE" -c "CREATE EXTENSION pg_prewarm"
+load_vector_tables "$work"
+psql -X -q -v ON_ERROR_STOP=1 -c "CREATE INDEX items_v ON items USING tsdg (v vector_l2_ops)" \
   -c "VACUUM ANALYZE items"
 
 /usr/bin/python3 - "$dims" "${ef_values[@]}" <<'PY'

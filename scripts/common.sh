@@ -183,3 +183,29 @@ run_tap_tests() {
   done
   return 1
 }
+
+# tsv_dims FILE: the dimension of the first vector of a file of rows (an id,
+# a tab, a vector's text).
+tsv_dims() {
+  echo $(( $(head -1 "$1" | cut -f2 | tr -cd , | wc -c) + 1 ))
+}
+
+# load_vector_tables DIR [truth]: DIR/items.tsv and DIR/queries.tsv (rows as
+# tsv_dims reads them) into tables items and queries, each an id and a
+# vector column of the rows' dimension, in the server psql reaches; with
+# "truth" also table truth: each query's exact 10 nearest rows by L2,
+# computed with no index.
+load_vector_tables() {
+  local dir=$1 dims
+  chmod 644 "$dir/items.tsv" "$dir/queries.tsv"
+  dims=$(tsv_dims "$dir/items.tsv")
+  local statements=(-c "CREATE TABLE items (id int PRIMARY KEY, v vector($dims))"
+    -c "CREATE TABLE queries (id int PRIMARY KEY, v vector($dims))"
+    -c "\\copy items FROM '$dir/items.tsv'" -c "\\copy queries FROM '$dir/queries.tsv'"
+    -c "VACUUM ANALYZE items")
+  if [ "${2:-}" = truth ]; then
+    statements+=(-c "SET enable_indexscan = off"
+      -c "CREATE TABLE truth AS SELECT q.id AS qid, ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS ids FROM queries q")
+  fi
+  psql -X -q -v ON_ERROR_STOP=1 "${statements[@]}"
+}
