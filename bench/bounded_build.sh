@@ -33,7 +33,7 @@ start_cluster "$work" 54353 "shared_buffers = '1GB'" "max_parallel_workers_per_g
 "$py" "$TSDG_ROOT/test/support/subspace_clusters.py" "$rows" "$dims" 100 1 1 > "$work/items.tsv"
 "$py" "$TSDG_ROOT/test/support/subspace_clusters.py" "$queries" "$dims" 100 1 2 > "$work/queries.tsv"
 psql -X -q -v ON_ERROR_STOP=1 -c "CREATE EXTENSION pg_tsdg CASCADE"
-load_vector_tables "$work" truth
+load_vector_tables "$work" "$work/items.tsv" "$work/queries.tsv" truth
 # a build starts on the worker only once it is ready
 worker=$(settled_worker_state)
 export BOUNDED_WORKER=${worker:-none} BOUNDED_DSM=$dsm_type

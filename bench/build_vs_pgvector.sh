@@ -46,13 +46,11 @@ fi
 work=$(mktemp -d /tmp/tsdg_vs_pgvector.XXXXXX)
 chmod 755 "$work"
 trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
-cp "$rows_file" "$work/items.tsv"
-cp "$queries_file" "$work/queries.tsv"
 start_cluster "$work" 54363 "shared_preload_libraries = ''" "shared_buffers = '1GB'" \
   "maintenance_work_mem = '${BENCH_MWM:-2GB}'"
-dims=$(tsv_dims "$work/items.tsv")
+dims=$(tsv_dims "$rows_file")
 psql -X -q -v ON_ERROR_STOP=1 -c "CREATE EXTENSION vector" -c "CREATE EXTENSION pg_tsdg"
-load_vector_tables "$work" truth
+load_vector_tables "$work" "$rows_file" "$queries_file" truth
 
 rows=$(psql -X -At -c "SELECT count(*) FROM items")
 queries=$(psql -X -At -c "SELECT count(*) FROM queries")

@@ -24,15 +24,12 @@ ef_values=("$@")
 work=$(mktemp -d /tmp/tsdg_planner_bench.XXXXXX)
 chmod 755 "$work"
 trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
-cp "$rows_file" "$work/items.tsv"
-cp "$queries_file" "$work/queries.tsv"
 start_cluster "$work" 54373 "shared_preload_libraries = ''" "shared_buffers = '1GB'" \
   "maintenance_work_mem = '2GB'"
-dims=$(tsv_dims "$work/items.tsv")
+dims=$(tsv_dims "$rows_file")
 psql -X -q -v ON_ERROR_STOP=1 -c "CREATE EXTENSION pg_tsdg CASCADE" -c "CREATE EXTENSION pg_prewarm"
-load_vector_tables "$work"
-psql -X -q -v ON_ERROR_STOP=1 -c "CREATE INDEX items_v ON items USING tsdg (v vector_l2_ops)" \
-  -c "VACUUM ANALYZE items"
+load_vector_tables "$work" "$rows_file" "$queries_file"
+psql -X -q -v ON_ERROR_STOP=1 -c "CREATE INDEX items_v ON items USING tsdg (v vector_l2_ops)"
 
 /usr/bin/python3 - "$dims" "${ef_values[@]}" <<'PY'
 import subprocess, sys

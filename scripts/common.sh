@@ -190,20 +190,22 @@ tsv_dims() {
   echo $(( $(head -1 "$1" | cut -f2 | tr -cd , | wc -c) + 1 ))
 }
 
-# load_vector_tables DIR [truth]: DIR/items.tsv and DIR/queries.tsv (rows as
-# tsv_dims reads them) into tables items and queries, each an id and a
-# vector column of the rows' dimension, in the server psql reaches; with
-# "truth" also table truth: each query's exact 10 nearest rows by L2,
-# computed with no index.
+# load_vector_tables DIR ROWS.tsv QUERIES.tsv [truth]: the rows and queries
+# (as tsv_dims reads them), copied into DIR for the server to read, into
+# tables items and queries, each an id and a vector column of the rows'
+# dimension, in the server psql reaches; with "truth" also table truth:
+# each query's exact 10 nearest rows by L2, computed with no index.
 load_vector_tables() {
   local dir=$1 dims
+  [ "$2" -ef "$dir/items.tsv" ] || cp "$2" "$dir/items.tsv"
+  [ "$3" -ef "$dir/queries.tsv" ] || cp "$3" "$dir/queries.tsv"
   chmod 644 "$dir/items.tsv" "$dir/queries.tsv"
   dims=$(tsv_dims "$dir/items.tsv")
   local statements=(-c "CREATE TABLE items (id int PRIMARY KEY, v vector($dims))"
     -c "CREATE TABLE queries (id int PRIMARY KEY, v vector($dims))"
     -c "\\copy items FROM '$dir/items.tsv'" -c "\\copy queries FROM '$dir/queries.tsv'"
     -c "VACUUM ANALYZE items")
-  if [ "${2:-}" = truth ]; then
+  if [ "${4:-}" = truth ]; then
     statements+=(-c "SET enable_indexscan = off"
       -c "CREATE TABLE truth AS SELECT q.id AS qid, ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) AS ids FROM queries q")
   fi

@@ -400,6 +400,7 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
     // The index picks its entry points again on the repaired lists, as one
     // loaded from them would: the rows must be reached from those too.
     index.lists_changed(changed);
+    if (index.entry_points(params, control) == entries) return checks.wide->unreached();
     SearchParams as_walked = params;
     as_walked.gpu_kernel = kGpuKernelWalkingAsTheCpu;
     return sorted_union(checks.wide->unreached(),

@@ -419,6 +419,9 @@ typedef struct TsdgCandidate
 
 extern int	TsdgCompareCandidates(const void *a, const void *b);
 
+/* qsort's order of node ids (uint32) */
+extern int	TsdgCompareNodeIds(const void *a, const void *b);
+
 /*
  * Merges exact hits into one query's k results, both ascending by distance:
  * keys (key_size bytes each: node ids or heap TIDs) and dists, +inf after the

@@ -371,6 +371,15 @@ TsdgNodeResultsToTids(const uint32 *ids, const float *dists, int nq, int wide_k,
 }
 
 int
+TsdgCompareNodeIds(const void *a, const void *b)
+{
+	uint32		x = *(const uint32 *) a;
+	uint32		y = *(const uint32 *) b;
+
+	return (x > y) - (x < y);
+}
+
+int
 TsdgCompareCandidates(const void *a, const void *b)
 {
 	const TsdgCandidate *x = a;

@@ -252,15 +252,6 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 		TsdgCheckCore(m->index, TSDG_ERR_OUT_OF_MEMORY, &error);
 }
 
-static int
-TsdgCompareIds(const void *a, const void *b)
-{
-	uint32		x = *(const uint32 *) a;
-	uint32		y = *(const uint32 *) b;
-
-	return x < y ? -1 : x > y ? 1 : 0;
-}
-
 /*
  * After the repair changed lists: the entry points picked on the repaired
  * graph into m->new_meta, as a search index made from the pages picks them
@@ -313,7 +304,7 @@ TsdgRecheckFromRepairedEntries(TsdgMerge *m, int64 unreached)
 	TsdgCheckCore(m->index, status, &error);
 	memcpy(rows + Min(more, TSDG_MAX_UNREACHED), nm->unreached, sizeof(uint32) * listed);
 	count = (int) Min(more, TSDG_MAX_UNREACHED) + listed;
-	qsort(rows, count, sizeof(uint32), TsdgCompareIds);
+	qsort(rows, count, sizeof(uint32), TsdgCompareNodeIds);
 	listed = 0;
 	for (int i = 0; i < count && listed < TSDG_MAX_UNREACHED; i++)
 		if (listed == 0 || nm->unreached[listed - 1] != rows[i])

@@ -439,15 +439,6 @@ ForgetPromise(const TsdgIndexKey *key)
 			promises[i].promised_at = 0;
 }
 
-static int
-CompareNodeIds(const void *a, const void *b)
-{
-	uint32		x = *(const uint32 *) a;
-	uint32		y = *(const uint32 *) b;
-
-	return x < y ? -1 : x > y ? 1 : 0;
-}
-
 /*
  * ids (count rows of [first, n), ascending, with room for known_count more)
  * joined by the rows of known below first and below n, ascending without
@@ -461,7 +452,7 @@ TsdgMergeKnownRows(uint32 *ids, int64 count, int64 first, const uint32 *known, i
 	for (int64 i = 0; i < known_count; i++)
 		if (known[i] < first && known[i] < n)
 			ids[kept++] = known[i];
-	qsort(ids, kept, sizeof(uint32), CompareNodeIds);
+	qsort(ids, kept, sizeof(uint32), TsdgCompareNodeIds);
 	count = 0;
 	for (int64 i = 0; i < kept; i++)
 		if (count == 0 || ids[count - 1] != ids[i])
