@@ -6,6 +6,7 @@
 
 #include "distance.h"
 #include "huge_pages.h"
+#include "random_candidate.h"
 #include "thread_pool.h"
 
 namespace tsdg {
@@ -22,12 +23,6 @@ struct Pivots {
   HugePageVector<float> near_dists;
 };
 
-uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 }  // namespace
 
 std::vector<uint32_t> pivot_rows(int64_t rows, int64_t stride) {
@@ -38,17 +33,41 @@ std::vector<uint32_t> pivot_rows(int64_t rows, int64_t stride) {
   return pivots;
 }
 
+int64_t long_range_pivot_stride(int64_t rows, const DiversifyParams& params) {
+  if (params.pivot_candidates < 0) throw Error(Status::InvalidArgument, "pivot candidates must not be negative");
+  if (params.pivot_stride < 2) throw Error(Status::InvalidArgument, "pivot stride must be at least 2");
+  if (params.max_pivots < 1) throw Error(Status::InvalidArgument, "max pivots must be positive");
+  const int64_t stride = std::max<int64_t>(params.pivot_stride, (rows + params.max_pivots - 1) / params.max_pivots);
+  return params.pivot_candidates > 0 && stride < rows ? stride : 0;
+}
+
+int pivots_asked(const DiversifyParams& params, int64_t pivot_count) {
+  // One more pivot than asked for: a pivot row finds itself first.
+  return static_cast<int>(std::min<int64_t>(params.pivot_candidates + 1, pivot_count));
+}
+
+int random_candidate_count(const DiversifyParams& params, int64_t rows) {
+  if (params.random_candidates < 0) throw Error(Status::InvalidArgument, "random candidates must not be negative");
+  return rows > 1 ? params.random_candidates : 0;
+}
+
+int long_range_list_width(int knn_k, int long_range, int max_width) {
+  if (max_width > 0 && long_range >= max_width) {
+    throw Error(Status::InvalidArgument, "pivot candidates: " + std::to_string(long_range) +
+                                             " long-range candidates leave no room in lists of " +
+                                             std::to_string(max_width));
+  }
+  return (max_width > 0 ? std::min(knn_k, max_width - long_range) : knn_k) + long_range;
+}
+
 KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGraph& knn,
                                     const DiversifyParams& params, const ExactSearch& search,
                                     const RunControl& control, const std::vector<uint32_t>* rows,
                                     int max_width) {
-  if (params.pivot_candidates < 0) throw Error(Status::InvalidArgument, "pivot candidates must not be negative");
-  if (params.pivot_stride < 2) throw Error(Status::InvalidArgument, "pivot stride must be at least 2");
   if (knn.nodes != data.rows) {
     throw Error(Status::InvalidArgument, "pivot candidates: the k-NN graph has " + std::to_string(knn.nodes) +
                                              " nodes, the data " + std::to_string(data.rows) + " rows");
   }
-  const int extra = params.pivot_candidates;
   const auto listed = static_cast<int64_t>(rows != nullptr ? rows->size() : static_cast<size_t>(data.rows));
   const auto row_of = [&](int64_t i) -> int64_t { return rows != nullptr ? (*rows)[i] : i; };
 
@@ -63,13 +82,10 @@ KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGra
   }
   const MatrixView queries{query_values.data(), rows != nullptr ? listed : 0, data.dim};
   Pivots pivot_set;
-  if (params.max_pivots < 1) throw Error(Status::InvalidArgument, "max pivots must be positive");
-  const int64_t stride =
-      std::max<int64_t>(params.pivot_stride, (data.rows + params.max_pivots - 1) / params.max_pivots);
-  if (extra > 0 && listed > 0 && stride < data.rows) {
+  const int64_t stride = long_range_pivot_stride(data.rows, params);
+  if (listed > 0 && stride > 0) {
     pivot_set.pivots = pivot_rows(data.rows, stride);
-    // One more pivot than asked for: a pivot row finds itself first.
-    pivot_set.asked = static_cast<int>(std::min<int64_t>(extra + 1, static_cast<int64_t>(pivot_set.pivots.size())));
+    pivot_set.asked = pivots_asked(params, static_cast<int64_t>(pivot_set.pivots.size()));
     const auto pivot_count = static_cast<int64_t>(pivot_set.pivots.size());
     HugePageArray<float> pivot_values(static_cast<size_t>(pivot_count) * data.dim, HugePageArray<float>::Unfilled{});
     for (int64_t p = 0; p < pivot_count; ++p) {
@@ -83,17 +99,10 @@ KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGra
     control.throw_if_cancelled();
   }
 
-  const int random = data.rows > 1 ? params.random_candidates : 0;
-  if (random < 0) throw Error(Status::InvalidArgument, "random candidates must not be negative");
+  const int random = random_candidate_count(params, data.rows);
   const DistanceFn distance = metric_distance_fn(metric);
-  const int long_range = random + pivot_set.asked;
-  if (max_width > 0 && long_range >= max_width) {
-    throw Error(Status::InvalidArgument, "pivot candidates: " + std::to_string(long_range) +
-                                             " long-range candidates leave no room in lists of " +
-                                             std::to_string(max_width));
-  }
-  const int knn_kept = max_width > 0 ? std::min(knn.k, max_width - long_range) : knn.k;
-  const int width = knn_kept + long_range;
+  const int width = long_range_list_width(knn.k, random + pivot_set.asked, max_width);
+  const int knn_kept = width - random - pivot_set.asked;
   KnnGraph out(knn.nodes, width);
   std::vector<int64_t> slot;  // row -> index among the listed rows, -1 for none
   if (rows != nullptr) {
@@ -122,8 +131,7 @@ KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGra
         pairs.emplace_back(pivot_set.near_dists[near * pivot_set.asked + j], id);
       }
       for (int j = 0; j < random && (rows == nullptr || near >= 0); ++j) {
-        const auto id = static_cast<uint32_t>(mix(params.random_seed ^ (static_cast<uint64_t>(u) * 64 + j) * 0x9e3779b97f4a7c15ULL) %
-                                              static_cast<uint64_t>(data.rows));
+        const uint32_t id = random_candidate(params.random_seed, u, j, data.rows);
         if (id == u || std::any_of(pairs.begin(), pairs.end(), [id](const auto& e) { return e.second == id; })) {
           continue;
         }

@@ -26,14 +26,24 @@ using ExactSearch = std::function<void(MatrixView base, MatrixView queries, int 
 // The pivots of a set of rows: every stride-th id, from 0.
 std::vector<uint32_t> pivot_rows(int64_t rows, int64_t stride);
 
+// The stride of the pivots of rows rows: pivot_stride or, where that would
+// give more than max_pivots pivots, rows / max_pivots rounded up; 0 where
+// there are none (no pivot candidates asked, or the stride reaches the rows).
+int64_t long_range_pivot_stride(int64_t rows, const DiversifyParams& params);
+// The nearest pivots searched for each row among pivot_count.
+int pivots_asked(const DiversifyParams& params, int64_t pivot_count);
+// The random candidates each row gets (none in a set of one row).
+int random_candidate_count(const DiversifyParams& params, int64_t rows);
+// The width of the widened lists: the k-NN lists' knn_k entries, as many as
+// max_width (> 0) leaves beside long_range candidates, and those.
+int long_range_list_width(int knn_k, int long_range, int max_width);
+
 // knn with each listed row's params.pivot_candidates nearest pivots merged
-// into its list; the pivots are pivot_rows(data.rows, stride), where stride
-// is pivot_stride or, where that would give more than max_pivots pivots,
-// rows / max_pivots rounded up (none when stride reaches the row count). The
-// lists are ascending by (distance, id), the row itself and
-// duplicates left out, padded with kInvalidId / +inf. Each listed row also
-// gets params.random_candidates rows drawn uniformly (by random_seed and the
-// row id). rows: the rows that get long-range candidates (null: every row);
+// into its list; the pivots are pivot_rows(data.rows, stride) for the stride
+// of long_range_pivot_stride. The lists are ascending by (distance, id), the
+// row itself and duplicates left out, padded with kInvalidId / +inf. Each listed row also
+// gets params.random_candidates rows drawn uniformly (random_candidate.h).
+// rows: the rows that get long-range candidates (null: every row);
 // the other lists are only widened. max_width > 0 bounds the lists' length:
 // the k-NN lists give up their farthest entries to make room.
 KnnGraph with_long_range_candidates(MatrixView data, Metric metric, const KnnGraph& knn,

@@ -1,6 +1,6 @@
-// The build of an index on the GPU: GNND (gnnd.cu), then both TSDG stages
-// (diversify.cu), with the rows and the k-NN lists left on the device between
-// them where it can: taking the lists to the host and back costs more than
+// The build of an index on the GPU: GNND (gnnd.cu), the long-range candidates
+// (long_range.cu), then both TSDG stages (diversify.cu), with the rows and the
+// k-NN lists left on the device between them where it can: taking the lists to the host and back costs more than
 // GNND itself. Only the lists the caller keeps and the search graph come back.
 
 #include "gnnd_workspace.h"
@@ -11,19 +11,25 @@
 namespace tsdg::cuda {
 namespace {
 
-// The rows, GNND's workspace and what diversification adds (pruned lists,
-// reverse edges), all at once.
-size_t build_bytes(MatrixView data, int k, int samples) {
+bool has_long_range(const DiversifyParams& params) {
+  return params.pivot_candidates > 0 || params.random_candidates > 0;
+}
+
+// The rows, GNND's workspace, the widened lists and what diversification
+// adds to lists of that width (pruned lists, reverse edges), all at once.
+size_t build_bytes(MatrixView data, int k, int samples, const DiversifyParams& diversify) {
   const size_t n = static_cast<size_t>(data.rows);
-  return n * data.dim * sizeof(float) + GnndWorkspace::bytes_needed(data.rows, k, samples) +
-         n * k * (16 + 16) + n * 24;
+  const size_t width = has_long_range(diversify) ? kMaxDiversifyList : k;
+  const size_t widened = has_long_range(diversify) ? n * (width + diversify.pivot_candidates + 1) * 8 : 0;
+  return n * data.dim * sizeof(float) + GnndWorkspace::bytes_needed(data.rows, k, samples) + widened +
+         n * width * (16 + 16) + n * 24;
 }
 
 }  // namespace
 
-bool build_fits_on_device(MatrixView data, const GnndParams& gnnd) {
+bool build_fits_on_device(MatrixView data, const GnndParams& gnnd, const DiversifyParams& diversify) {
   return data.rows > 4 * static_cast<int64_t>(gnnd.k) && data.rows < static_cast<int64_t>(kIdMask) &&
-         build_bytes(data, gnnd.k, checked_sample_count(gnnd)) <= usable_device_memory();
+         build_bytes(data, gnnd.k, checked_sample_count(gnnd), diversify) <= usable_device_memory();
 }
 
 TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& gnnd,
@@ -50,8 +56,13 @@ TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, c
   ws.new_samples.release();
   ws.old_samples.release();
   control.set_phase(Phase::Diversify);
-  return diversify_resident(ctx, data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), gnnd.k,
-                            diversify_params, control);
+  if (!has_long_range(diversify_params)) {
+    return diversify_resident(ctx, data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), gnnd.k,
+                              diversify_params, control);
+  }
+  return diversify_resident_with_long_range(ctx, data, rows.values.data(), metric,
+                                            DeviceKnnLists{std::move(ws.ids), std::move(ws.dists), gnnd.k},
+                                            diversify_params, control);
 }
 
 }  // namespace tsdg::cuda

@@ -11,7 +11,6 @@
 #include "device_memory.h"
 #include "exact_set.h"
 #include "gpu_algorithms.h"
-#include "long_range.h"
 #include "search_index.h"
 
 namespace tsdg::cuda {
@@ -76,26 +75,15 @@ class CudaBackend final : public Backend {
     if (params.pivot_candidates == 0 && params.random_candidates == 0) {
       return cuda::diversify(*ctx_, data, metric, knn, params, control);
     }
-    // The same candidates as the CPU's diversify_tsdg, the pivots found by
-    // the GPU's exact search.
-    const ExactSearch search = [&](MatrixView base, MatrixView queries, int k, uint32_t* ids, float* dists) {
-      cuda::exact_knn(*ctx_, base, queries, metric, k, ids, dists, control);
-    };
-    DiversifyParams widened = params;
-    widened.pivot_candidates = 0;
-    widened.random_candidates = 0;
-    return cuda::diversify(*ctx_, data, metric, with_long_range_candidates(data, metric, knn, params, search, control, nullptr,
-                                                                      kMaxDiversifyList),
-                           widened, control);
+    // The same candidates as the CPU's diversify_tsdg, found on the device.
+    return cuda::diversify_with_long_range(*ctx_, data, metric, knn, params, control);
   }
 
   TsdgGraph build_tsdg_graph(MatrixView data, Metric metric, const GnndParams& gnnd,
                              const DiversifyParams& diversify_params, uint32_t* knn_ids, float* knn_dists,
                              const RunControl& control) override {
     activate();  // the memory the fit is judged by is the current device's
-    // The long-range candidates join the k-NN lists on the host.
-    const bool long_range = diversify_params.pivot_candidates > 0 || diversify_params.random_candidates > 0;
-    if (long_range || !cuda::build_fits_on_device(data, gnnd)) {
+    if (!cuda::build_fits_on_device(data, gnnd, diversify_params)) {
       return Backend::build_tsdg_graph(data, metric, gnnd, diversify_params, knn_ids, knn_dists, control);
     }
     std::lock_guard<std::mutex> guard(mutex_);

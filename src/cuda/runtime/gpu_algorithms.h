@@ -107,6 +107,30 @@ void diversify_host_lists_into(DeviceContext& ctx, MatrixView data, const float*
                                const KnnGraph& knn, const DiversifyParams& params, const RunControl& control,
                                GraphSpan graph, uint8_t* relinked);
 
+// k-NN lists on the device: nodes * k ids and distances.
+struct DeviceKnnLists {
+  DeviceBuffer<uint32_t> ids;
+  DeviceBuffer<float> dists;
+  int k = 0;
+};
+
+// long_range.cu: the lists of with_long_range_candidates (long_range.h) at
+// most kMaxDiversifyList wide, for every row, from sorted k-NN lists and the
+// rows on the device (nodes * dim); the pivots' search on the device.
+DeviceKnnLists with_long_range_candidates_on_device(DeviceContext& ctx, const float* device_rows, int64_t nodes,
+                                                    int dim, Metric metric, const uint32_t* knn_ids,
+                                                    const float* knn_dists, int knn_k,
+                                                    const DiversifyParams& params, const RunControl& control);
+
+// Both TSDG stages on the k-NN lists widened by their long-range candidates
+// as above: with the rows and the lists (released once widened) on the
+// device, or from the host.
+TsdgGraph diversify_resident_with_long_range(DeviceContext& ctx, MatrixView data, const float* device_rows,
+                                             Metric metric, DeviceKnnLists knn, const DiversifyParams& params,
+                                             const RunControl& control);
+TsdgGraph diversify_with_long_range(DeviceContext& ctx, MatrixView data, Metric metric, const KnnGraph& knn,
+                                    const DiversifyParams& params, const RunControl& control);
+
 // index_merge.cu: a merge's computation (merge.h) with the rows and the
 // lists on the device from the old lists' distances through GGM and both
 // TSDG stages over the whole graph; only for merges merge_fits_on_device
@@ -119,7 +143,7 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
 // kept on the device between them; the k-NN lists go to knn_ids / knn_dists
 // (nodes * gnnd.k, each nullable). Only for sets build_fits_on_device accepts:
 // the others take the two steps apart (GNND by shards when needed).
-bool build_fits_on_device(MatrixView data, const GnndParams& gnnd);
+bool build_fits_on_device(MatrixView data, const GnndParams& gnnd, const DiversifyParams& diversify);
 TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& gnnd,
                            const DiversifyParams& diversify, uint32_t* knn_ids, float* knn_dists,
                            const RunControl& control);
