@@ -2,7 +2,10 @@
 # writes the rows into the worker's shared memory segment, which grows when
 # the table's row estimate falls short; the worker computes the entry points
 # after answering, and the session computes them itself when the worker dies
-# first. Every index built must find each of its rows.
+# first. Past maintenance_work_mem the rows go to the worker in parts through
+# a segment within the setting, and the graph comes back the same way; such
+# a build may be cancelled, or lose its worker, on the way. Every index built
+# must find each of its rows.
 use strict;
 use warnings FATAL => 'all';
 use IPC::Run;
@@ -119,18 +122,147 @@ unlike(join("\n", log_since($from) =~ /(tsdg index "grown_cpu" built from.*)/g),
 $node->safe_psql('postgres', 'DROP INDEX grown_idx');
 is(self_misses('grown', 1), 0, 'grown: every row finds itself (built on the CPU)');
 
-# 4. Past maintenance_work_mem the rows go on into the worker's segment, the
-# NOTICE says so, and the worker builds: once the worker killed in 2 is back.
+# 4. Past maintenance_work_mem the session keeps the rows in temporary files
+# and sends them to the worker in parts, through a segment within the
+# setting, and takes the graph back the same way. Hard data (clusters, each
+# on its own random 16-dim subspace), built on the worker in memory and in
+# parts: on the core's CPU backend (deterministic for a seed and a thread
+# count) the graphs, so the answers of the pages (a CPU search) and of the
+# worker's copy, must be the same; the GPU's GNND is not deterministic, so
+# there the recall must be.
+my $cpu_backend = ($ENV{TSDG_WORKER_BACKEND} // 'cpu') eq 'cpu';
 $node->safe_psql('postgres', 'DROP INDEX grown_cpu');
 ok($node->poll_query_until('postgres', "SELECT state = 'ready' FROM tsdg_gpu_status()"),
 	'the worker is ready again after the kill');
+my $dir = PostgreSQL::Test::Utils::tempdir();
+chmod 0755, $dir;
+write_subspace_clusters("$dir/hard.tsv", 12000, 32, 30, 1, 1);
+write_subspace_clusters("$dir/hard_queries.tsv", 40, 32, 30, 1, 2);
+$node->safe_psql('postgres', qq{
+	CREATE TABLE hard (id int, v vector(32));
+	CREATE TABLE hard_queries (id int, v vector(32));
+	\\copy hard FROM '$dir/hard.tsv'
+	\\copy hard_queries FROM '$dir/hard_queries.tsv'
+	ANALYZE hard;});
+
+# the 10 nearest rows of each query through the index on $device, or exact (no index)
+sub hard_answers
+{
+	my ($device) = @_;
+	my $scan = $device eq 'exact' ? 'SET enable_indexscan = off;' :
+	  "SET enable_seqscan = off; SET tsdg.device = $device; SET tsdg.ef_search = 64;";
+	return $node->safe_psql('postgres', qq{$scan
+		SELECT string_agg(r.ids::text, ' ' ORDER BY q.id) FROM hard_queries q,
+		LATERAL (SELECT ARRAY(SELECT h.id FROM hard h ORDER BY h.v <-> q.v LIMIT 10) AS ids) r});
+}
+my @truth = map { [ /(\d+)/g ] } split / /, hard_answers('exact');
+
+# recall@10 of answers from hard_answers
+sub hard_recall
+{
+	my ($answers) = @_;
+	my @got = split / /, $answers;
+	my $hits = 0;
+	for my $q (0 .. $#truth)
+	{
+		my %want = map { $_ => 1 } @{ $truth[$q] };
+		$hits += grep { $want{$_} } ($got[$q] // '') =~ /(\d+)/g;
+	}
+	return $hits / (10 * @truth);
+}
+
+# the answers of the build in parts against those of the build in memory
+sub same_answers
+{
+	my ($parts, $in_memory, $what) = @_;
+	if ($cpu_backend)
+	{
+		is($parts, $in_memory, "$what: the same answers as the build in memory");
+	}
+	else
+	{
+		cmp_ok(hard_recall($parts), '>=', hard_recall($in_memory) - 0.02,
+			"$what: recall as high as the build in memory's");
+	}
+}
+
+# builds hard_idx at $memory on the worker: psql's stderr and the server log's lines of it
+sub build_hard
+{
+	my ($memory) = @_;
+	$node->safe_psql('postgres', 'DROP INDEX IF EXISTS hard_idx');
+	my $from = -s $node->logfile;
+	my ($ret, $stdout, $stderr) = $node->psql('postgres',
+		"SET maintenance_work_mem = '$memory'; SET client_min_messages = notice; CREATE INDEX hard_idx ON hard USING tsdg (v vector_l2_ops)");
+	is($ret, 0, "the worker's build at maintenance_work_mem $memory succeeds");
+	return ($stderr, log_since($from));
+}
+
+my ($in_memory_err, $in_memory_log) = build_hard('64MB');
+unlike($in_memory_err, qr/maintenance_work_mem/, 'the build in memory raises no NOTICE');
+like($in_memory_log, qr/tsdg index "hard_idx" built from.*\(into shared memory\)/, 'its rows went into one segment');
+my $cpu_answers = hard_answers('cpu');
+my $worker_answers = hard_answers('auto');
+
+my ($parts_err, $parts_log) = build_hard('1MB');
+like($parts_err, qr/NOTICE:  tsdg index build no longer fits into maintenance_work_mem after \d+ tuples\nDETAIL:  .*The rows go to the GPU worker in parts through shared memory within maintenance_work_mem; the worker's own copy of them is its working memory/,
+	'the NOTICE says the rows go to the worker in parts');
+like($parts_log, qr/tsdg index "hard_idx" built on the GPU worker/, 'the worker built hard_idx');
+my ($rows, $segment, $parts) = $parts_log =~
+  /pg_tsdg GPU worker: received the (\d+) rows of index \S+ through a shared memory segment of (\d+) bytes \(parts: (\d+),/;
+is($rows // 0, 12000, 'the worker received every row');
+cmp_ok($parts // 0, '>=', 4, "the rows came in parts (" . ($parts // 'none') . ')');
+cmp_ok($segment // 'inf', '<=', 1024 * 1024, "through a segment within maintenance_work_mem (" . ($segment // 'none') . ' bytes)');
+cmp_ok(hard_recall($cpu_answers), '>=', 0.9, 'the build in memory finds the nearest rows: recall@10 ' . hard_recall($cpu_answers));
+same_answers(hard_answers('cpu'), $cpu_answers, 'the pages of the build in parts');
+same_answers(hard_answers('auto'), $worker_answers, "the worker's copy of the build in parts");
+is(self_misses('hard', 1), 0, 'hard: every row finds itself (built on the worker in parts)');
+
+# 5. A build in parts given up: the session cancelled while the worker works
+# on it (the worker stops and lives on), and the worker killed during it
+# (the session builds on the CPU from its temporary files).
+$node->safe_psql('postgres', 'DROP INDEX hard_idx');
+my $pid = worker_status($node, 'worker_pid');
 $from = -s $node->logfile;
 my ($ret, $stdout, $stderr) = $node->psql('postgres',
-	"SET maintenance_work_mem = '1MB'; SET client_min_messages = notice; CREATE INDEX grown_small ON grown USING tsdg (v vector_l2_ops)");
-is($ret, 0, 'a build on the worker past maintenance_work_mem succeeds');
-like($stderr, qr/NOTICE:  tsdg index build no longer fits into maintenance_work_mem after \d+ tuples\nDETAIL:  The rows go on into the shared memory segment the GPU worker reads/,
-	'the NOTICE says the rows go on into the worker\'s segment');
-like(log_since($from), qr/tsdg index "grown_small" built on the GPU worker/, 'the worker built grown_small');
-is(self_misses('grown', 1), 0, 'grown: every row finds itself (built on the worker past maintenance_work_mem)');
+	"SET maintenance_work_mem = '1MB'; SET statement_timeout = '1s'; CREATE INDEX hard_idx ON hard USING tsdg (v vector_l2_ops)");
+if ($ret != 0)
+{
+	like($stderr, qr/canceling statement due to statement timeout/, 'the build in parts is cancelled');
+	ok($node->poll_query_until('postgres', "SELECT state = 'ready' FROM tsdg_gpu_status()"),
+		'the worker is ready after the cancel');
+	like(log_since($from), qr/pg_tsdg GPU worker: build for index \S+ cancelled/, 'the worker stopped the build');
+	is(worker_status($node, 'worker_pid'), $pid, 'the worker lives on after the cancel');
+}
+else
+{
+	ok(!$cpu_backend, 'only the GPU builds hard_idx within a second');
+	$node->safe_psql('postgres', 'DROP INDEX hard_idx');
+}
+
+($build_out, $build_err) = ('', '');
+$build = IPC::Run::start(
+	[
+		'psql', '-X', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c',
+		"SET maintenance_work_mem = '1MB'; CREATE INDEX hard_idx ON hard USING tsdg (v vector_l2_ops)"
+	],
+	'>', \$build_out, '2>', \$build_err);
+my $busy_pid = '';
+for (1 .. 2000)
+{
+	$busy_pid = $node->safe_psql('postgres', "SELECT worker_pid FROM tsdg_gpu_status() WHERE state = 'busy'");
+	last if $busy_pid ne '';
+	usleep(5_000);
+}
+isnt($busy_pid, '', 'the worker took the build in parts');
+kill('KILL', $busy_pid) if $busy_pid;
+ok($build->finish, "CREATE INDEX completes after the worker is killed: $build_err");
+# a GPU may have answered before the kill: the session then only computes the entry points
+like($build_err, qr/WARNING:  tsdg index build falls back to the CPU/, 'the session built on the CPU')
+  if $cpu_backend;
+is($node->safe_psql('postgres', "SELECT rows FROM tsdg_index_info('hard_idx')"), 12000, 'hard_idx holds every row');
+is(self_misses('hard', 1), 0, 'hard: every row finds itself (the worker killed during the build in parts)');
+ok($node->poll_query_until('postgres', "SELECT state = 'ready' FROM tsdg_gpu_status()"),
+	'the worker is ready again after the kill');
 
 done_testing();

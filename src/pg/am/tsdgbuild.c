@@ -14,8 +14,11 @@
  * with its large arrays, and the core's own, in temporary files
  * (tsdgspill.c), so that this backend's private memory stays bounded; the
  * kernel keeps their pages in its cache while memory is free and writes them
- * out when it is short. A build on the GPU worker keeps loading into the
- * worker's segment instead, which is shared memory the size of the table.
+ * out when it is short. A build on the GPU worker does the same past it:
+ * the rows go from those files to the worker in parts, through a segment
+ * that maintenance_work_mem bounds, and the graph comes back the same way
+ * (tsdgoffloadbuildparts.c); the worker's own copy of the rows is its working
+ * memory, as the GPU's is.
  */
 #include "postgres.h"
 
@@ -61,6 +64,8 @@ typedef struct TsdgBuildState
 	bool		use_segment;
 	TsdgBuildSegment segment;
 	int			segment_growths;
+	/* past maintenance_work_mem with the worker: the rows go to it in parts */
+	bool		in_parts;
 
 	/* the k-NN graph's ids (count * build_k), kept in k-NN pages for merges */
 	uint32	   *knn_ids;
@@ -79,6 +84,8 @@ typedef struct TsdgBuildState
 	int64		reported_done;
 } TsdgBuildState;
 
+static void TsdgWriteBuildRows(void *arg);
+
 /* Bytes one row costs during the build: its TID here, the rest in the core's estimate. */
 static Size
 TsdgBuildBytesPerRow(const TsdgBuildState *bs)
@@ -93,23 +100,22 @@ TsdgRowsInMemory(const TsdgBuildState *bs)
 	return Max((int64) (bs->memory_limit / TsdgBuildBytesPerRow(bs)), 1);
 }
 
-/*
- * Past maintenance_work_mem: the NOTICE, and, unless the rows go on into the
- * worker's segment, temporary files for the large arrays from here on.
- */
+/* Past maintenance_work_mem: the NOTICE, and temporary files for the large arrays from here on. */
 static void
-TsdgPassMemoryLimit(TsdgBuildState *bs, bool into_segment)
+TsdgPassMemoryLimit(TsdgBuildState *bs)
 {
 	if (!bs->past_memory_limit)
 		ereport(NOTICE,
 				(errmsg("tsdg index build no longer fits into maintenance_work_mem after %lld tuples",
 						(long long) bs->count),
-				 into_segment ?
-				 errdetail("The rows go on into the shared memory segment the GPU worker reads, which maintenance_work_mem does not bound.") :
+				 bs->in_parts ?
+				 errdetail("The build goes on with its large arrays in temporary files, which may take more time. "
+						   "The rows go to the GPU worker in parts through shared memory within maintenance_work_mem; "
+						   "the worker's own copy of them is its working memory, which maintenance_work_mem does not bound.") :
 				 errdetail("The build goes on with its large arrays in temporary files, which may take more time."),
 				 errhint("Increase maintenance_work_mem to speed up builds.")));
 	bs->past_memory_limit = true;
-	if (!into_segment && bs->spill == NULL)
+	if (bs->spill == NULL)
 		bs->spill = TsdgSpillStart();
 }
 
@@ -212,15 +218,14 @@ TsdgGrowArrays(TsdgBuildState *bs)
 	else
 		capacity = bs->capacity * 2;
 
-	if (bs->use_segment)
+	/* within the limit until the rows reach it, as in local memory; past it, in parts */
+	if (bs->use_segment && bs->count >= max_rows)
+		bs->in_parts = true;
+	else if (bs->use_segment)
 	{
 		bool		ready;
 
-		/* within the limit until the rows reach it, as in local memory */
-		if (bs->count >= max_rows)
-			TsdgPassMemoryLimit(bs, true);
-		else
-			capacity = Min(capacity, max_rows);
+		capacity = Min(capacity, max_rows);
 		if (bs->segment.seg == NULL)
 			ready = TsdgBuildSegmentCreate(&bs->segment, capacity, bs->dims, &bs->params);
 		else
@@ -246,7 +251,7 @@ TsdgGrowArrays(TsdgBuildState *bs)
 		if (bs->count < max_rows)
 			capacity = max_rows;
 		else
-			TsdgPassMemoryLimit(bs, false);
+			TsdgPassMemoryLimit(bs);
 	}
 	TsdgMoveRows(bs, capacity);
 }
@@ -350,8 +355,9 @@ TsdgReportCoreError(TsdgStatus status, const TsdgError *error, const char *what)
 /*
  * The graph builder: fills neighbors/lambdas and the k-NN ids (count rows).
  * The GPU worker builds it when it runs (the rows are in the segment it
- * reads); else, or when the worker cannot (no DSM, GPU out of memory), the
- * CPU backend of the core does the work in this backend's process.
+ * reads, or past maintenance_work_mem go to it in parts through a segment
+ * made here); else, or when the worker cannot (no DSM, GPU out of memory),
+ * the CPU backend of the core does the work in this backend's process.
  * tsdg.device = gpu without a worker is refused rather than silently run on
  * the CPU. Returns true when the worker built the graph.
  */
@@ -366,6 +372,18 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("tsdg.device is \"gpu\" but no GPU worker is available"),
 				 errhint("SET tsdg.device = auto or cpu to build on the CPU.")));
+
+	if (bs->in_parts && TsdgWorkerUsable())
+	{
+		TsdgLocalBuildArrays local = {bs->rows, bs->tids, neighbors, lambdas, bs->knn_ids};
+
+		if (TsdgBuildSegmentCreateInParts(&bs->segment, bs->memory_limit, bs->dims, &bs->params,
+										  &local))
+		{
+			bs->segment.while_building = TsdgWriteBuildRows;
+			bs->segment.while_building_arg = bs;
+		}
+	}
 
 	/* the worker declines (with a WARNING where it matters) and the CPU builds */
 	if (TsdgWorkerBuildGraph(bs->index, &bs->segment, bs->count, bs->dims, bs->metric,
@@ -555,17 +573,14 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	{
 		bool		on_worker;
 
-		/* the CPU builds from the worker's segment when the worker declines */
-		if (bs.past_memory_limit && bs.spill == NULL)
-			bs.spill = TsdgSpillStart();
+		/* the row pages are written while the worker builds the graph */
+		bs.meta = &meta;
+		bs.layout = &layout;
 		if (bs.segment.seg != NULL)
 		{
 			neighbors = bs.segment.neighbors;
 			lambdas = bs.segment.lambdas;
 			bs.knn_ids = bs.segment.knn_ids;
-			/* the row pages are written while the worker builds the graph */
-			bs.meta = &meta;
-			bs.layout = &layout;
 			bs.segment.while_building = TsdgWriteBuildRows;
 			bs.segment.while_building_arg = &bs;
 		}
@@ -631,7 +646,8 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 						SECS(started_at, GetCurrentTimestamp()), SECS(started_at, scanned_at),
 						bs.segment_growths > 0 ?
 						psprintf(" (into shared memory, grown %d times)", bs.segment_growths) :
-						bs.use_segment ? " (into shared memory)" : "",
+						bs.use_segment ? " (into shared memory)" :
+						bs.in_parts ? " (into temporary files, for the GPU worker in parts)" : "",
 						SECS(scanned_at, graph_at),
 						bs.rows_written ? " (the row pages written meanwhile)" : "",
 						SECS(graph_at, summary_at), bs.rows_written ? "list and k-NN" : "row, list and k-NN",

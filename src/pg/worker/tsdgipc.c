@@ -219,11 +219,17 @@ TsdgIpcSubmit(TsdgRequestSlot *slot)
 	SpinLockRelease(&slot->mutex);
 	/* a full barrier: the server sets server_sleeping before it looks at queued */
 	pg_atomic_fetch_add_u32(&TsdgShared->queued, 1);
+	TsdgIpcWakeServer();
+	return request_id;
+}
 
+/* callers make what the server should see visible first, with a full barrier */
+void
+TsdgIpcWakeServer(void)
+{
 	if (pg_atomic_read_u32(&TsdgShared->server_sleeping) != 0 &&
 		sem_post(&TsdgShared->wakeup) != 0)
 		elog(WARNING, "could not wake the pg_tsdg GPU worker: %m");
-	return request_id;
 }
 
 void

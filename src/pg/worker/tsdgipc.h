@@ -154,6 +154,11 @@ typedef struct TsdgBuildArgs
 	int			dims;
 	TsdgMetric	metric;
 	TsdgBuildParams params;
+	/*
+	 * the segment has room for a part of the rows only: they travel in parts,
+	 * and so does the graph (TsdgBuildParts)
+	 */
+	bool		in_parts;
 } TsdgBuildArgs;
 
 /* rows [0, n_old) are the old graph's nodes, [n_old, n_old + n_new) the new rows */
@@ -211,7 +216,9 @@ typedef struct TsdgLoadArgs
  * Which are used depends on the request kind:
  *   build:  rows, tids (in: the heap scan writes them here), neighbors,
  *           lambdas, knn_ids (out, before the answer), summary (out, after
- *           the answer: see TsdgBuildSummary); arrays sized for capacity rows
+ *           the answer: see TsdgBuildSummary); arrays sized for capacity rows;
+ *           parts, for a build in parts (TsdgBuildArgs.in_parts), where
+ *           capacity rows are one part
  *   load:   rows, neighbors, lambdas, tids, flags (in)
  *   batch:  queries (in), tids, dists (out, nq * k)
  *   pending rows: rows, tids (in, n)
@@ -247,7 +254,30 @@ typedef struct TsdgBulkHeader
 	Size		merged_neighbors;
 	Size		merged_lambdas;
 	Size		changed;
+	Size		parts;
 } TsdgBulkHeader;
+
+/*
+ * The turns of a build in parts, whose segment has room for capacity rows
+ * (maintenance_work_mem bounds it) where the table has more. Part i is rows
+ * [i * capacity, min(n, (i + 1) * capacity)). The session writes part i's
+ * rows and TIDs once rows_taken is i and sets rows_sent to i + 1; the worker
+ * copies them into memory of its own (the rows the device builds from, and
+ * the resident copy keeps) and sets rows_taken to i + 1. The graph comes
+ * back the same way: the worker writes part j's search lists and k-NN lists
+ * once graph_taken is j and sets graph_sent to j + 1, the session copies
+ * them into its own arrays and sets graph_taken to j + 1; the worker
+ * answers after the last. Each side wakes the other after its step (the
+ * session's latch, the server's semaphore), and reads the arrays only after
+ * the other's counter (a read barrier after it, a write barrier before it).
+ */
+typedef struct TsdgBuildParts
+{
+	pg_atomic_uint64 rows_sent;
+	pg_atomic_uint64 rows_taken;
+	pg_atomic_uint64 graph_sent;
+	pg_atomic_uint64 graph_taken;
+} TsdgBuildParts;
 
 typedef enum TsdgSummaryState
 {
@@ -442,6 +472,8 @@ extern void *TsdgBulkArray(void *base, Size offset);
 extern TsdgRequestSlot *TsdgIpcBeginRequest(TsdgRequestKind kind);
 /* queue the request written into the slot; returns its id */
 extern uint64 TsdgIpcSubmit(TsdgRequestSlot *slot);
+/* wakes the server if it sleeps (a turn of a build in parts is its to take) */
+extern void TsdgIpcWakeServer(void);
 
 typedef bool (*TsdgWaitPollFn) (void *arg, TsdgRequestSlot *slot);
 

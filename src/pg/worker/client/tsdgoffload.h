@@ -49,7 +49,21 @@ extern void TsdgSetSearchArgs(TsdgSearchArgs *args, const TsdgIndexKey *key, int
 							  int64 pending_rows);
 
 /* tsdgoffloadbuild.c */
+/* the bytes of a build segment for capacity rows (one part of them, in_parts) */
+extern Size TsdgBuildSegmentBytes(int64 capacity, int dims, const TsdgBuildParams *params,
+								  bool in_parts);
+extern bool TsdgBuildSegmentMake(TsdgBuildSegment *bseg, int64 capacity, int dims,
+								 const TsdgBuildParams *params, bool in_parts);
 extern void TsdgRunHookOnce(void (**hook) (void *), void *arg);
 extern bool TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, TsdgMetaPageData *meta);
+
+/* tsdgoffloadbuildparts.c */
+/*
+ * The turns of a build in parts that are the session's now: the next part of
+ * the rows once the worker took the last, the graph's parts the worker sent.
+ * True once every row is sent.
+ */
+extern bool TsdgTakeBuildTurns(TsdgBuildSegment *bseg, int64 n, int dims,
+							   const TsdgBuildParams *params);
 
 #endif							/* TSDG_OFFLOAD_H */

@@ -13,15 +13,18 @@
 
 #include "tsdgoffload.h"
 
-/* the layout of a build segment for capacity rows */
+/* the layout of a build segment for capacity rows (of a part of them, in_parts) */
 static void
-TsdgBuildLayout(TsdgBulkHeader *header, int64 capacity, int dims, const TsdgBuildParams *params)
+TsdgBuildLayout(TsdgBulkHeader *header, int64 capacity, int dims, const TsdgBuildParams *params,
+				bool in_parts)
 {
 	Size		offset = sizeof(TsdgBulkHeader);
 
 	memset(header, 0, sizeof(TsdgBulkHeader));
 	header->capacity = capacity;
 	header->summary = TsdgBulkAdd(&offset, sizeof(TsdgBuildSummary));
+	if (in_parts)
+		header->parts = TsdgBulkAdd(&offset, sizeof(TsdgBuildParts));
 	header->rows = TsdgBulkAdd(&offset, sizeof(float) * dims * (Size) capacity);
 	header->tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * (Size) capacity);
 	header->neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * (Size) capacity);
@@ -30,9 +33,25 @@ TsdgBuildLayout(TsdgBulkHeader *header, int64 capacity, int dims, const TsdgBuil
 	header->total_size = offset;
 }
 
+Size
+TsdgBuildSegmentBytes(int64 capacity, int dims, const TsdgBuildParams *params, bool in_parts)
+{
+	TsdgBulkHeader header;
+
+	TsdgBuildLayout(&header, capacity, dims, params, in_parts);
+	return header.total_size;
+}
+
 bool
 TsdgBuildSegmentCreate(TsdgBuildSegment *bseg, int64 capacity, int dims,
 					   const TsdgBuildParams *params)
+{
+	return TsdgBuildSegmentMake(bseg, capacity, dims, params, false);
+}
+
+bool
+TsdgBuildSegmentMake(TsdgBuildSegment *bseg, int64 capacity, int dims,
+					 const TsdgBuildParams *params, bool in_parts)
 {
 	TsdgBulkHeader header;
 	dsm_segment *seg;
@@ -41,7 +60,7 @@ TsdgBuildSegmentCreate(TsdgBuildSegment *bseg, int64 capacity, int dims,
 	StaticAssertStmt(TSDG_SUMMARY_MAX_ENTRIES == TSDG_MAX_ENTRY_POINTS,
 					 "a build summary holds the metapage's entry points");
 	memset(bseg, 0, sizeof(TsdgBuildSegment));
-	TsdgBuildLayout(&header, capacity, dims, params);
+	TsdgBuildLayout(&header, capacity, dims, params, in_parts);
 	seg = TsdgCreateBulkSegment(header.total_size, "the rows of an index build on the GPU");
 	if (seg == NULL)
 	{
@@ -59,6 +78,14 @@ TsdgBuildSegmentCreate(TsdgBuildSegment *bseg, int64 capacity, int dims,
 	bseg->knn_ids = TsdgBulkArray(base, header.knn_ids);
 	bseg->summary = TsdgBulkArray(base, header.summary);
 	pg_atomic_init_u32(&bseg->summary->state, TSDG_SUMMARY_PENDING);
+	bseg->parts = TsdgBulkArray(base, header.parts);
+	if (bseg->parts != NULL)
+	{
+		pg_atomic_init_u64(&bseg->parts->rows_sent, 0);
+		pg_atomic_init_u64(&bseg->parts->rows_taken, 0);
+		pg_atomic_init_u64(&bseg->parts->graph_sent, 0);
+		pg_atomic_init_u64(&bseg->parts->graph_taken, 0);
+	}
 	return true;
 }
 
@@ -104,18 +131,24 @@ typedef struct TsdgBuildWait
 	void	   *poll_arg;
 	bool		cancelled;
 	TsdgBuildSegment *bseg;
+	int64		n;
+	int			dims;
+	const TsdgBuildParams *params;
 } TsdgBuildWait;
 
 /*
- * Runs the segment's while_building once, then forwards the worker's
- * progress to the build's poll, which may cancel it.
+ * Takes this build's turns when it is in parts, runs the segment's
+ * while_building once (in parts, once every row is sent), then forwards the
+ * worker's progress to the build's poll, which may cancel it.
  */
 static bool
 TsdgBuildWaitPoll(void *arg, TsdgRequestSlot *slot)
 {
 	TsdgBuildWait *wait = (TsdgBuildWait *) arg;
 
-	TsdgRunHookOnce(&wait->bseg->while_building, wait->bseg->while_building_arg);
+	if (wait->bseg->parts == NULL ||
+		TsdgTakeBuildTurns(wait->bseg, wait->n, wait->dims, wait->params))
+		TsdgRunHookOnce(&wait->bseg->while_building, wait->bseg->while_building_arg);
 	if (wait->poll != NULL && slot->phase != 0 &&
 		wait->poll(wait->poll_arg, (TsdgBuildPhase) slot->phase, slot->done, slot->total))
 		wait->cancelled = true;
@@ -131,13 +164,13 @@ TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
 	TsdgRequestSlot *slot;
 	uint64		request_id;
 	bool		answered;
-	TsdgBuildWait wait = {poll, poll_arg, false, bseg};
+	TsdgBuildWait wait = {poll, poll_arg, false, bseg, n, dims, params};
 	TsdgReply	reply;
 	TimestampTz start = GetCurrentTimestamp();
 
 	if (n == 0 || bseg->seg == NULL || !TsdgWorkerTakesRequest())
 		return false;
-	Assert(n <= bseg->capacity);
+	Assert(n <= bseg->capacity || bseg->parts != NULL);
 
 	bseg->builder_pid = TsdgServerPid();
 	slot = TsdgIpcBeginRequest(TSDG_REQUEST_BUILD);
@@ -152,6 +185,7 @@ TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
 	slot->args.build.dims = dims;
 	slot->args.build.metric = metric;
 	slot->args.build.params = *params;
+	slot->args.build.in_parts = bseg->parts != NULL;
 	slot->bulk_handle = dsm_segment_handle(bseg->seg);
 	slot->bulk_size = ((TsdgBulkHeader *) dsm_segment_address(bseg->seg))->total_size;
 	request_id = TsdgIpcSubmit(slot);
@@ -177,9 +211,13 @@ TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
 		return false;
 	}
 	ereport(LOG,
-			(errmsg("tsdg index \"%s\" built on the GPU worker: %lld rows, %.3f s from the request to the answer",
+			(errmsg("tsdg index \"%s\" built on the GPU worker: %lld rows, %.3f s from the request to the answer%s",
 					RelationGetRelationName(index), (long long) n,
-					(double) (GetCurrentTimestamp() - start) / 1000000.0)));
+					(double) (GetCurrentTimestamp() - start) / 1000000.0,
+					bseg->parts == NULL ? "" :
+					psprintf(", through a shared memory segment of %zu bytes (parts: %lld)",
+							 dsm_segment_map_length(bseg->seg),
+							 (long long) ((n + bseg->capacity - 1) / bseg->capacity)))));
 	*status = TSDG_OK;
 	return true;
 }

@@ -99,10 +99,26 @@ typedef struct TsdgRoundTrip
 extern TsdgRoundTrip TsdgLastBatchRoundTrip;
 
 /*
+ * Every row of a build in parts and its graph, in the session's own arrays
+ * (past maintenance_work_mem, temporary files): the rows go to the worker
+ * from here, the graph and k-NN lists come back here.
+ */
+typedef struct TsdgLocalBuildArrays
+{
+	const float *rows;			/* n * dims */
+	const ItemPointerData *tids;	/* n */
+	uint32	   *neighbors;		/* n * degree */
+	uint8	   *lambdas;		/* n * degree */
+	uint32	   *knn_ids;		/* n * build_k */
+} TsdgLocalBuildArrays;
+
+/*
  * The shared memory segment of a build on the worker: the heap scan writes
  * the rows and TIDs straight into it, the worker writes the graph and k-NN
  * lists into it, and the session writes its pages from it; nothing is copied
- * on the way. The arrays have room for capacity rows.
+ * on the way. The arrays have room for capacity rows. A build in parts has
+ * a segment for a part of the rows only, which carries them to the worker
+ * and the graph back a part at a time while TsdgWorkerBuildGraph waits.
  */
 typedef struct TsdgBuildSegment
 {
@@ -116,10 +132,15 @@ typedef struct TsdgBuildSegment
 	struct TsdgBuildSummary *summary;
 	pid_t		builder_pid;	/* the worker process that answered the build */
 
+	/* a build in parts: its turns (NULL: none) and the session's arrays */
+	struct TsdgBuildParts *parts;
+	TsdgLocalBuildArrays local;
+
 	/*
-	 * Called (when set) once while TsdgWorkerBuildGraph waits for the worker:
-	 * the caller writes what needs no graph meanwhile (the row pages). It may
-	 * throw; the worker is then told to stop.
+	 * Called (when set) once while TsdgWorkerBuildGraph waits for the worker
+	 * (in parts, once every row is sent): the caller writes what needs no
+	 * graph meanwhile (the row pages). It may throw; the worker is then told
+	 * to stop.
 	 */
 	void		(*while_building) (void *arg);
 	void	   *while_building_arg;
@@ -140,8 +161,17 @@ extern bool TsdgBuildSegmentGrow(TsdgBuildSegment *bseg, int64 count, int64 capa
 extern void TsdgBuildSegmentRelease(TsdgBuildSegment *bseg);
 
 /*
+ * A segment of at most max_bytes for a build in parts whose rows are in
+ * local (the graph comes back there too), or false as TsdgBuildSegmentCreate.
+ */
+extern bool TsdgBuildSegmentCreateInParts(TsdgBuildSegment *bseg, Size max_bytes, int dims,
+										  const TsdgBuildParams *params,
+										  const TsdgLocalBuildArrays *local);
+
+/*
  * tsdg_build_graph on the worker's device for the first n rows of the
- * segment; the graph and k-NN lists are left in the segment. Returns false
+ * segment; the graph and k-NN lists are left in the segment (for a build in
+ * parts: of the rows in its local arrays, the graph left there). Returns false
  * when the worker cannot take the build (no worker, device out of memory; a
  * WARNING says so where the user should know) and the caller builds on the
  * CPU; otherwise *status is the result of the build. The worker keeps the

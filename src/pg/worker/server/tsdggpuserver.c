@@ -21,7 +21,9 @@
  *             tsdg.gpu_memory_limit (tsdgservercache.c);
  *   builds    GNND and both diversification stages on the device, with the
  *             session's cancel flag polled; the fresh graph stays resident,
- *             its k-NN lists too (tsdgserverbuild.c);
+ *             its k-NN lists too (tsdgserverbuild.c); past the session's
+ *             maintenance_work_mem the rows come and the graph goes back in
+ *             parts through a smaller segment (tsdgserverbuildparts.c);
  *   pending   the pending rows of a resident index, sent by the sessions as
  *             they find the worker's copy behind their metapage, kept on the
  *             device and searched exactly with every search that asks
@@ -211,6 +213,24 @@ SemWaitUntil(TimestampTz deadline, uint32 queued_enough)
 		while (sem_timedwait(&TsdgShared->wakeup, &ts) != 0 && errno == EINTR &&
 			   !TsdgServerShutdownRequested)
 			;
+	}
+	pg_atomic_write_u32(&TsdgShared->server_sleeping, 0);
+}
+
+void
+TsdgServerNap(pg_atomic_uint64 *counter, uint64 target, int max_ms)
+{
+	struct timespec ts;
+
+	pg_atomic_write_u32(&TsdgShared->server_sleeping, 1);
+	pg_memory_barrier();
+	if (pg_atomic_read_u64(counter) < target)
+	{
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += (long) max_ms * 1000000L;
+		ts.tv_sec += ts.tv_nsec / 1000000000L;
+		ts.tv_nsec %= 1000000000L;
+		(void) sem_timedwait(&TsdgShared->wakeup, &ts);
 	}
 	pg_atomic_write_u32(&TsdgShared->server_sleeping, 0);
 }

@@ -123,6 +123,20 @@ typedef struct BuildPollState
 	TakenRequest *request;
 } BuildPollState;
 
+/*
+ * The arrays a build reads and writes: in its segment, or for a build in
+ * parts the worker's own (rows and knn_ids from TsdgTakeHostArray, the
+ * others malloc'd), where the parts are copied to and from.
+ */
+typedef struct BuildArrays
+{
+	float	   *rows;
+	ItemPointerData *tids;
+	uint32	   *neighbors;
+	uint8	   *lambdas;
+	uint32	   *knn_ids;
+} BuildArrays;
+
 /* tsdggpuserver.c */
 extern bool TsdgMapBulk(const TsdgRequestSlot *request, BulkMapping *map);
 extern bool TsdgBulkFits(const BulkMapping *map, Size offset, Size bytes);
@@ -133,6 +147,11 @@ extern bool TsdgGraphSizesValid(int64 n, int dims, int degree, int build_k);
 extern TsdgReply TsdgReplyOf(TsdgStatus status);
 extern double TsdgSecondsSince(TimestampTz start);
 extern void TsdgUnmapBulk(BulkMapping *map);
+/*
+ * Sleeps up to max_ms on the server's semaphore unless *counter is target or
+ * more: a session posts it after each turn of a build in parts.
+ */
+extern void TsdgServerNap(pg_atomic_uint64 *counter, uint64 target, int max_ms);
 
 /* tsdgservercache.c */
 extern TsdgStatus TsdgAddResident(const TsdgIndexKey *key, const ResidentGraph *g,
@@ -177,8 +196,20 @@ extern void TsdgFailSearchBatches(const char *why);
 
 /* tsdgserverbuild.c */
 extern bool TsdgPollBuildRequest(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total);
+extern void TsdgTurnAwaySearches(void);
 extern void TsdgPublishSummary(TakenRequest *t, TsdgBuildSummary *summary, bool ok);
 extern void TsdgServeBuild(TakenRequest *t);
+
+/* tsdgserverbuildparts.c */
+/*
+ * The rows of a build in parts, received into arrays of the worker's own:
+ * OK, OUT_OF_MEMORY, or CANCELLED when the session gave the build up first.
+ */
+extern TsdgReply TsdgReceiveBuildRows(TakenRequest *t, const BulkMapping *map, BuildArrays *arrays);
+/* its graph sent back; false when the session gave the build up first */
+extern bool TsdgSendBuildGraph(TakenRequest *t, const BulkMapping *map, const BuildArrays *arrays);
+/* what of the arrays TsdgReceiveBuildRows took is still the build's */
+extern void TsdgFreeBuildArrays(BuildArrays *arrays);
 
 /* tsdgservermerge.c */
 extern void TsdgServeMerge(TakenRequest *t);

@@ -1,8 +1,9 @@
 /*
  * The GPU server's builds (runs in the GPU server process): a CREATE INDEX's
- * graph built on the device from the rows in the session's segment, polled
- * for the session's cancel, answered before the metapage's summary is
- * computed, then kept resident. The poll here also serves merges.
+ * graph built on the device from the rows in the session's segment (or, in
+ * parts, copied out of it: tsdgserverbuildparts.c), polled for the session's
+ * cancel, answered before the metapage's summary is computed, then kept
+ * resident. The poll here also serves merges.
  */
 #include "postgres.h"
 
@@ -11,8 +12,8 @@
 #include "tsdggpuserver.h"
 
 /* Sends searches that arrive during a build or merge to the CPU instead of making them wait. */
-static void
-TurnAwaySearches(void)
+void
+TsdgTurnAwaySearches(void)
 {
 	for (int i = 0; i < TsdgShared->slot_count; i++)
 	{
@@ -34,7 +35,7 @@ TsdgPollBuildRequest(void *arg, TsdgBuildPhase phase, int64_t done, int64_t tota
 	TakenRequest *t = state->request;
 
 	TsdgIpcReportProgress(t->slot, t->copy.request_id, (int) phase, done, total);
-	TurnAwaySearches();
+	TsdgTurnAwaySearches();
 	return TsdgServerShutdownRequested || TsdgIpcCancelRequested(t->slot, t->copy.request_id);
 }
 
@@ -86,6 +87,55 @@ TsdgPublishSummary(TakenRequest *t, TsdgBuildSummary *summary, bool ok)
 		SetLatch(t->copy.requester_latch);
 }
 
+/*
+ * Whether the build's arrays lie inside its segment: for n rows, or for a
+ * build in parts one part (capacity rows, at least one) and the turns.
+ */
+static bool
+BuildSizesFit(const TsdgBuildArgs *args, const BulkMapping *map)
+{
+	const TsdgBulkHeader *header = (const TsdgBulkHeader *) map->address;
+	int64		rows = args->in_parts ? Min(args->n, header->capacity) : args->n;
+
+	return (args->in_parts ? header->capacity >= 1 : args->n <= header->capacity) &&
+		TsdgGraphSizesValid(args->n, args->dims, args->params.degree, args->params.build_k) &&
+		TsdgBulkHasArray(map, header->rows, rows * args->dims, sizeof(float), false) &&
+		TsdgBulkHasArray(map, header->tids, rows, sizeof(ItemPointerData), false) &&
+		TsdgBulkHasArray(map, header->neighbors, rows * args->params.degree, sizeof(uint32), false) &&
+		TsdgBulkHasArray(map, header->lambdas, rows * args->params.degree, sizeof(uint8), false) &&
+		TsdgBulkHasArray(map, header->knn_ids, rows * args->params.build_k, sizeof(uint32), false) &&
+		TsdgBulkHasArray(map, header->summary, 1, sizeof(TsdgBuildSummary), true) &&
+		TsdgBulkHasArray(map, header->parts, 1, sizeof(TsdgBuildParts), !args->in_parts);
+}
+
+/*
+ * Keeps the graph just built resident; a build in parts gives its rows and
+ * k-NN lists to the copy, which copies the rest, else the copy lies in the
+ * segment, whose mapping it takes.
+ */
+static void
+KeepResident(const TsdgBuildArgs *args, BuildArrays *arrays, BulkMapping *map)
+{
+	ResidentGraph graph = {arrays->rows, args->n, args->dims, args->metric, args->params.degree,
+		arrays->neighbors, arrays->lambdas, arrays->knn_ids, args->params.build_k,
+	arrays->tids, NULL};
+	TsdgError	load_error;
+
+	if (args->in_parts)
+	{
+		graph.own_rows = arrays->rows;
+		graph.own_knn_ids = arrays->knn_ids;
+		arrays->rows = NULL;
+		arrays->knn_ids = NULL;
+	}
+	if (TsdgAddResident(&args->key, &graph, NULL, args->in_parts ? NULL : map,
+						&load_error) != TSDG_OK)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: the new graph of index %u/%u stays on disk only: %s",
+						args->key.database, args->key.relfilenode, load_error.message)));
+	TsdgPinListsOf(&args->key);
+}
+
 void
 TsdgServeBuild(TakenRequest *t)
 {
@@ -96,10 +146,8 @@ TsdgServeBuild(TakenRequest *t)
 	TsdgStatus	status;
 	BuildPollState poll = {t};
 	TimestampTz start;
-	const float *rows;
-	uint32	   *neighbors;
-	uint8	   *lambdas;
-	uint32	   *knn_ids;
+	BuildArrays arrays;
+	TsdgReply	received = TSDG_REPLY_OK;
 
 	t->done = true;
 	if (!TsdgMapBulk(&t->copy, &map))
@@ -109,18 +157,7 @@ TsdgServeBuild(TakenRequest *t)
 		return;
 	}
 	header = (TsdgBulkHeader *) map.address;
-	rows = TsdgBulkArray(map.address, header->rows);
-	neighbors = TsdgBulkArray(map.address, header->neighbors);
-	lambdas = TsdgBulkArray(map.address, header->lambdas);
-	knn_ids = TsdgBulkArray(map.address, header->knn_ids);
-	if (args->n > header->capacity ||
-		!TsdgGraphSizesValid(args->n, args->dims, args->params.degree, args->params.build_k) ||
-		!TsdgBulkHasArray(&map, header->rows, args->n * args->dims, sizeof(float), false) ||
-		!TsdgBulkHasArray(&map, header->tids, args->n, sizeof(ItemPointerData), false) ||
-		!TsdgBulkHasArray(&map, header->neighbors, args->n * args->params.degree, sizeof(uint32), false) ||
-		!TsdgBulkHasArray(&map, header->lambdas, args->n * args->params.degree, sizeof(uint8), false) ||
-		!TsdgBulkHasArray(&map, header->knn_ids, args->n * args->params.build_k, sizeof(uint32), false) ||
-		!TsdgBulkHasArray(&map, header->summary, 1, sizeof(TsdgBuildSummary), true))
+	if (!BuildSizesFit(args, &map))
 	{
 		TsdgUnmapBulk(&map);
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
@@ -128,20 +165,45 @@ TsdgServeBuild(TakenRequest *t)
 		return;
 	}
 	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
+	if (args->in_parts)
+		received = TsdgReceiveBuildRows(t, &map, &arrays);
+	else
+	{
+		arrays.rows = TsdgBulkArray(map.address, header->rows);
+		arrays.tids = TsdgBulkArray(map.address, header->tids);
+		arrays.neighbors = TsdgBulkArray(map.address, header->neighbors);
+		arrays.lambdas = TsdgBulkArray(map.address, header->lambdas);
+		arrays.knn_ids = TsdgBulkArray(map.address, header->knn_ids);
+	}
+	if (received != TSDG_REPLY_OK)
+	{
+		TsdgFreeBuildArrays(&arrays);
+		TsdgIpcAnswer(t->slot, t->copy.request_id, received,
+					  received == TSDG_REPLY_OUT_OF_MEMORY ?
+					  "out of host memory for the build's rows" : "the session gave the build up");
+		TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+		TsdgUnmapBulk(&map);
+		return;
+	}
 	ereport(LOG,
 			(errmsg("pg_tsdg GPU worker: building the graph of %lld rows of %d dimensions for index %u/%u on %s",
 					(long long) args->n, args->dims, args->key.database, args->key.relfilenode,
 					tsdg_backend_name(TsdgDeviceBackend))));
 	start = GetCurrentTimestamp();
-	status = tsdg_build_graph(TsdgDeviceBackend, rows, args->n, args->dims, args->metric,
-							  &args->params, neighbors, lambdas, knn_ids, NULL,
+	status = tsdg_build_graph(TsdgDeviceBackend, arrays.rows, args->n, args->dims, args->metric,
+							  &args->params, arrays.neighbors, arrays.lambdas, arrays.knn_ids, NULL,
 							  TsdgPollBuildRequest, &poll, &error);
 	if (status == TSDG_ERR_OUT_OF_MEMORY && TsdgLeastRecentlyUsed() != NULL)
 	{
 		TsdgEvictAll("device out of memory for a build");
-		status = tsdg_build_graph(TsdgDeviceBackend, rows, args->n, args->dims, args->metric,
-								  &args->params, neighbors, lambdas, knn_ids, NULL,
-								  TsdgPollBuildRequest, &poll, &error);
+		status = tsdg_build_graph(TsdgDeviceBackend, arrays.rows, args->n, args->dims, args->metric,
+								  &args->params, arrays.neighbors, arrays.lambdas, arrays.knn_ids,
+								  NULL, TsdgPollBuildRequest, &poll, &error);
+	}
+	if (status == TSDG_OK && args->in_parts && !TsdgSendBuildGraph(t, &map, &arrays))
+	{
+		status = TSDG_ERR_CANCELLED;
+		strlcpy(error.message, "the session gave the build up", sizeof(error.message));
 	}
 	if (status == TSDG_OK)
 	{
@@ -156,23 +218,12 @@ TsdgServeBuild(TakenRequest *t)
 			TsdgBuildSummary *summary = TsdgBulkArray(map.address, header->summary);
 
 			TsdgPublishSummary(t, summary,
-						   ComputeSummary(summary, rows, args->n, args->dims, args->metric,
-										  neighbors, args->params.degree, args->key.database,
-										  args->key.relfilenode));
+							   ComputeSummary(summary, arrays.rows, args->n, args->dims, args->metric,
+											  arrays.neighbors, args->params.degree,
+											  args->key.database, args->key.relfilenode));
 		}
 		if (args->key.relfilenode != InvalidOid && TsdgFindResident(&args->key) == NULL)
-		{
-			ResidentGraph graph = {rows, args->n, args->dims, args->metric, args->params.degree,
-				neighbors, lambdas, knn_ids, args->params.build_k,
-			TsdgBulkArray(map.address, header->tids), NULL};
-			TsdgError	load_error;
-
-			if (TsdgAddResident(&args->key, &graph, NULL, &map, &load_error) != TSDG_OK)
-				ereport(LOG,
-						(errmsg("pg_tsdg GPU worker: the new graph of index %u/%u stays on disk only: %s",
-								args->key.database, args->key.relfilenode, load_error.message)));
-			TsdgPinListsOf(&args->key);
-		}
+			KeepResident(args, &arrays, &map);
 	}
 	else
 	{
@@ -182,6 +233,8 @@ TsdgServeBuild(TakenRequest *t)
 						status == TSDG_ERR_CANCELLED ? "cancelled" : "failed", error.message)));
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), error.message);
 	}
+	if (args->in_parts)
+		TsdgFreeBuildArrays(&arrays);
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	TsdgUnmapBulk(&map);
 }
