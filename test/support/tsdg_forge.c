@@ -7,7 +7,8 @@
  * write past the segment. Built by the test into its own directory and
  * loaded by path; never installed.
  *
- * tsdg_forge_request(kind text) RETURNS text: 'build', 'merge' or 'load';
+ * tsdg_forge_request(kind text) RETURNS text: 'build', 'build in parts',
+ * 'build in parts of no rows', 'merge' or 'load';
  * returns "reply N: message" of the worker's answer, or "no answer".
  */
 #include "postgres.h"
@@ -51,9 +52,10 @@ AttachShared(void)
 }
 
 /*
- * The segment's layout: the rows and TIDs of FORGE_ROWS rows, then one small
- * array at the end that every other array offset names, so that an array of
- * the sizes the request claims runs past the segment.
+ * The segment's layout: the rows and TIDs of FORGE_ROWS rows, the turns of a
+ * build in parts, then one small array at the end that every other array
+ * offset names, so that an array of the sizes the request claims runs past
+ * the segment.
  */
 static Size
 Place(Size *offset, Size bytes)
@@ -74,6 +76,7 @@ ForgeLayout(TsdgBulkHeader *h)
 	h->capacity = FORGE_ROWS;
 	h->rows = Place(&offset, sizeof(float) * FORGE_DIMS * FORGE_ROWS);
 	h->tids = Place(&offset, sizeof(ItemPointerData) * FORGE_ROWS);
+	h->parts = Place(&offset, sizeof(TsdgBuildParts));
 	tail = Place(&offset, 64);
 	h->neighbors = h->lambdas = h->knn_ids = h->merged_neighbors = h->merged_lambdas =
 		h->changed = h->flags = tail;
@@ -115,6 +118,19 @@ tsdg_forge_request(PG_FUNCTION_ARGS)
 		slot->args.build.dims = FORGE_DIMS;
 		slot->args.build.metric = TSDG_METRIC_L2;
 		slot->args.build.params = params;
+	}
+	else if (strcmp(kind, "build in parts") == 0 ||
+			 strcmp(kind, "build in parts of no rows") == 0)
+	{
+		/* a part's rows fit, its graph does not; or parts of no rows, which the worker counts by */
+		slot->kind = TSDG_REQUEST_BUILD;
+		slot->args.build.n = 10 * FORGE_ROWS;
+		slot->args.build.dims = FORGE_DIMS;
+		slot->args.build.metric = TSDG_METRIC_L2;
+		slot->args.build.params = params;
+		slot->args.build.in_parts = true;
+		if (strcmp(kind, "build in parts of no rows") == 0)
+			((TsdgBulkHeader *) dsm_segment_address(seg))->capacity = 0;
 	}
 	else if (strcmp(kind, "merge") == 0)
 	{
