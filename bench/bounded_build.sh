@@ -11,7 +11,9 @@
 #   defaults 200000 128, settings 8GB 64MB; e.g. bench/bounded_build.sh 1000000 128 64MB
 # Starts its own cluster (port 54353 + TSDG_PORT_OFFSET, pg_tsdg preloaded: on a
 # machine with a GPU the worker builds; BOUNDED_DEVICE=cpu builds in the
-# session there too) in a temp dir; prints a Markdown table. Where /dev/shm
+# session there too; BOUNDED_WORKER_BACKEND=cpu runs the worker on the
+# core's CPU backend, the worker's path on a machine without a GPU) in a
+# temp dir; prints a Markdown table. Where /dev/shm
 # is under 8 GB (containers), dynamic shared memory lives in files.
 # On the GPU machine, with PostgreSQL packed by scripts/gpu/pack-postgres.sh:
 #   bash scripts/gpu/on-device.sh bash bench/bounded_build.sh 1000000 128 16GB 64MB
@@ -28,7 +30,8 @@ chmod 755 "$work"
 trap 'stop_cluster "$work"; rm -rf "$work"' EXIT
 dsm_type=$(shared_memory_type)
 start_cluster "$work" 54353 "shared_buffers = '1GB'" "max_parallel_workers_per_gather = 0" \
-  "dynamic_shared_memory_type = $dsm_type" "tsdg.device = ${BOUNDED_DEVICE:-auto}"
+  "dynamic_shared_memory_type = $dsm_type" "tsdg.device = ${BOUNDED_DEVICE:-auto}" \
+  "tsdg.worker_backend = ${BOUNDED_WORKER_BACKEND:-cuda}"
 
 "$py" "$TSDG_ROOT/test/support/subspace_clusters.py" "$rows" "$dims" 100 1 1 > "$work/items.tsv"
 "$py" "$TSDG_ROOT/test/support/subspace_clusters.py" "$queries" "$dims" 100 1 2 > "$work/queries.tsv"
@@ -82,8 +85,8 @@ def build(setting):
         sys.exit("CREATE INDEX at %s failed: %s" % (setting, err))
     if "no longer fits" not in err:
         place = "memory"
-    elif "segment the GPU worker reads" in err:
-        place = "worker's segment"
+    elif "GPU worker in parts" in err:
+        place = "temporary files, to the worker in parts"
     else:
         place = "temporary files"
     return seconds, peak, place
@@ -97,8 +100,9 @@ def recall(ef):
     ).splitlines()[-1])
 
 print("rows %d, %d dims, hard data (100 subspace clusters, spread 1), L2, default index options;"
-      " GPU worker: %s, tsdg.device %s, dynamic_shared_memory_type %s"
-      % (rows, dims, os.environ["BOUNDED_WORKER"], os.environ.get("BOUNDED_DEVICE", "auto"), os.environ["BOUNDED_DSM"]))
+      " GPU worker: %s (tsdg.worker_backend %s), tsdg.device %s, dynamic_shared_memory_type %s"
+      % (rows, dims, os.environ["BOUNDED_WORKER"], os.environ.get("BOUNDED_WORKER_BACKEND", "cuda"),
+         os.environ.get("BOUNDED_DEVICE", "auto"), os.environ["BOUNDED_DSM"]))
 print()
 print("| maintenance_work_mem | arrays past it in | CREATE INDEX s | peak RssAnon MB | peak RssFile MB | peak RssShmem MB | recall@10 ef 64 | ef 128 |")
 print("|---|---|---|---|---|---|---|---|")
