@@ -67,7 +67,7 @@ sub run_measured
 	my ($memory, $sql) = @_;
 	my $session = $node->background_psql('postgres');
 	my $pid = $session->query_safe('SELECT pg_backend_pid()');
-	# in the session: on the GPU worker the rows go on into its segment
+	# in the session, whose memory this measures (a build on the worker: 006_worker_build.pl)
 	$session->query_safe(
 		"SET maintenance_work_mem = '$memory'; SET tsdg.device = cpu; SET client_min_messages = notice");
 	my $before = rss_anon_kb($pid);
