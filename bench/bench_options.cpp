@@ -33,6 +33,8 @@ graph
   --random-candidates N  N rows drawn at random join each k-NN list too
   --exact-graph          also time the exact k-NN graph
   --ggm                  also build two halves and merge them with GGM
+  --one-call-build       also time the graph built as an index builds it: one
+                         call, the k-NN lists kept on the device between steps
 merge (instead of the steps above; L2: the synthetic data, or --data and
   --queries, whose rows merge in the file's order)
   --merge-batches B      build on the first --merge-initial N rows, merge the
@@ -149,6 +151,7 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--exact-graph", [&] { o.exact_graph = true; }},
       {"--absolute-scale", [&] { o.synthetic.absolute_scale = true; }},
       {"--ggm", [&] { o.ggm = true; }},
+      {"--one-call-build", [&] { o.one_call_build = true; }},
       {"--no-hnsw", [&] { o.hnsw = false; }},
       {"--help", [&] {
          std::fputs(kUsage, stdout);

@@ -39,6 +39,7 @@ struct BenchOptions {
 
   bool exact_graph = false;
   bool ggm = false;
+  bool one_call_build = false;
   bool hnsw = true;
   // --merge-batches B > 0: the incremental-merge benchmark instead
   // (merge_mode.h): a build on the first merge_initial_rows rows, then B
