@@ -657,7 +657,7 @@ vector_accum(PG_FUNCTION_ARGS)
 	float8	   *sums;
 	ArrayType  *result;
 
-	if (values[0] == 0)
+	if (STATE_DIMS(state) == 0)
 	{
 		/* the first row sets the dimension of the state */
 		sums = palloc(sizeof(float8) * value->dim);
