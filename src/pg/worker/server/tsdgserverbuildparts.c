@@ -108,6 +108,7 @@ TsdgSendBuildGraph(TakenRequest *t, const BulkMapping *map, const BuildArrays *a
 	int			degree = args->params.degree;
 	int			build_k = args->params.build_k;
 	int64		count = (args->n + header->capacity - 1) / header->capacity;
+	TimestampTz start = GetCurrentTimestamp();
 
 	for (int64 j = 0; j < count; j++)
 	{
@@ -121,7 +122,13 @@ TsdgSendBuildGraph(TakenRequest *t, const BulkMapping *map, const BuildArrays *a
 		memcpy(part_knn_ids, arrays->knn_ids + first * build_k, sizeof(uint32) * build_k * rows);
 		EndTurn(t, &parts->graph_sent, (uint64) j + 1);
 	}
-	return WaitForSession(t, &parts->graph_taken, (uint64) count);
+	if (!WaitForSession(t, &parts->graph_taken, (uint64) count))
+		return false;
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: sent the graph of index %u/%u back in %lld parts in %.3f s",
+					args->key.database, args->key.relfilenode, (long long) count,
+					TsdgSecondsSince(start))));
+	return true;
 }
 
 void
