@@ -26,7 +26,9 @@ data (default: synthetic clustered 200000 x 128, intrinsic dim 16)
   --metric l2|ip|cosine
 graph
   --k K                  neighbors searched (default 10)
-  --build-k K --samples P --iterations T --gnnd-seed X      GNND
+  --build-k K --samples P --iterations T --gnnd-seed X      GNND (samples:
+                         by default the index's for the backend, a quarter of
+                         K on the CPU and half on the GPU)
   --degree R --alpha A --lambda0 L                          TSDG
   --pivots M --pivot-stride S   long-range candidates: each row's M nearest
                          of every S-th row join its k-NN list (M 0: none)
@@ -94,6 +96,7 @@ Metric parse_metric(const std::string& text) {
 
 BenchOptions parse_options(int argc, char** argv) {
   BenchOptions o;
+  o.gnnd.samples = 0;  // the index's default for the backend
   o.synthetic.rows = 200000;
   o.synthetic.dim = 128;
   o.synthetic.clusters = 64;

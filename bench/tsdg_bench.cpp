@@ -287,12 +287,14 @@ int run(const BenchOptions& o) {
     report.emit(Record("exact_graph").add("k", o.gnnd.k).add("time_s", seconds_since(start)));
   }
 
+  GnndParams gnnd = o.gnnd;
+  if (gnnd.samples == 0) gnnd.samples = default_gnnd_samples(gnnd.k, o.backend == "cpu");
   start = Clock::now();
-  const KnnGraph knn = backend->build_knn_graph(data, o.metric, o.gnnd, control);
+  const KnnGraph knn = backend->build_knn_graph(data, o.metric, gnnd, control);
   const double gnnd_seconds = seconds_since(start);
   report.emit(Record("gnnd")
                   .add("k", o.gnnd.k)
-                  .add("samples", o.gnnd.samples)
+                  .add("samples", gnnd.samples)
                   .add("iterations", o.gnnd.iterations)
                   .add("time_s", gnnd_seconds)
                   .add("recall_at_10", graph_recall(knn, sample_truth)));
@@ -300,13 +302,13 @@ int run(const BenchOptions& o) {
   if (o.ggm) {
     const int64_t split = data.rows / 2;
     start = Clock::now();
-    const KnnGraph first = backend->build_knn_graph(data.slice(0, split), o.metric, o.gnnd, control);
+    const KnnGraph first = backend->build_knn_graph(data.slice(0, split), o.metric, gnnd, control);
     const KnnGraph second =
-        backend->build_knn_graph(data.slice(split, data.rows - split), o.metric, o.gnnd, control);
+        backend->build_knn_graph(data.slice(split, data.rows - split), o.metric, gnnd, control);
     const double halves_seconds = seconds_since(start);
     start = Clock::now();
     const KnnGraph merged =
-        backend->merge_knn_graphs(data, split, first, second, o.metric, o.gnnd, control);
+        backend->merge_knn_graphs(data, split, first, second, o.metric, gnnd, control);
     const double merge_seconds = seconds_since(start);
     report.emit(Record("ggm")
                     .add("halves_s", halves_seconds)
@@ -347,7 +349,7 @@ int run(const BenchOptions& o) {
 
   if (o.one_call_build) {
     start = Clock::now();
-    const TsdgGraph built = backend->build_tsdg_graph(data, o.metric, o.gnnd, o.diversify, nullptr, nullptr, control);
+    const TsdgGraph built = backend->build_tsdg_graph(data, o.metric, gnnd, o.diversify, nullptr, nullptr, control);
     report.emit(Record("one_call_build").add("time_s", seconds_since(start)).add("nodes", built.nodes));
   }
 

@@ -67,23 +67,17 @@ void validate_build_params(const TsdgBuildParams* params) {
 tsdg::GnndParams gnnd_params(const TsdgBuildParams& params) {
   tsdg::GnndParams gnnd;
   gnnd.k = params.build_k;
-  // Half the list: GNND then converges on clustered data within its
-  // iteration bound (see GnndParams::samples).
-  gnnd.samples = params.samples > 0 ? params.samples : std::max(1, params.build_k / 2);
+  gnnd.samples = params.samples > 0 ? params.samples : tsdg::default_gnnd_samples(params.build_k, false);
   gnnd.iterations = params.iterations;
   gnnd.seed = params.seed;
   return gnnd;
 }
 
-// A full build's GNND on backend b. Where the samples are left to the
-// build, the CPU takes a quarter of the list: a local join there costs
-// the square of its samples in distances, while halving them adds only
-// a few iterations before the update rate stops GNND, so the build
-// does less work for a k-NN graph as accurate. A GPU runs a join's
-// distances in parallel and pays per iteration: it keeps half.
+// A full build's GNND on backend b (default_gnnd_samples where the samples
+// are left to the build; merges keep half, gnnd_params).
 tsdg::GnndParams build_gnnd_params(const TsdgBuildParams& params, const tsdg::Backend& b) {
   tsdg::GnndParams gnnd = gnnd_params(params);
-  if (params.samples == 0 && std::string(b.name()) == "cpu") gnnd.samples = std::max(1, params.build_k / 4);
+  if (params.samples == 0) gnnd.samples = tsdg::default_gnnd_samples(params.build_k, std::string(b.name()) == "cpu");
   return gnnd;
 }
 

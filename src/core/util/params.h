@@ -1,6 +1,8 @@
 // Parameters of the algorithms, with the defaults the index uses.
 #pragma once
 
+#include <algorithm>
+
 #include <cstdint>
 
 namespace tsdg {
@@ -22,6 +24,13 @@ struct GnndParams {
   double min_update_rate = 0.001;  // stop when updates < rate * n * k
   uint64_t seed = 42;
 };
+
+// The samples of a build that leaves them to the backend. A local join on
+// the CPU costs the square of its samples in distances, while halving them
+// adds only a few iterations before the update rate stops GNND, so the CPU
+// takes a quarter of the list for a k-NN graph as accurate; a GPU runs a
+// join's distances in parallel and pays per iteration, so it keeps half.
+inline int default_gnnd_samples(int k, bool on_cpu) { return std::max(1, on_cpu ? k / 4 : k / 2); }
 
 // TSDG diversification (Wang, Wang, Zhao, 2022, section 3).
 struct DiversifyParams {
