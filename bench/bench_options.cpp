@@ -23,7 +23,7 @@ data (default: synthetic clustered 200000 x 128, intrinsic dim 16)
                          overlapping clusters, S 4: separated; the hard classes
                          use --clusters N/500 --intrinsic-dim 16 --noise 0.05)
   --query-count N        queries (default 1000)  --query-seed X
-  --metric l2|ip|cosine
+  --metric l2|ip|cosine|l1
 graph
   --k K                  neighbors searched (default 10)
   --build-k K --samples P --iterations T --gnnd-seed X      GNND (samples:
@@ -89,6 +89,7 @@ Metric parse_metric(const std::string& text) {
   if (text == "l2") return Metric::L2;
   if (text == "ip") return Metric::InnerProduct;
   if (text == "cosine") return Metric::Cosine;
+  if (text == "l1") return Metric::L1;
   throw Error(Status::InvalidArgument, "unknown metric '" + text + "'");
 }
 

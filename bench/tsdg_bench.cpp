@@ -88,11 +88,13 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
 #endif
 }
 
-const char* metric_name(Metric metric) {
+// The metric as --metric spells it.
+const char* metric_flag(Metric metric) {
   switch (metric) {
     case Metric::L2: return "l2";
     case Metric::InnerProduct: return "ip";
     case Metric::Cosine: return "cosine";
+    case Metric::L1: return "l1";
   }
   return "?";
 }
@@ -248,7 +250,7 @@ int run(const BenchOptions& o) {
       .add("rows", data.rows)
       .add("dim", data.dim)
       .add("queries", queries.rows)
-      .add("metric", metric_name(o.metric));
+      .add("metric", metric_flag(o.metric));
   if (o.data_path.empty()) {
     data_record.add("clusters", o.synthetic.clusters)
         .add("intrinsic_dim", o.synthetic.intrinsic_dim)

@@ -98,6 +98,7 @@ tsdg::Metric to_metric(const TsdgMetric& metric) {
     case TSDG_METRIC_L2: return tsdg::Metric::L2;
     case TSDG_METRIC_INNER_PRODUCT: return tsdg::Metric::InnerProduct;
     case TSDG_METRIC_COSINE: return tsdg::Metric::Cosine;
+    case TSDG_METRIC_L1: return tsdg::Metric::L1;
   }
   throw Error(Status::InvalidArgument, "unknown metric " + std::to_string(value));
 }
@@ -106,6 +107,15 @@ tsdg::Backend& backend_of(TsdgBackend* backend) {
   if (backend != nullptr) return *backend->backend;
   static const std::unique_ptr<tsdg::Backend> cpu = tsdg::make_cpu_backend();
   return *cpu;
+}
+
+tsdg::Metric backend_metric(const tsdg::Backend& backend, const TsdgMetric& metric) {
+  const tsdg::Metric m = to_metric(metric);
+  if (!backend.computes(m)) {
+    throw Error(Status::InvalidArgument, std::string("the ") + backend.name() + " backend does not compute " +
+                                             tsdg::metric_name(m) + " distances");
+  }
+  return m;
 }
 
 void validate_rows(const float* rows, int64_t n, int dim) {
@@ -212,6 +222,15 @@ const char* tsdg_backend_name(const TsdgBackend* backend) {
   return backend_of(const_cast<TsdgBackend*>(backend)).name();
 }
 
+bool tsdg_backend_computes(const TsdgBackend* backend, TsdgMetric metric) {
+  try {
+    backend_metric(backend_of(const_cast<TsdgBackend*>(backend)), metric);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 TsdgStatus tsdg_backend_pin_host_memory(TsdgBackend* backend, void* address, size_t bytes,
                                         TsdgError* error) {
   return guarded(error, [&] {
@@ -245,7 +264,7 @@ TsdgResidentIndex* tsdg_index_upload_after(TsdgBackend* backend, const TsdgResid
     require(degree > 0, "degree must be positive");
     require(n == 0 || (neighbors != nullptr && lambdas != nullptr),
             "neighbors and lambdas must not be NULL");
-    const tsdg::Metric m = to_metric(metric);
+    const tsdg::Metric m = backend_metric(backend_of(backend), metric);
     const tsdg::MatrixView data{rows, n, dim};
     auto index = std::make_unique<TsdgResidentIndex>();
     index->dim = dim;
@@ -325,7 +344,8 @@ TsdgExactSet* tsdg_exact_set_create(TsdgBackend* backend, int dim, TsdgMetric me
   try {
     require(dim > 0, "dimension must be positive");
     auto set = std::make_unique<TsdgExactSet>();
-    set->set = backend_of(backend).make_exact_set(dim, to_metric(metric));
+    tsdg::Backend& b = backend_of(backend);
+    set->set = b.make_exact_set(dim, backend_metric(b, metric));
     set->on_cpu = backend == nullptr;
     set->dim = dim;
     set_message(error, "");

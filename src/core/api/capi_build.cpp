@@ -296,8 +296,8 @@ TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, 
     validate_build_params(params);
     require(n == 0 || (neighbors != nullptr && lambdas != nullptr),
             "neighbors and lambdas must not be NULL");
-    const tsdg::Metric m = to_metric(metric);
     tsdg::Backend& b = backend_of(backend);
+    const tsdg::Metric m = backend_metric(b, metric);
     const tsdg::MatrixView data{rows, n, dim};
     const tsdg::GnndParams gnnd = build_gnnd_params(*params, b);
     const tsdg::DiversifyParams diversify = diversify_params(*params);
@@ -330,8 +330,8 @@ TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_o
     require(n_old == 0 || old_knn_ids != nullptr, "the old k-NN graph must not be NULL");
     require(n == 0 || (neighbors != nullptr && lambdas != nullptr),
             "neighbors and lambdas must not be NULL");
-    const tsdg::Metric m = to_metric(metric);
     tsdg::Backend& b = backend_of(backend);
+    const tsdg::Metric m = backend_metric(b, metric);
     const tsdg::MatrixView data{rows, n, dim};
     const tsdg::GnndParams gnnd = gnnd_params(*params);
     const tsdg::DiversifyParams diversify = diversify_params(*params);
@@ -383,8 +383,8 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
     require(n == 0 || (knn_ids != nullptr && neighbors != nullptr && lambdas != nullptr &&
                        changed != nullptr),
             "output arrays must not be NULL");
-    const tsdg::Metric m = to_metric(metric);
     tsdg::Backend& b = backend_of(backend);
+    const tsdg::Metric m = backend_metric(b, metric);
     const tsdg::MatrixView data{rows, n, dim};
     tsdg::GnndParams gnnd = gnnd_params(*params);
     const tsdg::DiversifyParams diversify = diversify_params(*params);
@@ -474,7 +474,7 @@ TsdgStatus tsdg_exact_knn(TsdgBackend* backend, const float* base, int64_t nb,
     validate_rows(queries, nq, dim);
     require(k > 0, "k must be positive");
     require(nq == 0 || (ids != nullptr && dists != nullptr), "ids and dists must not be NULL");
-    const tsdg::Metric m = to_metric(metric);
+    const tsdg::Metric m = backend_metric(backend_of(backend), metric);
     std::unique_ptr<tsdg::ThreadPool> pool;
     if (static_cast<double>(nb) * nq * dim > kParallelScanWork) pool = std::make_unique<tsdg::ThreadPool>(0);
     tsdg::RunControl control;

@@ -59,6 +59,9 @@ void require(bool condition, const char* message);
 // load of an enum outside its range of values is undefined.
 tsdg::Metric to_metric(const TsdgMetric& metric);
 tsdg::Backend& backend_of(TsdgBackend* backend);
+// to_metric for a call on backend: Error(InvalidArgument) where the backend
+// does not compute the metric.
+tsdg::Metric backend_metric(const tsdg::Backend& backend, const TsdgMetric& metric);
 void validate_rows(const float* rows, int64_t n, int dim);
 
 tsdg::SearchParams resident_search_params(int k, int ef, int lambda_limit);

@@ -30,7 +30,8 @@ typedef enum TsdgMetric
 {
 	TSDG_METRIC_L2 = 0,
 	TSDG_METRIC_INNER_PRODUCT = 1,
-	TSDG_METRIC_COSINE = 2
+	TSDG_METRIC_COSINE = 2,
+	TSDG_METRIC_L1 = 3
 } TsdgMetric;
 
 #define TSDG_INVALID_ID UINT32_MAX
@@ -53,7 +54,7 @@ float		tsdg_l1_distance(const float *a, const float *b, int dim);
 double		tsdg_cosine_distance(const float *a, const float *b, int dim);
 /* squared L2 norm */
 float		tsdg_norm_squared(const float *a, int dim);
-/* the comparison distance of a metric: squared L2, -ip, or 1-ip on normalized rows */
+/* the comparison distance of a metric: squared L2, -ip, 1-ip on normalized rows, or L1 */
 float		tsdg_metric_distance(TsdgMetric metric, const float *a, const float *b, int dim);
 /* name of the kernel variant in use, e.g. "avx512", "avx2", "generic" */
 const char *tsdg_distance_kernel_name(void);
@@ -72,6 +73,13 @@ typedef struct TsdgResidentIndex TsdgResidentIndex;
 TsdgBackend *tsdg_backend_load(const char *shared_object_path, int device, TsdgError *error);
 void		tsdg_backend_free(TsdgBackend *backend);
 const char *tsdg_backend_name(const TsdgBackend *backend);
+/*
+ * Whether the backend computes the metric's distances in every step; the
+ * calls below that take a backend and a metric fail with
+ * TSDG_ERR_INVALID_ARGUMENT where it does not (the GPU has no L1), and the
+ * caller does that work on the CPU (NULL), which computes every metric.
+ */
+bool		tsdg_backend_computes(const TsdgBackend *backend, TsdgMetric metric);
 
 /*
  * Page-locks host memory that the backend reads again and again (the batch

@@ -102,6 +102,13 @@ class Backend {
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
 
+  // Whether every step of this backend computes metric's distances. By
+  // default the metrics a matrix product gives (L2, inner product, cosine),
+  // which is how a GPU computes distances in bulk; L1 has no such form, so a
+  // backend takes it only where it says so. The C API refuses a call for a
+  // metric its backend does not compute, and the caller goes to the CPU.
+  virtual bool computes(Metric metric) const { return metric != Metric::L1; }
+
   // Exact k nearest rows of base for each query row.
   virtual void exact_knn(MatrixView base, MatrixView queries, Metric metric, int k,
                          uint32_t* ids, float* dists, const RunControl& control) = 0;

@@ -13,6 +13,8 @@ namespace {
 class CpuBackend : public Backend {
  public:
   const char* name() const override { return "cpu"; }
+  // Its kernels compute every metric pair by pair where no matrix product does.
+  bool computes(Metric) const override { return true; }
 
   void exact_knn(MatrixView base, MatrixView queries, Metric metric, int k, uint32_t* ids,
                  float* dists, const RunControl& control) override {

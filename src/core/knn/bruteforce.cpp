@@ -97,6 +97,40 @@ struct WorkerScratch {
   std::vector<float> tile;
 };
 
+void sort_results(int64_t nq, int k, uint32_t* ids, float* dists, const RunControl& control) {
+  parallel_for(control, nq, 1024, [&](int64_t begin, int64_t end, int) {
+    for (int64_t q = begin; q < end; ++q) TopK(dists + q * k, ids + q * k, k).sort_ascending();
+  });
+}
+
+// A metric with no matrix-product form (L1): each distance by the kernel, a
+// query block against a column block at a time, so that the block's rows are
+// read from the caches by every query of the block.
+void exact_knn_pairwise(MatrixView base, MatrixView queries, Metric metric, int k, uint32_t* ids,
+                        float* dists, const RunControl& control) {
+  const DistanceFn distance = metric_distance_fn(metric);
+  const int64_t nq = queries.rows;
+  const int64_t query_blocks = (nq + kQueryBlock - 1) / kQueryBlock;
+  control.set_total(query_blocks);
+  parallel_for(control, query_blocks, 1, [&](int64_t block, int64_t, int) {
+    const int64_t q0 = block * kQueryBlock;
+    const int64_t qn = std::min(kQueryBlock, nq - q0);
+    for (int64_t c0 = 0; c0 < base.rows; c0 += kColumnBlock) {
+      const int64_t cn = std::min(kColumnBlock, base.rows - c0);
+      for (int64_t q = q0; q < q0 + qn; ++q) {
+        TopK top(dists + q * k, ids + q * k, k);
+        for (int64_t j = c0; j < c0 + cn; ++j) {
+          const float d = distance(queries.row(q), base.row(j), base.dim);
+          if (d <= top.worst()) top.push(d, static_cast<uint32_t>(j));
+        }
+      }
+      control.throw_if_cancelled();
+    }
+    control.add_done(1);
+  });
+  sort_results(nq, k, ids, dists, control);
+}
+
 }  // namespace
 
 void exact_knn(MatrixView base, MatrixView queries, Metric metric, int k, uint32_t* ids,
@@ -107,6 +141,10 @@ void exact_knn(MatrixView base, MatrixView queries, Metric metric, int k, uint32
   std::fill(ids, ids + nq * k, kInvalidId);
   std::fill(dists, dists + nq * k, std::numeric_limits<float>::infinity());
   if (nq == 0 || base.rows == 0) return;
+  if (metric == Metric::L1) {
+    exact_knn_pairwise(base, queries, metric, k, ids, dists, control);
+    return;
+  }
 
   std::vector<float> base_norms, query_norms;
   if (metric == Metric::L2) {
@@ -170,9 +208,7 @@ void exact_knn(MatrixView base, MatrixView queries, Metric metric, int k, uint32
     });
   }
 
-  parallel_for(control, nq, 1024, [&](int64_t begin, int64_t end, int) {
-    for (int64_t q = begin; q < end; ++q) TopK(dists + q * k, ids + q * k, k).sort_ascending();
-  });
+  sort_results(nq, k, ids, dists, control);
 }
 
 KnnGraph exact_knn_graph(MatrixView data, Metric metric, int k, const RunControl& control) {

@@ -296,17 +296,28 @@ class Descent {
     for (int64_t i = 0; i < padded_rows; ++i) {
       scratch.rows[i] = i < na ? data_.row(a[i]) : scratch.zero_row.data();
     }
-    scratch.packed.resize(packed_panels_size(columns, dim));
-    pack_panels(data_.data, scratch.columns.data(), columns, dim, scratch.packed.data());
     scratch.tile.resize(padded_rows * stride);
-    dot_tiles(scratch.rows.data(), padded_rows, scratch.packed.data(), panels, dim,
-              scratch.tile.data(), stride);
+    // Distances as row term + column term - factor * tile (tile_nearest.h):
+    // the tile holds dot products, or for L1 the distances themselves
+    // (terms 0, factor -1).
+    const bool l1 = metric_ == Metric::L1;
+    if (l1) {
+      for (int i = 0; i < na; ++i) {
+        float* tile_row = scratch.tile.data() + i * stride;
+        for (int j = 0; j < columns; ++j) tile_row[j] = l1_(scratch.rows[i], data_.row(scratch.columns[j]), dim);
+        std::fill(tile_row + columns, tile_row + stride, 0.0f);
+      }
+    } else {
+      scratch.packed.resize(packed_panels_size(columns, dim));
+      pack_panels(data_.data, scratch.columns.data(), columns, dim, scratch.packed.data());
+      dot_tiles(scratch.rows.data(), padded_rows, scratch.packed.data(), panels, dim,
+                scratch.tile.data(), stride);
+    }
 
-    // Distances as row term + column term - factor * dot (tile_nearest.h).
     scratch.row_terms.resize(na);
     scratch.column_terms.assign(stride, std::numeric_limits<float>::infinity());
     const bool l2 = metric_ == Metric::L2;
-    const float row_constant = metric_ == Metric::Cosine ? 1.0f : 0.0f;  // 1 - ip, or -ip
+    const float row_constant = metric_ == Metric::Cosine ? 1.0f : 0.0f;  // 1 - ip, -ip, or L1
     for (int i = 0; i < na; ++i) scratch.row_terms[i] = l2 ? norms_[a[i]] : row_constant;
     for (int j = 0; j < columns; ++j) scratch.column_terms[j] = l2 ? norms_[scratch.columns[j]] : 0.0f;
     scratch.row_first.resize(na);
@@ -316,7 +327,7 @@ class Descent {
     scratch.column_nearest.resize(stride);
     scratch.column_nearest_dist.resize(stride);
     tile_nearest({scratch.tile.data(), stride, na, columns, nn, scratch.row_terms.data(),
-                  scratch.column_terms.data(), l2 ? 2.0f : 1.0f, symmetric},
+                  scratch.column_terms.data(), l2 ? 2.0f : l1 ? -1.0f : 1.0f, symmetric},
                  {scratch.row_first.data(), scratch.row_first_dist.data(), scratch.row_second.data(),
                   scratch.row_second_dist.data(), scratch.column_nearest.data(),
                   scratch.column_nearest_dist.data()});
@@ -349,6 +360,7 @@ class Descent {
   Samples samples_;
   std::vector<JoinScratch> scratch_;
   std::vector<float> norms_;
+  const DistanceFn l1_ = distance_kernels().l1;
   std::vector<uint32_t> join_order_;
 };
 

@@ -10,14 +10,15 @@
 namespace tsdg {
 
 struct TileNearestInput {
-  const float* dots;  // rows x stride, from dot_tiles
+  const float* dots;  // rows x stride, from dot_tiles (L1: the distances)
   int64_t stride;     // a multiple of kPanelWidth
   int rows;
   int columns;  // columns [0, split) form the first group, [split, columns) the second
   int split;
   // distance(i, j) = row_terms[i] + column_terms[j] - factor * dots(i, j):
   // ||a||^2 + ||b||^2 - 2 a.b for L2, 0 + 0 - a.b for inner product,
-  // 1 + 0 - a.b for cosine. column_terms holds stride values, +inf past
+  // 1 + 0 - a.b for cosine; for L1, which no dot product gives, dots holds
+  // the distances themselves and factor is -1. column_terms holds stride values, +inf past
   // `columns` so that the padding is never chosen.
   const float* row_terms;
   const float* column_terms;

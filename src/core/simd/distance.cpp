@@ -333,6 +333,8 @@ DistanceFn metric_distance_fn(Metric metric) {
       return k.negative_inner_product;
     case Metric::Cosine:
       return k.one_minus_inner_product;
+    case Metric::L1:
+      return k.l1;
   }
   throw Error(Status::InvalidArgument, "unknown metric " + std::to_string(static_cast<int>(metric)));
 }
@@ -391,6 +393,8 @@ float tsdg_metric_distance(TsdgMetric metric, const float* a, const float* b, in
       return tsdg::distance_kernels().negative_inner_product(a, b, dim);
     case TSDG_METRIC_COSINE:
       return tsdg::distance_kernels().one_minus_inner_product(a, b, dim);
+    case TSDG_METRIC_L1:
+      return tsdg::distance_kernels().l1(a, b, dim);
   }
   return std::nanf("");
 }

@@ -26,8 +26,8 @@ const DistanceKernels& distance_kernels();
 // generic last; for tests and benchmarks that compare the variants.
 const std::vector<const DistanceKernels*>& supported_distance_kernels();
 
-// The comparison distance of a metric: squared L2, -ip, or 1 - ip (rows of a
-// cosine set are normalized beforehand).
+// The comparison distance of a metric: squared L2, -ip, 1 - ip (rows of a
+// cosine set are normalized beforehand), or L1.
 float metric_distance(Metric metric, const float* a, const float* b, int dim);
 DistanceFn metric_distance_fn(Metric metric);
 

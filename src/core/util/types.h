@@ -19,7 +19,19 @@ enum class Metric : int {
   L2 = 0,            // squared Euclidean distance for comparisons
   InnerProduct = 1,  // negative inner product, so smaller is closer
   Cosine = 2,        // 1 - cos; the data and queries are normalized once, then IP
+  L1 = 3,            // sum of |a - b|, a metric but no matrix product (taxicab distance)
 };
+
+// The metric's name in messages.
+inline const char* metric_name(Metric metric) {
+  switch (metric) {
+    case Metric::L2: return "L2";
+    case Metric::InnerProduct: return "inner product";
+    case Metric::Cosine: return "cosine";
+    case Metric::L1: return "L1";
+  }
+  return "unknown";
+}
 
 // A non-owning view of n rows of dim float32 values, row-major.
 struct MatrixView {

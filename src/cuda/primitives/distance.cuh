@@ -57,8 +57,11 @@ void dispatch_metric(Metric metric, Body&& body) {
     case Metric::Cosine:
       body(MetricTag<Metric::Cosine>{});
       return;
+    case Metric::L1:
+      break;  // Backend::computes: the GPU backend takes no L1 index
   }
-  throw Error(Status::InvalidArgument, "unknown metric");
+  throw Error(Status::InvalidArgument, std::string("the GPU backend does not compute ") + metric_name(metric) +
+                                           " distances");
 }
 
 }  // namespace tsdg::cuda
