@@ -24,6 +24,9 @@ CREATE FUNCTION tsdg_metric_inner_product() RETURNS int4
 CREATE FUNCTION tsdg_metric_cosine() RETURNS int4
 	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
+CREATE FUNCTION tsdg_metric_l1() RETURNS int4
+	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
 CREATE OPERATOR CLASS vector_l2_ops
 	FOR TYPE vector USING tsdg AS
 	OPERATOR 1 <-> (vector, vector) FOR ORDER BY float_ops,
@@ -38,6 +41,11 @@ CREATE OPERATOR CLASS vector_cosine_ops
 	FOR TYPE vector USING tsdg AS
 	OPERATOR 1 <=> (vector, vector) FOR ORDER BY float_ops,
 	FUNCTION 1 tsdg_metric_cosine();
+
+CREATE OPERATOR CLASS vector_l1_ops
+	FOR TYPE vector USING tsdg AS
+	OPERATOR 1 <+> (vector, vector) FOR ORDER BY float_ops,
+	FUNCTION 1 tsdg_metric_l1();
 
 CREATE FUNCTION tsdg_index_info(index regclass,
 	OUT rows bigint, OUT pending bigint, OUT deleted bigint, OUT degree int,

@@ -348,6 +348,7 @@ void exact_knn(DeviceContext& ctx, MatrixView base, MatrixView queries, Metric m
                uint32_t* ids, float* dists, const RunControl& control,
                const ResidentRows* resident, ExactKnnScratch* scratch) {
   check_select_k(k);
+  require_device_metric(metric);
   if (base.dim != queries.dim) throw Error(Status::InvalidArgument, "dimension mismatch");
   if (base.rows >= static_cast<int64_t>(kInvalidId)) {
     throw Error(Status::InvalidArgument, "too many base rows for 32-bit ids");
@@ -423,6 +424,7 @@ void exact_knn_on_device(DeviceContext& ctx, const ResidentRows& base, int64_t b
                          const float* queries, int64_t query_count, Metric metric, int k, uint32_t* ids,
                          float* dists, ExactKnnScratch& scratch) {
   check_select_k(k);
+  require_device_metric(metric);
   if (query_count == 0 || base_rows == 0) return;
   const int64_t base_tile = std::min<int64_t>(base_rows, 32768);
   const int64_t query_tile = std::min<int64_t>(

@@ -1,5 +1,6 @@
 // The metrics' comparison distances on the device, matching the CPU core:
-// squared L2, -ip, and 1 - ip (cosine rows are normalized by the caller).
+// squared L2, -ip, and 1 - ip (cosine rows are normalized by the caller); no
+// L1, which the CPU computes.
 // Kernels accumulate a partial term over dimension tiles and finish once.
 #pragma once
 
@@ -62,6 +63,12 @@ void dispatch_metric(Metric metric, Body&& body) {
   }
   throw Error(Status::InvalidArgument, std::string("the GPU backend does not compute ") + metric_name(metric) +
                                            " distances");
+}
+
+// Throws where the device has no form of metric's distance: L1, since the
+// exact k-NN and the entry scoring are matrix products (Backend::computes).
+inline void require_device_metric(Metric metric) {
+  dispatch_metric(metric, [](auto) {});
 }
 
 }  // namespace tsdg::cuda

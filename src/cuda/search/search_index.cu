@@ -105,6 +105,7 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, M
     : device_(device), host_data_(data), host_graph_(graph), metric_(metric), nodes_(graph.nodes), dim_(data.dim), degree_(graph.degree) {
   if (graph.nodes != data.rows) throw Error(Status::InvalidArgument, "graph and data sizes differ");
   if (graph.nodes == 0 || graph.degree < 1) throw Error(Status::InvalidArgument, "empty graph");
+  require_device_metric(metric);
   TSDG_CUDA_CHECK(cudaSetDevice(device));
   TSDG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   const size_t bytes = static_cast<size_t>(nodes_) * (static_cast<size_t>(dim_) * 4 + degree_ * 5);

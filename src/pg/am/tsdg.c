@@ -203,3 +203,10 @@ tsdg_metric_cosine(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_INT32(TSDG_METRIC_COSINE);
 }
+
+PG_FUNCTION_INFO_V1(tsdg_metric_l1);
+Datum
+tsdg_metric_l1(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32(TSDG_METRIC_L1);
+}

@@ -459,6 +459,8 @@ extern void TsdgCoverMeta(Page page);
 extern void TsdgReadMeta(Relation index, TsdgMetaPageData *meta);
 extern Buffer TsdgNewBuffer(Relation index, ForkNumber fork);
 extern TsdgMetric TsdgIndexMetric(Relation index);
+/* the metric as tsdg_index_info() names it: l2, inner_product, cosine, l1 */
+extern const char *TsdgMetricName(int32 metric);
 extern int	TsdgIndexTypmodDims(Relation index);
 extern bool TsdgCopyVector(Datum value, TsdgMetric metric, int dims, float *out, int *vec_dims);
 extern float *TsdgPrepareVector(Datum value, TsdgMetric metric, int *dims);

@@ -372,6 +372,12 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("tsdg.device is \"gpu\" but no GPU worker is available"),
 				 errhint("SET tsdg.device = auto or cpu to build on the CPU.")));
+	if (tsdg_device == TSDG_DEVICE_GPU && !TsdgWorkerComputes(bs->metric, false))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("tsdg.device is \"gpu\" but the GPU worker does not compute %s distances",
+						TsdgMetricName(bs->metric)),
+				 errhint("SET tsdg.device = auto or cpu to build on the CPU.")));
 
 	if (bs->in_parts && TsdgWorkerUsable())
 	{
@@ -551,7 +557,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		TsdgCheckDimensions(index, bs.dims);
 	bs.memory_limit = (Size) maintenance_work_mem * 1024;
 	/* the rows go straight into the segment the worker reads, when it may build */
-	bs.use_segment = TsdgWorkerUsable();
+	bs.use_segment = TsdgWorkerUsable() && TsdgWorkerComputes(bs.metric, true);
 
 	/* block 0 first, so the row pages start at block 1; filled in at the end */
 	metabuf = TsdgNewBuffer(index, MAIN_FORKNUM);

@@ -735,6 +735,24 @@ TsdgNewBuffer(Relation index, ForkNumber fork)
 	return buf;
 }
 
+const char *
+TsdgMetricName(int32 metric)
+{
+	switch (metric)
+	{
+		case TSDG_METRIC_L2:
+			return "l2";
+		case TSDG_METRIC_INNER_PRODUCT:
+			return "inner_product";
+		case TSDG_METRIC_COSINE:
+			return "cosine";
+		case TSDG_METRIC_L1:
+			return "l1";
+		default:
+			return "unknown";
+	}
+}
+
 TsdgMetric
 TsdgIndexMetric(Relation index)
 {
@@ -742,7 +760,7 @@ TsdgIndexMetric(Relation index)
 	int32		metric = DatumGetInt32(FunctionCall0Coll(proc, InvalidOid));
 
 	if (metric != TSDG_METRIC_L2 && metric != TSDG_METRIC_INNER_PRODUCT &&
-		metric != TSDG_METRIC_COSINE)
+		metric != TSDG_METRIC_COSINE && metric != TSDG_METRIC_L1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
 				 errmsg("tsdg operator class support function 1 returned unknown metric %d", metric)));

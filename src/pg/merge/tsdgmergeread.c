@@ -405,6 +405,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	TsdgBuildParams params;
 	TsdgWorkerCopy copy = TSDG_COPY_NONE;
 	TsdgMergeSegmentContents contents;
+	bool		on_worker;
 
 	MemSet(&g, 0, sizeof(g));
 	g.nodes = meta->node_count;
@@ -431,8 +432,9 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	 * would need them here, or the rows past the stored k-NN lists are part
 	 * of the batch.
 	 */
+	on_worker = TsdgWorkerUsable() && TsdgWorkerComputes(metric, true);
 	if (meta->deleted_count == 0 && g.nodes > 0 && meta->row_extent_count < TSDG_MAX_ROW_EXTENTS &&
-		TsdgWorkerUsable())
+		on_worker)
 		copy = TsdgWorkerCopyOf(m->index, meta);
 	if (copy == TSDG_COPY_ROWS && g.knn_nodes < g.nodes)
 		copy = TSDG_COPY_NONE;
@@ -440,8 +442,8 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	contents.old_lists = copy != TSDG_COPY_GRAPH;
 	contents.old_knn_dists = meta->deleted_count > 0;
 	contents.merged_knn = !TsdgKnnPagesMayLagFor(meta, g.nodes + m->consumed_rows);
-	if (TsdgMergeSegmentCreate(&m->segment, g.nodes, m->consumed_rows, m->dims, &params,
-							   &contents))
+	if (on_worker && TsdgMergeSegmentCreate(&m->segment, g.nodes, m->consumed_rows, m->dims, &params,
+											&contents))
 	{
 		/*
 		 * read straight into the worker's segment (its stored k-NN ids too,

@@ -354,7 +354,8 @@ TsdgSearchQueries(FunctionCallInfo fcinfo, bool nulls_allowed, const char *funct
 
 	/* the queries go where the worker reads them, and its results stay where it writes them */
 	call->worker_area = call->meta.node_count > 0 &&
-		TsdgWorkerBatchArea(call->queries.count, call->meta.dims, call->k, &area);
+		TsdgWorkerBatchArea((TsdgMetric) call->meta.metric, call->queries.count, call->meta.dims, call->k,
+							&area);
 	if (call->worker_area)
 	{
 		call->queries.matrix = area.queries;

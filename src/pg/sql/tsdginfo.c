@@ -19,22 +19,6 @@
 
 #include "tsdg.h"
 
-static const char *
-TsdgMetricName(int32 metric)
-{
-	switch (metric)
-	{
-		case TSDG_METRIC_L2:
-			return "l2";
-		case TSDG_METRIC_INNER_PRODUCT:
-			return "inner_product";
-		case TSDG_METRIC_COSINE:
-			return "cosine";
-		default:
-			return "unknown";
-	}
-}
-
 PG_FUNCTION_INFO_V1(tsdg_index_info);
 Datum
 tsdg_index_info(PG_FUNCTION_ARGS)

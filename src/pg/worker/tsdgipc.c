@@ -80,6 +80,7 @@ TsdgIpcShmemStartup(void)
 		pg_atomic_init_u64(&TsdgShared->builds, 0);
 		pg_atomic_init_u64(&TsdgShared->loads, 0);
 		pg_atomic_init_u64(&TsdgShared->fallbacks, 0);
+		pg_atomic_init_u32(&TsdgShared->metrics, 0);
 		TsdgShared->slot_count = MaxBackends;
 		for (int i = 0; i < MaxBackends; i++)
 			SpinLockInit(&TsdgShared->slots[i].mutex);

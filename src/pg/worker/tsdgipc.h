@@ -421,6 +421,8 @@ typedef struct TsdgWorkerShared
 	int64		memory_used;	/* bytes of the resident indexes */
 	int64		device_free;	/* -1 when the backend cannot tell */
 	int64		device_total;
+	/* bit 1 << m for each TsdgMetric m the server's backend computes, set before it is READY */
+	pg_atomic_uint32 metrics;
 	int			resident_count;
 	TsdgResidentIndexInfo resident[TSDG_MAX_RESIDENT_INDEXES];
 

@@ -48,6 +48,24 @@ TsdgWorkerUsable(void)
 		TsdgIpcServerState() == TSDG_SERVER_READY;
 }
 
+bool
+TsdgWorkerComputes(TsdgMetric metric, bool fallback)
+{
+	char		detail[160];
+
+	if (!TsdgIpcIsAvailable())
+		return false;
+	if (pg_atomic_read_u32(&TsdgShared->metrics) & (1u << metric))
+		return true;
+	if (!fallback)
+		return false;
+	snprintf(detail, sizeof(detail), "the worker's backend does not compute %s distances",
+			 TsdgMetricName(metric));
+	TsdgLogFallback(TSDG_FALLBACK_METRIC, "an index of a metric the worker does not compute runs",
+					detail);
+	return false;
+}
+
 /*
  * TsdgWorkerUsable() for a request: a worker that exists but cannot take it
  * now (restarting after a crash, busy with a build or a load) counts as a

@@ -84,13 +84,13 @@ TsdgMapBatchPages(char *base, Size bytes)
 }
 
 bool
-TsdgWorkerBatchArea(int nq, int dims, int k, TsdgBatchArea *area)
+TsdgWorkerBatchArea(TsdgMetric metric, int nq, int dims, int k, TsdgBatchArea *area)
 {
 	TsdgBulkHeader layout;
 	Size		offset = sizeof(TsdgBulkHeader);
 	char	   *base;
 
-	if (!TsdgWorkerTakesRequest())
+	if (!TsdgWorkerTakesRequest() || !TsdgWorkerComputes(metric, true))
 		return false;
 	memset(&layout, 0, sizeof(layout));
 	layout.queries = TsdgBulkAdd(&offset, sizeof(float) * dims * (Size) nq);

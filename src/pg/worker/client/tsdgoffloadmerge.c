@@ -208,7 +208,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 		((left != TSDG_COPY_GRAPH && mseg->old_knn_ids == NULL) ||
 		 (left == TSDG_COPY_NONE && mseg->rows_from > 0)))
 		mseg = NULL;
-	if (n == 0)
+	if (n == 0 || (TsdgWorkerUsable() && !TsdgWorkerComputes(data->metric, false)))
 		return TSDG_WORKER_DECLINED;
 	if (!TsdgWorkerTakesRequest())
 	{

@@ -220,6 +220,7 @@ TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *quer
 
 	if (meta->dims > TSDG_SLOT_MAX_DIMS || max_results > TSDG_SLOT_MAX_RESULTS ||
 		meta->node_count == 0 || !TsdgWorkerTakesRequest() ||
+		!TsdgWorkerComputes((TsdgMetric) meta->metric, true) ||
 		!TsdgWorkerTakesWidth(ef, max_results, false))
 		return false;
 	TsdgIndexKeyOf(index, meta, &key);

@@ -26,6 +26,12 @@ extern int	tsdg_worker_max_k;
 
 /* true when this session may send work to the worker now */
 extern bool TsdgWorkerUsable(void);
+/*
+ * true when the worker's backend computes the metric's distances (the GPU
+ * has no L1). Where it does not and fallback is set, the caller does the
+ * index's work on the CPU instead: counted as a fallback, said once a session.
+ */
+extern bool TsdgWorkerComputes(TsdgMetric metric, bool fallback);
 
 
 /* where a graph search by the worker leaves its results */
@@ -74,7 +80,7 @@ typedef struct TsdgBatchArea
  * The area for up to nq queries of dims and k results each; false when the
  * worker cannot take the batch (the caller searches on the CPU).
  */
-extern bool TsdgWorkerBatchArea(int nq, int dims, int k, TsdgBatchArea *area);
+extern bool TsdgWorkerBatchArea(TsdgMetric metric, int nq, int dims, int k, TsdgBatchArea *area);
 /* after the results are read: the batch area released, the segment kept unless it is large */
 extern void TsdgWorkerBatchAreaDone(void);
 

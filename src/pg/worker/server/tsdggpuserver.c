@@ -348,6 +348,18 @@ DetachFromSupervisor(pid_t supervisor)
 	init_ps_display("pg_tsdg GPU worker");
 }
 
+/* which metrics the backend computes, for the sessions (TsdgWorkerComputes) */
+static void
+PublishMetrics(void)
+{
+	uint32		metrics = 0;
+
+	for (int metric = TSDG_METRIC_L2; metric <= TSDG_METRIC_L1; metric++)
+		if (tsdg_backend_computes(TsdgDeviceBackend, (TsdgMetric) metric))
+			metrics |= 1u << metric;
+	pg_atomic_write_u32(&TsdgShared->metrics, metrics);
+}
+
 static void
 LoadDevice(void)
 {
@@ -358,6 +370,7 @@ LoadDevice(void)
 	{
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker started with the CPU backend (tsdg.worker_backend = cpu)")));
+		PublishMetrics();
 		TsdgIpcSetServerState(TSDG_SERVER_READY, "cpu", "");
 		return;
 	}
@@ -382,6 +395,7 @@ LoadDevice(void)
 				(errmsg("pg_tsdg GPU worker could not page-lock the batch area: %s", error.message),
 				 errdetail("Batches are copied to the GPU through a staging buffer.")));
 	TsdgPublishDeviceMemory();
+	PublishMetrics();
 	TsdgIpcSetServerState(TSDG_SERVER_READY, tsdg_backend_name(TsdgDeviceBackend), "");
 }
 
