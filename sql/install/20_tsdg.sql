@@ -42,10 +42,19 @@ CREATE OPERATOR CLASS vector_cosine_ops
 	OPERATOR 1 <=> (vector, vector) FOR ORDER BY float_ops,
 	FUNCTION 1 tsdg_metric_cosine();
 
-CREATE OPERATOR CLASS vector_l1_ops
-	FOR TYPE vector USING tsdg AS
-	OPERATOR 1 <+> (vector, vector) FOR ORDER BY float_ops,
-	FUNCTION 1 tsdg_metric_l1();
+-- pgvector has had the L1 operator <+> since its version 0.7.0: beside an
+-- older pgvector the L1 class has no operator to order by, and the rest
+-- installs without it.
+DO $$
+BEGIN
+	IF to_regoperator('<+>(vector,vector)') IS NOT NULL THEN
+		CREATE OPERATOR CLASS vector_l1_ops
+			FOR TYPE vector USING tsdg AS
+			OPERATOR 1 <+> (vector, vector) FOR ORDER BY float_ops,
+			FUNCTION 1 tsdg_metric_l1();
+	END IF;
+END
+$$;
 
 CREATE FUNCTION tsdg_index_info(index regclass,
 	OUT rows bigint, OUT pending bigint, OUT deleted bigint, OUT degree int,

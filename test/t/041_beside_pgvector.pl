@@ -100,6 +100,7 @@ for my $preload (1, 0)
 		CREATE TABLE queries AS @{[ clustered($queries, 0.2) ]};
 		CREATE INDEX items_tsdg ON items USING tsdg (v vector_l2_ops);
 		CREATE INDEX items_tsdg_cosine ON items USING tsdg (v vector_cosine_ops);
+		CREATE INDEX items_tsdg_l1 ON items USING tsdg (v vector_l1_ops);
 		CREATE INDEX items_hnsw_l2 ON items_hnsw USING hnsw (v vector_l2_ops);
 		-- rows after the build go to both indexes
 		INSERT INTO items SELECT id + $rows, v FROM (@{[ clustered(200, 0.3) ]}) AS g(id, v);
@@ -115,6 +116,7 @@ for my $preload (1, 0)
 	my %recall = (
 		tsdg_l2 => recall($node, 'postgres', 'items', '<->'),
 		tsdg_cosine => recall($node, 'postgres', 'items', '<=>'),
+		tsdg_l1 => recall($node, 'postgres', 'items', '<+>'),
 		hnsw_l2 => recall($node, 'postgres', 'items_hnsw', '<->'));
 	for my $index (sort keys %recall)
 	{

@@ -33,10 +33,6 @@ my @known = (
 		'pg_tsdg sums in double where float sums overflow: a vector is at distance 0 from itself, not NaN' ],
 	[ 'vector_type', q{SELECT vector_combine('{0}', '{0}');},
 		'pg_tsdg combines two empty avg states into an empty one' ],
-	(map { [ 'hnsw_vector', $_, 'tsdg has no L1 operator class: the sequential scan returns the NULL row an index leaves out' ] }
-	  q{CREATE INDEX ON t USING tsdg (val vector_l1_ops);},
-	  q{SELECT * FROM t ORDER BY val <+> '[3,3,3]';},
-	  q{SELECT COUNT(*) FROM (SELECT * FROM t ORDER BY val <+> (SELECT NULL::vector)) t2;}),
 	(map { [ 'hnsw_vector', $_, 'tsdg has no such setting' ] }
 	  q{SET tsdg.iterative_scan = strict_order;},
 	  q{SET tsdg.iterative_scan = relaxed_order;},

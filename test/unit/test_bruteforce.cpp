@@ -14,12 +14,19 @@ namespace {
 
 // The comparison distance computed the slow, obvious way, in double.
 double naive_distance(Metric metric, const float* a, const float* b, int dim) {
-  double l2 = 0, ip = 0;
+  double l2 = 0, ip = 0, l1 = 0;
   for (int j = 0; j < dim; ++j) {
     l2 += (double(a[j]) - b[j]) * (double(a[j]) - b[j]);
     ip += double(a[j]) * b[j];
+    l1 += std::fabs(double(a[j]) - b[j]);
   }
-  return metric == Metric::L2 ? l2 : metric == Metric::InnerProduct ? -ip : 1.0 - ip;
+  switch (metric) {
+    case Metric::L2: return l2;
+    case Metric::InnerProduct: return -ip;
+    case Metric::Cosine: return 1.0 - ip;
+    case Metric::L1: return l1;
+  }
+  return 0.0;
 }
 
 // The k nearest by a double loop and a full sort.
@@ -91,7 +98,7 @@ TEST_P(BruteForceMetric, MatchesNaiveLoop) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Metrics, BruteForceMetric,
-                         ::testing::Values(Metric::L2, Metric::InnerProduct, Metric::Cosine));
+                         ::testing::Values(Metric::L2, Metric::InnerProduct, Metric::Cosine, Metric::L1));
 
 TEST(BruteForce, PadsWhenBaseIsSmallerThanK) {
   const Matrix base = random_rows(5, 8, 1, false);

@@ -526,7 +526,7 @@ TEST(CApi, BadInputIsReportedNotThrown) {
                              nullptr, nullptr, nullptr, nullptr, &error),
             TSDG_ERR_INVALID_ARGUMENT);
   EXPECT_GT(std::strlen(error.message), 0u);
-  EXPECT_EQ(tsdg_build_graph(nullptr, rows, 2, 2, static_cast<TsdgMetric>(3), &params, neighbors,
+  EXPECT_EQ(tsdg_build_graph(nullptr, rows, 2, 2, static_cast<TsdgMetric>(4), &params, neighbors,
                              lambdas, nullptr, nullptr, nullptr, nullptr, &error),
             TSDG_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(tsdg_build_graph(nullptr, nullptr, 2, 2, TSDG_METRIC_L2, &params, neighbors, lambdas,

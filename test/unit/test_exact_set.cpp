@@ -154,7 +154,7 @@ TEST(ExactSetCApi, BadInputIsReportedNotThrown) {
   TsdgError error;
   EXPECT_EQ(tsdg_exact_set_create(nullptr, 0, TSDG_METRIC_L2, &error), nullptr);
   EXPECT_GT(std::strlen(error.message), 0u);
-  EXPECT_EQ(tsdg_exact_set_create(nullptr, 4, static_cast<TsdgMetric>(3), &error), nullptr);
+  EXPECT_EQ(tsdg_exact_set_create(nullptr, 4, static_cast<TsdgMetric>(4), &error), nullptr);
 
   TsdgExactSet* set = tsdg_exact_set_create(nullptr, 2, TSDG_METRIC_L2, &error);
   ASSERT_NE(set, nullptr) << error.message;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 #include <thread>
@@ -8,6 +9,7 @@
 
 #include "bruteforce.h"
 #include "descent.h"
+#include "distance.h"
 #include "knn_graph_test_util.h"
 #include "gnnd.h"
 #include "recall.h"
@@ -82,6 +84,26 @@ TEST(Gnnd, InnerProductMetric) {
   const KnnGraph graph = gnnd_build(data.view(), Metric::InnerProduct, params, RunControl{});
   expect_valid_lists(graph);
   const KnnGraph exact = exact_knn_graph(data.view(), Metric::InnerProduct, 10, RunControl{});
+  EXPECT_GE(graph_recall(graph, exact, 10), 0.9);
+}
+
+// L1's joins score their tile pair by pair, not by a matrix product.
+TEST(Gnnd, L1Metric) {
+  Matrix data = clustered_rows(2000, 16, 14);
+  GnndParams params;
+  params.k = 16;
+  params.samples = 8;
+  const KnnGraph graph = gnnd_build(data.view(), Metric::L1, params, RunControl{});
+  expect_valid_lists(graph);
+  for (int64_t i = 0; i < graph.nodes; i += 97) {
+    const uint32_t* ids = graph.list(i);
+    const float* dists = graph.list_dists(i);
+    for (int j = 0; j < graph.k && ids[j] != kInvalidId; ++j) {
+      EXPECT_NEAR(dists[j], metric_distance(Metric::L1, data.row(i), data.row(ids[j]), data.dim),
+                  1e-4f * std::max(1.0f, dists[j]));
+    }
+  }
+  const KnnGraph exact = exact_knn_graph(data.view(), Metric::L1, 10, RunControl{});
   EXPECT_GE(graph_recall(graph, exact, 10), 0.9);
 }
 

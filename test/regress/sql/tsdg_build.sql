@@ -11,11 +11,13 @@ INSERT INTO tb VALUES (601, NULL), (602, NULL);
 CREATE INDEX tb_l2 ON tb USING tsdg (v vector_l2_ops);
 CREATE INDEX tb_ip ON tb USING tsdg (v vector_ip_ops);
 CREATE INDEX tb_cos ON tb USING tsdg (v vector_cosine_ops);
+CREATE INDEX tb_l1 ON tb USING tsdg (v vector_l1_ops);
 SELECT rows, pending, deleted, degree, graph_version, dims, metric, build_k, samples,
 	iterations, alpha, lambda0, entry_points > 0 AS has_entry_points, size > 8192 AS has_pages
 	FROM tsdg_index_info('tb_l2');
 SELECT metric, rows FROM tsdg_index_info('tb_ip');
 SELECT metric, rows FROM tsdg_index_info('tb_cos');
+SELECT metric, rows FROM tsdg_index_info('tb_l1');
 
 -- options, in range and out
 CREATE INDEX tb_opts ON tb USING tsdg (v vector_l2_ops)

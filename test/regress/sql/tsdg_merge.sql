@@ -116,6 +116,20 @@ INSERT INTO merge_cos SELECT i, merge_vec(i) FROM generate_series(301, 400) i;
 SELECT tsdg_merge('merge_cos_idx');
 SELECT id FROM merge_cos ORDER BY v <=> merge_vec(350) LIMIT 1;
 
+-- L1: the merged rows are found by their own vector, and a merged index
+-- answers as a sequential scan does
+CREATE TABLE merge_l1 (id int, v vector(8));
+INSERT INTO merge_l1 SELECT i, merge_vec(i) FROM generate_series(1, 600) i;
+CREATE INDEX merge_l1_idx ON merge_l1 USING tsdg (v vector_l1_ops);
+INSERT INTO merge_l1 SELECT i, merge_vec(i) FROM generate_series(601, 800) i;
+SELECT tsdg_merge('merge_l1_idx');
+SELECT metric, rows, pending FROM tsdg_index_info('merge_l1_idx');
+SELECT count(*) AS found_first FROM generate_series(601, 800, 7) q
+	WHERE (SELECT id FROM merge_l1 ORDER BY v <+> merge_vec(q) LIMIT 1) = q;
+SELECT array_agg(id) = (SELECT array_agg(id) FROM (SELECT id FROM merge_l1
+		ORDER BY (v <+> merge_vec(333)) + 0, id LIMIT 10) e) AS same_as_seq_scan
+	FROM (SELECT id FROM merge_l1 ORDER BY v <+> merge_vec(333) LIMIT 10) i;
+
 -- an index built on an empty table: the first merge builds its graph, and
 -- a merge that drops every row leaves an empty graph that takes rows again
 CREATE TABLE merge_empty (id int, v vector);
@@ -186,5 +200,5 @@ SELECT unreached FROM tsdg_index_info('merge_reach_idx');
 SELECT tsdg_merge('merge_items_pkey');
 SELECT tsdg_merge('merge_items');
 
-DROP TABLE merge_items, merge_sizes, merge_cos, merge_empty, merge_wide, merge_reach;
+DROP TABLE merge_items, merge_sizes, merge_cos, merge_l1, merge_empty, merge_wide, merge_reach;
 DROP FUNCTION merge_check, merge_vec, merge_wide_vec;

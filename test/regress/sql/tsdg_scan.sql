@@ -58,14 +58,26 @@ SELECT overlap(index_ids(q, '<->', 10), exact_ids(q, '<->', 10)) AS l2_found_of_
 -- every operator class
 CREATE INDEX ts_ip ON ts USING tsdg (v vector_ip_ops);
 CREATE INDEX ts_cos ON ts USING tsdg (v vector_cosine_ops);
+CREATE INDEX ts_l1 ON ts USING tsdg (v vector_l1_ops);
 EXPLAIN (COSTS OFF) SELECT id FROM ts ORDER BY v <#> '[1,1,1,1]' LIMIT 5;
 EXPLAIN (COSTS OFF) SELECT id FROM ts ORDER BY v <=> '[1,1,1,1]' LIMIT 5;
+EXPLAIN (COSTS OFF) SELECT id FROM ts ORDER BY v <+> '[1,1,1,1]' LIMIT 5;
 SELECT overlap(index_ids(q, '<#>', 10), exact_ids(q, '<#>', 10)) AS ip_found_of_10,
-	overlap(index_ids(q, '<=>', 10), exact_ids(q, '<=>', 10)) AS cosine_found_of_10
+	overlap(index_ids(q, '<=>', 10), exact_ids(q, '<=>', 10)) AS cosine_found_of_10,
+	overlap(index_ids(q, '<+>', 10), exact_ids(q, '<+>', 10)) AS l1_found_of_10
 	FROM (VALUES ('[1,1,1,1]'::vector), ('[-1,0.5,0.2,3]')) s(q);
 SELECT id, round((v <#> '[1,1,1,1]')::numeric, 4) AS neg_ip
 	FROM ts ORDER BY v <#> '[1,1,1,1]' LIMIT 3;
-DROP INDEX ts_ip, ts_cos;
+SELECT id, round((v <+> '[1,1,1,1]')::numeric, 4) AS l1
+	FROM ts ORDER BY v <+> '[1,1,1,1]' LIMIT 3;
+-- L1 without a LIMIT: every indexed row once, in distance order; a NULL query
+-- (not folded to a constant) returns them too, in no order
+SELECT count(*), count(DISTINCT id), bool_and(d >= prev) AS ordered FROM (
+	SELECT id, d, lag(d, 1, 0) OVER (ORDER BY n) AS prev FROM (
+		SELECT row_number() OVER () AS n, id, v <+> '[0,0,1,1]' AS d
+		FROM (SELECT id, v FROM ts ORDER BY v <+> '[0,0,1,1]') o) s) t;
+SELECT count(*) FROM (SELECT id FROM ts ORDER BY v <+> (SELECT NULL::vector)) s;
+DROP INDEX ts_ip, ts_cos, ts_l1;
 RESET tsdg.ef_search;
 
 -- the query must have the index's dimensions; a NULL query returns rows in no order

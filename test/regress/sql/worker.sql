@@ -25,6 +25,7 @@ INSERT INTO wb SELECT i,
 	FROM generate_series(1, 1500) i;
 CREATE INDEX wb_l2 ON wb USING tsdg (v vector_l2_ops);
 CREATE INDEX wb_cos ON wb USING tsdg (v vector_cosine_ops);
+CREATE INDEX wb_l1 ON wb USING tsdg (v vector_l1_ops);
 -- rows inserted after the build are pending: the batch must find them too
 INSERT INTO wb SELECT i,
 	ARRAY[sin(i), cos(i * 0.3), (i % 17) / 9.0, (i % 5) / 3.0,
@@ -55,6 +56,7 @@ BEGIN
 END $$;
 SELECT * FROM batch_vs_exact('wb_l2', '<->', 10);
 SELECT * FROM batch_vs_exact('wb_cos', '<=>', 5);
+SELECT * FROM batch_vs_exact('wb_l1', '<+>', 10);
 
 -- distances are the operator's values
 SELECT b.query, w.id, round(b.distance::numeric, 4) = round((w.v <-> q.v)::numeric, 4) AS same_distance
@@ -102,6 +104,7 @@ LANGUAGE sql AS $$
 $$;
 SELECT * FROM arrays_vs_rows('wb_l2', 10);
 SELECT * FROM arrays_vs_rows('wb_cos', 5);
+SELECT * FROM arrays_vs_rows('wb_l1', 10);
 -- and the exact neighbors, nearest first, through the TIDs
 SELECT a.query, (SELECT array_agg(w.id ORDER BY a.distances[t.n], w.id) FROM unnest(a.tids) WITH ORDINALITY t(tid, n)
 				 JOIN wb w ON w.ctid = t.tid)
