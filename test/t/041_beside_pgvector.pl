@@ -176,7 +176,7 @@ for my $preload (1, 0)
 		SELECT string_agg(c.relname || ':' || a.amname, ',' ORDER BY c.relname)
 		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
 		WHERE i.indisvalid AND a.amname IN ('hnsw', 'tsdg')}),
-		'items_hnsw_l2:hnsw,items_tsdg:tsdg,items_tsdg_cosine:tsdg',
+		'items_hnsw_l2:hnsw,items_tsdg:tsdg,items_tsdg_cosine:tsdg,items_tsdg_l1:tsdg',
 		"$label: the restored database has both kinds of index, valid");
 	for my $index (sort keys %recall)
 	{
