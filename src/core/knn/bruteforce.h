@@ -1,7 +1,8 @@
 // Exact k-NN by brute force (Garcia et al., 2010): distances as
 // ||x||^2 + ||y||^2 - 2 x.y computed a block at a time by a matrix product
-// (L1, which has no such form, pair by pair), then a per-row top-k selection. Used for ground truth, for small indexes and
-// for the pending rows.
+// (L1, which has no such form, pair by pair), then a per-row top-k
+// selection. Used for ground truth, for small indexes and for the pending
+// rows.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +13,9 @@
 namespace tsdg {
 
 // For each query row, the k nearest rows of base, ascending by the metric's
-// comparison distance (squared L2, -ip, 1 - ip on normalized rows, or L1), padded
-// with kInvalidId / +inf when base has fewer than k rows. ids and dists hold
-// queries.rows * k values.
+// comparison distance (squared L2, -ip, 1 - ip on normalized rows, or L1),
+// padded with kInvalidId / +inf when base has fewer than k rows. ids and
+// dists hold queries.rows * k values.
 void exact_knn(MatrixView base, MatrixView queries, Metric metric, int k, uint32_t* ids,
                float* dists, const RunControl& control);
 

@@ -317,7 +317,7 @@ class Descent {
     scratch.row_terms.resize(na);
     scratch.column_terms.assign(stride, std::numeric_limits<float>::infinity());
     const bool l2 = metric_ == Metric::L2;
-    const float row_constant = metric_ == Metric::Cosine ? 1.0f : 0.0f;  // 1 - ip, -ip, or L1
+    const float row_constant = metric_ == Metric::Cosine ? 1.0f : 0.0f;  // 1 - ip; -ip and L1 add nothing
     for (int i = 0; i < na; ++i) scratch.row_terms[i] = l2 ? norms_[a[i]] : row_constant;
     for (int j = 0; j < columns; ++j) scratch.column_terms[j] = l2 ? norms_[scratch.columns[j]] : 0.0f;
     scratch.row_first.resize(na);

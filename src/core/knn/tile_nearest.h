@@ -18,8 +18,8 @@ struct TileNearestInput {
   // distance(i, j) = row_terms[i] + column_terms[j] - factor * dots(i, j):
   // ||a||^2 + ||b||^2 - 2 a.b for L2, 0 + 0 - a.b for inner product,
   // 1 + 0 - a.b for cosine; for L1, which no dot product gives, dots holds
-  // the distances themselves and factor is -1. column_terms holds stride values, +inf past
-  // `columns` so that the padding is never chosen.
+  // the distances themselves and factor is -1. column_terms holds stride
+  // values, +inf past `columns` so that the padding is never chosen.
   const float* row_terms;
   const float* column_terms;
   float factor;
