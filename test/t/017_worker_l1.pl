@@ -41,6 +41,10 @@ else
 {
 	is(worker_status($node, 'builds'), $builds, 'the GPU worker did not build it');
 	cmp_ok(worker_status($node, 'fallbacks'), '>', $fallbacks, 'the session built it, counted as a fallback');
+	my ($ret, $out, $err) = $node->psql('postgres',
+		'SET tsdg.device = gpu; CREATE INDEX items_l1_gpu ON items USING tsdg (v vector_l1_ops)');
+	like($err, qr/tsdg.device is "gpu" but the GPU worker does not compute l1 distances/,
+		'tsdg.device = gpu refuses an L1 build rather than run it on the CPU');
 }
 
 # the ids of the 10 nearest rows of every query by a scan of the index (or a
