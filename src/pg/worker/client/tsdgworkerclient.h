@@ -77,8 +77,9 @@ typedef struct TsdgBatchArea
 } TsdgBatchArea;
 
 /*
- * The area for up to nq queries of dims and k results each; false when the
- * worker cannot take the batch (the caller searches on the CPU).
+ * The area for up to nq queries of dims and k results each, searched by the
+ * metric; false when the worker cannot take the batch (the caller searches
+ * on the CPU).
  */
 extern bool TsdgWorkerBatchArea(TsdgMetric metric, int nq, int dims, int k, TsdgBatchArea *area);
 /* after the results are read: the batch area released, the segment kept unless it is large */
