@@ -110,6 +110,25 @@ TEST(GpuBruteForce, RejectsBadArguments) {
   }
 }
 
+// L1 has no matrix-product form: the GPU backend says it does not compute
+// it, and its exact k-NN and search index refuse it rather than answer by
+// another metric's distances.
+TEST(GpuBackend, RefusesL1) {
+  TSDG_REQUIRE_GPU();
+  EXPECT_FALSE(gpu_backend.computes(Metric::L1));
+  EXPECT_TRUE(gpu_backend.computes(Metric::L2));
+  const Matrix base = make_clustered(clustered_spec(200, 8, 2, 1));
+  std::vector<uint32_t> ids(200 * 5);
+  std::vector<float> dists(ids.size());
+  EXPECT_THROW(gpu_backend.exact_knn(base.view(), base.view(), Metric::L1, 5, ids.data(), dists.data(), RunControl{}),
+               Error);
+  const std::vector<uint32_t> neighbors(200 * 4, 0);
+  const std::vector<uint8_t> lambdas(neighbors.size(), 0);
+  EXPECT_THROW(gpu_backend.make_search_index(base.view(), GraphView{neighbors.data(), lambdas.data(), 200, 4},
+                                             Metric::L1, nullptr),
+               Error);
+}
+
 TEST(GpuBackend, MissingDeviceGivesAMessage) {
   TSDG_REQUIRE_GPU();
   char message[256] = {0};
