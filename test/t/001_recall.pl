@@ -28,7 +28,8 @@ $node->safe_psql('postgres', qq{
 	ANALYZE items;
 });
 
-for my $spec (['vector_l2_ops', '<->'], ['vector_ip_ops', '<#>'], ['vector_cosine_ops', '<=>'])
+for my $spec (['vector_l2_ops', '<->'], ['vector_ip_ops', '<#>'], ['vector_cosine_ops', '<=>'],
+	['vector_l1_ops', '<+>'])
 {
 	my ($opclass, $op) = @$spec;
 	my $start = time;
