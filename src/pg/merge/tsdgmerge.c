@@ -39,13 +39,9 @@
 #include "postgres.h"
 
 #include "access/relation.h"
-#include "access/table.h"
-#include "catalog/index.h"
-#include "catalog/pg_am.h"
-#include "catalog/pg_class.h"
-#include "commands/defrem.h"
 #include "miscadmin.h"
 #include "portability/instr_time.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -53,6 +49,7 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
+#include "tsdgindexarg.h"
 #include "tsdgmerge.h"
 
 int			tsdg_merge_threshold = 1000;
@@ -382,42 +379,33 @@ TsdgVacuumMerge(IndexVacuumInfo *info)
 						RelationGetRelationName(info->index))));
 }
 
+/*
+ * Ownership, as PostgreSQL's own commands check it: a caller who may not
+ * merge must not queue for the lock (and cancel autovacuum).
+ */
+static void
+TsdgCheckMergeRight(Oid index_oid, Oid heap_oid, void *arg)
+{
+	if (!pg_class_ownercheck(heap_oid, GetUserId()))
+		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE, get_rel_name(heap_oid));
+}
+
 PG_FUNCTION_INFO_V1(tsdg_merge);
 Datum
 tsdg_merge(PG_FUNCTION_ARGS)
 {
-	Oid			relid = PG_GETARG_OID(0);
+	/* the table first, as VACUUM locks it; this lock keeps VACUUM and other merges out */
+	const TsdgIndexArg arg = {
+		.check = TsdgCheckMergeRight,
+		.heap_lock = ShareUpdateExclusiveLock,
+		.index_lock = RowExclusiveLock,
+		.partition_hint = "Merge the index of each partition.",
+	};
 	Oid			heapid;
-	Relation	heap;
 	Relation	index;
 	int64		merged;
 
-	heapid = IndexGetRelation(relid, true);
-	if (get_rel_relkind(relid) == RELKIND_PARTITIONED_INDEX)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is a partitioned index, which holds no rows itself",
-						get_rel_name(relid)),
-				 errhint("Merge the index of each partition.")));
-	if (!OidIsValid(heapid))
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is not an index", get_rel_name(relid) ? get_rel_name(relid) : "?")));
-	/*
-	 * Ownership first, as PostgreSQL's own commands check it: a caller who
-	 * may not merge must not queue for the lock (and cancel autovacuum).
-	 */
-	if (!pg_class_ownercheck(heapid, GetUserId()))
-		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE, get_rel_name(heapid));
-	/* the table first, as VACUUM locks it; this lock keeps VACUUM and other merges out */
-	heap = table_open(heapid, ShareUpdateExclusiveLock);
-	index = index_open(relid, RowExclusiveLock);
-	if (index->rd_rel->relam != get_index_am_oid("tsdg", false) ||
-		IndexGetRelation(relid, false) != heapid)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(index))));
-
+	index = TsdgOpenIndexArg(PG_GETARG_OID(0), &arg, &heapid);
 	merged = TsdgMergeIndex(index);
 	if (merged < 0)
 		ereport(ERROR,
@@ -427,6 +415,6 @@ tsdg_merge(PG_FUNCTION_ARGS)
 				 errhint("Close the cursors that read the table, this session's too, and run tsdg_merge() again; VACUUM merges later by itself.")));
 
 	index_close(index, RowExclusiveLock);
-	table_close(heap, ShareUpdateExclusiveLock);
+	UnlockRelationOid(heapid, ShareUpdateExclusiveLock);
 	PG_RETURN_INT64(merged);
 }

@@ -20,15 +20,12 @@
 
 #include <math.h>
 
-#include "access/relation.h"
-#include "catalog/index.h"
-#include "catalog/pg_class.h"
+#include "access/genam.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
-#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -40,6 +37,7 @@
 #include "utils/timestamp.h"
 
 #include "tsdg.h"
+#include "tsdgindexarg.h"
 #include "tsdgqueryarray.h"
 #include "tsdgworkerclient.h"
 
@@ -412,12 +410,12 @@ TsdgSearchQueries(FunctionCallInfo fcinfo, bool nulls_allowed, const char *funct
  * The search cannot apply row-level security policies (it answers from the
  * graph, before any row is read), so a table whose policies apply to the
  * caller is refused rather than searched; an index scan applies them.
- * Checked before any lock is taken, so that a caller without the right
- * cannot queue behind or ahead of others' locks.
+ * Checked before any lock is taken (TsdgOpenIndexArg).
  */
 static void
-TsdgCheckBatchAccess(Oid index_oid, Oid heap_oid, const char *function)
+TsdgCheckBatchAccess(Oid index_oid, Oid heap_oid, void *arg)
 {
+	const char *function = arg;
 	Oid			user = GetUserId();
 	HeapTuple	tuple;
 	Form_pg_index index_form;
@@ -462,7 +460,13 @@ static void
 TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *function,
 				TsdgBatchCall *call)
 {
-	Oid			index_oid = PG_GETARG_OID(0);
+	const TsdgIndexArg arg = {
+		.check = TsdgCheckBatchAccess,
+		.check_arg = unconstify(char *, function),
+		.heap_lock = AccessShareLock,
+		.index_lock = AccessShareLock,
+		.partition_hint = "Search the index of each partition.",
+	};
 	Oid			heap_oid;
 	Buffer		meta_pin;
 
@@ -472,30 +476,7 @@ TsdgBatchSearch(FunctionCallInfo fcinfo, bool nulls_allowed, const char *functio
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("k must be between 1 and %d", TSDG_BATCH_MAX_K)));
 
-	heap_oid = IndexGetRelation(index_oid, true);
-	if (!OidIsValid(heap_oid))
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is not an index",
-						get_rel_name(index_oid) ? get_rel_name(index_oid) : "?")));
-	TsdgCheckBatchAccess(index_oid, heap_oid, function);
-	if (get_rel_relkind(index_oid) == RELKIND_PARTITIONED_INDEX)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("%s cannot search partitioned index \"%s\"", function, get_rel_name(index_oid)),
-				 errhint("Search the index of each partition.")));
-	LockRelationOid(heap_oid, AccessShareLock);
-	call->index = index_open(index_oid, AccessShareLock);
-	if (call->index->rd_indam->ambuild != tsdgbuild)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(call->index))));
-	/* the index may have been dropped and its OID reused before the lock */
-	if (IndexGetRelation(index_oid, false) != heap_oid)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("index \"%s\" changed while it was opened",
-						RelationGetRelationName(call->index))));
+	call->index = TsdgOpenIndexArg(PG_GETARG_OID(0), &arg, &heap_oid);
 
 	/*
 	 * The metapage stays pinned while the pages are read, as by an index

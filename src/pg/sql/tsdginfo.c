@@ -4,11 +4,7 @@
  */
 #include "postgres.h"
 
-#include "access/relation.h"
-#include "catalog/index.h"
-#include "catalog/pg_am.h"
-#include "catalog/pg_class.h"
-#include "commands/defrem.h"
+#include "access/genam.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
@@ -18,12 +14,26 @@
 #include "utils/timestamp.h"
 
 #include "tsdg.h"
+#include "tsdgindexarg.h"
+
+/* what the metapage says of the rows is the table's: the right to read it */
+static void
+TsdgCheckReadRight(Oid index_oid, Oid heap_oid, void *arg)
+{
+	if (pg_class_aclcheck(heap_oid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(heap_oid));
+}
 
 PG_FUNCTION_INFO_V1(tsdg_index_info);
 Datum
 tsdg_index_info(PG_FUNCTION_ARGS)
 {
-	Oid			relid = PG_GETARG_OID(0);
+	const TsdgIndexArg arg = {
+		.check = TsdgCheckReadRight,
+		.heap_lock = NoLock,
+		.index_lock = AccessShareLock,
+		.partition_hint = "Ask about the index of each partition.",
+	};
 	Relation	index;
 	TsdgMetaPageData meta;
 	TupleDesc	tupdesc;
@@ -35,32 +45,10 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
-	/* the right to read the table is checked before any lock is queued */
-	heapid = IndexGetRelation(relid, true);
-	if (get_rel_relkind(relid) == RELKIND_PARTITIONED_INDEX)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is a partitioned index, which holds no rows itself",
-						get_rel_name(relid)),
-				 errhint("Ask about the index of each partition.")));
-	if (!OidIsValid(heapid) || get_rel_relkind(relid) != RELKIND_INDEX)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is not a tsdg index",
-						get_rel_name(relid) ? get_rel_name(relid) : "?")));
-	if (pg_class_aclcheck(heapid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
-		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(heapid));
-
-	index = relation_open(relid, AccessShareLock);
-	if (index->rd_rel->relam != get_index_am_oid("tsdg", false) ||
-		IndexGetRelation(relid, false) != heapid)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is not a tsdg index", RelationGetRelationName(index))));
-
+	index = TsdgOpenIndexArg(PG_GETARG_OID(0), &arg, &heapid);
 	TsdgReadMeta(index, &meta);
 	size = (int64) RelationGetNumberOfBlocks(index) * BLCKSZ;
-	relation_close(index, AccessShareLock);
+	index_close(index, AccessShareLock);
 
 	values[0] = Int64GetDatum(meta.node_count - meta.deleted_count);
 	values[1] = Int64GetDatum(meta.pending_count);

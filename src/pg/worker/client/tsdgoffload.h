@@ -10,6 +10,7 @@
 #include "postgres.h"
 
 #include "storage/dsm.h"
+#include "utils/timestamp.h"
 
 #include "tsdg.h"
 #include "tsdgipc.h"
@@ -41,13 +42,27 @@ extern void TsdgSetUnreachedCheck(TsdgUnreachedCheck *check, const TsdgMetaPageD
 extern bool TsdgShipIndex(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *key);
 
 /* tsdgoffloadsearch.c */
-extern bool TsdgHandleReply(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *key,
-							TsdgRequestSlot *slot, bool answered, bool may_retry);
-extern int64 TsdgPendingForWorker(Relation index, const TsdgMetaPageData *meta,
-								  const TsdgIndexKey *key);
-extern void TsdgSetSearchArgs(TsdgSearchArgs *args, const TsdgIndexKey *key, int dims, int k, int ef,
-							  int lambda_limit, int nq, const TsdgMetaPageData *meta,
-							  int64 pending_rows);
+
+/* a search for the worker: one query or a batch, and what its kind adds to the slot */
+typedef struct TsdgSearchRequest
+{
+	TsdgRequestKind kind;		/* TSDG_REQUEST_SEARCH or TSDG_REQUEST_SEARCH_BATCH */
+	int			k;
+	int			ef;
+	int			lambda_limit;
+	int			nq;
+	/* wait while the worker lives, busy or not; else tsdg.worker_timeout_ms */
+	bool		until_answered;
+	/* writes the queries' part of the slot: the query inline, or where the batch lies */
+	void		(*fill) (TsdgRequestSlot *slot, void *arg);
+	/* optional: told after each wait whether an answer came */
+	void		(*waited) (bool answered, void *arg);
+	void	   *arg;
+} TsdgSearchRequest;
+
+extern TsdgRequestSlot *TsdgSendSearch(Relation index, const TsdgMetaPageData *meta,
+									   const TsdgSearchRequest *request,
+									   TimestampTz *submitted_at);
 
 /* tsdgoffloadbuild.c */
 /* the bytes of a build segment for capacity rows (one part of them, in_parts) */

@@ -135,50 +135,52 @@ TsdgWorkerBatchAreaDone(void)
 
 TsdgRoundTrip TsdgLastBatchRoundTrip;
 
+/* where the batch lies, for the worker */
+static void
+TsdgFillBatchRequest(TsdgRequestSlot *slot, void *arg)
+{
+	slot->in_batch_area = batch_in_area;
+	slot->bulk_handle = batch_in_area ? 0 : dsm_segment_handle(batch_segment);
+	slot->bulk_size = batch_layout.total_size;
+	batch_in_flight = !batch_in_area;
+}
+
+/* an answer comes after the worker let go of the segment */
+static void
+TsdgBatchWaited(bool answered, void *arg)
+{
+	batch_in_flight = !batch_in_area && !answered;
+}
+
 bool
 TsdgWorkerSearchBatch(Relation index, const TsdgMetaPageData *meta, int nq, int k, int ef,
 					  int lambda_limit, bool *pending_searched)
 {
-	TsdgIndexKey key;
+	/* a batch is one explicit call: it waits as long as the worker lives */
+	const TsdgSearchRequest request = {
+		.kind = TSDG_REQUEST_SEARCH_BATCH,
+		.k = k,
+		.ef = ef,
+		.lambda_limit = lambda_limit,
+		.nq = nq,
+		.until_answered = true,
+		.fill = TsdgFillBatchRequest,
+		.waited = TsdgBatchWaited,
+	};
+	TsdgRequestSlot *slot;
+	TimestampTz submitted_at;
 
 	if (meta->node_count == 0 || (!batch_in_area && (batch_segment == NULL || batch_in_flight)) ||
 		!TsdgWorkerTakesWidth(ef, k, true))
 		return false;
-	TsdgIndexKeyOf(index, meta, &key);
+	slot = TsdgSendSearch(index, meta, &request, &submitted_at);
+	if (slot == NULL)
+		return false;
 
-	for (int attempt = 0; attempt < 2; attempt++)
-	{
-		TsdgRequestSlot *slot;
-		uint64		request_id;
-		bool		answered;
-		TimestampTz submitted_at;
-		int64		pending_rows = TsdgPendingForWorker(index, meta, &key);
-
-		slot = TsdgIpcBeginRequest(TSDG_REQUEST_SEARCH_BATCH);
-		TsdgSetSearchArgs(&slot->args.search, &key, meta->dims, k, ef, lambda_limit, nq,
-						  meta, pending_rows);
-		slot->in_batch_area = batch_in_area;
-		slot->bulk_handle = batch_in_area ? 0 : dsm_segment_handle(batch_segment);
-		slot->bulk_size = batch_layout.total_size;
-		batch_in_flight = !batch_in_area;
-		submitted_at = GetCurrentTimestamp();
-		request_id = TsdgIpcSubmit(slot);
-		/* a batch is one explicit call: wait as long as the worker lives */
-		answered = TsdgIpcWait(slot, request_id, -1, NULL, NULL);
-		/* an answer comes after the worker let go of the segment */
-		batch_in_flight = !batch_in_area && !answered;
-
-		if (answered && slot->reply == TSDG_REPLY_OK)
-		{
-			TsdgLastBatchRoundTrip.to_worker_us = slot->taken_at - submitted_at;
-			TsdgLastBatchRoundTrip.on_worker_us = slot->answered_at - slot->taken_at;
-			TsdgLastBatchRoundTrip.back_us = GetCurrentTimestamp() - slot->answered_at;
-			*pending_searched = slot->pending_searched;
-			TsdgIpcFinish(slot);
-			return true;
-		}
-		if (!TsdgHandleReply(index, meta, &key, slot, answered, attempt == 0))
-			return false;
-	}
-	return false;
+	TsdgLastBatchRoundTrip.to_worker_us = slot->taken_at - submitted_at;
+	TsdgLastBatchRoundTrip.on_worker_us = slot->answered_at - slot->taken_at;
+	TsdgLastBatchRoundTrip.back_us = GetCurrentTimestamp() - slot->answered_at;
+	*pending_searched = slot->pending_searched;
+	TsdgIpcFinish(slot);
+	return true;
 }

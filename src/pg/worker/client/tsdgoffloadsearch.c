@@ -2,8 +2,8 @@
  * One search handed to the GPU worker (runs in the session that scans): the
  * query goes inline in the request slot, the results come back in it; the
  * worker's copy of the pending rows is brought up to date first, so that it
- * searches them with the graph. The replies other than OK are handled here
- * for the batches too.
+ * searches them with the graph. A batch (tsdgoffloadbatch.c) is sent, and
+ * its replies handled, by the same function.
  */
 #include "postgres.h"
 
@@ -31,7 +31,7 @@ TsdgBusyWorkerPoll(void *arg, TsdgRequestSlot *slot)
 }
 
 /* Handles a reply other than OK; true when the request should be sent again. */
-bool
+static bool
 TsdgHandleReply(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *key,
 				TsdgRequestSlot *slot, bool answered, bool may_retry)
 {
@@ -163,7 +163,7 @@ TsdgSendPendingRows(Relation index, const TsdgMetaPageData *meta, const TsdgInde
  * when the session scans them itself (few rows, a VACUUM moving them, the
  * index not resident yet, or a copy of a newer epoch than this metapage's).
  */
-int64
+static int64
 TsdgPendingForWorker(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *key)
 {
 	int64		have = -1;
@@ -198,70 +198,97 @@ TsdgPendingForWorker(Relation index, const TsdgMetaPageData *meta, const TsdgInd
 	return meta->pending_count;
 }
 
-void
-TsdgSetSearchArgs(TsdgSearchArgs *args, const TsdgIndexKey *key, int dims, int k, int ef,
-				  int lambda_limit, int nq, const TsdgMetaPageData *meta, int64 pending_rows)
+/*
+ * Sends a search to the worker and waits for its answer; a worker that lacks
+ * the index is sent it, and the search once more. Returns the slot of an OK
+ * answer, for the caller to read and finish (TsdgIpcFinish); NULL where the
+ * session searches on the CPU instead.
+ */
+TsdgRequestSlot *
+TsdgSendSearch(Relation index, const TsdgMetaPageData *meta, const TsdgSearchRequest *request,
+			   TimestampTz *submitted_at)
 {
-	args->key = *key;
-	args->dims = dims;
-	args->k = k;
-	args->ef = ef;
-	args->lambda_limit = lambda_limit;
-	args->nq = nq;
-	args->pending_rows = pending_rows;
-	args->pending_epoch = meta->pending_epoch;
+	TsdgIndexKey key;
+
+	TsdgIndexKeyOf(index, meta, &key);
+	for (int attempt = 0; attempt < 2; attempt++)
+	{
+		int64		pending_rows = TsdgPendingForWorker(index, meta, &key);
+		TsdgRequestSlot *slot = TsdgIpcBeginRequest(request->kind);
+		TsdgSearchArgs *args = &slot->args.search;
+		uint64		request_id;
+		bool		answered;
+
+		args->key = key;
+		args->dims = meta->dims;
+		args->k = request->k;
+		args->ef = request->ef;
+		args->lambda_limit = request->lambda_limit;
+		args->nq = request->nq;
+		args->pending_rows = pending_rows;
+		args->pending_epoch = meta->pending_epoch;
+		request->fill(slot, request->arg);
+		*submitted_at = GetCurrentTimestamp();
+		request_id = TsdgIpcSubmit(slot);
+		answered = request->until_answered ?
+			TsdgIpcWait(slot, request_id, -1, NULL, NULL) :
+			TsdgIpcWait(slot, request_id, tsdg_worker_timeout_ms, TsdgBusyWorkerPoll, NULL);
+		if (request->waited != NULL)
+			request->waited(answered, request->arg);
+
+		if (answered && slot->reply == TSDG_REPLY_OK)
+			return slot;
+		if (!TsdgHandleReply(index, meta, &key, slot, answered, attempt == 0))
+			return NULL;
+	}
+	return NULL;
+}
+
+static void
+TsdgFillSearchQuery(TsdgRequestSlot *slot, void *arg)
+{
+	memcpy(TsdgSlotQuery(slot), arg, sizeof(float) * slot->args.search.dims);
 }
 
 bool
 TsdgWorkerSearch(Relation index, const TsdgMetaPageData *meta, const float *query,
 				 int max_results, int ef, int lambda_limit, TsdgWorkerResults *results)
 {
-	TsdgIndexKey key;
+	const TsdgSearchRequest request = {
+		.kind = TSDG_REQUEST_SEARCH,
+		.k = max_results,
+		.ef = ef,
+		.lambda_limit = lambda_limit,
+		.nq = 1,
+		.until_answered = false,
+		.fill = TsdgFillSearchQuery,
+		.arg = unconstify(float *, query),
+	};
+	TsdgRequestSlot *slot;
+	TimestampTz submitted_at;
 
 	if (meta->dims > TSDG_SLOT_MAX_DIMS || max_results > TSDG_SLOT_MAX_RESULTS ||
 		meta->node_count == 0 || !TsdgWorkerTakesRequest() ||
 		!TsdgWorkerComputes((TsdgMetric) meta->metric, true) ||
 		!TsdgWorkerTakesWidth(ef, max_results, false))
 		return false;
-	TsdgIndexKeyOf(index, meta, &key);
+	slot = TsdgSendSearch(index, meta, &request, &submitted_at);
+	if (slot == NULL)
+		return false;
 
-	for (int attempt = 0; attempt < 2; attempt++)
-	{
-		TsdgRequestSlot *slot;
-		uint64		request_id;
-		bool		answered;
-		TimestampTz submitted_at;
-		int64		pending_rows = TsdgPendingForWorker(index, meta, &key);
-
-		slot = TsdgIpcBeginRequest(TSDG_REQUEST_SEARCH);
-		TsdgSetSearchArgs(&slot->args.search, &key, meta->dims, max_results, ef, lambda_limit, 1,
-						  meta, pending_rows);
-		memcpy(TsdgSlotQuery(slot), query, sizeof(float) * meta->dims);
-		submitted_at = GetCurrentTimestamp();
-		request_id = TsdgIpcSubmit(slot);
-		answered = TsdgIpcWait(slot, request_id, tsdg_worker_timeout_ms, TsdgBusyWorkerPoll, NULL);
-
-		if (answered && slot->reply == TSDG_REPLY_OK)
-		{
-			results->count = slot->result_count;
-			memcpy(results->dists, TsdgSlotResultDists(slot), sizeof(float) * results->count);
-			memcpy(results->ids, TsdgSlotResultIds(slot, max_results),
-				   sizeof(uint32) * results->count);
-			memcpy(results->tids, TsdgSlotResultTids(slot, max_results),
-				   sizeof(ItemPointerData) * results->count);
-			results->pending_searched = slot->pending_searched;
-			results->pending_bound = slot->pending_bound;
-			/* where a query's round trip goes: log_min_messages = debug1 to see it */
-			ereport(DEBUG1,
-					(errmsg_internal("tsdg worker search: %lld us to the worker, %lld us on it, %lld us back",
-									 (long long) (slot->taken_at - submitted_at),
-									 (long long) (slot->answered_at - slot->taken_at),
-									 (long long) (GetCurrentTimestamp() - slot->answered_at))));
-			TsdgIpcFinish(slot);
-			return true;
-		}
-		if (!TsdgHandleReply(index, meta, &key, slot, answered, attempt == 0))
-			return false;
-	}
-	return false;
+	results->count = slot->result_count;
+	memcpy(results->dists, TsdgSlotResultDists(slot), sizeof(float) * results->count);
+	memcpy(results->ids, TsdgSlotResultIds(slot, max_results), sizeof(uint32) * results->count);
+	memcpy(results->tids, TsdgSlotResultTids(slot, max_results),
+		   sizeof(ItemPointerData) * results->count);
+	results->pending_searched = slot->pending_searched;
+	results->pending_bound = slot->pending_bound;
+	/* where a query's round trip goes: log_min_messages = debug1 to see it */
+	ereport(DEBUG1,
+			(errmsg_internal("tsdg worker search: %lld us to the worker, %lld us on it, %lld us back",
+							 (long long) (slot->taken_at - submitted_at),
+							 (long long) (slot->answered_at - slot->taken_at),
+							 (long long) (GetCurrentTimestamp() - slot->answered_at))));
+	TsdgIpcFinish(slot);
+	return true;
 }

@@ -1,6 +1,7 @@
 /*
  * What the files of the GPU server process share (tsdggpuserver.c and the
- * files of its requests: tsdgservercache.c, tsdgserversearch.c,
+ * files of its requests: tsdgservercache.c, tsdgserverload.c,
+ * tsdgserverunreached.c, tsdgserversearch.c, tsdgserverbatch.c,
  * tsdgserverbuild.c, tsdgservermerge.c): a request taken from its slot, the
  * mapping of its segment, the resident indexes. Nothing here runs in a
  * session.
@@ -160,14 +161,18 @@ extern void *TsdgCopyOut(const void *src, Size bytes);
 extern void TsdgDropOlderGraphs(const ResidentIndex *r);
 extern void TsdgEvictAll(const char *why);
 extern ResidentIndex *TsdgFindResident(const TsdgIndexKey *key);
+extern ResidentIndex *TsdgLeastRecentlyUsed(void);
+extern void TsdgPinListsOf(const TsdgIndexKey *key);
+extern void TsdgServePendingRows(TakenRequest *t);
+
+/* tsdgserverload.c */
+extern bool TsdgPromiseLoad(const TsdgIndexKey *key);
+extern void TsdgServeLoad(TakenRequest *t);
+
+/* tsdgserverunreached.c */
 extern bool TsdgFindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check,
 							  uint8 *repair_changed, const uint32 *known, int64 known_count,
 							  TsdgError *error);
-extern ResidentIndex *TsdgLeastRecentlyUsed(void);
-extern void TsdgPinListsOf(const TsdgIndexKey *key);
-extern bool TsdgPromiseLoad(const TsdgIndexKey *key);
-extern void TsdgServeLoad(TakenRequest *t);
-extern void TsdgServePendingRows(TakenRequest *t);
 
 /* tsdgserversearch.c */
 /* the nq queries' exact nearest unreached rows of r (uk each, positions into r->unreached), palloc'd */

@@ -1,11 +1,10 @@
 /*
  * The GPU server's resident indexes (runs in the GPU server process): the
  * graphs it holds on the device and in host memory, keyed by the metapage
- * they came from, their memory bound and least-recently-used eviction, the
- * promises that let one session ship a missing index while the others search
- * on the CPU, the loads of shipped index images, the copies of the indexes'
- * pending rows, and the newest rows a graph's searches do not reach, which
- * every search scores exactly.
+ * they came from, their memory bound and least-recently-used eviction, and
+ * the copies of the indexes' pending rows. The loads of shipped index images
+ * are in tsdgserverload.c, the newest rows a graph's searches do not reach in
+ * tsdgserverunreached.c.
  */
 #include "postgres.h"
 
@@ -15,18 +14,7 @@
 
 #include "tsdggpuserver.h"
 
-/* a load promised to a session expires if it never arrives */
-#define TSDG_LOAD_PROMISE_US	(60 * 1000000L)
-#define TSDG_MAX_PROMISES		16
-
-typedef struct LoadPromise
-{
-	TsdgIndexKey key;
-	TimestampTz promised_at;
-} LoadPromise;
-
 static ResidentIndex residents[TSDG_MAX_RESIDENT_INDEXES];
-static LoadPromise promises[TSDG_MAX_PROMISES];
 
 /* ---- the resident indexes ---- */
 
@@ -405,153 +393,6 @@ TsdgDropOlderGraphs(const ResidentIndex *r)
 		PublishResidents();
 }
 
-/* ---- load promises: one session ships a missing index, the others use the CPU ---- */
-
-bool
-TsdgPromiseLoad(const TsdgIndexKey *key)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	LoadPromise *free_promise = NULL;
-
-	for (int i = 0; i < TSDG_MAX_PROMISES; i++)
-	{
-		LoadPromise *p = &promises[i];
-
-		if (p->promised_at != 0 && now - p->promised_at > TSDG_LOAD_PROMISE_US)
-			p->promised_at = 0;
-		if (p->promised_at != 0 && TsdgIndexKeysEqual(&p->key, key))
-			return false;
-		if (p->promised_at == 0 && free_promise == NULL)
-			free_promise = p;
-	}
-	if (free_promise == NULL)
-		return false;
-	free_promise->key = *key;
-	free_promise->promised_at = now;
-	return true;
-}
-
-static void
-ForgetPromise(const TsdgIndexKey *key)
-{
-	for (int i = 0; i < TSDG_MAX_PROMISES; i++)
-		if (promises[i].promised_at != 0 && TsdgIndexKeysEqual(&promises[i].key, key))
-			promises[i].promised_at = 0;
-}
-
-/*
- * ids (count rows of [first, n), ascending, with room for known_count more)
- * joined by the rows of known below first and below n, ascending without
- * duplicates; returns their count.
- */
-static int64
-TsdgMergeKnownRows(uint32 *ids, int64 count, int64 first, const uint32 *known, int64 known_count, int64 n)
-{
-	int64		kept = count;
-
-	for (int64 i = 0; i < known_count; i++)
-		if (known[i] < first && known[i] < n)
-			ids[kept++] = known[i];
-	qsort(ids, kept, sizeof(uint32), TsdgCompareNodeIds);
-	count = 0;
-	for (int64 i = 0; i < kept; i++)
-		if (count == 0 || ids[count - 1] != ids[i])
-			ids[count++] = ids[i];
-	return count;
-}
-
-/*
- * The rows [n - check->rows, n) of r, a merge's batch, that its searches
- * at the check's ef do not reach: kept with r and scored exactly for every
- * search (MergeUnreachedIds, MergeUnreachedTids), so that a row just merged
- * is always found. With repair_changed (the merge's changed flags, whose
- * graph r holds), the graph is first repaired for them and for the old rows
- * the merge marked TSDG_CHANGED_RECHECK, which are checked too
- * (tsdg_index_unreached_rows_repaired): the lists it changes are marked
- * TSDG_CHANGED_REPAIR there, for the session to write again, even when it
- * fails. Without it, the rows of known (known_count of them, any order: the
- * rows an earlier merge left unreached, which the metapage lists) are kept
- * as well. False, with none kept, when they could not be found.
- */
-bool
-TsdgFindUnreached(ResidentIndex *r, const TsdgUnreachedCheck *check, uint8 *repair_changed,
-				  const uint32 *known, int64 known_count, TsdgError *error)
-{
-	int64		first = r->n - Min(check->rows, r->n);
-	int64		count = 0;
-	int64		found = 0;
-	int64		lists_repaired = 0;
-	uint32	   *ids;
-	TimestampTz start = GetCurrentTimestamp();
-	int64		rechecked = 0;
-
-	for (int64 u = 0; repair_changed != NULL && u < first; u++)
-		rechecked += (repair_changed[u] & TSDG_CHANGED_RECHECK) != 0;
-	if (first == r->n && rechecked == 0 && known_count == 0)
-		return true;
-	/* a repair may also report old rows: room for every row */
-	ids = malloc(sizeof(uint32) * (repair_changed == NULL ? r->n - first + known_count : r->n));
-	if (ids == NULL)
-	{
-		strlcpy(error->message, "out of host memory", sizeof(error->message));
-		return false;
-	}
-	if ((repair_changed == NULL ?
-		 tsdg_index_unreached_rows(r->index, first, check->ef, check->lambda_limit, ids,
-								   r->n - first, &count, error) :
-		 tsdg_index_unreached_rows_repaired(r->index, r->rows, r->neighbors, r->lambdas, r->degree,
-											r->metric, first, check->ef, check->lambda_limit, ids,
-											r->n, &count, &found, repair_changed,
-											&lists_repaired, error)) != TSDG_OK)
-	{
-		free(ids);
-		return false;
-	}
-	if (repair_changed == NULL && known_count > 0)
-		count = TsdgMergeKnownRows(ids, count, first, known, known_count, r->n);
-	if (count > 0)
-	{
-		float	   *rows = malloc(sizeof(float) * r->dims * count);
-		bool		kept = false;
-
-		if (rows == NULL)
-			strlcpy(error->message, "out of host memory", sizeof(error->message));
-		else
-		{
-			for (int64 i = 0; i < count; i++)
-				memcpy(rows + i * r->dims, r->rows + (Size) ids[i] * r->dims,
-					   sizeof(float) * r->dims);
-			r->unreached_set = tsdg_exact_set_create(TsdgDeviceBackend, r->dims, r->metric, error);
-			kept = r->unreached_set != NULL &&
-				tsdg_exact_set_append(r->unreached_set, rows, count, error) == TSDG_OK;
-			free(rows);
-		}
-		if (!kept)
-		{
-			if (r->unreached_set != NULL)
-				tsdg_exact_set_free(r->unreached_set);
-			r->unreached_set = NULL;
-			free(ids);
-			return false;
-		}
-	}
-	r->unreached = ids;
-	r->unreached_count = count;
-	if (repair_changed != NULL)
-		ereport(LOG,
-				(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows and of %lld older ones that lost an edge into them of index %u/%u version " UINT64_FORMAT " are not reached by the walk for their own vector at ef %d (the large-batch kernel's, or the CPU's); %lld lists given an edge into those and the rows a walk at ef %d misses, then %lld not reached by a search, searched exactly (%.3f s)",
-						(long long) found, (long long) (r->n - first), (long long) rechecked, r->key.database,
-						r->key.relfilenode, r->key.graph_version, check->ef,
-						(long long) lists_repaired, Min(check->ef, TSDG_REPAIR_NARROW_EF),
-						(long long) count, TsdgSecondsSince(start))));
-	else
-		ereport(LOG,
-				(errmsg("pg_tsdg GPU worker: %lld of the last %lld rows of index %u/%u version " UINT64_FORMAT " are not reached by a search for their own vector at ef %d, searched exactly (%.3f s)",
-						(long long) count, (long long) (r->n - first), r->key.database,
-						r->key.relfilenode, r->key.graph_version, check->ef, TsdgSecondsSince(start))));
-	return true;
-}
-
 /* ---- pending rows ---- */
 
 /*
@@ -664,103 +505,6 @@ TsdgServePendingRows(TakenRequest *t)
 	}
 	TsdgUnmapBulk(&map);
 	PublishResidents();
-	TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status),
-				  status == TSDG_OK ? NULL : error.message);
-}
-
-/* ---- loads ---- */
-
-/*
- * The rows an index image marks TSDG_IMAGE_UNREACHED (flags may be NULL),
- * malloc'd, their count in *count; NULL when there are none (or no memory:
- * the load's own check then stands alone).
- */
-static uint32 *
-TsdgImageUnreached(const uint8 *flags, int64 n, int64 *count)
-{
-	uint32	   *rows;
-
-	*count = 0;
-	for (int64 i = 0; flags != NULL && i < n; i++)
-		*count += (flags[i] & TSDG_IMAGE_UNREACHED) != 0;
-	rows = *count > 0 ? malloc(sizeof(uint32) * *count) : NULL;
-	if (rows == NULL)
-	{
-		*count = 0;
-		return NULL;
-	}
-	*count = 0;
-	for (int64 i = 0; i < n; i++)
-		if (flags[i] & TSDG_IMAGE_UNREACHED)
-			rows[(*count)++] = (uint32) i;
-	return rows;
-}
-
-void
-TsdgServeLoad(TakenRequest *t)
-{
-	const TsdgLoadArgs *args = &t->copy.args.load;
-	BulkMapping map;
-	TsdgBulkHeader *header;
-	ResidentGraph graph = {0};
-	TsdgError	error;
-	TsdgStatus	status;
-	uint32	   *known;
-	int64		known_count;
-
-	t->done = true;
-	ForgetPromise(&args->key);
-	if (TsdgFindResident(&args->key) != NULL)
-	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, NULL);
-		return;
-	}
-	if (!TsdgMapBulk(&t->copy, &map))
-	{
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
-					  "the GPU worker could not map the index image's shared memory segment");
-		return;
-	}
-	header = (TsdgBulkHeader *) map.address;
-	if (!TsdgGraphSizesValid(args->n, args->dims, args->degree, 0) ||
-		!TsdgBulkHasArray(&map, header->rows, args->n * args->dims, sizeof(float), false) ||
-		!TsdgBulkHasArray(&map, header->neighbors, args->n * args->degree, sizeof(uint32), false) ||
-		!TsdgBulkHasArray(&map, header->lambdas, args->n * args->degree, sizeof(uint8), false) ||
-		!TsdgBulkHasArray(&map, header->tids, args->n, sizeof(ItemPointerData), false) ||
-		!TsdgBulkHasArray(&map, header->flags, args->n, sizeof(uint8), true))
-	{
-		TsdgUnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
-					  "the index image's sizes do not fit its shared memory segment");
-		return;
-	}
-	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
-	graph.rows = TsdgBulkArray(map.address, header->rows);
-	graph.n = args->n;
-	graph.dims = args->dims;
-	graph.metric = args->metric;
-	graph.degree = args->degree;
-	graph.neighbors = TsdgBulkArray(map.address, header->neighbors);
-	graph.lambdas = TsdgBulkArray(map.address, header->lambdas);
-	graph.tids = TsdgBulkArray(map.address, header->tids);
-	graph.flags = TsdgBulkArray(map.address, header->flags);
-	known = TsdgImageUnreached(graph.flags, args->n, &known_count);
-	status = TsdgAddResident(&args->key, &graph, NULL, &map, &error);
-	if (status == TSDG_OK &&
-		!TsdgFindUnreached(TsdgFindResident(&args->key), &args->check, NULL, known, known_count, &error))
-		ereport(LOG,
-				(errmsg("pg_tsdg GPU worker: could not check which of the newest rows of index %u/%u its searches reach, some may not be found: %s",
-						args->key.database, args->key.relfilenode, error.message)));
-	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
-	TsdgUnmapBulk(&map);
-	free(known);
-	if (status == TSDG_OK)
-		pg_atomic_fetch_add_u64(&TsdgShared->loads, 1);
-	else
-		ereport(LOG,
-				(errmsg("pg_tsdg GPU worker: could not load index %u/%u version " UINT64_FORMAT ": %s",
-						args->key.database, args->key.relfilenode, args->key.graph_version,
-						error.message)));
 	TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status),
 				  status == TSDG_OK ? NULL : error.message);
 }
