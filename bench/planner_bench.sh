@@ -3,8 +3,9 @@
 # times of both plans: for each tsdg.ef_search, the plan EXPLAIN picks, the
 # index scan's time (sequential scan off) and the sequential scan's time
 # (index scans off), each the backend's CPU time a query (getrusage of the
-# backend, read from /proc around a loop of QUERIES queries in one session),
-# so that other work on a shared machine changes them little.
+# backend, read from /proc around passes over the QUERIES queries in one
+# session, about a second of them), so that other work on a shared machine
+# changes them little.
 #
 # usage: bench/planner_bench.sh ROWS.tsv QUERIES.tsv [EF...]
 #   ROWS.tsv, QUERIES.tsv: "id<TAB>[x1,...]" lines (bench/mnist_data.sh writes
@@ -45,19 +46,26 @@ TIMED = """
 SELECT pg_prewarm('items'), pg_prewarm('items_v'), pg_prewarm('pg_toast.' || (
   SELECT c2.relname FROM pg_class c JOIN pg_class c2 ON c2.oid = c.reltoastrelid WHERE c.relname = 'items'))
   WHERE EXISTS (SELECT 1 FROM pg_class WHERE relname = 'items' AND reltoastrelid <> 0);
-CREATE TEMP TABLE ticks (at text, value bigint);
+CREATE TEMP TABLE result (ms float8);
 CREATE FUNCTION pg_temp.ticks() RETURNS bigint LANGUAGE sql AS $$
   SELECT (split_part(s, ' ', 13))::bigint + (split_part(s, ' ', 14))::bigint
   FROM (SELECT regexp_replace(pg_read_file('/proc/' || pg_backend_pid() || '/stat'), '^.*\\) ', 'x ') s) x $$;
+-- with enable_seqscan off, the loop's own read of the queries is priced past
+-- jit_above_cost: compiling it each loop would count as the index's time
+SET jit = off;
 %s
-DO $$ DECLARE q vector; BEGIN
+-- a first pass warms the caches and times one pass; then as many passes as
+-- take about a second, since the clock ticks 100 times a second
+DO $$ DECLARE q vector; started timestamptz := clock_timestamp(); passes int; ticks bigint; BEGIN
   FOR q IN SELECT v FROM queries LOOP PERFORM id FROM items ORDER BY v <-> q LIMIT 10; END LOOP;
+  passes := least(1000, ceil(1.0 / greatest(extract(epoch FROM clock_timestamp() - started), 0.001)));
+  ticks := pg_temp.ticks();
+  FOR pass IN 1..passes LOOP
+    FOR q IN SELECT v FROM queries LOOP PERFORM id FROM items ORDER BY v <-> q LIMIT 10; END LOOP;
+  END LOOP;
+  INSERT INTO result SELECT (pg_temp.ticks() - ticks) * 1000.0 / 100 / (passes * count(*)) FROM queries;
 END $$;
-INSERT INTO ticks VALUES ('before', pg_temp.ticks());
-DO $$ DECLARE q vector; BEGIN
-  FOR q IN SELECT v FROM queries LOOP PERFORM id FROM items ORDER BY v <-> q LIMIT 10; END LOOP;
-END $$;
-SELECT (pg_temp.ticks() - (SELECT value FROM ticks)) * 1000.0 / 100 / (SELECT count(*) FROM queries);
+SELECT ms FROM result;
 """
 
 def ms_a_query(settings):
@@ -82,5 +90,5 @@ for ef in ef_values:
     index = ms_a_query("SET enable_seqscan = off; SET tsdg.ef_search = %d;" % ef)
     chosen = plan(ef)
     faster = "index" if index < seq else "seq scan"
-    print("| %d | %s | %.2f | %.2f | %s |" % (ef, chosen, index, seq, faster), flush=True)
+    print("| %d | %s | %.3f | %.3f | %s |" % (ef, chosen, index, seq, faster), flush=True)
 PY

@@ -16,13 +16,18 @@
  *
  * A graph search with ef candidates scores a few times ef nodes, plus a
  * number that grows with the logarithm of the rows (the walk from the entry
- * points) and the navigating set, which grows with the rows, each read with
- * the list beside it; all of that happens before the
- * first row comes back. A filter above the scan makes it return more rows
- * than the LIMIT, widening the search: the total cost, of returning every
- * row, makes the planner charge that share. Without a LIMIT it is the cost of
- * an ordered walk of the whole graph, more than a sort of the table, so such
- * a query does not use the index.
+ * points) and the navigating set, which grows with the rows; all of that
+ * happens before the first row comes back. On a small table those walks
+ * keep meeting nodes already scored, so the nodes scored fall short of that
+ * sum and reach the row count only slowly. A scored node costs more than a
+ * row of the sequential scan: its page is found and pinned, its row is read
+ * from wherever the graph leads rather than in order, and it is placed in
+ * the candidate pool, which is kept sorted and so costs in proportion to ef.
+ * A filter above the scan makes it return more rows than the LIMIT,
+ * widening the search: the total cost, of returning every row, makes the
+ * planner charge that share. Without a LIMIT it is the cost of an ordered
+ * walk of the whole graph, more than a sort of the table, so such a query
+ * does not use the index.
  */
 #include "postgres.h"
 
@@ -42,23 +47,34 @@
 
 /*
  * The work of a row or node besides its distance, in components: a scanned
- * row's (a tuple deformed, a distance called) is small; a visited node's
- * (a page locked twice, the visited set, the candidate queue) is several
- * times it. A vector stored out of line costs a sequential scan about one
- * more component's work per component, to gather it from its TOAST pages;
- * the index reads its own copy in place.
+ * row's (a tuple deformed, a distance called, its place in the top-N sort)
+ * is a few hundred; a scored node's (its page found and pinned, a row read
+ * out of order, the visited set) nearly twice that, and its place in the
+ * candidate pool a little more per candidate of ef. A vector stored out of
+ * line costs a sequential scan many times its components' work again, to
+ * find and gather its TOAST chunks; the index reads its own copy in place.
  */
-#define TSDG_SEQ_ROW_WORK		100.0
-#define TSDG_VISIT_WORK			400.0
-#define TSDG_OUT_OF_LINE_WORK	1.0
+#define TSDG_SEQ_ROW_WORK		420.0
+#define TSDG_VISIT_WORK			710.0
+#define TSDG_VISIT_POOL_WORK	0.7
+#define TSDG_OUT_OF_LINE_WORK	13.0
 
 /* nodes scored per candidate of ef, and per doubling of the rows to reach them */
-#define TSDG_VISITS_PER_EF		5.0
+#define TSDG_VISITS_PER_EF		4.0
 #define TSDG_VISITS_PER_LEVEL	20.0
+/*
+ * scored nodes' work per row of an ordered walk of the whole graph: its
+ * sorted pool grows as wide as the rows returned, each round that widens it
+ * sorts the candidates that left it, and the rows the graph does not give
+ * are scored once more at the end
+ */
+#define TSDG_WALK_VISITS_PER_ROW	16.0
 
 /*
  * nodes a search with ef candidates scores in a graph of nodes nodes, the
- * navigating set (tsdg_navigating_set) included
+ * navigating set (tsdg_navigating_set) included: of the nodes its walks
+ * would score in a graph without end, as many distinct ones as that many
+ * draws from nodes give
  */
 static double
 TsdgVisitedNodes(double ef, double nodes)
@@ -66,7 +82,8 @@ TsdgVisitedNodes(double ef, double nodes)
 	double		entries = TSDG_MAX_ENTRY_POINTS + (double) tsdg_strided_entry_count((int64) nodes);
 	double		visits = TSDG_VISITS_PER_EF * ef + TSDG_VISITS_PER_LEVEL * log2(Max(nodes, 2.0)) + entries;
 
-	return Min(visits, Max(nodes, 1.0));
+	nodes = Max(nodes, 1.0);
+	return nodes * -expm1(-visits / nodes);
 }
 
 /*
@@ -145,10 +162,11 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	scale = TsdgSeqPlanCost(root, rel, selectivity) / Max(seq_work, 1.0);
 
 	/* the first round, and the pending rows every scan scores exactly */
-	startup_work = TsdgVisitedNodes(tsdg_ef_search, nodes) * (TSDG_VISIT_WORK + dims) +
+	startup_work = TsdgVisitedNodes(tsdg_ef_search, nodes) *
+		(TSDG_VISIT_WORK + dims + TSDG_VISIT_POOL_WORK * tsdg_ef_search) +
 		pending * (TSDG_SEQ_ROW_WORK + dims);
-	/* every row, by widened rounds: a few visits per row returned */
-	total_work = startup_work + TSDG_VISITS_PER_EF * nodes * (TSDG_VISIT_WORK + dims);
+	/* every row, by widened rounds */
+	total_work = startup_work + TSDG_WALK_VISITS_PER_ROW * nodes * (TSDG_VISIT_WORK + dims);
 
 	*indexStartupCost = startup_work * scale;
 	*indexTotalCost = total_work * scale;

@@ -2,7 +2,8 @@
 -- work than a sequential scan and a sort, at every ef_search, including wide
 -- vectors stored out of line (TOAST) and small tables; a sequential scan where
 -- a filter leaves few rows, where ef_search asks the search to score most of a
--- table of narrow vectors, and for an ordered scan of the whole table.
+-- small table or of a table of narrow vectors, and for an ordered scan of the
+-- whole table.
 SET client_min_messages = warning;
 
 -- wide vectors, stored out of line: 2,500 rows of 1,536 dimensions
@@ -46,5 +47,19 @@ SELECT ef, plan_of('SELECT id FROM pnarrow WHERE cat = 3 ORDER BY v <-> ''[0,1,0
 FROM unnest(ARRAY[10, 100]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
 RESET tsdg.ef_search;
 
-DROP TABLE pwide, pnarrow;
+-- a small table: 2,000 rows of 64 dimensions, which a sequential scan reads
+-- cheaply; the search's navigating set and walks score a small part of it at
+-- low ef_search, most of it at high ef_search
+CREATE TABLE psmall (id int, v vector(64));
+INSERT INTO psmall SELECT i,
+	(SELECT array_agg(sin(i * 0.91 + j * (1 + i % 5)))::real[] FROM generate_series(1, 64) j)::vector
+	FROM generate_series(1, 2000) i;
+CREATE INDEX psmall_v ON psmall USING tsdg (v vector_l2_ops);
+ANALYZE psmall;
+SELECT v AS qsmall FROM psmall WHERE id = 11 \gset
+SELECT ef, plan_of('SELECT id FROM psmall ORDER BY v <-> ' || quote_literal(:'qsmall') || ' LIMIT 10') AS plan
+FROM unnest(ARRAY[10, 40, 100, 400, 1000]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+RESET tsdg.ef_search;
+
+DROP TABLE pwide, pnarrow, psmall;
 DROP FUNCTION plan_of(text);
