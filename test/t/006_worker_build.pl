@@ -220,12 +220,16 @@ is(self_misses('hard', 1), 0, 'hard: every row finds itself (built on the worker
 
 # 5. A build in parts given up: the session cancelled while the worker works
 # on it (the worker stops and lives on), and the worker killed during it
-# (the session builds on the CPU from its temporary files).
+# (the session builds on the CPU from its temporary files). The cancelled
+# build asks for GNND's largest lists and samples, whose joins take the CPU
+# backend many seconds however fast the machine, so that the timeout finds
+# the worker at work.
 $node->safe_psql('postgres', 'DROP INDEX hard_idx');
 my $pid = worker_status($node, 'worker_pid');
 $from = -s $node->logfile;
 my ($ret, $stdout, $stderr) = $node->psql('postgres',
-	"SET maintenance_work_mem = '1MB'; SET statement_timeout = '1s'; CREATE INDEX hard_idx ON hard USING tsdg (v vector_l2_ops)");
+	"SET maintenance_work_mem = '1MB'; SET statement_timeout = '1s'; "
+	  . "CREATE INDEX hard_idx ON hard USING tsdg (v vector_l2_ops) WITH (build_k = 256, samples = 128)");
 if ($ret != 0)
 {
 	like($stderr, qr/canceling statement due to statement timeout/, 'the build in parts is cancelled');
