@@ -162,8 +162,11 @@ for my $preload (1, 0)
 
 	$node->safe_psql('app',
 		'CREATE INDEX embedding_idx ON langchain_pg_embedding USING tsdg (embedding vector_cosine_ops)');
+	# The 4 nearest by their distances, to 6 places: two rows whose distances
+	# differ past that are a tie, which the index, ordering by float sums, and
+	# the operator, summing in double, may break either way.
 	my $search = q{
-		SELECT string_agg(id, ',' ORDER BY distance, id) FROM queries q, LATERAL (
+		SELECT string_agg(round(distance::numeric, 6)::text, ',' ORDER BY distance) FROM queries q, LATERAL (
 			SELECT id, embedding <=> q.v AS distance FROM langchain_pg_embedding
 			WHERE collection_id = '00000000-0000-0000-0000-000000000001'
 			ORDER BY distance LIMIT 4) AS s
