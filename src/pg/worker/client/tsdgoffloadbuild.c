@@ -205,7 +205,7 @@ TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
 		TsdgCountFallback();
 		ereport(WARNING,
 				(errmsg("tsdg index build falls back to the CPU: %s",
-						reply == TSDG_REPLY_OUT_OF_MEMORY ? "the GPU is out of memory" :
+						reply == TSDG_REPLY_OUT_OF_MEMORY ? "the GPU worker is out of memory" :
 						"the GPU worker could not build the graph"),
 				 errdetail("%s", error->message)));
 		return false;

@@ -310,7 +310,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 				(errmsg("tsdg merge of index \"%s\" falls back to the CPU: %s",
 						RelationGetRelationName(index),
 						!answered ? "the GPU worker stopped during the merge" :
-						reply == TSDG_REPLY_OUT_OF_MEMORY ? "the GPU is out of memory" :
+						reply == TSDG_REPLY_OUT_OF_MEMORY ? "the GPU worker is out of memory" :
 						"the GPU worker could not merge the graph"),
 				 errdetail("%s", message)));
 		return TSDG_WORKER_DECLINED;
