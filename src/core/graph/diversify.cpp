@@ -264,7 +264,7 @@ ExactSearch cpu_exact_search(Metric metric, const RunControl& control) {
 TsdgGraph diversify_tsdg(MatrixView data, Metric metric, const KnnGraph& knn,
                          const DiversifyParams& params, const RunControl& control) {
   validate(data, knn, params);
-  if (params.pivot_candidates > 0 || params.random_candidates > 0) {
+  if (has_long_range_candidates(params)) {
     DiversifyParams widened = params;
     widened.pivot_candidates = 0;
     widened.random_candidates = 0;
@@ -330,7 +330,7 @@ TsdgGraph diversify_tsdg_incremental(MatrixView data, Metric metric, const KnnGr
     throw Error(Status::InvalidArgument,
                 "diversify: the old graph or the changed flags do not match the rows");
   }
-  if (params.pivot_candidates > 0 || params.random_candidates > 0) {
+  if (has_long_range_candidates(params)) {
     // Only the rebuilt lists take pivots: the other rows keep the long edges
     // their stored lists hold.
     std::vector<uint32_t> rebuilt;

@@ -26,6 +26,11 @@ using ExactSearch = std::function<void(MatrixView base, MatrixView queries, int 
 // The pivots of a set of rows: every stride-th id, from 0.
 std::vector<uint32_t> pivot_rows(int64_t rows, int64_t stride);
 
+// Whether the lists get long-range candidates at all.
+inline bool has_long_range_candidates(const DiversifyParams& params) {
+  return params.pivot_candidates > 0 || params.random_candidates > 0;
+}
+
 // The stride of the pivots of rows rows: pivot_stride or, where that would
 // give more than max_pivots pivots, rows / max_pivots rounded up; 0 where
 // there are none (no pivot candidates asked, or the stride reaches the rows).

@@ -6,21 +6,18 @@
 #include "gnnd_workspace.h"
 #include "gpu_algorithms.h"
 #include "knn_lists.cuh"
+#include "long_range.h"
 #include "phase_trace.h"
 
 namespace tsdg::cuda {
 namespace {
 
-bool has_long_range(const DiversifyParams& params) {
-  return params.pivot_candidates > 0 || params.random_candidates > 0;
-}
-
 // The rows, GNND's workspace, the widened lists and what diversification
 // adds to lists of that width (pruned lists, reverse edges), all at once.
 size_t build_bytes(MatrixView data, int k, int samples, const DiversifyParams& diversify) {
   const size_t n = static_cast<size_t>(data.rows);
-  const size_t width = has_long_range(diversify) ? kMaxDiversifyList : k;
-  const size_t widened = has_long_range(diversify) ? n * (width + diversify.pivot_candidates + 1) * 8 : 0;
+  const size_t width = has_long_range_candidates(diversify) ? kMaxDiversifyList : k;
+  const size_t widened = has_long_range_candidates(diversify) ? n * (width + diversify.pivot_candidates + 1) * 8 : 0;
   return n * data.dim * sizeof(float) + GnndWorkspace::bytes_needed(data.rows, k, samples) + widened +
          n * width * (16 + 16) + n * 24;
 }
@@ -56,7 +53,7 @@ TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, c
   ws.new_samples.release();
   ws.old_samples.release();
   control.set_phase(Phase::Diversify);
-  if (!has_long_range(diversify_params)) {
+  if (!has_long_range_candidates(diversify_params)) {
     return diversify_resident(ctx, data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), gnnd.k,
                               diversify_params, control);
   }

@@ -157,7 +157,7 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
 
   wait_for_old_rows(in);  // the component linking reads them on the host
   const GraphSpan search{out.neighbors, out.lambdas, n, diversify.degree};
-  if (diversify.pivot_candidates == 0 && diversify.random_candidates == 0) {
+  if (!has_long_range_candidates(diversify)) {
     diversify_resident_into(ctx, in.data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), k, diversify,
                             control, search, out.relinked, [&] { knn_to_host.get(); });
   } else {

@@ -11,6 +11,7 @@
 #include "device_memory.h"
 #include "exact_set.h"
 #include "gpu_algorithms.h"
+#include "long_range.h"
 #include "search_index.h"
 
 namespace tsdg::cuda {
@@ -72,7 +73,7 @@ class CudaBackend final : public Backend {
                       const DiversifyParams& params, const RunControl& control) override {
     std::lock_guard<std::mutex> guard(mutex_);
     activate();
-    if (params.pivot_candidates == 0 && params.random_candidates == 0) {
+    if (!has_long_range_candidates(params)) {
       return cuda::diversify(*ctx_, data, metric, knn, params, control);
     }
     // The same candidates as the CPU's diversify_tsdg, found on the device.
