@@ -269,4 +269,31 @@ is(self_misses('hard', 1), 0, 'hard: every row finds itself (the worker killed d
 ok($node->poll_query_until('postgres', "SELECT state = 'ready' FROM tsdg_gpu_status()"),
 	'the worker is ready again after the kill');
 
+# 6. A build that starts while the worker is busy with another waits for it
+# rather than building on the CPU in the session: the worker finishes both
+# sooner. The first build asks for GNND's largest lists, so that the CPU
+# backend is still at it when the second starts.
+$node->safe_psql('postgres', 'DROP INDEX hard_idx');
+($build_out, $build_err) = ('', '');
+$build = IPC::Run::start(
+	[
+		'psql', '-X', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c',
+		'CREATE INDEX hard_idx ON hard USING tsdg (v vector_l2_ops) WITH (build_k = 256, samples = 128)'
+	],
+	'>', \$build_out, '2>', \$build_err);
+$busy_pid = '';
+for (1 .. 2000)
+{
+	$busy_pid = $node->safe_psql('postgres', "SELECT worker_pid FROM tsdg_gpu_status() WHERE state = 'busy'");
+	last if $busy_pid ne '';
+	usleep(5_000);
+}
+isnt($busy_pid, '', 'the worker is busy with the first build');
+$from = -s $node->logfile;
+$node->safe_psql('postgres', 'CREATE INDEX waited_idx ON grown USING tsdg (v vector_l2_ops)');
+like(log_since($from), qr/tsdg index "waited_idx" built on the GPU worker/,
+	'the second build waited for the worker and was built there');
+ok($build->finish, "the first build completes: $build_err");
+is(self_misses('grown', 0), 0, 'grown: every row finds itself (waited_idx)');
+
 done_testing();

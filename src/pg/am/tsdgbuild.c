@@ -379,7 +379,7 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 						TsdgMetricName(bs->metric)),
 				 errhint("SET tsdg.device = auto or cpu to build on the CPU.")));
 
-	if (bs->in_parts && TsdgWorkerUsable())
+	if (bs->in_parts && TsdgWorkerAwaitRequest())
 	{
 		TsdgLocalBuildArrays local = {bs->rows, bs->tids, neighbors, lambdas, bs->knn_ids};
 
@@ -557,7 +557,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		TsdgCheckDimensions(index, bs.dims);
 	bs.memory_limit = (Size) maintenance_work_mem * 1024;
 	/* the rows go straight into the segment the worker reads, when it may build */
-	bs.use_segment = TsdgWorkerUsable() && TsdgWorkerComputes(bs.metric, true);
+	bs.use_segment = TsdgWorkerAwaitRequest() && TsdgWorkerComputes(bs.metric, true);
 
 	/* block 0 first, so the row pages start at block 1; filled in at the end */
 	metabuf = TsdgNewBuffer(index, MAIN_FORKNUM);

@@ -432,7 +432,7 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	 * would need them here, or the rows past the stored k-NN lists are part
 	 * of the batch.
 	 */
-	on_worker = TsdgWorkerUsable() && TsdgWorkerComputes(metric, true);
+	on_worker = TsdgWorkerAwaitRequest() && TsdgWorkerComputes(metric, true);
 	if (meta->deleted_count == 0 && g.nodes > 0 && meta->row_extent_count < TSDG_MAX_ROW_EXTENTS &&
 		on_worker)
 		copy = TsdgWorkerCopyOf(m->index, meta);

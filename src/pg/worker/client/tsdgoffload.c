@@ -15,10 +15,15 @@
 #include "miscadmin.h"
 #include "storage/backendid.h"
 #include "storage/dsm.h"
+#include "storage/latch.h"
+#include "utils/wait_event.h"
 #include "utils/rel.h"
 #include "utils/resowner.h"
 
 #include "tsdgoffload.h"
+
+/* how often a session waiting for a busy worker looks at its state again */
+#define TSDG_BUSY_POLL_MS 10
 
 static bool fallback_logged[TSDG_FALLBACK_KINDS];
 
@@ -85,6 +90,27 @@ TsdgWorkerTakesRequest(void)
 		(state == TSDG_SERVER_STOPPED && TsdgShared->server_starts > 0))
 		TsdgCountFallback();
 	return false;
+}
+
+/*
+ * TsdgWorkerTakesRequest() for a build or a merge, which first waits while
+ * the worker is busy (building another index, or loading one): the GPU
+ * finishes that and this one sooner than the session's CPU would finish this
+ * one alone. A worker that dies meanwhile leaves the busy state, so the wait
+ * ends; it takes cancels and statement_timeout.
+ */
+bool
+TsdgWorkerAwaitRequest(void)
+{
+	while (TsdgIpcIsAvailable() && tsdg_device != TSDG_DEVICE_CPU &&
+		   MyBackendId != InvalidBackendId && TsdgIpcServerState() == TSDG_SERVER_BUSY)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, TSDG_BUSY_POLL_MS,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	return TsdgWorkerTakesRequest();
 }
 
 /*

@@ -168,7 +168,7 @@ TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
 	TsdgReply	reply;
 	TimestampTz start = GetCurrentTimestamp();
 
-	if (n == 0 || bseg->seg == NULL || !TsdgWorkerTakesRequest() || !TsdgWorkerComputes(metric, false))
+	if (n == 0 || bseg->seg == NULL || !TsdgWorkerAwaitRequest() || !TsdgWorkerComputes(metric, false))
 		return false;
 	Assert(n <= bseg->capacity || bseg->parts != NULL);
 

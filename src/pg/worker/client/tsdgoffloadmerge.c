@@ -210,7 +210,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 		mseg = NULL;
 	if (n == 0 || (TsdgWorkerUsable() && !TsdgWorkerComputes(data->metric, false)))
 		return TSDG_WORKER_DECLINED;
-	if (!TsdgWorkerTakesRequest())
+	if (!TsdgWorkerAwaitRequest())
 	{
 		/* unlike CREATE INDEX, not an error: VACUUM's merge would lose VACUUM's work */
 		if (tsdg_device == TSDG_DEVICE_GPU)

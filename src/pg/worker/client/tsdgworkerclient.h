@@ -27,6 +27,11 @@ extern int	tsdg_worker_max_k;
 /* true when this session may send work to the worker now */
 extern bool TsdgWorkerUsable(void);
 /*
+ * the same for a build or a merge, after waiting while the worker is busy; a
+ * worker that cannot take it is counted as a fallback
+ */
+extern bool TsdgWorkerAwaitRequest(void);
+/*
  * true when the worker's backend computes the metric's distances (the GPU
  * has no L1). Where it does not and fallback is set, the caller does the
  * index's work on the CPU instead: counted as a fallback, said once a session.
