@@ -175,6 +175,68 @@ TEST(GpuSearch, MoreResultsThanSearchedAndOtherMetrics) {
   EXPECT_THROW(gpu_index->search(f.queries.view(), params, ids.data(), dists.data(), RunControl{}), Error);
 }
 
+Matrix scaled(const Matrix& m, float scale) {
+  Matrix out = m;
+  for (float& v : out.values) v *= scale;
+  return out;
+}
+
+// The walks read half-precision rows scaled by a power of two, and the best
+// candidates are scored again on the float rows: rows far past half
+// precision's range or below its normal numbers, and a dimension that is no
+// multiple of 8, are searched as well as rows near 1, and the results carry
+// the float rows' exact distances.
+TEST(GpuSearch, HalfPrecisionWalkAtAnyScaleAndDimension) {
+  TSDG_REQUIRE_GPU();
+  const SearchFixture& f = fixture();
+  SearchParams params;
+  params.k = 10;
+  params.ef = 64;
+  auto base = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
+  const double reference = search_recall(*base, params);
+  for (float scale : {1e-6f, 1e6f}) {
+    const Matrix data = scaled(f.data, scale);
+    const Matrix queries = scaled(f.queries, scale);
+    auto index = gpu_backend.make_search_index(data.view(), f.graph, Metric::L2);
+    for (int kernel : {1, 2}) {
+      params.gpu_kernel = kernel;
+      std::vector<uint32_t> ids(queries.rows * params.k);
+      std::vector<float> dists(ids.size());
+      index->search(queries.view(), params, ids.data(), dists.data(), cpu_control());
+      const double recall = recall_at(ids.data(), params.k, f.truth.data(), 10, queries.rows, 10);
+      EXPECT_GE(recall, reference - 0.005) << "scale " << scale << " kernel " << kernel;
+      for (size_t at = 0; at < ids.size(); ++at) {
+        ASSERT_LT(ids[at], data.rows);
+        const float exact = metric_distance(Metric::L2, queries.row(at / params.k), data.row(ids[at]), data.dim);
+        ASSERT_NEAR(dists[at], exact, 1e-4f * exact) << "scale " << scale;
+      }
+    }
+  }
+
+  const SyntheticSpec spec = clustered_spec(5000, 45, 20, 3);
+  const Matrix odd = make_clustered(spec);
+  const Matrix odd_queries = make_clustered_queries(spec, 300, 4);
+  const KnnGraph knn = exact_knn_graph(odd.view(), Metric::L2, 32, cpu_control());
+  const TsdgGraph graph = diversify_tsdg(odd.view(), Metric::L2, knn, DiversifyParams{}, cpu_control());
+  std::vector<uint32_t> truth(odd_queries.rows * 10);
+  std::vector<float> truth_dists(truth.size());
+  exact_knn(odd.view(), odd_queries.view(), Metric::L2, 10, truth.data(), truth_dists.data(), cpu_control());
+  auto cpu_index = make_cpu_backend()->make_search_index(odd.view(), graph, Metric::L2);
+  auto gpu_index = gpu_backend.make_search_index(odd.view(), graph, Metric::L2);
+  params.gpu_kernel = 0;
+  std::vector<uint32_t> ids(truth.size());
+  std::vector<float> dists(truth.size());
+  cpu_index->search(odd_queries.view(), params, ids.data(), dists.data(), cpu_control());
+  const double cpu = recall_at(ids.data(), 10, truth.data(), 10, odd_queries.rows, 10);
+  gpu_index->search(odd_queries.view(), params, ids.data(), dists.data(), cpu_control());
+  const double gpu = recall_at(ids.data(), 10, truth.data(), 10, odd_queries.rows, 10);
+  EXPECT_GE(gpu, cpu - 0.01);
+  for (size_t at = 0; at < ids.size(); ++at) {
+    const float exact = metric_distance(Metric::L2, odd_queries.row(at / 10), odd.row(ids[at]), odd.dim);
+    ASSERT_NEAR(dists[at], exact, 1e-4f * std::max(1.0f, exact));
+  }
+}
+
 // The device's mapping of results to payload values gives what the host's
 // does (SearchIndex::search_payload) for the same search, for both kernels.
 TEST(GpuSearch, PayloadMappedOnTheDeviceAsOnTheHost) {

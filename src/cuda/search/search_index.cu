@@ -52,14 +52,15 @@ __global__ void count_ids_out_of_range_kernel(const uint32_t* ids, int64_t count
 
 // d_nn1+: the distance from each node to its first (nearest kept) neighbor.
 template <Metric M>
-__global__ void first_neighbor_distance_kernel(DeviceGraph g, float* out) {
+__global__ void first_neighbor_distance_kernel(const float* rows, const uint32_t* neighbors, int64_t nodes, int dim,
+                                               int degree, float* out) {
   const int64_t node = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
-  if (node >= g.nodes) return;
-  const uint32_t nearest = g.neighbors[node * g.degree];
+  if (node >= nodes) return;
+  const uint32_t nearest = neighbors[node * degree];
   float d = 0.0f;  // nodes without neighbors do not raise the bound
   if (nearest != kInvalidId) {
     // absolute, as graph_nn1_bound: inner products can be negative
-    d = fabsf(warp_distance<M>(g.data + node * g.dim, g.data + static_cast<int64_t>(nearest) * g.dim, g.dim));
+    d = fabsf(warp_distance<M>(rows + node * dim, rows + static_cast<int64_t>(nearest) * dim, dim));
   }
   if (lane_id() == 0) out[node] = d;
 }
@@ -108,7 +109,8 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, M
   require_device_metric(metric);
   TSDG_CUDA_CHECK(cudaSetDevice(device));
   TSDG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
-  const size_t bytes = static_cast<size_t>(nodes_) * (static_cast<size_t>(dim_) * 4 + degree_ * 5);
+  const size_t bytes = static_cast<size_t>(nodes_) * (static_cast<size_t>(dim_) * 4 + degree_ * 5) +
+                       HalfRowsCopy::bytes_for(nodes_, dim_);
   require_device_memory(bytes, "the GPU search index");
   ctx_ = std::make_unique<DeviceContext>(device);
   cudaStream_t stream = ctx_->stream.get();
@@ -119,6 +121,7 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, M
     data_.allocate(static_cast<size_t>(nodes_) * dim_);
     copy_to_device(data_.data(), data.data, data_.size(), stream);
   }
+  half_rows_ = HalfRowsCopy(data_.data(), nodes_, dim_, stream);
   trace.mark("rows");
   const size_t edges = static_cast<size_t>(nodes_) * degree_;
   neighbors_.allocate(edges);
@@ -134,11 +137,11 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, M
 
   DeviceBuffer<float> first_distances(nodes_);
   DeviceBuffer<float> bound(1);
-  const DeviceGraph g{data_.data(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
   dispatch_metric(metric, [&](auto tag) {
     constexpr Metric M = decltype(tag)::value;
     first_neighbor_distance_kernel<M><<<static_cast<unsigned>((nodes_ * kWarpSize + 255) / 256), 256, 0,
-                                        stream>>>(g, first_distances.data());
+                                        stream>>>(data_.data(), neighbors_.data(), nodes_, dim_, degree_,
+                                                  first_distances.data());
     check_launch("first_neighbor_distance_kernel");
   });
   size_t temp_bytes = 0;
@@ -187,7 +190,7 @@ void CudaSearchIndex::check_neighbor_ids(cudaStream_t stream) {
 }
 
 size_t CudaSearchIndex::memory_bytes() const {
-  return data_.bytes() + norms_.bytes() + neighbors_.bytes() + lambdas_.bytes() + queries_.bytes() +
+  return data_.bytes() + half_rows_.bytes() + walk_ids_.bytes() + walk_dists_.bytes() + norms_.bytes() + neighbors_.bytes() + lambdas_.bytes() + queries_.bytes() +
          result_ids_.bytes() + result_dists_.bytes() + payload_.bytes() + payload_flags_device_.bytes() +
          payload_out_.bytes() + payload_dists_.bytes() + entries_.bytes() + entry_rows_.bytes() +
          entry_norms_.bytes() + entry_pick_ids_.bytes() + entry_pick_dists_.bytes() +
@@ -199,10 +202,15 @@ int64_t CudaSearchIndex::small_batch_limit() const {
   return kThresholdPerSm * sm_count_ / std::max(dim_, 1);
 }
 
-void CudaSearchIndex::reserve_batch(int64_t rows, int k) {
+void CudaSearchIndex::reserve_batch(int64_t rows, int k, int walk_k) {
   const size_t query_values = static_cast<size_t>(rows) * dim_;
   const size_t results = static_cast<size_t>(rows) * k;
+  const size_t walked = static_cast<size_t>(rows) * walk_k;
   if (queries_.size() < query_values) queries_.allocate(query_values);
+  if (walk_ids_.size() < walked) {
+    walk_ids_.allocate(walked);
+    walk_dists_.allocate(walked);
+  }
   if (result_ids_.size() < results) {
     result_ids_.allocate(results);
     result_dists_.allocate(results);
@@ -255,13 +263,14 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
   if (params.entry_samples < 1) throw Error(Status::InvalidArgument, "search entry_samples must be positive");
   prepare_entries(params, control);
   cudaStream_t stream = ctx_->stream.get();
-  const DeviceGraph g{data_.data(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
+  const DeviceGraph g{half_rows_.view(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
+  const int walk_k = rerank_candidate_count(k, ef);
   control.set_total(queries.rows);
   PhaseTrace trace(small_batch ? "search small" : "search large", stream, queries.rows >= kTracedBatch);
   for (int64_t first = 0; first < queries.rows; first += kMaxRowsPerLaunch) {
     control.throw_if_cancelled();
     const int64_t rows = std::min(kMaxRowsPerLaunch, queries.rows - first);
-    reserve_batch(rows, k);
+    reserve_batch(rows, k, walk_k);
     const float* launch_queries = queries_.data();
     if (own_row_first >= 0) {
       launch_queries = data_.data() + (own_row_first + first) * dim_;
@@ -273,14 +282,14 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
                         metric_,
                         launch_queries,
                         rows,
-                        k,
+                        walk_k,
                         ef,
                         std::clamp(params.lambda_limit, 0, 255),
                         entries_.data(),
                         entry_count_,
                         StopRule{params.slack, std::max(1, k), nn1_bound_, metric_ == Metric::L2},
-                        result_ids_.data(),
-                        result_dists_.data(),
+                        walk_ids_.data(),
+                        walk_dists_.data(),
                         own_row_first >= 0 && stops_at_own_row ? own_row_first + first : -1};
     if (entry_count_ > ef) {
       // Only the ef best entries can be in a search's first ef best.
@@ -302,6 +311,10 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
       launch_large_batch_search(launch, stream);
     }
     trace.mark("kernel", ef);
+    launch_exact_rerank(RerankLaunch{data_.data(), dim_, launch_queries, rows, walk_ids_.data(), walk_k, k,
+                                     result_ids_.data(), result_dists_.data()},
+                        metric_, stream);
+    trace.mark("exact rerank", walk_k);
     deliver(first, rows, k);
     trace.mark("results to the host");
     control.add_done(rows);

@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "device_memory.h"
 #include "gpu_algorithms.h"
+#include "half_rows.h"
 #include "search.h"
 
 namespace tsdg::cuda {
@@ -47,7 +48,7 @@ class CudaSearchIndex final : public SearchIndex {
  private:
   // Throws InvalidArgument when an uploaded neighbor id is past the last node.
   void check_neighbor_ids(cudaStream_t stream);
-  void reserve_batch(int64_t rows, int k);
+  void reserve_batch(int64_t rows, int k, int walk_k);
   // Searches the queries in launches of at most kMaxRowsPerLaunch rows;
   // after each, deliver(first, rows, k) takes the launch's results from
   // result_ids_ / result_dists_ (on the stream). False where the call is not
@@ -73,6 +74,7 @@ class CudaSearchIndex final : public SearchIndex {
   float nn1_bound_ = 0.0f;
   std::unique_ptr<DeviceContext> ctx_;
   DeviceBuffer<float> data_;
+  HalfRowsCopy half_rows_;     // what the walks read
   DeviceBuffer<float> norms_;  // squared norms of the rows, for the exact scan
   DeviceBuffer<uint32_t> neighbors_;
   DeviceBuffer<uint8_t> lambdas_;
@@ -92,6 +94,8 @@ class CudaSearchIndex final : public SearchIndex {
   uint64_t entries_for_seed_ = 0;
   // Per-batch buffers, grown on demand.
   DeviceBuffer<float> queries_;
+  DeviceBuffer<uint32_t> walk_ids_;  // the walks' candidates, before the exact rerank
+  DeviceBuffer<float> walk_dists_;
   DeviceBuffer<uint32_t> result_ids_;
   DeviceBuffer<float> result_dists_;
   PinnedBuffer<uint32_t> pinned_ids_;

@@ -48,6 +48,26 @@ __device__ __forceinline__ int entry_total(const SearchLaunch& launch) {
   return launch.entry_picks == nullptr ? launch.entry_count : launch.entry_pick_count;
 }
 
+// The exact rerank of the walks' candidates (exact_rerank.cu).
+struct RerankLaunch {
+  const float* rows;     // device, nodes * dim, the float rows
+  int dim;
+  const float* queries;  // device, query_count * dim
+  int64_t query_count;
+  const uint32_t* walk_ids;  // device, query_count * walk_k, a walk's sorted results
+  int walk_k;
+  int k;
+  uint32_t* ids;  // device, query_count * k
+  float* dists;   // device, query_count * k
+};
+
+// How many of a walk's best candidates are scored again for k results at
+// ef: twice k (whole warps of them), within the ef a walk keeps; the half
+// distances misorder only near-ties, so the true k best lie among them.
+int rerank_candidate_count(int k, int ef);
+
+void launch_exact_rerank(const RerankLaunch& launch, Metric metric, cudaStream_t stream);
+
 // One warp-sized block per query, started from the navigating entry set:
 // segmented sorted expansion queue, segmented visited table, sorted top-ef list.
 void launch_large_batch_search(const SearchLaunch& launch, cudaStream_t stream);

@@ -60,31 +60,11 @@ __device__ __forceinline__ void team_distances(const DeviceGraph& g, const float
   const int team = lane_id() / kTeam;
   for (int first = 0; first < count; first += kTeamsPerWarp) {
     const int index = first + team;
-    const float* row = index < count ? g.data + static_cast<int64_t>(cand_ids[index]) * g.dim : nullptr;
-    const float d = team_distance<M, kTeam>(query, row, g.dim);
+    const __half* row = index < count ? half_row(g.rows, cand_ids[index]) : nullptr;
+    const float d = team_half_distance<M, kTeam>(query, row, g.rows);
     if (index < count && lane_id() % kTeam == 0) cand_dists[index] = d;
   }
   __syncwarp();
-}
-
-// Sorts the candidates and merges them into R (through the spare buffer).
-__device__ __forceinline__ void merge_into_best(float*& best_dists, uint32_t*& best_ids,
-                                                float*& spare_dists, uint32_t*& spare_ids, int ef,
-                                                float* cand_dists, uint32_t* cand_ids, int count) {
-  const int lane = lane_id();
-  float d = lane < count ? cand_dists[lane] : INFINITY;
-  uint32_t id = lane < count ? cand_ids[lane] : kInvalidId;
-  warp_bitonic_sort(d, id);
-  cand_dists[lane] = d;
-  cand_ids[lane] = id;
-  __syncwarp();
-  warp_merge_sorted(best_dists, best_ids, ef, cand_dists, cand_ids, count, spare_dists, spare_ids);
-  float* swap_dists = best_dists;
-  uint32_t* swap_ids = best_ids;
-  best_dists = spare_dists;
-  best_ids = spare_ids;
-  spare_dists = swap_dists;
-  spare_ids = swap_ids;
 }
 
 // Inserts (d, id) into its sorted queue segment; the segment's worst entry
@@ -193,7 +173,7 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
   const int64_t query_index = blockIdx.x;
   const int lane = lane_id();
   const int ef = launch.ef;
-  const int dim_padded = (g.dim + 3) & ~3;
+  const int dim_padded = half_row_stride(g.dim);
   float* query = reinterpret_cast<float*>(shared_raw);
   float* best_dists = query + dim_padded;
   uint32_t* best_ids = reinterpret_cast<uint32_t*>(best_dists + ef);
@@ -208,7 +188,7 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
   float* cand_dists = reinterpret_cast<float*>(visited + slots + 4);
   uint32_t* cand_ids = reinterpret_cast<uint32_t*>(cand_dists + kWarpSize);
 
-  load_query(launch.queries + query_index * g.dim, g.dim, query);
+  load_query(launch.queries + query_index * g.dim, g.dim, dim_padded, query);
   for (int i = lane; i < ef; i += kWarpSize) {
     best_dists[i] = INFINITY;
     best_ids[i] = kInvalidId;
@@ -293,7 +273,7 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
 
 void launch_large_batch_search(const SearchLaunch& launch, cudaStream_t stream) {
   if (launch.rows == 0) return;
-  LargeBatchLayout layout{(launch.graph.dim + 3) & ~3, launch.ef, visited_bits(launch.ef)};
+  LargeBatchLayout layout{half_row_stride(launch.graph.dim), launch.ef, visited_bits(launch.ef)};
   const size_t shared_bytes = layout.bytes();
   dispatch_metric(launch.metric, [&](auto tag) {
     constexpr Metric M = decltype(tag)::value;

@@ -105,8 +105,8 @@ __device__ __forceinline__ void score_candidates(const DeviceGraph& g, const flo
   const int team = threadIdx.x / kTeam;
   for (int first = 0; first < count; first += kTeams) {
     const int index = first + team;
-    const float* row = index < count ? g.data + static_cast<int64_t>(cand_ids[index]) * g.dim : nullptr;
-    const float d = team_distance<M, kTeam>(query, row, g.dim);
+    const __half* row = index < count ? half_row(g.rows, cand_ids[index]) : nullptr;
+    const float d = team_half_distance<M, kTeam>(query, row, g.rows);
     if (index < count && threadIdx.x % kTeam == 0) cand_dists[index] = d;
   }
 }
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kBeamThreads)
   __shared__ int own_found;  // SearchLaunch::own_row_first
   const DeviceGraph& g = launch.graph;
   const int64_t query_index = blockIdx.x;
-  const int dim_padded = (g.dim + 3) & ~3;
+  const int dim_padded = half_row_stride(g.dim);
   float* query = reinterpret_cast<float*>(shared_raw);
   Pool pool;
   pool.dists = query + dim_padded;
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kBeamThreads)
   }
   const uint32_t own_row = launch.own_row_first >= 0 ? static_cast<uint32_t>(launch.own_row_first + query_index)
                                                      : kInvalidId;
-  load_query(launch.queries + query_index * g.dim, g.dim, query);  // ends with a barrier
+  load_query(launch.queries + query_index * g.dim, g.dim, dim_padded, query);  // ends with a barrier
 
   // The navigating entry set (the CPU and large-batch searches' entries)
   // fills the pool first.
@@ -282,7 +282,7 @@ void launch_small_batch_search(const SearchLaunch& launch, int width, cudaStream
   }
   if (width < 1) width = kDefaultWidth;
   width = std::clamp(width, 1, std::min(kMaxWidth, kMaxCandidates / launch.graph.degree));
-  const BeamLayout layout{(launch.graph.dim + 3) & ~3, launch.ef};
+  const BeamLayout layout{half_row_stride(launch.graph.dim), launch.ef};
   const size_t shared_bytes = layout.bytes();
   dispatch_metric(launch.metric, [&](auto tag) {
     constexpr Metric M = decltype(tag)::value;
