@@ -6,7 +6,7 @@
 # 100, tsdg.worker_timeout_ms 1 hour so that a scan waits for the worker
 # rather than searching on the CPU) are timed one by one in one session:
 # first with the worker idle, then while another session's tsdg_search_batch
-# of BATCH queries at k 1000 and tsdg.ef_search 10000 waits for the worker.
+# of BATCH queries at k 1000 and tsdg.ef_search 1000 waits for the worker.
 # The huge batch is then cancelled (pg_cancel_backend) and the time until the
 # worker answers a scan again is measured. Reports latency p50 / p95 / max,
 # recall@10 of the scans against a sequential scan, and whether every scan
@@ -92,8 +92,7 @@ run -c "$scan_settings SELECT * FROM timed_scans()" >/dev/null
 idle=$(run -At -F ' | ' -c "$scan_settings SELECT round(p50::numeric, 2), round(p95::numeric, 2), round(worst::numeric, 2), round(recall::numeric, 4) FROM timed_scans()")
 small_idle=$(run -At -c "SELECT round(timed_small_batch()::numeric, 2)")
 
-psql -X -d fairness_bench -c "SET application_name = 'huge_batch'" -c 'SET tsdg.ef_search = 10000' \
-  -c 'SET tsdg.worker_max_ef_search = 10000' \
+psql -X -d fairness_bench -c "SET application_name = 'huge_batch'" -c 'SET tsdg.ef_search = 1000' \
   -c "SELECT count(*) FROM tsdg_search_batch('items_v', (SELECT array_agg(v ORDER BY id) FROM queries WHERE id <= $batch), 1000)" \
   > "$work/huge_batch.out" 2>&1 &
 huge=$!
@@ -119,7 +118,7 @@ commit=$(git -C "$TSDG_ROOT" rev-parse --short HEAD)
   echo "commit $commit, $(date -u '+%Y-%m-%d %H:%M UTC'), worker backend: $( [ "$external" = 1 ] && echo 'the server'"'"'s' || echo "$backend" ), $(nproc) cores"
   echo
   echo "$rows rows x $dims dims, 100 overlapping subspace clusters; $scans index scans (LIMIT 10, ef_search 100) timed one by one;"
-  echo "huge batch: tsdg_search_batch of $batch queries, k 1000, ef_search 10000, in another session."
+  echo "huge batch: tsdg_search_batch of $batch queries, k 1000, ef_search 1000, in another session."
   echo
   echo "| scans | p50 ms | p95 ms | max ms | recall@10 |"
   echo "|---|---|---|---|---|"

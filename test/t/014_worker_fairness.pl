@@ -1,6 +1,5 @@
 # One user cannot stall the GPU worker for the others. A huge batch search
-# (thousands of queries at k 1000 and ef 10000, which holds a CPU worker for
-# minutes) runs in one session; meanwhile another session's index scans, which
+# (40,000 queries at ef 1000, which holds a CPU worker for minutes) runs in one session; meanwhile another session's index scans, which
 # wait for the worker without a time limit here, and another client's small
 # batch must be answered by the worker while the huge batch is still running.
 # pg_cancel_backend of the huge batch must stop the worker's work on it. A
@@ -51,9 +50,9 @@ if ($cpu_backend)
 		[
 			'psql', '-X', '-d', $node->connstr('postgres'),
 			'-c', q{SET application_name = 'huge_batch'},
-			'-c', q{SET tsdg.ef_search = 10000},
-			'-c', q{SET tsdg.worker_max_ef_search = 10000},
-			'-c', q{SELECT count(*) FROM tsdg_search_batch('items_v', (SELECT array_agg(v ORDER BY id) FROM queries), 1000)}
+			'-c', q{SET tsdg.ef_search = 1000},
+			'-c', q{SELECT count(*) FROM tsdg_search_batch('items_v',
+				(SELECT array_agg(v ORDER BY round, id) FROM queries, generate_series(1, 10) AS round), 100)}
 		],
 		'>', \$big_out, '2>', \$big_err);
 	# it waits on the worker (its batch queued or running), not on the CPU
@@ -106,11 +105,11 @@ if ($cpu_backend)
 	for (my $i = 0; $i < 600 && !$dropped; $i++)
 	{
 		$dropped = slurp_file($node->logfile, $log_from) =~
-		  /dropped a batch of 4000 queries after \d+ of them: its session gave it up/;
+		  /dropped a batch of 40000 queries after \d+ of them: its session gave it up/;
 		usleep(100_000) unless $dropped;
 	}
 	ok($dropped, 'the worker dropped the cancelled batch');
-	unlike(slurp_file($node->logfile, $log_from), qr/searched a batch of 4000 queries/,
+	unlike(slurp_file($node->logfile, $log_from), qr/searched a batch of 40000 queries/,
 		'the worker did not search the cancelled batch to its end');
 }
 
@@ -126,18 +125,20 @@ $node->psql('postgres', q{SET ROLE plain; SET tsdg.worker_max_k = 100000;},
 like($err, qr/permission denied to set parameter "tsdg.worker_max_k"/,
 	'a plain role cannot raise tsdg.worker_max_k');
 
+$node->safe_psql('postgres', q{ALTER SYSTEM SET tsdg.worker_max_ef_search = 500; SELECT pg_reload_conf();});
+$node->poll_query_until('postgres', q{SELECT current_setting('tsdg.worker_max_ef_search') = '500'});
 $batches = worker_status($node, 'batches');
 $log_from = -s $node->logfile;
 $found = $node->safe_psql('postgres', q{
 	SET ROLE plain;
 	SET enable_seqscan = off;
-	SET tsdg.ef_search = 5000;
+	SET tsdg.ef_search = 1000;
 	SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE id = 300) LIMIT 10) n;
 	SELECT count(*) FROM tsdg_search_batch('items_v', (SELECT array_agg(v) FROM queries WHERE id BETWEEN 301 AND 303), 10);});
 is($found, "10\n30", 'the searches above the caps found their rows');
 is(worker_status($node, 'batches'), $batches, 'no search above the caps went to the worker');
 like(slurp_file($node->logfile, $log_from),
-	qr/a search too wide for the shared GPU worker runs on the CPU: ef 5000 is above tsdg.worker_max_ef_search \(2048\)/,
+	qr/a search too wide for the shared GPU worker runs on the CPU: ef 1000 is above tsdg.worker_max_ef_search \(500\)/,
 	'the session says why it searched on the CPU');
 $node->safe_psql('postgres', q{ALTER SYSTEM SET tsdg.worker_max_k = 10; SELECT pg_reload_conf();});
 $node->poll_query_until('postgres', q{SELECT current_setting('tsdg.worker_max_k') = '10'});

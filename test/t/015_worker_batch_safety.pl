@@ -105,9 +105,10 @@ my ($out, $err) = ('', '');
 my $start = time();
 $node->psql('postgres', q{
 	SET tsdg.device = cpu;
-	SET tsdg.ef_search = 10000;
+	SET tsdg.ef_search = 1000;
 	SET statement_timeout = '1s';
-	SELECT count(*) FROM tsdg_search_batch('big_v', (SELECT array_agg(v) FROM queries), 1000);},
+	SELECT count(*) FROM tsdg_search_batch('big_v',
+		(SELECT array_agg(v) FROM queries, generate_series(1, 10)), 100);},
 	stdout => \$out, stderr => \$err);
 my $elapsed = time() - $start;
 like($err, qr/canceling statement due to statement timeout/, 'the CPU batch is cancelled');

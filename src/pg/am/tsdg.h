@@ -156,7 +156,7 @@
 /* GUC defaults and ranges */
 #define TSDG_DEFAULT_EF_SEARCH	100
 #define TSDG_MIN_EF_SEARCH		1
-#define TSDG_MAX_EF_SEARCH		10000
+#define TSDG_MAX_EF_SEARCH		1000
 #define TSDG_DEFAULT_MAX_SCAN_TUPLES 20000
 
 /* pg_stat_progress_create_index phases (1 is PostgreSQL's "initializing") */
