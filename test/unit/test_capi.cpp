@@ -408,6 +408,10 @@ TEST(CApi, IncrementalSearchFromEntryPoints) {
     }
     ASSERT_EQ(tsdg_search_results(search, &found[q * k], dists.data(), k), k);
     EXPECT_GT(tsdg_search_distance_count(search), 8);
+    // every distance offered was a candidate: each is in the pool or kept
+    // for a wider round, and each id in the visited set
+    EXPECT_GE(tsdg_search_memory_bytes(search),
+              static_cast<size_t>(tsdg_search_distance_count(search)) * (sizeof(float) + 2 * sizeof(uint32_t)));
   }
   EXPECT_EQ(tsdg_search_status(search, &error), TSDG_OK);
   tsdg_search_free(search);

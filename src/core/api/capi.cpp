@@ -443,6 +443,10 @@ int64_t tsdg_search_distance_count(const TsdgSearch* search) {
   return search->search.distance_count();
 }
 
+size_t tsdg_search_memory_bytes(const TsdgSearch* search) {
+  return sizeof(TsdgSearch) + search->search.memory_bytes();
+}
+
 void tsdg_search_set_slack_context(TsdgSearch* search, TsdgMetric metric, int k,
                                    float nn1_bound) {
   search_step(search, [&] { search->search.set_slack_context(to_metric(metric), k, nn1_bound); });

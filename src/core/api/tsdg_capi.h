@@ -360,6 +360,11 @@ int			tsdg_search_results(const TsdgSearch *search, uint32_t *ids, float *dists,
 								int max_results);
 /* distance computations offered since begin */
 int64_t		tsdg_search_distance_count(const TsdgSearch *search);
+/*
+ * The bytes the search holds (its visited set and every candidate kept for a
+ * wider round), which grow as it goes: a caller bounds its memory with this.
+ */
+size_t		tsdg_search_memory_bytes(const TsdgSearch *search);
 
 /* ---- additions: entry points, stop-rule context, search errors ---- */
 

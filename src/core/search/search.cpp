@@ -237,6 +237,11 @@ int GraphSearch::unvisited(const uint32_t* ids, const uint8_t* lambdas, int coun
   return found;
 }
 
+size_t GraphSearch::memory_bytes() const {
+  return pool_.memory_bytes() + seen_.memory_bytes() +
+         spilled_.capacity() * sizeof(CandidatePool::Entry);
+}
+
 int GraphSearch::results(uint32_t* ids, float* dists, int max_results) const {
   const int count = std::min(max_results, pool_.size());
   for (int i = 0; i < count; ++i) {

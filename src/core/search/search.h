@@ -252,6 +252,7 @@ class CandidatePool {
   uint32_t pop_nearest_unexpanded(const SlackRule& slack);
   // Raises the capacity; entries stay.
   void grow(int capacity);
+  size_t memory_bytes() const { return entries_.capacity() * sizeof(Entry); }
 
  private:
   std::vector<Entry> entries_;
@@ -280,12 +281,15 @@ class GraphSearch {
   int unvisited(const uint32_t* ids, const uint8_t* lambdas, int count, uint32_t* fresh);
   int results(uint32_t* ids, float* dists, int max_results) const;
   int64_t distance_count() const { return distance_count_; }
+  // What the visited set and the candidates (in the pool and spilled) hold.
+  size_t memory_bytes() const;
 
  private:
   class IdSet {
    public:
     void clear();
     bool insert(uint32_t id);  // false when already present
+    size_t memory_bytes() const { return slots_.capacity() * sizeof(uint32_t); }
 
    private:
     void rehash(size_t capacity);
