@@ -32,15 +32,10 @@ my @known = (
 	[ 'vector_type', q{SELECT cosine_distance('[3e38]'::vector, '[3e38]');},
 		'pg_tsdg sums in double where float sums overflow: a vector is at distance 0 from itself, not NaN' ],
 	[ 'vector_type', q{SELECT vector_combine('{0}', '{0}');},
-		'pg_tsdg combines two empty avg states into an empty one' ],
-	(map { [ 'hnsw_vector', $_, 'tsdg has no such setting' ] }
-	  q{SET tsdg.iterative_scan = strict_order;},
-	  q{SET tsdg.iterative_scan = relaxed_order;},
-	  q{RESET tsdg.iterative_scan;},
-	  q{SHOW tsdg.iterative_scan;},
-	  q{SHOW tsdg.scan_mem_multiplier;}),
+		'pg_tsdg combines two empty avg states into an empty one where pgvector 0.8.6 fails, which fails a parallel avg() whose partial aggregates saw no rows' ],
+	[ 'hnsw_vector', q{SHOW tsdg.iterative_scan;},
+		'tsdg.iterative_scan defaults to relaxed_order, hnsw.iterative_scan to off: a tsdg scan returns every row unless told otherwise' ],
 	[ 'hnsw_vector', q{SHOW tsdg.ef_search;}, 'tsdg.ef_search defaults to 100, hnsw.ef_search to 40' ],
-	[ 'hnsw_vector', q{SET tsdg.ef_search = 1001;}, 'tsdg.ef_search goes past 1000' ],
 	[ 'hnsw_vector', q{CREATE INDEX ON t USING tsdg (val vector_l2_ops);}, 'tsdg indexes take vectors of more than 2000 dimensions',
 		qr/more than 2000 dimensions/ ],
 );

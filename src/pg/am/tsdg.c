@@ -15,9 +15,18 @@
 int			tsdg_ef_search = TSDG_DEFAULT_EF_SEARCH;
 int			tsdg_lambda_search = TSDG_LAMBDA_LIMIT_ALL;
 int			tsdg_max_scan_tuples = TSDG_DEFAULT_MAX_SCAN_TUPLES;
+int			tsdg_iterative_scan = TSDG_ITERATIVE_SCAN_RELAXED;
+double		tsdg_scan_mem_multiplier = 1.0;
 int			tsdg_device = TSDG_DEVICE_AUTO;
 
 static relopt_kind tsdg_relopt_kind;
+
+static const struct config_enum_entry tsdg_iterative_scan_options[] = {
+	{"off", TSDG_ITERATIVE_SCAN_OFF, false},
+	{"relaxed_order", TSDG_ITERATIVE_SCAN_RELAXED, false},
+	{"strict_order", TSDG_ITERATIVE_SCAN_STRICT, false},
+	{NULL, 0, false}
+};
 
 static const struct config_enum_entry tsdg_device_options[] = {
 	{"auto", TSDG_DEVICE_AUTO, false},
@@ -72,6 +81,17 @@ TsdgInit(void)
 							"A scan whose rows are filtered out widens its search until this many rows were returned; then every row it did not return is scored, so an ordered scan returns every row.",
 							&tsdg_max_scan_tuples, TSDG_DEFAULT_MAX_SCAN_TUPLES, 1, INT_MAX,
 							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomEnumVariable("tsdg.iterative_scan",
+							 "Sets what a tsdg index scan does past its first tsdg.ef_search rows.",
+							 "off ends the scan there; relaxed_order goes on and returns every row, those its wider searches find in the order they are found; strict_order goes on but leaves out rows nearer than one already returned.",
+							 &tsdg_iterative_scan, TSDG_ITERATIVE_SCAN_RELAXED, tsdg_iterative_scan_options,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomRealVariable("tsdg.scan_mem_multiplier",
+							 "Sets the multiple of work_mem a tsdg index scan's graph search may use.",
+							 "Past it, the scan scores the rows it did not return exactly, as at tsdg.max_scan_tuples.",
+							 &tsdg_scan_mem_multiplier, 1.0,
+							 TSDG_MIN_SCAN_MEM_MULTIPLIER, TSDG_MAX_SCAN_MEM_MULTIPLIER,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomEnumVariable("tsdg.device",
 							 "Sets where tsdg index builds and searches run.",
 							 "auto uses the GPU worker when it is running and the CPU otherwise.",

@@ -158,12 +158,27 @@
 #define TSDG_MIN_EF_SEARCH		1
 #define TSDG_MAX_EF_SEARCH		1000
 #define TSDG_DEFAULT_MAX_SCAN_TUPLES 20000
+#define TSDG_MIN_SCAN_MEM_MULTIPLIER	1.0
+#define TSDG_MAX_SCAN_MEM_MULTIPLIER	1000.0
 
 /* pg_stat_progress_create_index phases (1 is PostgreSQL's "initializing") */
 #define TSDG_PROGRESS_LOAD		2
 #define TSDG_PROGRESS_KNN		3
 #define TSDG_PROGRESS_DIVERSIFY	4
 #define TSDG_PROGRESS_WRITE		5
+
+/*
+ * What a scan does once its first round is used up (tsdg.iterative_scan,
+ * pgvector's hnsw.iterative_scan): end there, or go on, returning the rows a
+ * wider round finds as they come or leaving out those nearer than a row
+ * already returned.
+ */
+typedef enum TsdgIterativeScan
+{
+	TSDG_ITERATIVE_SCAN_OFF,
+	TSDG_ITERATIVE_SCAN_RELAXED,
+	TSDG_ITERATIVE_SCAN_STRICT
+} TsdgIterativeScan;
 
 typedef enum TsdgDevice
 {
@@ -176,6 +191,8 @@ typedef enum TsdgDevice
 extern int	tsdg_ef_search;
 extern int	tsdg_lambda_search;
 extern int	tsdg_max_scan_tuples;
+extern int	tsdg_iterative_scan;
+extern double tsdg_scan_mem_multiplier;
 extern int	tsdg_device;
 
 typedef struct TsdgOptions

@@ -7,15 +7,18 @@
  * merged in distance order. When the executor wants more rows than that
  * round produced (a filter above the scan threw rows away), the search is
  * widened with a doubled ef and continues, skipping nodes already returned,
- * until tsdg.max_scan_tuples graph rows were returned or the graph has no
- * more to give. Each round also scores the nodes the last merge found its
- * searches do not reach (TsdgOfferUnreached). A wider round can find a node
- * nearer than rows already returned; it is returned next rather than
- * dropped, so order across rounds is approximate. When the search stops, the
- * nodes it did not return (those no walk reaches among them) are scored
- * exactly, in one pass over the row pages, and returned in distance order
- * (TsdgScoreRest): an ordered scan returns every row. Deleted nodes route
- * the search but are never returned.
+ * until tsdg.max_scan_tuples graph rows were returned, its memory passed
+ * work_mem x tsdg.scan_mem_multiplier or the graph has no more to give. Each
+ * round also scores the nodes the last merge found its searches do not reach
+ * (TsdgOfferUnreached). A wider round can find a node nearer than rows
+ * already returned; it is returned next rather than dropped, so order across
+ * rounds is approximate. When the search stops, the nodes it did not return
+ * (those no walk reaches among them) are scored exactly, in one pass over the
+ * row pages, and returned in distance order (TsdgScoreRest): an ordered scan
+ * returns every row. Deleted nodes route the search but are never returned.
+ * tsdg.iterative_scan changes that as pgvector's hnsw.iterative_scan does:
+ * off ends the scan after tsdg.ef_search rows, strict_order leaves out the
+ * rows nearer than one already returned; relaxed_order is the default.
  *
  * Node pages only change by VACUUM setting a deleted flag, so every read
  * of a flag or TID takes a share lock on one page, copies what it needs and
@@ -52,9 +55,16 @@ typedef struct TsdgPendingHit
 typedef struct TsdgScanOpaqueData
 {
 	MemoryContext ctx;			/* all of one scan; reset by amrescan */
+	MemoryContext graph_ctx;	/* the graph search's part of it */
 	TsdgMetric	metric;
 	bool		started;
 	Buffer		meta_pin;		/* see TsdgStartScan */
+
+	/* tsdg.iterative_scan and the graph search's memory bound at the start */
+	int			iterative;		/* TsdgIterativeScan */
+	double		max_graph_memory;
+	int64		returned;		/* rows returned, graph and pending */
+	float		last_distance;	/* of the last row returned */
 
 	/* set up by the first amgettuple call */
 	TsdgMetaPageData meta;
@@ -150,7 +160,7 @@ TsdgMakeConsumedBitmap(TsdgScanOpaque so)
 {
 	if (so->consumed != NULL)
 		return;
-	so->consumed = MemoryContextAllocExtended(so->ctx, so->meta.node_count / 8 + 1,
+	so->consumed = MemoryContextAllocExtended(so->graph_ctx, so->meta.node_count / 8 + 1,
 											  MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
 	for (int i = 0; i < so->result_pos; i++)
 		so->consumed[so->result_ids[i] / 8] |= (1 << (so->result_ids[i] % 8));
@@ -228,7 +238,7 @@ TsdgWorkerRound(Relation index, TsdgScanOpaque so)
 	if (pending_searched)
 	{
 		so->pending_capacity = Max(so->result_count, 16);
-		so->pending = palloc(sizeof(TsdgPendingHit) * so->pending_capacity);
+		so->pending = MemoryContextAlloc(so->ctx, sizeof(TsdgPendingHit) * so->pending_capacity);
 	}
 	/* the pending rows of the round to their own list, both ascending still */
 	for (int i = 0; i < so->result_count; i++)
@@ -257,7 +267,7 @@ TsdgWorkerRound(Relation index, TsdgScanOpaque so)
 static void
 TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 {
-	MemoryContext old_ctx = MemoryContextSwitchTo(so->ctx);
+	MemoryContext old_ctx = MemoryContextSwitchTo(so->graph_ctx);
 
 	if (first && TsdgWorkerRound(index, so))
 	{
@@ -280,7 +290,7 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 		cb = palloc(sizeof(MemoryContextCallback));
 		cb->func = TsdgFreeSearch;
 		cb->arg = so;
-		MemoryContextRegisterResetCallback(so->ctx, cb);
+		MemoryContextRegisterResetCallback(so->graph_ctx, cb);
 
 		tsdg_search_begin(so->search, so->ef);
 		entries = palloc(sizeof(uint32) *
@@ -425,8 +435,13 @@ TsdgStartScan(IndexScanDesc scan)
 	so->pending_from_worker = false;
 
 	so->ef = tsdg_ef_search;
-	so->result_ids = palloc(sizeof(uint32));
-	so->result_dists = palloc(sizeof(float));
+	so->iterative = tsdg_iterative_scan;
+	so->max_graph_memory = (double) work_mem * 1024.0 * tsdg_scan_mem_multiplier;
+	so->returned = 0;
+	so->last_distance = -get_float4_infinity();
+	so->graph_ctx = AllocSetContextCreate(so->ctx, "tsdg scan graph search", ALLOCSET_DEFAULT_SIZES);
+	so->result_ids = MemoryContextAlloc(so->graph_ctx, sizeof(uint32));
+	so->result_dists = MemoryContextAlloc(so->graph_ctx, sizeof(float));
 	so->result_count = 0;
 	so->result_pos = 0;
 	so->graph_returned = 0;
@@ -537,6 +552,28 @@ TsdgScoreRest(Relation index, TsdgScanOpaque so)
 }
 
 /*
+ * Whether the graph search's memory passed work_mem x tsdg.scan_mem_multiplier:
+ * this scan's arrays of it (the rounds' results, the bitmap of nodes
+ * returned) and the core search's visited set and candidates, which live
+ * outside PostgreSQL's memory contexts.
+ */
+static bool
+TsdgGraphMemoryExceeded(TsdgScanOpaque so)
+{
+	double		bytes = (double) MemoryContextMemAllocated(so->graph_ctx, true);
+
+	if (so->search != NULL)
+		bytes += (double) tsdg_search_memory_bytes(so->search);
+	if (bytes <= so->max_graph_memory)
+		return false;
+	ereport(DEBUG1,
+			(errmsg("tsdg index scan passed work_mem x tsdg.scan_mem_multiplier after " INT64_FORMAT " graph rows; the rows left are scored exactly",
+					so->graph_returned),
+			 errhint("Increase tsdg.scan_mem_multiplier to search the graph further.")));
+	return true;
+}
+
+/*
  * The next graph row not returned yet, widening the search when the current
  * round is used up. False when the graph has nothing more to return.
  */
@@ -598,7 +635,13 @@ TsdgNextGraphRow(Relation index, TsdgScanOpaque so)
 		 */
 		if (so->pending_from_worker)
 			TsdgTakeOverPending(index, so);
-		if (so->round_rows < so->ef || (int64) so->ef >= (int64) so->meta.node_count)
+		if (so->iterative == TSDG_ITERATIVE_SCAN_OFF)
+		{
+			so->graph_done = so->rest_done = true;
+			break;
+		}
+		if (so->round_rows < so->ef || (int64) so->ef >= (int64) so->meta.node_count ||
+			TsdgGraphMemoryExceeded(so))
 			so->graph_done = true;
 		else
 		{
@@ -678,31 +721,39 @@ tsdggettuple(IndexScanDesc scan, ScanDirection dir)
 		so->started = true;
 	}
 
-	if (!so->head_valid)
-		so->head_valid = TsdgNextGraphRow(scan->indexRelation, so);
-	/* a graph row past the worker's pending rows may come after some it left out */
-	if (so->pending_from_worker && so->head_valid && so->head_distance > so->pending_bound)
-		TsdgTakeOverPending(scan->indexRelation, so);
-	pending_left = so->pending_pos < so->pending_count;
-
-	if (so->head_valid &&
-		(!pending_left || so->head_distance <= so->pending[so->pending_pos].distance))
-	{
-		scan->xs_heaptid = so->head_tid;
-		distance = so->head_distance;
-		TsdgMarkConsumed(so, so->head_id);
-		so->result_pos++;
-		so->graph_returned++;
-		so->head_valid = false;
-	}
-	else if (pending_left)
-	{
-		scan->xs_heaptid = so->pending[so->pending_pos].tid;
-		distance = so->pending[so->pending_pos].distance;
-		so->pending_pos++;
-	}
-	else
+	/* a scan that does not go on never widens: its ef is still tsdg.ef_search */
+	if (so->iterative == TSDG_ITERATIVE_SCAN_OFF && so->returned >= so->ef)
 		return false;
+	do
+	{
+		if (!so->head_valid)
+			so->head_valid = TsdgNextGraphRow(scan->indexRelation, so);
+		/* a graph row past the worker's pending rows may come after some it left out */
+		if (so->pending_from_worker && so->head_valid && so->head_distance > so->pending_bound)
+			TsdgTakeOverPending(scan->indexRelation, so);
+		pending_left = so->pending_pos < so->pending_count;
+
+		if (so->head_valid &&
+			(!pending_left || so->head_distance <= so->pending[so->pending_pos].distance))
+		{
+			scan->xs_heaptid = so->head_tid;
+			distance = so->head_distance;
+			TsdgMarkConsumed(so, so->head_id);
+			so->result_pos++;
+			so->graph_returned++;
+			so->head_valid = false;
+		}
+		else if (pending_left)
+		{
+			scan->xs_heaptid = so->pending[so->pending_pos].tid;
+			distance = so->pending[so->pending_pos].distance;
+			so->pending_pos++;
+		}
+		else
+			return false;
+	} while (so->iterative == TSDG_ITERATIVE_SCAN_STRICT && distance < so->last_distance);
+	so->returned++;
+	so->last_distance = distance;
 
 	scan->xs_recheck = false;
 	scan->xs_recheckorderby = false;
