@@ -102,6 +102,11 @@ SET min_parallel_table_scan_size = 0;
 SET max_parallel_workers_per_gather = 2;
 EXPLAIN (COSTS OFF) SELECT avg(v), sum(v) FROM vector_parallel;
 SELECT avg(v), sum(v) FROM vector_parallel;
+-- no row: the finalizing step combines the empty state it starts from with
+-- the empty partial states, which is no error
+EXPLAIN (COSTS OFF) SELECT avg(v), sum(v) FROM vector_parallel WHERE v <-> '[100,100,100]' < 1;
+SELECT avg(v), sum(v) FROM vector_parallel WHERE v <-> '[100,100,100]' < 1;
+SELECT vector_combine('{0}', '{0}');
 RESET parallel_setup_cost;
 RESET parallel_tuple_cost;
 RESET min_parallel_table_scan_size;
