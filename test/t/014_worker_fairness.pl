@@ -1,7 +1,9 @@
 # One user cannot stall the GPU worker for the others. A huge batch search
-# (40,000 queries at ef 1000, which holds a CPU worker for minutes) runs in one session; meanwhile another session's index scans, which
-# wait for the worker without a time limit here, and another client's small
-# batch must be answered by the worker while the huge batch is still running.
+# (40,000 queries at ef 1000, which holds a CPU worker far longer than the
+# test takes) runs in one session; meanwhile another session's index
+# scans, which wait for the worker without a time limit here, and another
+# client's small batch must be answered by the worker while the huge batch
+# is still running.
 # pg_cancel_backend of the huge batch must stop the worker's work on it. A
 # role that is not a superuser cannot raise the caps on what the worker
 # takes (tsdg.worker_max_ef_search, tsdg.worker_max_k), and its searches
