@@ -46,44 +46,105 @@
 #include "vector.h"
 
 /*
- * The work of a row or node besides its distance, in components: a scanned
- * row's (a tuple deformed, a distance called, its place in the top-N sort)
- * is a few hundred; a scored node's (its page found and pinned, a row read
- * out of order, the visited set) nearly twice that, and its place in the
- * candidate pool a little more per candidate of ef. A vector stored out of
- * line costs a sequential scan many times its components' work again, to
- * find and gather its TOAST chunks; the index reads its own copy in place.
+ * The work of a row or node besides its distance, in components. A scanned
+ * row is read and its quals tested; one that passes them also has its
+ * distance called and its place found in the top-N sort. A vector stored
+ * out of line costs a sequential scan many times its components' work
+ * again, to find and gather its TOAST chunks; the index reads its own copy
+ * in place.
  */
-#define TSDG_SEQ_ROW_WORK		420.0
-#define TSDG_VISIT_WORK			710.0
-#define TSDG_VISIT_POOL_WORK	0.7
-#define TSDG_OUT_OF_LINE_WORK	13.0
-
-/* nodes scored per candidate of ef, and per doubling of the rows to reach them */
-#define TSDG_VISITS_PER_EF		4.0
-#define TSDG_VISITS_PER_LEVEL	20.0
-/*
- * scored nodes' work per row of an ordered walk of the whole graph: its
- * sorted pool grows as wide as the rows returned, each round that widens it
- * sorts the candidates that left it, and the rows the graph does not give
- * are scored once more at the end
- */
-#define TSDG_WALK_VISITS_PER_ROW	16.0
+#define TSDG_SEQ_ROW_WORK		190.0
+#define TSDG_SEQ_PASSED_WORK	270.0
+#define TSDG_OUT_OF_LINE_WORK	9.5
 
 /*
- * nodes a search with ef candidates scores in a graph of nodes nodes, the
- * navigating set (tsdg_navigating_set) included: of the nodes its walks
- * would score in a graph without end, as many distinct ones as that many
- * draws from nodes give
+ * A node the search scores costs more than a row of the sequential scan:
+ * its page is found and pinned and its row read from wherever the graph
+ * leads rather than in order. It is then offered to the candidate pool,
+ * kept sorted, where it moves a share of the pool's entries. A node the
+ * search expands has each slot of its list checked against the visited
+ * set. A row the scan returns is fetched from the heap and its quals tested.
+ */
+#define TSDG_VISIT_WORK			700.0
+#define TSDG_VISIT_POOL_WORK	0.6
+#define TSDG_LIST_SLOT_WORK		12.0
+#define TSDG_RETURNED_ROW_WORK	3000.0
+
+/*
+ * nodes scored per candidate of ef (the fresh neighbors an expanded node's
+ * list gives), and per doubling of the rows (the walk down from the
+ * entry points)
+ */
+#define TSDG_VISITS_PER_EF		5.5
+#define TSDG_VISITS_PER_LEVEL	15.0
+
+/* what the estimate knows of the index and the query */
+typedef struct TsdgScanShape
+{
+	double		dims;
+	double		nodes;			/* live nodes of the graph */
+	double		entries;		/* the navigating set */
+	double		degree;
+	double		pending;
+} TsdgScanShape;
+
+/*
+ * nodes a search with ef candidates scores: of the nodes its walks would
+ * score in a graph without end, as many distinct ones as that many draws
+ * from the graph's nodes give
  */
 static double
-TsdgVisitedNodes(double ef, double nodes)
+TsdgVisitedNodes(const TsdgScanShape *shape, double ef)
 {
-	double		entries = TSDG_MAX_ENTRY_POINTS + (double) tsdg_strided_entry_count((int64) nodes);
-	double		visits = TSDG_VISITS_PER_EF * ef + TSDG_VISITS_PER_LEVEL * log2(Max(nodes, 2.0)) + entries;
+	double		nodes = Max(shape->nodes, 1.0);
+	double		visits = TSDG_VISITS_PER_EF * ef + TSDG_VISITS_PER_LEVEL * log2(Max(nodes, 2.0)) +
+		shape->entries;
 
-	nodes = Max(nodes, 1.0);
 	return nodes * -expm1(-visits / nodes);
+}
+
+/*
+ * The work of a graph search with ef candidates: its scored nodes, each
+ * placed in a pool as wide as ef or as the nodes scored, and its expanded
+ * nodes, about as many as the pool holds.
+ */
+static double
+TsdgSearchWork(const TsdgScanShape *shape, double ef)
+{
+	double		scored = TsdgVisitedNodes(shape, ef);
+	double		expanded = Min(ef, shape->nodes);
+
+	return scored * (TSDG_VISIT_WORK + shape->dims + TSDG_VISIT_POOL_WORK * Min(ef, scored)) +
+		expanded * shape->degree * TSDG_LIST_SLOT_WORK;
+}
+
+/*
+ * The work of an index scan that returns rows rows. Its first round
+ * searches at tsdg.ef_search, and it scores the pending rows exactly. A
+ * scan asked for more rows than a round gave widens the search, doubling
+ * ef, so its rounds together cost one search at the last ef. Past
+ * tsdg.max_scan_tuples graph rows it scores every row left in one ordered
+ * pass over the index's rows and sorts them.
+ */
+static double
+TsdgScanWork(const TsdgScanShape *shape, double rows)
+{
+	double		walked = Min(rows, Min(shape->nodes, (double) tsdg_max_scan_tuples));
+	double		ef = tsdg_ef_search;
+	double		work;
+
+	while (ef < walked && ef < shape->nodes)
+		ef *= 2.0;
+	work = TsdgSearchWork(shape, ef) +
+		shape->pending * (TSDG_SEQ_ROW_WORK + TSDG_SEQ_PASSED_WORK + shape->dims) +
+		rows * TSDG_RETURNED_ROW_WORK;
+	if (rows > walked)
+	{
+		double		rest = shape->nodes - walked;
+
+		work += rest * (TSDG_SEQ_ROW_WORK + TSDG_SEQ_PASSED_WORK + shape->dims);
+	}
+	return work;
 }
 
 /*
@@ -119,11 +180,9 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	RelOptInfo *rel = info->rel;
 	Relation	index;
 	TsdgMetaPageData *meta;
-	double		dims;
-	double		nodes;
-	double		pending;
+	TsdgScanShape shape;
 	double		selectivity;
-	double		seq_row_dims_work;
+	double		passed;
 	double		seq_work;
 	double		scale;
 	double		startup_work;
@@ -144,29 +203,46 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	meta = palloc(sizeof(TsdgMetaPageData));
 	TsdgReadMeta(index, meta);
 	index_close(index, NoLock);
-	dims = Max(meta->dims, 1);
-	nodes = meta->node_count - meta->deleted_count;
-	pending = meta->pending_count;
+	shape.dims = Max(meta->dims, 1);
+	shape.nodes = meta->node_count - meta->deleted_count;
+	shape.entries = meta->entry_count + (double) tsdg_strided_entry_count((int64) meta->node_count);
+	shape.degree = meta->degree;
+	shape.pending = meta->pending_count;
 	pfree(meta);
 
 	selectivity = clauselist_selectivity(root, rel->baserestrictinfo, rel->relid, JOIN_INNER, NULL);
 	selectivity = Max(selectivity, 1.0 / Max(rel->tuples, 1.0));
+	passed = Max(rel->tuples * selectivity, 1.0);
 
 	/*
-	 * the sequential plan: every row's fixed work, the vectors and distances
-	 * of those that pass
+	 * the sequential plan: every row read and tested, the vectors, distances
+	 * and sort places of those that pass
 	 */
-	seq_row_dims_work = VECTOR_SIZE((int) dims) > TOAST_TUPLE_THRESHOLD ?
-		dims * (1.0 + TSDG_OUT_OF_LINE_WORK) : dims;
-	seq_work = rel->tuples * TSDG_SEQ_ROW_WORK + rel->tuples * selectivity * seq_row_dims_work;
+	seq_work = rel->tuples * TSDG_SEQ_ROW_WORK + passed * (TSDG_SEQ_PASSED_WORK + shape.dims *
+		(VECTOR_SIZE((int) shape.dims) > TOAST_TUPLE_THRESHOLD ? 1.0 + TSDG_OUT_OF_LINE_WORK : 1.0));
 	scale = TsdgSeqPlanCost(root, rel, selectivity) / Max(seq_work, 1.0);
 
-	/* the first round, and the pending rows every scan scores exactly */
-	startup_work = TsdgVisitedNodes(tsdg_ef_search, nodes) *
-		(TSDG_VISIT_WORK + dims + TSDG_VISIT_POOL_WORK * tsdg_ef_search) +
-		pending * (TSDG_SEQ_ROW_WORK + dims);
-	/* every row, by widened rounds */
-	total_work = startup_work + TSDG_WALK_VISITS_PER_ROW * nodes * (TSDG_VISIT_WORK + dims);
+	/* the first round, and every row by widened rounds and the exact finish */
+	startup_work = TsdgScanWork(&shape, 0.0);
+	total_work = TsdgScanWork(&shape, Max(shape.nodes, 1.0));
+
+	/*
+	 * The planner prices a LIMIT as the share of the total cost that the
+	 * rows it needs are of the rows the scan returns, a line from the start.
+	 * A filtered scan's work grows faster than its rows (each wider round
+	 * searches a wider pool), so where the query is a LIMIT over this table
+	 * alone the total is set on the line through the work of the rows that
+	 * LIMIT needs from the scan, the LIMIT divided by the share of rows
+	 * that pass the filter.
+	 */
+	if (root->limit_tuples > 0 && bms_membership(root->all_baserels) == BMS_SINGLETON)
+	{
+		double		needed = Min(root->limit_tuples / selectivity, Max(shape.nodes, 1.0));
+
+		total_work = startup_work +
+			(TsdgScanWork(&shape, needed) - startup_work) * Max(rel->rows, 1.0) /
+			Min(root->limit_tuples, Max(rel->rows, 1.0));
+	}
 
 	*indexStartupCost = startup_work * scale;
 	*indexTotalCost = total_work * scale;
