@@ -63,12 +63,16 @@
  * leads rather than in order. It is then offered to the candidate pool,
  * kept sorted, where it moves a share of the pool's entries. A node the
  * search expands has each slot of its list checked against the visited
- * set. A row the scan returns is fetched from the heap and its quals tested.
+ * set. A row the scan returns is fetched from the heap and its quals tested;
+ * one that passes them has its distance computed again for the plan's
+ * output, its vector read from the heap, out of line for a wide one.
  */
 #define TSDG_VISIT_WORK			700.0
 #define TSDG_VISIT_POOL_WORK	0.6
 #define TSDG_LIST_SLOT_WORK		12.0
 #define TSDG_RETURNED_ROW_WORK	3000.0
+/* a comparison of two candidates when a wider round sorts them */
+#define TSDG_SORT_COMPARE_WORK	25.0
 
 /*
  * nodes scored per candidate of ef (the fresh neighbors an expanded node's
@@ -86,6 +90,8 @@ typedef struct TsdgScanShape
 	double		entries;		/* the navigating set */
 	double		degree;
 	double		pending;
+	double		selectivity;	/* the share of rows that pass the quals */
+	double		heap_dims_work; /* a distance of a vector read from the heap */
 } TsdgScanShape;
 
 /*
@@ -122,7 +128,9 @@ TsdgSearchWork(const TsdgScanShape *shape, double ef)
  * The work of an index scan that returns rows rows. Its first round
  * searches at tsdg.ef_search, and it scores the pending rows exactly. A
  * scan asked for more rows than a round gave widens the search, doubling
- * ef, so its rounds together cost one search at the last ef. Past
+ * ef: its rounds together score the nodes of one search at the last ef,
+ * and each wider round first sorts every candidate that has left the pool
+ * so far, to refill the pool with the best of them. Past
  * tsdg.max_scan_tuples graph rows it scores every row left in one ordered
  * pass over the index's rows and sorts them.
  */
@@ -131,13 +139,19 @@ TsdgScanWork(const TsdgScanShape *shape, double rows)
 {
 	double		walked = Min(rows, Min(shape->nodes, (double) tsdg_max_scan_tuples));
 	double		ef = tsdg_ef_search;
+	double		spilled = 0.0;
 	double		work;
 
 	while (ef < walked && ef < shape->nodes)
+	{
+		double		scored = TsdgVisitedNodes(shape, ef);
+
+		spilled += Max(scored - ef, 0.0) * log2(Max(scored, 2.0));
 		ef *= 2.0;
-	work = TsdgSearchWork(shape, ef) +
+	}
+	work = TsdgSearchWork(shape, ef) + spilled * TSDG_SORT_COMPARE_WORK +
 		shape->pending * (TSDG_SEQ_ROW_WORK + TSDG_SEQ_PASSED_WORK + shape->dims) +
-		rows * TSDG_RETURNED_ROW_WORK;
+		rows * (TSDG_RETURNED_ROW_WORK + shape->selectivity * shape->heap_dims_work);
 	if (rows > walked)
 	{
 		double		rest = shape->nodes - walked;
@@ -213,13 +227,15 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	selectivity = clauselist_selectivity(root, rel->baserestrictinfo, rel->relid, JOIN_INNER, NULL);
 	selectivity = Max(selectivity, 1.0 / Max(rel->tuples, 1.0));
 	passed = Max(rel->tuples * selectivity, 1.0);
+	shape.selectivity = selectivity;
+	shape.heap_dims_work = VECTOR_SIZE((int) shape.dims) > TOAST_TUPLE_THRESHOLD ?
+		shape.dims * (1.0 + TSDG_OUT_OF_LINE_WORK) : shape.dims;
 
 	/*
 	 * the sequential plan: every row read and tested, the vectors, distances
 	 * and sort places of those that pass
 	 */
-	seq_work = rel->tuples * TSDG_SEQ_ROW_WORK + passed * (TSDG_SEQ_PASSED_WORK + shape.dims *
-		(VECTOR_SIZE((int) shape.dims) > TOAST_TUPLE_THRESHOLD ? 1.0 + TSDG_OUT_OF_LINE_WORK : 1.0));
+	seq_work = rel->tuples * TSDG_SEQ_ROW_WORK + passed * (TSDG_SEQ_PASSED_WORK + shape.heap_dims_work);
 	scale = TsdgSeqPlanCost(root, rel, selectivity) / Max(seq_work, 1.0);
 
 	/* the first round, and every row by widened rounds and the exact finish */
