@@ -2,7 +2,8 @@
 -- work than a sequential scan and a sort, at every ef_search, including wide
 -- vectors stored out of line (TOAST) and small tables; a sequential scan where
 -- a filter leaves few rows, where ef_search asks the search to score most of a
--- small table or of a table of narrow vectors, and for an ordered scan of the
+-- small table or of a table of narrow vectors, or more rows than a sequential
+-- scan computes distances for behind a filter, and for an ordered scan of the
 -- whole table.
 SET client_min_messages = warning;
 
@@ -45,6 +46,11 @@ SELECT ef, plan_of('SELECT id FROM pnarrow ORDER BY v <-> ''[0,1,0.5,0.5,0,1,1,0
 FROM unnest(ARRAY[10, 40, 100, 1000]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
 SELECT ef, plan_of('SELECT id FROM pnarrow WHERE cat = 3 ORDER BY v <-> ''[0,1,0.5,0.5,0,1,1,0.5]'' LIMIT 10') AS plan
 FROM unnest(ARRAY[10, 100]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+-- one row in ten: the index's first round at ef_search 100 holds the hundred
+-- rows the LIMIT needs; at 400 it scores more than the sequential scan, which
+-- computes the distances of the rows that pass alone
+SELECT ef, plan_of('SELECT id FROM pnarrow WHERE cat < 10 ORDER BY v <-> ''[0,1,0.5,0.5,0,1,1,0.5]'' LIMIT 10') AS plan
+FROM unnest(ARRAY[100, 400]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
 RESET tsdg.ef_search;
 
 -- a small table: 2,000 rows of 64 dimensions, which a sequential scan reads
@@ -61,5 +67,19 @@ SELECT ef, plan_of('SELECT id FROM psmall ORDER BY v <-> ' || quote_literal(:'qs
 FROM unnest(ARRAY[10, 40, 100, 400, 1000]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
 RESET tsdg.ef_search;
 
-DROP TABLE pwide, pnarrow, psmall;
+-- 10,000 rows of 64 dimensions, one row in ten passing the filter: the
+-- index up to the ef_search whose first round holds the rows the LIMIT needs,
+-- the sequential scan of the rows that pass past it
+CREATE TABLE pmid (id int, cat int, v vector(64));
+INSERT INTO pmid SELECT i, i % 100,
+	(SELECT array_agg(sin(i * 0.91 + j * (1 + i % 5)))::real[] FROM generate_series(1, 64) j)::vector
+	FROM generate_series(1, 10000) i;
+CREATE INDEX pmid_v ON pmid USING tsdg (v vector_l2_ops);
+ANALYZE pmid;
+SELECT v AS qmid FROM pmid WHERE id = 7 \gset
+SELECT ef, plan_of('SELECT id FROM pmid WHERE cat < 10 ORDER BY v <-> ' || quote_literal(:'qmid') || ' LIMIT 10') AS plan
+FROM unnest(ARRAY[100, 400]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+RESET tsdg.ef_search;
+
+DROP TABLE pwide, pnarrow, psmall, pmid;
 DROP FUNCTION plan_of(text);
