@@ -22,12 +22,13 @@
  * sum and reach the row count only slowly. A scored node costs more than a
  * row of the sequential scan: its page is found and pinned, its row is read
  * from wherever the graph leads rather than in order, and it is placed in
- * the candidate pool, which is kept sorted and so costs in proportion to ef.
- * A filter above the scan makes it return more rows than the LIMIT,
- * widening the search: the total cost, of returning every row, makes the
- * planner charge that share. Without a LIMIT it is the cost of an ordered
- * walk of the whole graph, more than a sort of the table, so such a query
- * does not use the index.
+ * the candidate pool, which is kept sorted and so costs in proportion to its
+ * width. A filter above the scan makes it return more rows than the LIMIT:
+ * the scan widens its search round by round until enough rows pass, which
+ * costs more than the rows it returns, so the cost at the LIMIT is priced
+ * from the rows the filter makes it return. Without a LIMIT it is the cost
+ * of an ordered walk of the whole graph, more than a sort of the table, so
+ * such a query does not use the index.
  */
 #include "postgres.h"
 
@@ -125,12 +126,12 @@ TsdgSearchWork(const TsdgScanShape *shape, double ef)
 }
 
 /*
- * The work of an index scan that returns rows rows. Its first round
- * searches at tsdg.ef_search, and it scores the pending rows exactly. A
- * scan asked for more rows than a round gave widens the search, doubling
- * ef: its rounds together score the nodes of one search at the last ef,
- * and each wider round first sorts every candidate that has left the pool
- * so far, to refill the pool with the best of them. Past
+ * The work of an index scan that returns the given number of rows. Its
+ * first round searches at tsdg.ef_search, and it scores the pending rows
+ * exactly. A scan asked for more rows than a round gave widens the search,
+ * doubling ef: its rounds together score the nodes of one search at the
+ * last ef, and each wider round first sorts every candidate that has left
+ * the pool so far, to refill the pool with the best of them. Past
  * tsdg.max_scan_tuples graph rows it scores every row left in one ordered
  * pass over the index's rows and sorts them.
  */
@@ -235,7 +236,8 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	 * the sequential plan: every row read and tested, the vectors, distances
 	 * and sort places of those that pass
 	 */
-	seq_work = rel->tuples * TSDG_SEQ_ROW_WORK + passed * (TSDG_SEQ_PASSED_WORK + shape.heap_dims_work);
+	seq_work = rel->tuples * TSDG_SEQ_ROW_WORK +
+		passed * (TSDG_SEQ_PASSED_WORK + shape.heap_dims_work);
 	scale = TsdgSeqPlanCost(root, rel, selectivity) / Max(seq_work, 1.0);
 
 	/* the first round, and every row by widened rounds and the exact finish */
