@@ -70,9 +70,8 @@ RESET tsdg.ef_search;
 -- 10,000 rows of 64 dimensions, one row in ten passing the filter: the
 -- index up to the ef_search whose first round holds the rows the LIMIT needs,
 -- the sequential scan of the rows that pass past it
-CREATE TABLE pmid (id int, cat int, v vector(64));
-INSERT INTO pmid SELECT i, i % 100,
-	(SELECT array_agg(sin(i * 0.91 + j * (1 + i % 5)))::real[] FROM generate_series(1, 64) j)::vector
+CREATE TABLE pmid AS SELECT i AS id, i % 100 AS cat,
+	(SELECT array_agg(sin(i * 0.91 + j * (1 + i % 5)))::real[] FROM generate_series(1, 64) j)::vector(64) AS v
 	FROM generate_series(1, 10000) i;
 CREATE INDEX pmid_v ON pmid USING tsdg (v vector_l2_ops);
 ANALYZE pmid;
