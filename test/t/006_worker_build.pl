@@ -24,6 +24,30 @@ sub log_since
 	return slurp_file($node->logfile, $offset);
 }
 
+# CREATE INDEX (or any $sql) in a session of its own: the IPC::Run handle,
+# its output in $build_out and $build_err
+my ($build_out, $build_err) = ('', '');
+sub start_build
+{
+	my ($sql) = @_;
+	($build_out, $build_err) = ('', '');
+	return IPC::Run::start(
+		[ 'psql', '-X', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c', $sql ],
+		'>', \$build_out, '2>', \$build_err);
+}
+
+# the worker's pid once it is busy (looked at every 5 ms, for 10 s at most), or ''
+sub busy_worker_pid
+{
+	for (1 .. 2000)
+	{
+		my $pid = $node->safe_psql('postgres', "SELECT worker_pid FROM tsdg_gpu_status() WHERE state = 'busy'");
+		return $pid if $pid ne '';
+		usleep(5_000);
+	}
+	return '';
+}
+
 # How many of 200 rows of $table do not find themselves first through index
 # scans: the first 200, or with $spread 200 spread over the table (over all
 # its row pages, written while the worker built the graph), searched widely
@@ -76,13 +100,7 @@ $node->safe_psql('postgres', q{SELECT setseed(0.5);
 	INSERT INTO orphan SELECT i, } . random_vector_sql(32, 'i') . q{ FROM generate_series(1, 60000) i;
 	ANALYZE orphan;});
 $from = -s $node->logfile;
-my ($build_out, $build_err) = ('', '');
-my $build = IPC::Run::start(
-	[
-		'psql', '-X', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c',
-		'CREATE INDEX orphan_idx ON orphan USING tsdg (v vector_l2_ops) WITH (iterations = 2)'
-	],
-	'>', \$build_out, '2>', \$build_err);
+my $build = start_build('CREATE INDEX orphan_idx ON orphan USING tsdg (v vector_l2_ops) WITH (iterations = 2)');
 my $killed = 0;
 for (1 .. 6000)
 {
@@ -244,20 +262,8 @@ else
 	$node->safe_psql('postgres', 'DROP INDEX hard_idx');
 }
 
-($build_out, $build_err) = ('', '');
-$build = IPC::Run::start(
-	[
-		'psql', '-X', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c',
-		"SET maintenance_work_mem = '1MB'; CREATE INDEX hard_idx ON hard USING tsdg (v vector_l2_ops)"
-	],
-	'>', \$build_out, '2>', \$build_err);
-my $busy_pid = '';
-for (1 .. 2000)
-{
-	$busy_pid = $node->safe_psql('postgres', "SELECT worker_pid FROM tsdg_gpu_status() WHERE state = 'busy'");
-	last if $busy_pid ne '';
-	usleep(5_000);
-}
+$build = start_build("SET maintenance_work_mem = '1MB'; CREATE INDEX hard_idx ON hard USING tsdg (v vector_l2_ops)");
+my $busy_pid = busy_worker_pid();
 isnt($busy_pid, '', 'the worker took the build in parts');
 kill('KILL', $busy_pid) if $busy_pid;
 ok($build->finish, "CREATE INDEX completes after the worker is killed: $build_err");
@@ -274,21 +280,8 @@ ok($node->poll_query_until('postgres', "SELECT state = 'ready' FROM tsdg_gpu_sta
 # sooner. The first build asks for GNND's largest lists, so that the CPU
 # backend is still at it when the second starts.
 $node->safe_psql('postgres', 'DROP INDEX hard_idx');
-($build_out, $build_err) = ('', '');
-$build = IPC::Run::start(
-	[
-		'psql', '-X', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c',
-		'CREATE INDEX hard_idx ON hard USING tsdg (v vector_l2_ops) WITH (build_k = 256, samples = 128)'
-	],
-	'>', \$build_out, '2>', \$build_err);
-$busy_pid = '';
-for (1 .. 2000)
-{
-	$busy_pid = $node->safe_psql('postgres', "SELECT worker_pid FROM tsdg_gpu_status() WHERE state = 'busy'");
-	last if $busy_pid ne '';
-	usleep(5_000);
-}
-isnt($busy_pid, '', 'the worker is busy with the first build');
+$build = start_build('CREATE INDEX hard_idx ON hard USING tsdg (v vector_l2_ops) WITH (build_k = 256, samples = 128)');
+isnt(busy_worker_pid(), '', 'the worker is busy with the first build');
 $from = -s $node->logfile;
 $node->safe_psql('postgres', 'CREATE INDEX waited_idx ON grown USING tsdg (v vector_l2_ops)');
 like(log_since($from), qr/tsdg index "waited_idx" built on the GPU worker/,
