@@ -190,11 +190,11 @@ void CudaSearchIndex::check_neighbor_ids(cudaStream_t stream) {
 }
 
 size_t CudaSearchIndex::memory_bytes() const {
-  return data_.bytes() + half_rows_.bytes() + walk_ids_.bytes() + walk_dists_.bytes() + norms_.bytes() + neighbors_.bytes() + lambdas_.bytes() + queries_.bytes() +
-         result_ids_.bytes() + result_dists_.bytes() + payload_.bytes() + payload_flags_device_.bytes() +
-         payload_out_.bytes() + payload_dists_.bytes() + entries_.bytes() + entry_rows_.bytes() +
-         entry_norms_.bytes() + entry_pick_ids_.bytes() + entry_pick_dists_.bytes() +
-         entry_scratch_.query_norms.bytes() + entry_scratch_.products.bytes() +
+  return data_.bytes() + half_rows_.bytes() + norms_.bytes() + neighbors_.bytes() + lambdas_.bytes() +
+         queries_.bytes() + walk_ids_.bytes() + walk_dists_.bytes() + result_ids_.bytes() + result_dists_.bytes() +
+         payload_.bytes() + payload_flags_device_.bytes() + payload_out_.bytes() + payload_dists_.bytes() +
+         entries_.bytes() + entry_rows_.bytes() + entry_norms_.bytes() + entry_pick_ids_.bytes() +
+         entry_pick_dists_.bytes() + entry_scratch_.query_norms.bytes() + entry_scratch_.products.bytes() +
          entry_scratch_.segment_dists.bytes() + entry_scratch_.segment_ids.bytes();
 }
 
