@@ -37,6 +37,8 @@ graph
   --ggm                  also build two halves and merge them with GGM
   --one-call-build       also time the graph built as an index builds it: one
                          call, the k-NN lists kept on the device between steps
+  --no-build-check       leave out the build's check of every row's route (the
+                         rows a walk with a pool of 4 misses get an edge)
 merge (instead of the steps above; L2: the synthetic data, or --data and
   --queries, whose rows merge in the file's order)
   --merge-batches B      build on the first --merge-initial N rows, merge the
@@ -157,6 +159,7 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--ggm", [&] { o.ggm = true; }},
       {"--one-call-build", [&] { o.one_call_build = true; }},
       {"--no-hnsw", [&] { o.hnsw = false; }},
+      {"--no-build-check", [&] { o.build_check = false; }},
       {"--help", [&] {
          std::fputs(kUsage, stdout);
          std::exit(0);

@@ -40,6 +40,8 @@ struct BenchOptions {
   bool exact_graph = false;
   bool ggm = false;
   bool one_call_build = false;
+  // the build's check of every row's route (link_rows_missed_by_narrow_walks)
+  bool build_check = true;
   bool hnsw = true;
   // --merge-batches B > 0: the incremental-merge benchmark instead
   // (merge_mode.h): a build on the first merge_initial_rows rows, then B

@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
+#include "backend.h"
 #include "bruteforce.h"
 #include "diversify.h"
 #include "gnnd.h"
@@ -142,6 +144,48 @@ TEST(Navigability, SeparatedClustersReach099AndStridedEntriesAddRecall) {
   const std::vector<double> strided = recalls(d, index_gnnd(), DiversifyParams{}, control, -1);
   for (size_t i = 0; i < by_default.size(); ++i) {
     EXPECT_GE(strided[i], by_default[i] - 0.005) << "ef " << kEfs[i];
+  }
+}
+
+// The rows a walk with the build check's pool misses, from the entries a
+// search with default parameters takes.
+int64_t rows_missed_by_narrow_walks(const HardData& d, const TsdgGraph& graph, const RunControl& control) {
+  CpuSearchIndex index(d.data.view(), GraphView::of(graph), Metric::L2);
+  SearchParams params;
+  params.ef = kBuildCheckEf;
+  return static_cast<int64_t>(index.unreached_rows(0, d.data.rows, params, control).size());
+}
+
+TEST(Navigability, TheBuildCheckLinksTheRowsNarrowWalksMissOnAConvergedKnnGraph) {
+  ThreadPool pool(0);
+  RunControl control;
+  control.pool = &pool;
+  const HardData d = hard_data(1.0f, control);
+  GnndParams converged = index_gnnd();
+  converged.iterations = 30;
+  const KnnGraph knn = gnnd_build(d.data.view(), Metric::L2, converged, control);
+  TsdgGraph graph = diversify_tsdg(d.data.view(), Metric::L2, knn, DiversifyParams{}, control);
+  const int64_t missed_before = rows_missed_by_narrow_walks(d, graph, control);
+  ASSERT_GT(missed_before, 0) << "the data must be hard enough for the check to have work";
+  const std::unique_ptr<Backend> cpu = make_cpu_backend();
+  const int64_t linked = link_rows_missed_by_narrow_walks(*cpu, d.data.view(), Metric::L2, graph, control);
+  EXPECT_GT(linked, 0);
+  EXPECT_LE(linked, missed_before);
+  EXPECT_LE(rows_missed_by_narrow_walks(d, graph, control), missed_before / 4);
+  // every list stays a valid TSDG list: ids in range, no self edge, no duplicate, λ ascending
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    const uint32_t* list = graph.list(u);
+    const uint8_t* lambdas = graph.list_lambdas(u);
+    std::vector<uint32_t> seen;
+    for (int j = 0; j < graph.degree && list[j] != kInvalidId; ++j) {
+      ASSERT_LT(list[j], static_cast<uint32_t>(graph.nodes));
+      ASSERT_NE(list[j], static_cast<uint32_t>(u));
+      ASSERT_EQ(std::count(seen.begin(), seen.end(), list[j]), 0);
+      if (j > 0) {
+        ASSERT_LE(lambdas[j - 1], lambdas[j]);
+      }
+      seen.push_back(list[j]);
+    }
   }
 }
 

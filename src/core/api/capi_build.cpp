@@ -312,6 +312,7 @@ TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, 
                  } else {
                    graph = b.build_tsdg_graph(data, m, gnnd, diversify, knn_ids, knn_dists, control);
                  }
+                 tsdg::link_rows_missed_by_narrow_walks(b, data, m, graph, control);
                  copy_graph_out(graph, params->degree, neighbors, lambdas);
                });
   });

@@ -202,6 +202,25 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
                                               const RunControl& control, const BeforeListChange& before_change,
                                               const std::vector<uint32_t>& also_rows = {});
 
+// The pool of the walks with which a build checks its graph: narrower than
+// any search's, so that the rows behind weak routes are found too.
+constexpr int kBuildCheckEf = 4;
+
+// A build's check of its graph: every row is searched for its own vector
+// with a pool of kBuildCheckEf from the index's entry points (the GPU's
+// large-batch kernel, which walks as the CPU does), and each row missed
+// gets an edge from the nearest other node that the walk finds
+// (unreached_rows_repaired's edge). A diversified k-NN graph is only as
+// navigable as its long edges make it; the closer GNND's lists come to the
+// exact ones, the more of those edges it replaces with near ones, and a
+// search that starts in the wrong region stays there. Routes checked
+// row by row do not depend on that: the check is the search-based
+// construction of NSG (Fu et al., 2019) and Vamana (Subramanya et al.,
+// 2019) reduced to the routes that fail. The walks run on a search index
+// of backend's. Returns the rows that got an edge.
+int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, TsdgGraph& graph,
+                                         const RunControl& control);
+
 // The bounded best-first candidate list: the ef best (distance, id) pairs seen,
 // ascending, each marked once expanded.
 class CandidatePool {

@@ -455,6 +455,34 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
                       kernel_misses(index, data, outside, params, control));
 }
 
+int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, TsdgGraph& graph,
+                                         const RunControl& control) {
+  if (graph.nodes == 0) return 0;
+  const std::unique_ptr<SearchIndex> owned = backend.make_search_index(data, graph, metric);
+  SearchIndex& index = *owned;
+  const GraphView view = GraphView::of(graph);
+  SearchParams params;
+  params.ef = kBuildCheckEf;
+  params.gpu_kernel = kGpuKernelWalkingAsTheCpu;
+  const std::vector<uint32_t> entries = index.entry_points(params, control);
+  check_walk_arguments(data, view, entries.data(), static_cast<int>(entries.size()), 0, data.rows, params.ef);
+  const std::vector<uint32_t> missed = index.unreached_rows(0, data.rows, params, control);
+  std::vector<uint32_t> nearest(missed.size(), kInvalidId);
+  const DistanceFn distance = metric_distance_fn(metric);
+  walk_rows_on_pool(
+      data, view, distance, entries, static_cast<int64_t>(missed.size()), params.ef, params.lambda_limit, control,
+      [&](int64_t i) { return missed[i]; }, [](int64_t) { return static_cast<std::vector<uint32_t>*>(nullptr); },
+      [&](int64_t i, int, uint32_t node) { nearest[i] = node; }, /*stop_at_row=*/false);
+  std::vector<std::pair<uint32_t, uint32_t>> edges;
+  std::vector<uint32_t> displaced;
+  const std::vector<uint32_t> changed = insert_repair_edges(
+      data, GraphSpan::of(graph), distance, missed,
+      [&](uint32_t row) { return nearest[std::lower_bound(missed.begin(), missed.end(), row) - missed.begin()]; },
+      params.lambda_limit, edges, BeforeListChange{}, displaced);
+  if (!changed.empty()) index.lists_changed(changed);
+  return static_cast<int64_t>(edges.size());
+}
+
 void UnreachedCheck::lists_changed(const std::vector<uint32_t>& nodes, const RunControl& control) {
   if (nodes.empty()) return;
   std::vector<uint8_t> is_changed(data_.rows, 0);
