@@ -4,6 +4,7 @@
 #include "search.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -457,30 +458,59 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
 
 int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, TsdgGraph& graph,
                                          const RunControl& control) {
+  if (data.rows != graph.nodes) {
+    throw Error(Status::InvalidArgument, "build check: row count and node count differ");
+  }
   if (graph.nodes == 0) return 0;
-  const std::unique_ptr<SearchIndex> owned = backend.make_search_index(data, graph, metric);
-  SearchIndex& index = *owned;
-  const GraphView view = GraphView::of(graph);
-  SearchParams params;
-  params.ef = kBuildCheckEf;
-  params.gpu_kernel = kGpuKernelWalkingAsTheCpu;
-  const std::vector<uint32_t> entries = index.entry_points(params, control);
-  check_walk_arguments(data, view, entries.data(), static_cast<int>(entries.size()), 0, data.rows, params.ef);
-  const std::vector<uint32_t> missed = index.unreached_rows(0, data.rows, params, control);
-  std::vector<uint32_t> nearest(missed.size(), kInvalidId);
-  const DistanceFn distance = metric_distance_fn(metric);
-  walk_rows_on_pool(
-      data, view, distance, entries, static_cast<int64_t>(missed.size()), params.ef, params.lambda_limit, control,
-      [&](int64_t i) { return missed[i]; }, [](int64_t) { return static_cast<std::vector<uint32_t>*>(nullptr); },
-      [&](int64_t i, int, uint32_t node) { nearest[i] = node; }, /*stop_at_row=*/false);
+  std::vector<uint32_t> missed;
+  std::vector<uint32_t> nearest;
+  {
+    const std::unique_ptr<SearchIndex> index = backend.make_search_index(data, graph, metric);
+    SearchParams params;
+    params.k = 1;
+    params.ef = kBuildCheckEf;
+    params.gpu_kernel = kGpuKernelWalkingAsTheCpu;
+    missed = index->unreached_rows(0, data.rows, params, control);
+    // the same walk again, for the nearest node it ends at
+    Matrix rows(static_cast<int64_t>(missed.size()), data.dim);
+    for (size_t i = 0; i < missed.size(); ++i) {
+      std::copy(data.row(missed[i]), data.row(missed[i]) + data.dim, rows.row(static_cast<int64_t>(i)));
+    }
+    nearest.resize(missed.size());
+    std::vector<float> dists(missed.size());
+    index->search(rows.view(), params, nearest.data(), dists.data(), control);
+  }
+  // Each node's new edges, in ascending row order; nodes are linked in
+  // parallel, as each insertion writes only its node's list.
   std::vector<std::pair<uint32_t, uint32_t>> edges;
-  std::vector<uint32_t> displaced;
-  const std::vector<uint32_t> changed = insert_repair_edges(
-      data, GraphSpan::of(graph), distance, missed,
-      [&](uint32_t row) { return nearest[std::lower_bound(missed.begin(), missed.end(), row) - missed.begin()]; },
-      params.lambda_limit, edges, BeforeListChange{}, displaced);
-  if (!changed.empty()) index.lists_changed(changed);
-  return static_cast<int64_t>(edges.size());
+  for (size_t i = 0; i < missed.size(); ++i) {
+    if (nearest[i] != kInvalidId && nearest[i] != missed[i]) edges.emplace_back(nearest[i], missed[i]);
+  }
+  std::sort(edges.begin(), edges.end());
+  std::vector<size_t> node_starts;
+  for (size_t i = 0; i < edges.size(); ++i) {
+    if (i == 0 || edges[i].first != edges[i - 1].first) node_starts.push_back(i);
+  }
+  node_starts.push_back(edges.size());
+  const GraphSpan span = GraphSpan::of(graph);
+  const DistanceFn distance = metric_distance_fn(metric);
+  std::atomic<int64_t> linked{0};
+  parallel_for(control, static_cast<int64_t>(node_starts.size()) - 1, 64, [&](int64_t begin, int64_t end, int) {
+    std::vector<uint32_t> pinned;
+    for (int64_t g = begin; g < end; ++g) {
+      pinned.clear();
+      for (size_t e = node_starts[g]; e < node_starts[g + 1]; ++e) {
+        const auto [node, row] = edges[e];
+        uint32_t dropped = kInvalidId;
+        if (insert_repair_edge(data, span, distance, node, row, SearchParams{}.lambda_limit, pinned, BeforeListChange{},
+                               &dropped)) {
+          pinned.push_back(row);
+        }
+      }
+      linked += static_cast<int64_t>(pinned.size());
+    }
+  });
+  return linked.load();
 }
 
 void UnreachedCheck::lists_changed(const std::vector<uint32_t>& nodes, const RunControl& control) {
