@@ -8,7 +8,8 @@
  * loaded by path; never installed.
  *
  * tsdg_forge_request(kind text) RETURNS text: 'build', 'build in parts',
- * 'build in parts of no rows', 'merge' or 'load';
+ * 'build in parts of no rows', 'merge', 'merge in parts', 'merge in parts of
+ * no rows' or 'load';
  * returns "reply N: message" of the worker's answer, or "no answer".
  */
 #include "postgres.h"
@@ -53,7 +54,7 @@ AttachShared(void)
 
 /*
  * The segment's layout: the rows and TIDs of FORGE_ROWS rows, the turns of a
- * build in parts, then one small array at the end that every other array
+ * request in parts, then one small array at the end that every other array
  * offset names, so that an array of the sizes the request claims runs past
  * the segment.
  */
@@ -76,7 +77,7 @@ ForgeLayout(TsdgBulkHeader *h)
 	h->capacity = FORGE_ROWS;
 	h->rows = Place(&offset, sizeof(float) * FORGE_DIMS * FORGE_ROWS);
 	h->tids = Place(&offset, sizeof(ItemPointerData) * FORGE_ROWS);
-	h->parts = Place(&offset, sizeof(TsdgBuildParts));
+	h->parts = Place(&offset, sizeof(TsdgPartTurns));
 	tail = Place(&offset, 64);
 	h->neighbors = h->lambdas = h->knn_ids = h->merged_neighbors = h->merged_lambdas =
 		h->changed = h->flags = tail;
@@ -141,6 +142,20 @@ tsdg_forge_request(PG_FUNCTION_ARGS)
 		slot->args.merge.dims = FORGE_DIMS;
 		slot->args.merge.metric = TSDG_METRIC_L2;
 		slot->args.merge.params = params;
+	}
+	else if (strcmp(kind, "merge in parts") == 0 ||
+			 strcmp(kind, "merge in parts of no rows") == 0)
+	{
+		/* a part's new rows fit, its merged lists do not; or parts of no rows */
+		slot->kind = TSDG_REQUEST_MERGE;
+		slot->args.merge.n_old = 0;
+		slot->args.merge.n_new = 10 * FORGE_ROWS;
+		slot->args.merge.dims = FORGE_DIMS;
+		slot->args.merge.metric = TSDG_METRIC_L2;
+		slot->args.merge.params = params;
+		slot->args.merge.in_parts = true;
+		if (strcmp(kind, "merge in parts of no rows") == 0)
+			((TsdgBulkHeader *) dsm_segment_address(seg))->capacity = 0;
 	}
 	else if (strcmp(kind, "load") == 0)
 	{

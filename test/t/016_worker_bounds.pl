@@ -1,7 +1,7 @@
 # The GPU worker reads a request's sizes and array offsets from shared memory
-# that another process wrote: a build (whole or in parts), a merge and an
+# that another process wrote: a build or a merge (whole or in parts) and an
 # index load whose arrays run past their segment, or whose byte sizes
-# overflow, or a build in parts of no rows, must be
+# overflow, or a build or merge in parts of no rows, must be
 # refused with a reply, and the worker must go on (not crash and restart).
 # The requests come from test/support/tsdg_forge.c, a hostile client built
 # here with the server's headers.
@@ -36,6 +36,8 @@ for my $case (
 	[ 'build in parts', qr/the build's sizes do not fit its shared memory segment/ ],
 	[ 'build in parts of no rows', qr/the build's sizes do not fit its shared memory segment/ ],
 	[ 'merge', qr/the merge's sizes do not fit its shared memory segment/ ],
+	[ 'merge in parts', qr/the merge's sizes do not fit its shared memory segment/ ],
+	[ 'merge in parts of no rows', qr/the merge's sizes do not fit its shared memory segment/ ],
 	[ 'load',  qr/the index image's sizes do not fit its shared memory segment/ ])
 {
 	my ($kind, $refusal) = @$case;

@@ -128,16 +128,20 @@ TsdgMergeFits(const TsdgMetaPageData *meta)
 /*
  * A merge past maintenance_work_mem says so and keeps its large arrays, and
  * the core's, in temporary files (tsdgspill.c), as a build does; until the
- * merge's memory context goes.
+ * merge's memory context goes. on_worker: the GPU worker will compute it.
  */
 void
-TsdgPlanMergeMemory(TsdgMerge *m)
+TsdgPlanMergeMemory(TsdgMerge *m, bool on_worker)
 {
 	if (TsdgMergeFits(&m->meta))
 		return;
 	ereport(NOTICE,
 			(errmsg("merging tsdg index \"%s\" does not fit into maintenance_work_mem",
 					RelationGetRelationName(m->index)),
+			 on_worker ?
+			 errdetail("The merge goes on with its large arrays in temporary files, which may take more time. "
+					   "Its data goes to the GPU worker and back in parts through shared memory within maintenance_work_mem; "
+					   "the worker's own copy of the graph is its working memory, which maintenance_work_mem does not bound.") :
 			 errdetail("The merge goes on with its large arrays in temporary files, which may take more time."),
 			 errhint("Increase maintenance_work_mem to about %.0f MB to speed up merges.",
 					 TsdgMergeBytes(&m->meta) / (1024.0 * 1024.0) + 1)));

@@ -95,7 +95,7 @@ typedef struct TsdgMerge
 /* tsdgmerge.c: the index's parameters and bounds */
 extern uint32 TsdgStoredKnnNodes(const TsdgMetaPageData *meta);
 extern double TsdgMergeBytes(const TsdgMetaPageData *meta);
-extern void TsdgPlanMergeMemory(TsdgMerge *m);
+extern void TsdgPlanMergeMemory(TsdgMerge *m, bool on_worker);
 extern void *TsdgMergeAlloc(TsdgMerge *m, Size bytes, bool zeroed);
 extern void TsdgMergeParams(const TsdgMetaPageData *meta, TsdgBuildParams *params);
 

@@ -334,7 +334,7 @@ TsdgFinishUnreachedCheck(TsdgMerge *m)
 	if (job == NULL)
 		return;
 	m->unreached_job = NULL;
-	if (m->segment.seg == NULL)
+	if (m->segment.seg == NULL && m->segment.parts_seg == NULL)
 	{
 		/* the lists it marks are counted with the worker's where their pages are written again */
 		int64		lists_marked;

@@ -417,7 +417,8 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 						RelationGetRelationName(m->index)),
 				 errhint("REINDEX the index.")));
 	g.width = meta->build_k;
-	TsdgPlanMergeMemory(m);
+	on_worker = TsdgWorkerAwaitRequest() && TsdgWorkerComputes(metric, true);
+	TsdgPlanMergeMemory(m, on_worker);
 	g.new_id = TsdgMergeAlloc(m, sizeof(uint32) * Max(g.nodes, 1), false);
 
 	capacity = (int64) (meta->node_count - meta->deleted_count) + m->consumed_rows;
@@ -432,7 +433,6 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	 * would need them here, or the rows past the stored k-NN lists are part
 	 * of the batch.
 	 */
-	on_worker = TsdgWorkerAwaitRequest() && TsdgWorkerComputes(metric, true);
 	if (meta->deleted_count == 0 && g.nodes > 0 && meta->row_extent_count < TSDG_MAX_ROW_EXTENTS &&
 		on_worker)
 		copy = TsdgWorkerCopyOf(m->index, meta);
@@ -462,9 +462,20 @@ TsdgLoadRows(TsdgMerge *m, TsdgMetric metric)
 	}
 	else
 	{
-		g.lists = TsdgMergeAlloc(m, sizeof(uint32) * Max(g.nodes, 1) * g.width, false);
-		m->old_neighbors = TsdgMergeAlloc(m, sizeof(uint32) * Max(capacity, 1) * meta->degree, false);
-		m->old_lambdas = TsdgMergeAlloc(m, sizeof(uint8) * Max(capacity, 1) * meta->degree, false);
+		/*
+		 * A merge past maintenance_work_mem goes to the worker in parts from
+		 * these arrays: what its copy holds is left to it all the same
+		 */
+		if (m->segment.in_parts)
+			m->left_to_worker = copy;
+		if (m->left_to_worker != TSDG_COPY_GRAPH)
+		{
+			g.lists = TsdgMergeAlloc(m, sizeof(uint32) * Max(g.nodes, 1) * g.width, false);
+			m->old_neighbors = TsdgMergeAlloc(m, sizeof(uint32) * Max(capacity, 1) * meta->degree,
+											  false);
+			m->old_lambdas = TsdgMergeAlloc(m, sizeof(uint8) * Max(capacity, 1) * meta->degree,
+											false);
+		}
 		m->old_changed = TsdgMergeAlloc(m, Max(capacity, 1), true);
 		m->rows = TsdgMergeAlloc(m, sizeof(float) * m->dims * Max(capacity, 1), false);
 	}

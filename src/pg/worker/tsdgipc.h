@@ -156,7 +156,7 @@ typedef struct TsdgBuildArgs
 	TsdgBuildParams params;
 	/*
 	 * the segment has room for a part of the rows only: they travel in parts,
-	 * and so does the graph (TsdgBuildParts)
+	 * and so does the graph (TsdgPartTurns)
 	 */
 	bool		in_parts;
 } TsdgBuildArgs;
@@ -192,6 +192,11 @@ typedef struct TsdgMergeArgs
 	TsdgIndexKey new_key;
 	/* the searches that must reach the new rows (TsdgBuildSummary.unreached) */
 	TsdgUnreachedCheck check;
+	/*
+	 * the segment has room for a part of the rows only: the inputs travel in
+	 * parts, and so does the merged graph (TsdgPartTurns, tsdgparts.h)
+	 */
+	bool		in_parts;
 } TsdgMergeArgs;
 
 /*
@@ -235,11 +240,14 @@ typedef struct TsdgLoadArgs
  *           merged_lambdas, changed (n: TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH)
  *           out, before the answer; summary (out, after the answer, of the
  *           merged graph; 0 when the session computes it)
+ *   merge in parts (TsdgMergeArgs.in_parts): the same arrays, each with room
+ *           for capacity rows (one part), and parts; the merged k-NN lists
+ *           always come back, and the summary comes before the last part
  */
 typedef struct TsdgBulkHeader
 {
 	Size		total_size;
-	int64		capacity;		/* build: rows the arrays have room for */
+	int64		capacity;		/* build, merge in parts: rows the arrays have room for */
 	int64		rows_from;		/* merge: the row that rows starts at */
 	Size		rows;
 	Size		neighbors;
@@ -258,26 +266,26 @@ typedef struct TsdgBulkHeader
 } TsdgBulkHeader;
 
 /*
- * The turns of a build in parts, whose segment has room for capacity rows
- * (maintenance_work_mem bounds it) where the table has more. Part i is rows
- * [i * capacity, min(n, (i + 1) * capacity)). The session writes part i's
- * rows and TIDs once rows_taken is i and sets rows_sent to i + 1; the worker
- * copies them into memory of its own (the rows the device builds from, and
- * the resident copy keeps) and sets rows_taken to i + 1. The graph comes
- * back the same way: the worker writes part j's search lists and k-NN lists
- * once graph_taken is j and sets graph_sent to j + 1, the session copies
- * them into its own arrays and sets graph_taken to j + 1; the worker
- * answers after the last. Each side wakes the other after its step (the
- * session's latch, the server's semaphore), and reads the arrays only after
- * the other's counter (a read barrier after it, a write barrier before it).
+ * The turns of a request in parts (tsdgparts.h), whose segment has room for
+ * one part of its rows (maintenance_work_mem bounds it) where the request has
+ * more: a build's rows in and graph out, a merge's inputs in and merged graph
+ * out. The session writes in-part i once in_taken is i and sets in_sent to
+ * i + 1; the worker copies it into memory of its own (what the device
+ * computes from, and the resident copy keeps) and sets in_taken to i + 1.
+ * The answer comes back the same way: the worker writes out-part j once
+ * out_taken is j and sets out_sent to j + 1, the session copies it into its
+ * own arrays and sets out_taken to j + 1; the worker answers after the last.
+ * Each side wakes the other after its step (the session's latch, the
+ * server's semaphore), and reads the arrays only after the other's counter
+ * (a read barrier after it, a write barrier before it).
  */
-typedef struct TsdgBuildParts
+typedef struct TsdgPartTurns
 {
-	pg_atomic_uint64 rows_sent;
-	pg_atomic_uint64 rows_taken;
-	pg_atomic_uint64 graph_sent;
-	pg_atomic_uint64 graph_taken;
-} TsdgBuildParts;
+	pg_atomic_uint64 in_sent;
+	pg_atomic_uint64 in_taken;
+	pg_atomic_uint64 out_sent;
+	pg_atomic_uint64 out_taken;
+} TsdgPartTurns;
 
 typedef enum TsdgSummaryState
 {

@@ -14,6 +14,7 @@
 
 #include "tsdg.h"
 #include "tsdgipc.h"
+#include "tsdgparts.h"
 #include "tsdgworkerclient.h"
 
 /* each kind of fallback is logged once per session, not once per query */
@@ -81,5 +82,26 @@ extern bool TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, TsdgMetaPageDa
  */
 extern bool TsdgTakeBuildTurns(TsdgBuildSegment *bseg, int64 n, int dims,
 							   const TsdgBuildParams *params);
+
+/* tsdgoffloadmerge.c */
+/* the most bytes of a merge's segment: maintenance_work_mem */
+extern Size TsdgMergeSegmentLimit(void);
+/* this session's slot with a merge request of data's sizes and keys, not submitted yet */
+extern TsdgRequestSlot *TsdgBeginMergeRequest(Relation index, const TsdgMetaPageData *old_meta,
+											  TsdgWorkerCopy left, const TsdgMetaPageData *new_meta,
+											  const TsdgMergeData *data);
+/* what a merge the worker did not answer with OK comes to, logged and counted where it falls back */
+extern TsdgWorkerMerge TsdgMergeNotAnswered(Relation index, bool answered, TsdgReply reply,
+											TsdgWorkerCopy left, const char *message);
+
+/* tsdgoffloadmergeparts.c */
+/*
+ * TsdgWorkerMergeGraph through a segment of at most maintenance_work_mem,
+ * for arrays that are the caller's own (mseg made no segment of them).
+ */
+extern TsdgWorkerMerge TsdgWorkerMergeInParts(Relation index, TsdgMergeSegment *mseg,
+											  const TsdgMetaPageData *old_meta, TsdgWorkerCopy left,
+											  const TsdgMetaPageData *new_meta,
+											  const TsdgMergeData *data);
 
 #endif							/* TSDG_OFFLOAD_H */

@@ -24,7 +24,7 @@ TsdgBuildLayout(TsdgBulkHeader *header, int64 capacity, int dims, const TsdgBuil
 	header->capacity = capacity;
 	header->summary = TsdgBulkAdd(&offset, sizeof(TsdgBuildSummary));
 	if (in_parts)
-		header->parts = TsdgBulkAdd(&offset, sizeof(TsdgBuildParts));
+		header->parts = TsdgBulkAdd(&offset, sizeof(TsdgPartTurns));
 	header->rows = TsdgBulkAdd(&offset, sizeof(float) * dims * (Size) capacity);
 	header->tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * (Size) capacity);
 	header->neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * (Size) capacity);
@@ -80,12 +80,7 @@ TsdgBuildSegmentMake(TsdgBuildSegment *bseg, int64 capacity, int dims,
 	pg_atomic_init_u32(&bseg->summary->state, TSDG_SUMMARY_PENDING);
 	bseg->parts = TsdgBulkArray(base, header.parts);
 	if (bseg->parts != NULL)
-	{
-		pg_atomic_init_u64(&bseg->parts->rows_sent, 0);
-		pg_atomic_init_u64(&bseg->parts->rows_taken, 0);
-		pg_atomic_init_u64(&bseg->parts->graph_sent, 0);
-		pg_atomic_init_u64(&bseg->parts->graph_taken, 0);
-	}
+		TsdgInitPartTurns(bseg->parts);
 	return true;
 }
 

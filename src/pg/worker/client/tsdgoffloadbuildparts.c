@@ -3,7 +3,7 @@
  * builds): past maintenance_work_mem the session keeps the rows in its own
  * arrays (temporary files) and sends them through a segment that
  * maintenance_work_mem bounds, a part at a time, and takes the graph back the
- * same way. The turns are those of TsdgBuildParts; the session takes its
+ * same way. The turns are those of TsdgPartTurns; the session takes its
  * turns from TsdgWorkerBuildGraph's wait, which the worker's wake-ups drive.
  */
 #include "postgres.h"
@@ -31,57 +31,15 @@ TsdgBuildSegmentCreateInParts(TsdgBuildSegment *bseg, Size max_bytes, int dims,
 	return true;
 }
 
-/* rows [first, first + count) of part i of n rows, parts of capacity rows */
-static int64
-TsdgPartRows(int64 i, int64 capacity, int64 n, int64 *first)
-{
-	*first = i * capacity;
-	return Min(capacity, n - *first);
-}
-
 bool
 TsdgTakeBuildTurns(TsdgBuildSegment *bseg, int64 n, int dims, const TsdgBuildParams *params)
 {
-	TsdgBuildParts *parts = bseg->parts;
-	int64		count = (n + bseg->capacity - 1) / bseg->capacity;
-	uint64		sent = pg_atomic_read_u64(&parts->rows_sent);
-	uint64		graph_sent;
-	int64		first;
-	int64		rows;
+	void	   *base = dsm_segment_address(bseg->seg);
+	TsdgBuildPartArrays local = {(float *) bseg->local.rows, (ItemPointerData *) bseg->local.tids,
+	bseg->local.neighbors, bseg->local.lambdas, bseg->local.knn_ids};
+	TsdgPartStream in;
+	TsdgPartStream out;
 
-	/* the next part of the rows, once the worker took the one before */
-	if (sent < (uint64) count && pg_atomic_read_u64(&parts->rows_taken) == sent)
-	{
-		/* the worker is done reading the segment's rows: a full barrier */
-		pg_memory_barrier();
-		rows = TsdgPartRows((int64) sent, bseg->capacity, n, &first);
-		memcpy(bseg->rows, bseg->local.rows + first * dims, sizeof(float) * dims * rows);
-		memcpy(bseg->tids, bseg->local.tids + first, sizeof(ItemPointerData) * rows);
-		pg_write_barrier();
-		pg_atomic_write_u64(&parts->rows_sent, ++sent);
-		pg_memory_barrier();
-		TsdgIpcWakeServer();
-	}
-
-	/* the part of the graph the worker sent, if any */
-	graph_sent = pg_atomic_read_u64(&parts->graph_sent);
-	if (graph_sent == pg_atomic_read_u64(&parts->graph_taken) + 1 && graph_sent <= (uint64) count)
-	{
-		uint64		part = graph_sent - 1;
-
-		pg_read_barrier();
-		rows = TsdgPartRows((int64) part, bseg->capacity, n, &first);
-		memcpy(bseg->local.neighbors + first * params->degree, bseg->neighbors,
-			   sizeof(uint32) * params->degree * rows);
-		memcpy(bseg->local.lambdas + first * params->degree, bseg->lambdas,
-			   sizeof(uint8) * params->degree * rows);
-		memcpy(bseg->local.knn_ids + first * params->build_k, bseg->knn_ids,
-			   sizeof(uint32) * params->build_k * rows);
-		/* read before the worker writes the next part: a full barrier */
-		pg_memory_barrier();
-		pg_atomic_write_u64(&parts->graph_taken, graph_sent);
-		pg_memory_barrier();
-		TsdgIpcWakeServer();
-	}
-	return sent == (uint64) count;
+	TsdgBuildPartStreams((const TsdgBulkHeader *) base, n, dims, params, &local, &in, &out);
+	return TsdgTakePartTurns(bseg->parts, base, &in, &out);
 }

@@ -93,6 +93,11 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	if (old_capacity + new_capacity == 0 || !TsdgWorkerUsable())
 		return false;
 	TsdgMergeLayout(&header, old_capacity, new_capacity, dims, params, contents, true, true);
+	if (header.total_size > TsdgMergeSegmentLimit())
+	{
+		mseg->in_parts = true;
+		return false;
+	}
 	seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
 	if (seg == NULL)
 		return false;
@@ -126,6 +131,8 @@ TsdgMergeSegmentRelease(TsdgMergeSegment *mseg)
 {
 	if (mseg->seg != NULL)
 		dsm_detach(mseg->seg);
+	if (mseg->parts_seg != NULL)
+		dsm_detach(mseg->parts_seg);
 	memset(mseg, 0, sizeof(TsdgMergeSegment));
 }
 
@@ -174,6 +181,52 @@ TsdgMergeWaitPoll(void *arg, TsdgRequestSlot *slot)
 	return false;
 }
 
+Size
+TsdgMergeSegmentLimit(void)
+{
+	return (Size) maintenance_work_mem * 1024;
+}
+
+TsdgRequestSlot *
+TsdgBeginMergeRequest(Relation index, const TsdgMetaPageData *old_meta, TsdgWorkerCopy left,
+					  const TsdgMetaPageData *new_meta, const TsdgMergeData *data)
+{
+	TsdgRequestSlot *slot = TsdgIpcBeginRequest(TSDG_REQUEST_MERGE);
+
+	memset(&slot->args.merge, 0, sizeof(TsdgMergeArgs));
+	slot->args.merge.database = MyDatabaseId;
+	slot->args.merge.relfilenode = index->rd_node.relNode;
+	slot->args.merge.n_old = data->n_old;
+	slot->args.merge.n_new = data->n_new;
+	slot->args.merge.dims = data->dims;
+	slot->args.merge.metric = data->metric;
+	slot->args.merge.params = *data->params;
+	TsdgIndexKeyOf(index, old_meta, &slot->args.merge.old_key);
+	slot->args.merge.rows_resident = left != TSDG_COPY_NONE;
+	slot->args.merge.graph_resident = left == TSDG_COPY_GRAPH;
+	TsdgIndexKeyOf(index, new_meta, &slot->args.merge.new_key);
+	TsdgSetUnreachedCheck(&slot->args.merge.check, new_meta);
+	return slot;
+}
+
+TsdgWorkerMerge
+TsdgMergeNotAnswered(Relation index, bool answered, TsdgReply reply, TsdgWorkerCopy left,
+					 const char *message)
+{
+	if (reply == TSDG_REPLY_NOT_RESIDENT && left != TSDG_COPY_NONE)
+		return TSDG_WORKER_NEEDS_OLD_GRAPH;
+	/* CANCELLED too: this session's cancel throws out of the wait, so the worker was shut down */
+	TsdgCountFallback();
+	ereport(reply == TSDG_REPLY_OUT_OF_MEMORY ? WARNING : LOG,
+			(errmsg("tsdg merge of index \"%s\" falls back to the CPU: %s",
+					RelationGetRelationName(index),
+					!answered ? "the GPU worker stopped during the merge" :
+					reply == TSDG_REPLY_OUT_OF_MEMORY ? "the GPU worker is out of memory" :
+					"the GPU worker could not merge the graph"),
+			 errdetail("%s", message)));
+	return TSDG_WORKER_DECLINED;
+}
+
 TsdgWorkerMerge
 TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageData *old_meta,
 					 TsdgWorkerCopy left, const TsdgMetaPageData *new_meta,
@@ -202,7 +255,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	TimestampTz submitted;
 	TimestampTz answered_at;
 
-	Assert(left == TSDG_COPY_NONE || (mseg != NULL && mseg->seg != NULL));
+	Assert(left == TSDG_COPY_NONE || (mseg != NULL && (mseg->seg != NULL || mseg->in_parts)));
 	/* a segment made without the old lists or rows (the worker had them) cannot carry them now */
 	if (mseg != NULL && mseg->seg != NULL && n_old > 0 &&
 		((left != TSDG_COPY_GRAPH && mseg->old_knn_ids == NULL) ||
@@ -239,6 +292,9 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 
 		TsdgMergeLayout(&header, n_old, n_new, dims, params, &everything, old_changed != NULL,
 						false);
+		/* past maintenance_work_mem, or from a merge that left the worker's copy to it there */
+		if (left != TSDG_COPY_NONE || header.total_size > TsdgMergeSegmentLimit())
+			return TsdgWorkerMergeInParts(index, mseg, old_meta, left, new_meta, data);
 		seg = TsdgCreateBulkSegment(header.total_size, "a merge on the GPU worker");
 		if (seg == NULL)
 		{
@@ -271,20 +327,7 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	TsdgBulkCopyIn(base, header.dists, old_knn_dists, sizeof(float) * k * (Size) n_old);
 	TsdgBulkCopyIn(base, header.flags, old_changed, sizeof(uint8) * (Size) n_old);
 
-	slot = TsdgIpcBeginRequest(TSDG_REQUEST_MERGE);
-	memset(&slot->args.merge, 0, sizeof(TsdgMergeArgs));
-	slot->args.merge.database = MyDatabaseId;
-	slot->args.merge.relfilenode = index->rd_node.relNode;
-	slot->args.merge.n_old = n_old;
-	slot->args.merge.n_new = n_new;
-	slot->args.merge.dims = dims;
-	slot->args.merge.metric = data->metric;
-	slot->args.merge.params = *params;
-	TsdgIndexKeyOf(index, old_meta, &slot->args.merge.old_key);
-	slot->args.merge.rows_resident = left != TSDG_COPY_NONE;
-	slot->args.merge.graph_resident = left == TSDG_COPY_GRAPH;
-	TsdgIndexKeyOf(index, new_meta, &slot->args.merge.new_key);
-	TsdgSetUnreachedCheck(&slot->args.merge.check, new_meta);
+	slot = TsdgBeginMergeRequest(index, old_meta, left, new_meta, data);
 	slot->bulk_handle = dsm_segment_handle(seg);
 	slot->bulk_size = header.total_size;
 	submitted = GetCurrentTimestamp();
@@ -298,22 +341,11 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 			sizeof(message));
 	TsdgIpcFinish(slot);
 
-	if (reply == TSDG_REPLY_NOT_RESIDENT && left != TSDG_COPY_NONE)
-		return TSDG_WORKER_NEEDS_OLD_GRAPH;
-	/* CANCELLED too: this session's cancel throws out of the wait, so the worker was shut down */
 	if (reply != TSDG_REPLY_OK)
 	{
 		if (seg != (mseg != NULL ? mseg->seg : NULL))
 			dsm_detach(seg);
-		TsdgCountFallback();
-		ereport(reply == TSDG_REPLY_OUT_OF_MEMORY ? WARNING : LOG,
-				(errmsg("tsdg merge of index \"%s\" falls back to the CPU: %s",
-						RelationGetRelationName(index),
-						!answered ? "the GPU worker stopped during the merge" :
-						reply == TSDG_REPLY_OUT_OF_MEMORY ? "the GPU worker is out of memory" :
-						"the GPU worker could not merge the graph"),
-				 errdetail("%s", message)));
-		return TSDG_WORKER_DECLINED;
+		return TsdgMergeNotAnswered(index, answered, reply, left, message);
 	}
 
 	/*

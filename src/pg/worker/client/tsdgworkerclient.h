@@ -145,7 +145,7 @@ typedef struct TsdgBuildSegment
 	pid_t		builder_pid;	/* the worker process that answered the build */
 
 	/* a build in parts: its turns (NULL: none) and the session's arrays */
-	struct TsdgBuildParts *parts;
+	struct TsdgPartTurns *parts;
 	TsdgLocalBuildArrays local;
 
 	/*
@@ -231,6 +231,16 @@ typedef struct TsdgMergeSegment
 	pid_t		summary_pid;	/* the worker that computes it; 0: none does */
 
 	/*
+	 * No segment: one of the whole merge would pass maintenance_work_mem, so
+	 * the merge keeps its arrays and TsdgWorkerMergeGraph sends them in parts
+	 * (what the worker's copy holds is still left to it). parts_seg is the
+	 * segment of parts once the worker merged through it: it holds the
+	 * summary.
+	 */
+	bool		in_parts;
+	struct dsm_segment *parts_seg;
+
+	/*
 	 * Called (when set) while TsdgWorkerMergeGraph waits: while_merging once
 	 * at the start (the caller writes what needs no graph: the new rows),
 	 * knn_ready once the worker's merged k-NN lists are in knn_ids and it
@@ -268,7 +278,9 @@ typedef struct TsdgMergeSegmentContents
 
 /*
  * A segment for a merge when the worker takes requests now, or false (the
- * merge then reads into local memory, and TsdgWorkerMergeGraph copies it).
+ * merge then reads into local memory, and TsdgWorkerMergeGraph copies it,
+ * in parts when mseg->in_parts says the segment would pass
+ * maintenance_work_mem).
  */
 extern bool TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_capacity,
 								   int dims, const TsdgBuildParams *params,
@@ -337,7 +349,11 @@ typedef struct TsdgMergeData
  * merged k-NN ids, search graph and changed flags come back into data's
  * arrays. When the arrays are those of mseg (not NULL), nothing is copied,
  * and the worker computes the merged graph's entry points after its answer
- * (TsdgWorkerMergeSummary).
+ * (TsdgWorkerMergeSummary). Otherwise, where a segment of the whole merge
+ * would pass maintenance_work_mem (or mseg->in_parts), the inputs and the
+ * merged graph travel in parts through one that does not; the worker then
+ * computes the summary before it sends the graph back, repaired for the
+ * rows its searches do not reach.
  *
  * old_meta is the metapage the merge read; with left (only with mseg) above
  * TSDG_COPY_NONE, the first n_old rows and TIDs, and with TSDG_COPY_GRAPH the

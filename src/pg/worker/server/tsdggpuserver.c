@@ -23,7 +23,7 @@
  *             session's cancel flag polled; the fresh graph stays resident,
  *             its k-NN lists too (tsdgserverbuild.c); past the session's
  *             maintenance_work_mem the rows come and the graph goes back in
- *             parts through a smaller segment (tsdgserverbuildparts.c);
+ *             parts through a smaller segment (tsdgserverparts.c);
  *   pending   the pending rows of a resident index, sent by the sessions as
  *             they find the worker's copy behind their metapage, kept on the
  *             device and searched exactly with every search that asks

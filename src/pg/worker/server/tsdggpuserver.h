@@ -15,6 +15,7 @@
 
 #include "tsdg.h"
 #include "tsdgipc.h"
+#include "tsdgparts.h"
 #include "tsdgworkerserver.h"
 
 /* the device's backend; NULL: the core's CPU backend */
@@ -205,16 +206,33 @@ extern void TsdgTurnAwaySearches(void);
 extern void TsdgPublishSummary(TakenRequest *t, TsdgBuildSummary *summary, bool ok);
 extern void TsdgServeBuild(TakenRequest *t);
 
-/* tsdgserverbuildparts.c */
+/* tsdgserverparts.c */
 /*
- * The rows of a build in parts, received into arrays of the worker's own:
- * OK, OUT_OF_MEMORY, or CANCELLED when the session gave the build up first.
+ * The in-parts of a request in parts (its segment at base, its turns there),
+ * received into the stream's arrays; false when the session gave the
+ * request up first.
  */
-extern TsdgReply TsdgReceiveBuildRows(TakenRequest *t, const BulkMapping *map, BuildArrays *arrays);
-/* its graph sent back; false when the session gave the build up first */
-extern bool TsdgSendBuildGraph(TakenRequest *t, const BulkMapping *map, const BuildArrays *arrays);
-/* what of the arrays TsdgReceiveBuildRows took is still the build's */
-extern void TsdgFreeBuildArrays(BuildArrays *arrays);
+extern bool TsdgReceiveParts(TakenRequest *t, TsdgPartTurns *turns, void *base,
+							 const TsdgPartStream *in);
+/* its out-parts sent back; false when the session gave the request up first */
+extern bool TsdgSendParts(TakenRequest *t, TsdgPartTurns *turns, void *base,
+						  const TsdgPartStream *out);
+
+/* tsdgservermergeparts.c */
+/*
+ * Whether a merge in parts names an index's sizes and its segment holds a
+ * part of capacity rows (at most the merge's rows) of every array that
+ * travels, and its turns.
+ */
+extern bool TsdgMergePartSizesFit(const TsdgMergeArgs *args, const BulkMapping *map);
+/*
+ * The worker's own arrays of a merge in parts, whole: what comes in is
+ * received there, what the merge computes goes back from there. False when
+ * the memory is not to be had (TsdgFreeMergePartArrays frees what was).
+ */
+extern bool TsdgTakeMergePartArrays(const TsdgMergeArgs *args, const TsdgBulkHeader *header,
+									TsdgMergePartArrays *own);
+extern void TsdgFreeMergePartArrays(TsdgMergePartArrays *own);
 
 /* tsdgservermerge.c */
 extern void TsdgServeMerge(TakenRequest *t);

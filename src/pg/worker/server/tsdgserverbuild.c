@@ -1,7 +1,7 @@
 /*
  * The GPU server's builds (runs in the GPU server process): a CREATE INDEX's
  * graph built on the device from the rows in the session's segment (or, in
- * parts, copied out of it: tsdgserverbuildparts.c), polled for the session's
+ * parts, copied out of it: tsdgserverparts.c), polled for the session's
  * cancel, answered before the metapage's summary is computed, then kept
  * resident. The poll here also serves merges.
  */
@@ -105,7 +105,59 @@ BuildSizesFit(const TsdgBuildArgs *args, const BulkMapping *map)
 		TsdgBulkHasArray(map, header->lambdas, rows * args->params.degree, sizeof(uint8), false) &&
 		TsdgBulkHasArray(map, header->knn_ids, rows * args->params.build_k, sizeof(uint32), false) &&
 		TsdgBulkHasArray(map, header->summary, 1, sizeof(TsdgBuildSummary), true) &&
-		TsdgBulkHasArray(map, header->parts, 1, sizeof(TsdgBuildParts), !args->in_parts);
+		TsdgBulkHasArray(map, header->parts, 1, sizeof(TsdgPartTurns), !args->in_parts);
+}
+
+/*
+ * The rows of a build in parts, received into arrays of the worker's own:
+ * OK, OUT_OF_MEMORY, or CANCELLED when the session gave the build up first.
+ */
+static TsdgReply
+ReceiveBuildRows(TakenRequest *t, const BulkMapping *map, BuildArrays *arrays,
+				 TsdgPartStream *out)
+{
+	const TsdgBuildArgs *args = &t->copy.args.build;
+	const TsdgBulkHeader *header = (const TsdgBulkHeader *) map->address;
+	Size		n = (Size) args->n;
+	TsdgBuildPartArrays local;
+	TsdgPartStream in;
+	TimestampTz start = GetCurrentTimestamp();
+
+	memset(arrays, 0, sizeof(BuildArrays));
+	arrays->rows = TsdgTakeHostArray(sizeof(float) * args->dims * n);
+	arrays->knn_ids = TsdgTakeHostArray(sizeof(uint32) * args->params.build_k * n);
+	arrays->tids = malloc(sizeof(ItemPointerData) * n);
+	arrays->neighbors = malloc(sizeof(uint32) * args->params.degree * n);
+	arrays->lambdas = malloc(sizeof(uint8) * args->params.degree * n);
+	if (arrays->rows == NULL || arrays->knn_ids == NULL || arrays->tids == NULL ||
+		arrays->neighbors == NULL || arrays->lambdas == NULL)
+		return TSDG_REPLY_OUT_OF_MEMORY;
+	/* a builder that returns no k-NN lists leaves the first one empty, as in a segment */
+	arrays->knn_ids[0] = TSDG_INVALID_ID;
+
+	local = (TsdgBuildPartArrays) {arrays->rows, arrays->tids, arrays->neighbors, arrays->lambdas,
+	arrays->knn_ids};
+	TsdgBuildPartStreams(header, args->n, args->dims, &args->params, &local, &in, out);
+	if (!TsdgReceiveParts(t, TsdgBulkArray(map->address, header->parts), map->address, &in))
+		return TSDG_REPLY_CANCELLED;
+	ereport(LOG,
+			(errmsg("pg_tsdg GPU worker: received the %lld rows of index %u/%u through a shared memory segment of %zu bytes (parts: %lld, of up to %lld rows) in %.3f s",
+					(long long) args->n, args->key.database, args->key.relfilenode, map->size,
+					(long long) TsdgPartCount(&in), (long long) header->capacity,
+					TsdgSecondsSince(start))));
+	return TSDG_REPLY_OK;
+}
+
+/* what of the arrays ReceiveBuildRows took is still the build's */
+static void
+FreeBuildArrays(BuildArrays *arrays)
+{
+	TsdgGiveBackHostArray(arrays->rows);
+	TsdgGiveBackHostArray(arrays->knn_ids);
+	free(arrays->tids);
+	free(arrays->neighbors);
+	free(arrays->lambdas);
+	memset(arrays, 0, sizeof(BuildArrays));
 }
 
 /*
@@ -147,6 +199,7 @@ TsdgServeBuild(TakenRequest *t)
 	BuildPollState poll = {t};
 	TimestampTz start;
 	BuildArrays arrays;
+	TsdgPartStream graph_out;
 	TsdgReply	received = TSDG_REPLY_OK;
 
 	t->done = true;
@@ -166,7 +219,7 @@ TsdgServeBuild(TakenRequest *t)
 	}
 	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
 	if (args->in_parts)
-		received = TsdgReceiveBuildRows(t, &map, &arrays);
+		received = ReceiveBuildRows(t, &map, &arrays, &graph_out);
 	else
 	{
 		arrays.rows = TsdgBulkArray(map.address, header->rows);
@@ -177,7 +230,7 @@ TsdgServeBuild(TakenRequest *t)
 	}
 	if (received != TSDG_REPLY_OK)
 	{
-		TsdgFreeBuildArrays(&arrays);
+		FreeBuildArrays(&arrays);
 		TsdgIpcAnswer(t->slot, t->copy.request_id, received,
 					  received == TSDG_REPLY_OUT_OF_MEMORY ?
 					  "out of host memory for the build's rows" : "the session gave the build up");
@@ -200,10 +253,20 @@ TsdgServeBuild(TakenRequest *t)
 								  &args->params, arrays.neighbors, arrays.lambdas, arrays.knn_ids,
 								  NULL, TsdgPollBuildRequest, &poll, &error);
 	}
-	if (status == TSDG_OK && args->in_parts && !TsdgSendBuildGraph(t, &map, &arrays))
+	if (status == TSDG_OK && args->in_parts)
 	{
-		status = TSDG_ERR_CANCELLED;
-		strlcpy(error.message, "the session gave the build up", sizeof(error.message));
+		TimestampTz sent = GetCurrentTimestamp();
+
+		if (!TsdgSendParts(t, TsdgBulkArray(map.address, header->parts), map.address, &graph_out))
+		{
+			status = TSDG_ERR_CANCELLED;
+			strlcpy(error.message, "the session gave the build up", sizeof(error.message));
+		}
+		else
+			ereport(LOG,
+					(errmsg("pg_tsdg GPU worker: sent the graph of index %u/%u back in %lld parts in %.3f s",
+							args->key.database, args->key.relfilenode,
+							(long long) TsdgPartCount(&graph_out), TsdgSecondsSince(sent))));
 	}
 	if (status == TSDG_OK)
 	{
@@ -234,7 +297,7 @@ TsdgServeBuild(TakenRequest *t)
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), error.message);
 	}
 	if (args->in_parts)
-		TsdgFreeBuildArrays(&arrays);
+		FreeBuildArrays(&arrays);
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	TsdgUnmapBulk(&map);
 }

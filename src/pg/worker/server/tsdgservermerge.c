@@ -151,8 +151,9 @@ TakeOldGraph(const TsdgMergeArgs *args, ResidentIndex *r, MergeArrays *a)
 
 /*
  * The old lists read from r copied into the segment's arrays before r may be
- * evicted, or, when the session left them out of the segment, into memory of
- * this process (a->owned, freed by FreeOwnedLists). False when that memory
+ * evicted, or, when the session left them out of the segment (or it holds a
+ * part only), into memory of this process (a->owned, freed by
+ * FreeOwnedLists). False when that memory
  * is not to be had.
  */
 static bool
@@ -164,7 +165,7 @@ CopyOldGraphIn(const TsdgMergeArgs *args, const TsdgBulkHeader *header, void *ba
 	Size		list_bytes = sizeof(uint32) * args->params.degree * n_old;
 	Size		lambda_bytes = sizeof(uint8) * args->params.degree * n_old;
 
-	if (header->knn_ids == 0)
+	if (header->knn_ids == 0 || args->in_parts)
 	{
 		a->owned_knn_ids = TsdgCopyOut(a->old_knn_ids, knn_bytes);
 		a->owned_neighbors = TsdgCopyOut(a->old_neighbors, list_bytes);
@@ -307,6 +308,53 @@ SummarizeMergedGraph(const TsdgMergeArgs *args, uint8 *changed, TsdgBuildSummary
 }
 
 /*
+ * A merge in parts computed: the merged graph kept resident and its summary
+ * computed first, with the graph's repair for the rows its searches do not
+ * reach, so that the lists sent back are those the copy keeps (the repaired
+ * ones marked in changed); then the graph goes back in parts and the worker
+ * answers. The copy takes the rows of own; the lists are copied, since they
+ * are sent from own when no copy is kept.
+ */
+static void
+FinishMergeInParts(TakenRequest *t, MergeArrays *a, TsdgMergePartArrays *own,
+				   const BulkMapping *map, const TsdgBulkHeader *header)
+{
+	const TsdgMergeArgs *args = &t->copy.args.merge;
+	TsdgBuildSummary *summary = TsdgBulkArray(map->address, header->summary);
+	TsdgMergePartArrays sent = *own;
+	TsdgPartStream in;
+	TsdgPartStream out;
+	ResidentIndex *r;
+	TimestampTz start;
+	bool		complete;
+
+	a->merged_rows = own->rows;
+	a->merged_knn_ids = NULL;
+	own->rows = NULL;
+	KeepMergedGraph(args, a, NULL);
+	if (summary != NULL)
+		TsdgPublishSummary(t, summary, SummarizeMergedGraph(args, own->changed, summary));
+	r = TsdgFindResident(&args->new_key);
+	if (r != NULL)
+	{
+		sent.knn_ids = r->knn_ids;
+		sent.neighbors = r->neighbors;
+		sent.lambdas = r->lambdas;
+	}
+	TsdgMergePartStreams(header, args, &sent, &in, &out);
+	start = GetCurrentTimestamp();
+	complete = TsdgSendParts(t, TsdgBulkArray(map->address, header->parts), map->address, &out);
+	if (complete)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: sent the merged graph of index %u/%u back in %lld parts in %.3f s",
+						args->database, args->relfilenode, (long long) TsdgPartCount(&out),
+						TsdgSecondsSince(start))));
+	TsdgIpcAnswer(t->slot, t->copy.request_id, complete ? TSDG_REPLY_OK : TSDG_REPLY_CANCELLED,
+				  complete ? NULL : "the session gave the merge up");
+	TsdgPinListsOf(&args->new_key);
+}
+
+/*
  * Whether a merge's row counts and list lengths are an index's and its
  * segment holds every array they size (the old lists may be left to the
  * worker's copy, the old distances, repaired flags, merged k-NN lists and
@@ -340,6 +388,80 @@ MergeSizesFit(const TsdgMergeArgs *args, const BulkMapping *map)
 		TsdgBulkHasArray(map, header->summary, 1, sizeof(TsdgBuildSummary), true);
 }
 
+/* a refusal before the merge starts: the segment unmapped, the session told why */
+static void
+RefuseMerge(TakenRequest *t, BulkMapping *map, TsdgMergePartArrays *own, TsdgReply reply,
+			const char *why)
+{
+	TsdgFreeMergePartArrays(own);
+	TsdgUnmapBulk(map);
+	TsdgIpcAnswer(t->slot, t->copy.request_id, reply, why);
+}
+
+/*
+ * The arrays of the merge: in its segment, or for a merge in parts the
+ * worker's own (own), which the parts fill. False when refused.
+ */
+static bool
+PlaceMergeArrays(TakenRequest *t, BulkMapping *map, MergeArrays *a, TsdgMergePartArrays *own)
+{
+	const TsdgMergeArgs *args = &t->copy.args.merge;
+	const TsdgBulkHeader *header = (const TsdgBulkHeader *) map->address;
+
+	memset(a, 0, sizeof(MergeArrays));
+	if (args->in_parts)
+	{
+		if (!TsdgMergePartSizesFit(args, map))
+		{
+			RefuseMerge(t, map, own, TSDG_REPLY_FAILED,
+						"the merge's sizes do not fit its shared memory segment");
+			return false;
+		}
+		if (!TsdgTakeMergePartArrays(args, header, own))
+		{
+			RefuseMerge(t, map, own, TSDG_REPLY_OUT_OF_MEMORY,
+						"the GPU worker is out of host memory for the merge's arrays");
+			return false;
+		}
+		a->rows = own->rows;
+		a->tids = own->tids;
+		a->old_knn_ids = own->old_knn_ids;
+		a->old_knn_dists = own->old_knn_dists;
+		a->old_neighbors = own->old_neighbors;
+		a->old_lambdas = own->old_lambdas;
+		a->old_changed = own->old_changed;
+		a->knn_ids = own->knn_ids;
+		a->neighbors = own->neighbors;
+		a->lambdas = own->lambdas;
+		a->changed = own->changed;
+		return true;
+	}
+	a->rows = TsdgBulkArray(map->address, header->rows);
+	a->old_knn_ids = TsdgBulkArray(map->address, header->knn_ids);
+	a->old_knn_dists = TsdgBulkArray(map->address, header->dists);
+	a->old_neighbors = TsdgBulkArray(map->address, header->neighbors);
+	a->old_lambdas = TsdgBulkArray(map->address, header->lambdas);
+	a->old_changed = TsdgBulkArray(map->address, header->flags);
+	a->tids = TsdgBulkArray(map->address, header->tids);
+	a->knn_ids = TsdgBulkArray(map->address, header->merged_knn_ids);
+	a->neighbors = TsdgBulkArray(map->address, header->merged_neighbors);
+	a->lambdas = TsdgBulkArray(map->address, header->merged_lambdas);
+	a->changed = TsdgBulkArray(map->address, header->changed);
+	if (header->rows_from != 0 && (header->rows_from != args->n_old || !args->rows_resident))
+	{
+		RefuseMerge(t, map, own, TSDG_REPLY_FAILED,
+					"the merge's segment leaves out old rows the session does not leave to the GPU worker");
+		return false;
+	}
+	if (!MergeSizesFit(args, map))
+	{
+		RefuseMerge(t, map, own, TSDG_REPLY_FAILED,
+					"the merge's sizes do not fit its shared memory segment");
+		return false;
+	}
+	return true;
+}
+
 void
 TsdgServeMerge(TakenRequest *t)
 {
@@ -350,11 +472,13 @@ TsdgServeMerge(TakenRequest *t)
 	ResidentIndex *old_graph;
 	MergePollState poll;
 	TsdgBuildSummary *summary;
+	TsdgMergePartArrays own;
 	TsdgError	error;
 	TsdgStatus	status;
 	TimestampTz start;
 
 	t->done = true;
+	memset(&own, 0, sizeof(own));
 	if (!TsdgMapBulk(&t->copy, &map))
 	{
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
@@ -362,64 +486,57 @@ TsdgServeMerge(TakenRequest *t)
 		return;
 	}
 	header = (TsdgBulkHeader *) map.address;
-	memset(&a, 0, sizeof(a));
-	a.rows = TsdgBulkArray(map.address, header->rows);
-	a.old_knn_ids = TsdgBulkArray(map.address, header->knn_ids);
-	a.old_knn_dists = TsdgBulkArray(map.address, header->dists);
-	a.old_neighbors = TsdgBulkArray(map.address, header->neighbors);
-	a.old_lambdas = TsdgBulkArray(map.address, header->lambdas);
-	a.old_changed = TsdgBulkArray(map.address, header->flags);
-	a.tids = TsdgBulkArray(map.address, header->tids);
-	a.knn_ids = TsdgBulkArray(map.address, header->merged_knn_ids);
-	a.neighbors = TsdgBulkArray(map.address, header->merged_neighbors);
-	a.lambdas = TsdgBulkArray(map.address, header->merged_lambdas);
-	a.changed = TsdgBulkArray(map.address, header->changed);
-
-	if (header->rows_from != 0 && (header->rows_from != args->n_old || !args->rows_resident))
-	{
-		TsdgUnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
-					  "the merge's segment leaves out old rows the session does not leave to the GPU worker");
+	if (!PlaceMergeArrays(t, &map, &a, &own))
 		return;
-	}
-	if (!MergeSizesFit(args, &map))
-	{
-		TsdgUnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
-					  "the merge's sizes do not fit its shared memory segment");
-		return;
-	}
 	old_graph = TsdgFindResident(&args->old_key);
 	if ((args->rows_resident || args->graph_resident) && !TakeOldGraph(args, old_graph, &a))
 	{
-		TsdgUnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_NOT_RESIDENT,
-					  "the GPU worker no longer holds the index's graph");
+		RefuseMerge(t, &map, &own, TSDG_REPLY_NOT_RESIDENT,
+					"the GPU worker no longer holds the index's graph");
 		return;
 	}
 	/* the graphs before the one merged are stale: their memory goes to this merge's arrays */
 	if (old_graph != NULL)
 		TsdgDropOlderGraphs(old_graph);
-	if (!TakeMergedArrays(args, header, map.address, &a))
+	if (!args->in_parts && !TakeMergedArrays(args, header, map.address, &a))
 	{
 		GiveBackMergedArrays(&a);
-		TsdgUnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OUT_OF_MEMORY,
-					  "the GPU worker is out of host memory for the merged graph");
+		RefuseMerge(t, &map, &own, TSDG_REPLY_OUT_OF_MEMORY,
+					"the GPU worker is out of host memory for the merged graph");
 		return;
 	}
 	TsdgIpcSetServerState(TSDG_SERVER_BUSY, NULL, NULL);
 	ereport(LOG,
-			(errmsg("pg_tsdg GPU worker: merging %lld rows into the graph of %lld rows of index %u/%u on %s%s",
+			(errmsg("pg_tsdg GPU worker: merging %lld rows into the graph of %lld rows of index %u/%u on %s%s%s",
 					(long long) args->n_new, (long long) args->n_old, args->database,
 					args->relfilenode, tsdg_backend_name(TsdgDeviceBackend),
 					args->graph_resident ? ", the old graph from its copy" :
-					args->rows_resident ? ", the old rows from its copy of the graph" : "")));
+					args->rows_resident ? ", the old rows from its copy of the graph" : "",
+					args->in_parts ? ", in parts" : "")));
+	if (args->in_parts)
+	{
+		TsdgPartStream in;
+		TsdgPartStream out;
+
+		TsdgMergePartStreams(header, args, &own, &in, &out);
+		start = GetCurrentTimestamp();
+		if (!TsdgReceiveParts(t, TsdgBulkArray(map.address, header->parts), map.address, &in))
+		{
+			TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+			RefuseMerge(t, &map, &own, TSDG_REPLY_CANCELLED, "the session gave the merge up");
+			return;
+		}
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: received the merge of index %u/%u through a shared memory segment of %zu bytes (parts: %lld, of up to %lld rows) in %.3f s",
+						args->database, args->relfilenode, map.size, (long long) TsdgPartCount(&in),
+						(long long) header->capacity, TsdgSecondsSince(start))));
+	}
 	memset(&poll, 0, sizeof(poll));
 	poll.build.request = t;
 	poll.last_poll = start = GetCurrentTimestamp();
 	poll.last_phase = TSDG_PHASE_KNN_GRAPH;
-	poll.summary = TsdgBulkArray(map.address, header->summary);
+	/* in parts the session reads no list before the answer */
+	poll.summary = args->in_parts ? NULL : TsdgBulkArray(map.address, header->summary);
 	status = ComputeMerge(args, &a, &poll, &error);
 	if (status == TSDG_ERR_OUT_OF_MEMORY && TsdgLeastRecentlyUsed() != NULL &&
 		(poll.summary == NULL || pg_atomic_read_u32(&poll.summary->knn_ready) == 0))
@@ -446,8 +563,7 @@ TsdgServeMerge(TakenRequest *t)
 						status == TSDG_ERR_CANCELLED ? "cancelled" : "failed", error.message)));
 		TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 		GiveBackMergedArrays(&a);
-		TsdgUnmapBulk(&map);
-		TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), error.message);
+		RefuseMerge(t, &map, &own, TsdgReplyOf(status), error.message);
 		return;
 	}
 	ereport(LOG,
@@ -464,6 +580,15 @@ TsdgServeMerge(TakenRequest *t)
 					   "through diversification; the k-NN lists and the search graph copied back after GGM "
 					   "and after diversification." :
 					   "The incremental merge of the CPU backend.")));
+
+	if (args->in_parts)
+	{
+		FinishMergeInParts(t, &a, &own, &map, header);
+		TsdgFreeMergePartArrays(&own);
+		TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+		TsdgUnmapBulk(&map);
+		return;
+	}
 
 	/* every search list is in the segment, whether or not the merge published them as it went */
 	if (poll.summary != NULL)
