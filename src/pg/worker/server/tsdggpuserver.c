@@ -35,7 +35,9 @@
  *             (the k-NN lists announced first, so that the session writes
  *             them while the search lists are diversified) and stays
  *             resident under the key the metapage gets at the switch
- *             (tsdgservermerge.c).
+ *             (tsdgservermerge.c); past the session's maintenance_work_mem
+ *             the data comes and the graph goes back in parts, as a
+ *             build's (tsdgservermergeparts.c).
  *
  * Anything that fails is answered with a reply code, and the session falls
  * back to the CPU; the process only exits on shutdown or a fatal error, and

@@ -2,7 +2,8 @@
  * What the files of the GPU server process share (tsdggpuserver.c and the
  * files of its requests: tsdgservercache.c, tsdgserverload.c,
  * tsdgserverunreached.c, tsdgserversearch.c, tsdgserverbatch.c,
- * tsdgserverbuild.c, tsdgservermerge.c): a request taken from its slot, the
+ * tsdgserverbuild.c, tsdgservermerge.c, tsdgservermergeparts.c,
+ * tsdgserverparts.c): a request taken from its slot, the
  * mapping of its segment, the resident indexes. Nothing here runs in a
  * session.
  */

@@ -4,7 +4,10 @@
  * taken from the resident copy when the session left it there, the merged
  * lists published in the session's segment as they are ready, the merged
  * graph kept resident under the key the metapage gets at the switch, and its
- * summary computed after the answer.
+ * summary computed after the answer; or, past the session's
+ * maintenance_work_mem, the inputs and the merged graph copied in and out of
+ * a segment of one part (tsdgservermergeparts.c, tsdgserverparts.c), the
+ * summary computed before the graph goes back.
  */
 #include "postgres.h"
 
