@@ -172,6 +172,13 @@ TEST(Navigability, TheBuildCheckLinksTheRowsNarrowWalksMissOnAConvergedKnnGraph)
   EXPECT_GT(linked, 0);
   EXPECT_LE(linked, missed_before);
   EXPECT_LE(rows_missed_by_narrow_walks(d, graph, control), missed_before / 4);
+  // past max_rows, every m-th row is checked: fewer links, and fewer misses than before
+  TsdgGraph sampled = diversify_tsdg(d.data.view(), Metric::L2, knn, DiversifyParams{}, control);
+  const int64_t linked_sampled =
+      link_rows_missed_by_narrow_walks(*cpu, d.data.view(), Metric::L2, sampled, control, d.data.rows / 4);
+  EXPECT_GT(linked_sampled, 0);
+  EXPECT_LT(linked_sampled, linked);
+  EXPECT_LT(rows_missed_by_narrow_walks(d, sampled, control), missed_before);
   // every list stays a valid TSDG list: ids in range, no self edge, no duplicate, λ ascending
   for (int64_t u = 0; u < graph.nodes; ++u) {
     const uint32_t* list = graph.list(u);

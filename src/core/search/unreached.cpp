@@ -457,7 +457,7 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
 }
 
 int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, TsdgGraph& graph,
-                                         const RunControl& control) {
+                                         const RunControl& control, int64_t max_rows) {
   if (data.rows != graph.nodes) {
     throw Error(Status::InvalidArgument, "build check: row count and node count differ");
   }
@@ -470,7 +470,15 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
     params.k = 1;
     params.ef = kBuildCheckEf;
     params.gpu_kernel = kGpuKernelWalkingAsTheCpu;
-    missed = index->unreached_rows(0, data.rows, params, control);
+    if (max_rows < 1) throw Error(Status::InvalidArgument, "build check: max_rows must be positive");
+    const int64_t stride = (data.rows + max_rows - 1) / max_rows;
+    if (stride <= 1) {
+      missed = index->unreached_rows(0, data.rows, params, control);
+    } else {
+      std::vector<uint32_t> checked;
+      for (int64_t row = 0; row < data.rows; row += stride) checked.push_back(static_cast<uint32_t>(row));
+      missed = kernel_misses(*index, data, checked, params, control);
+    }
     // the same walk again, for the nearest node it ends at
     Matrix rows(static_cast<int64_t>(missed.size()), data.dim);
     for (size_t i = 0; i < missed.size(); ++i) {
