@@ -12,12 +12,15 @@
 # worker holds the old graph, and the old graph too after deletes; the
 # merged indexes reach the same recall@10 within 0.01 (at tsdg.ef_search
 # 10), every merged row finds itself first, and the worker keeps the graph
-# merged in parts for the searches after it.
+# merged in parts for the searches after it. A worker killed during a merge
+# in parts leaves it to the session, which completes it on the CPU.
 use strict;
 use warnings FATAL => 'all';
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 use TsdgTest;
 
 my $dims = 32;
@@ -149,5 +152,46 @@ for my $device ('cpu', 'auto')
 }
 is(not_found_first('items_small', 1, $base_rows + 1, 'cpu', 7), not_found_first('items_big', 1, $base_rows + 1, 'cpu', 7),
 	'the old rows (every 7th) are found first as often in both indexes');
+
+# 4. The worker killed during a merge in parts that left the old graph to
+# its copy: the session reads what it left from the pages and merges on the
+# CPU (or, when the worker answered first, writes its answer), and every row
+# of the load finds itself first.
+ok($node->poll_query_until('postgres', "SELECT state = 'ready' FROM tsdg_gpu_status()"),
+	'the worker is ready before the kill');
+write_subspace_clusters("$dir/load.tsv", $load_rows, $dims, 50, 1, 5);
+query("CREATE TEMP TABLE load (id int, v vector($dims)); COPY load FROM '$dir/load.tsv';
+	INSERT INTO items_small SELECT id - 1 + $next, v FROM load");
+my $worker_pid = worker_status($node, 'worker_pid');
+my $from = log_position();
+my ($merge_out, $merge_err) = ('', '');
+my $session = IPC::Run::start(
+	[ 'psql', '-X', '-q', '-At', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'),
+	  '-c', "SET maintenance_work_mem = '1MB'", '-c', "SELECT tsdg_merge('items_small_idx')" ],
+	'>', \$merge_out, '2>', \$merge_err);
+my $seen = 0;
+for (1 .. 6000)
+{
+	last if ($seen = $node->log_contains(qr/pg_tsdg GPU worker: merging $load_rows rows .*in parts/, $from));
+	usleep(10_000);
+}
+ok($seen, 'the worker merges the load in parts');
+kill 'KILL', $worker_pid;
+ok($session->finish, "the merge completes when the worker is killed: $merge_err");
+is($merge_out, "$load_rows\n", 'the merge after the kill merges the load');
+$log = log_since($from);
+if ($log =~ /tsdg index "items_small_idx" merged on the GPU worker/)
+{
+	note('kill: the worker had answered, the session finished the merge without it');
+}
+else
+{
+	like($log, qr/tsdg merge of index "items_small_idx" falls back to the CPU/, 'the merge falls back to the CPU');
+}
+is(query("SELECT rows || '/' || pending FROM tsdg_index_info('items_small_idx')"),
+	query('SELECT count(*) FROM items_small') . '/0', 'the index holds every row after the merge on the CPU');
+is(not_found_first('items_small', $next, $next + $load_rows, 'cpu'), 0,
+	'every row of the load finds itself first after the merge on the CPU');
+is(not_found_first('items_small', 1, $next, 'cpu', 7), 0, 'the old rows (every 7th) find themselves first');
 
 done_testing();
