@@ -6,6 +6,8 @@
 #include <iterator>
 #include <memory>
 
+#include "distance.h"
+#include "dot_tiles.h"
 #include "entry_points.h"
 #include "search_internal.h"
 #include "thread_pool.h"
@@ -260,18 +262,22 @@ namespace {
 
 // Queries whose distances to the navigating set are computed together: each
 // entry row is read once for the whole block, so a navigating set larger
-// than the caches costs one pass over memory per block, not per query.
-constexpr int kEntryBlock = 8;
+// than the caches costs one pass over memory per block, not per query. A
+// multiple of dot_tiles' rows.
+constexpr int kEntryBlock = 2 * kTileRows;
 
 }  // namespace
 
 struct CpuSearchIndex::Scratch {
-  Scratch(int64_t nodes, int degree, int dim) : visited(nodes), fresh(degree), queries(kEntryBlock * dim) {}
+  Scratch(int64_t nodes, int degree, int dim)
+      : visited(nodes), fresh(degree), queries(static_cast<size_t>(kEntryBlock + 1) * dim, 0.0f) {}
   VisitedTable visited;
   CandidatePool pool;
   std::vector<uint32_t> fresh;
-  std::vector<float> queries;      // the block's queries normalized, for cosine
+  std::vector<float> queries;      // the block's queries normalized, for cosine; then one zero row
   std::vector<float> entry_dists;  // the block's distances to the entries, a query's after another
+  std::vector<float> entry_dots;   // the block's dot products with the packed entries
+  std::vector<CandidatePool::Entry> kept_entries;
 };
 
 CpuSearchIndex::CpuSearchIndex(MatrixView data, GraphView graph, Metric metric)
@@ -293,7 +299,8 @@ CpuSearchIndex::~CpuSearchIndex() = default;
 size_t CpuSearchIndex::memory_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   size_t bytes = sizeof(*this) + entries_.size() * sizeof(uint32_t) +
-                 entry_rows_.values.size() * sizeof(float) + payload_values_.size() + payload_flags_.size();
+                 (entry_rows_.values.size() + entry_panels_.size() + entry_norms_.size()) * sizeof(float) +
+                 payload_values_.size() + payload_flags_.size();
   for (const auto& scratch : free_scratch_) {
     bytes += scratch->visited.bytes() + scratch->fresh.size() * sizeof(uint32_t) +
              (scratch->queries.size() + scratch->entry_dists.size()) * sizeof(float);
@@ -329,6 +336,13 @@ void CpuSearchIndex::prepare_entry_points(const SearchParams& params, const RunC
   for (size_t i = 0; i < entries_.size(); ++i) {
     std::copy(data_.row(entries_[i]), data_.row(entries_[i]) + data_.dim, entry_rows_.row(i));
   }
+  if (scores_entries_by_product()) {
+    const auto count = static_cast<int64_t>(entries_.size());
+    entry_panels_.assign(static_cast<size_t>(packed_panels_size(count, data_.dim)), 0.0f);
+    pack_panels(entry_rows_.values.data(), nullptr, count, data_.dim, entry_panels_.data());
+    entry_norms_.resize(entries_.size());
+    row_norms_squared(entry_rows_.view(), entry_norms_.data());
+  }
   entries_count_ = params.entry_samples;
   entries_stride_ = params.entry_stride;
   entries_seed_ = params.seed;
@@ -340,11 +354,35 @@ void CpuSearchIndex::lists_changed(const std::vector<uint32_t>& nodes) {
   entries_count_ = -1;
 }
 
-void CpuSearchIndex::score_entries(const float* const* queries, int count, float* entry_dists) const {
+void CpuSearchIndex::score_entries(const float* const* queries, int count, Scratch& scratch) const {
   const auto entry_count = static_cast<int64_t>(entries_.size());
-  for (int64_t i = 0; i < entry_count; ++i) {
-    const float* row = entry_rows_.row(i);
-    for (int q = 0; q < count; ++q) entry_dists[q * entry_count + i] = distance_(queries[q], row, data_.dim);
+  float* entry_dists = scratch.entry_dists.data();
+  if (!scores_entries_by_product()) {
+    for (int64_t i = 0; i < entry_count; ++i) {
+      const float* row = entry_rows_.row(i);
+      for (int q = 0; q < count; ++q) entry_dists[q * entry_count + i] = distance_(queries[q], row, data_.dim);
+    }
+    return;
+  }
+  const int dim = data_.dim;
+  const int64_t stride = round_up(entry_count, kPanelWidth);
+  scratch.entry_dots.resize(static_cast<size_t>(kEntryBlock * stride));
+  // the tiles' rows past count are the zero row
+  const float* zero_row = scratch.queries.data() + static_cast<size_t>(kEntryBlock) * dim;
+  const float* rows[kEntryBlock];
+  const int tile_rows = static_cast<int>(round_up(count, kTileRows));
+  for (int q = 0; q < tile_rows; ++q) rows[q] = q < count ? queries[q] : zero_row;
+  dot_tiles(rows, tile_rows, entry_panels_.data(), stride / kPanelWidth, dim, scratch.entry_dots.data(), stride);
+  for (int q = 0; q < count; ++q) {
+    const float* dots = scratch.entry_dots.data() + q * stride;
+    float* out = entry_dists + q * entry_count;
+    if (metric_ == Metric::InnerProduct) {
+      for (int64_t i = 0; i < entry_count; ++i) out[i] = -dots[i];
+    } else {
+      float norm = 0.0f;
+      for (int p = 0; p < dim; ++p) norm += queries[q][p] * queries[q][p];
+      for (int64_t i = 0; i < entry_count; ++i) out[i] = std::max(0.0f, norm + entry_norms_[i] - 2.0f * dots[i]);
+    }
   }
 }
 
@@ -366,6 +404,15 @@ int64_t CpuSearchIndex::search_one(const float* query, const float* entry_dists,
     pool.push(entries_[i], entry_dists[i]);
   }
   int64_t computed = entry_count;
+  if (scores_entries_by_product()) {
+    // the entries kept, with their distances as every other node gets them
+    std::vector<CandidatePool::Entry>& kept = scratch.kept_entries;
+    kept.assign(pool.size(), CandidatePool::Entry{});
+    for (int i = 0; i < pool.size(); ++i) kept[i] = pool[i];
+    pool.reset(std::max(params.ef, params.k));
+    for (const CandidatePool::Entry& entry : kept) pool.push(entry.id, distance_(query, data_.row(entry.id), dim));
+    computed += static_cast<int64_t>(kept.size());
+  }
 
   uint32_t node;
   while ((node = pool.pop_nearest_unexpanded(slack)) != kInvalidId) {
@@ -444,7 +491,7 @@ void CpuSearchIndex::search(MatrixView queries, const SearchParams& params, uint
           block[b] = normalized;
         }
       }
-      score_entries(block, count, scratch->entry_dists.data());
+      score_entries(block, count, *scratch);
       for (int b = 0; b < count; ++b) {
         const int64_t q = first + b;
         computed += search_one(block[b], scratch->entry_dists.data() + b * entry_count, params, slack, *scratch,

@@ -362,9 +362,13 @@ class CpuSearchIndex : public SearchIndex {
   std::unique_ptr<Scratch> acquire_scratch();
   void release_scratch(std::unique_ptr<Scratch> scratch);
   void prepare_entry_points(const SearchParams& params, const RunControl& control = RunControl{});
-  // The distances of count queries to every entry, into entry_dists (a
-  // query's after another).
-  void score_entries(const float* const* queries, int count, float* entry_dists) const;
+  // The distances of count (at most kEntryBlock) queries to every entry,
+  // into entry_dists (a query's after another). For L2 and inner product
+  // they come from a matrix product (||q||^2 + ||e||^2 - 2 q.e), whose
+  // rounding can differ from distance_'s: search_one scores the entries it
+  // keeps again.
+  void score_entries(const float* const* queries, int count, Scratch& scratch) const;
+  bool scores_entries_by_product() const { return metric_ == Metric::L2 || metric_ == Metric::InnerProduct; }
   // The search of one query from its distances to the entries.
   int64_t search_one(const float* query, const float* entry_dists, const SearchParams& params,
                      const SlackRule& slack, Scratch& scratch, uint32_t* ids, float* dists) const;
@@ -379,6 +383,11 @@ class CpuSearchIndex : public SearchIndex {
   std::vector<std::unique_ptr<Scratch>> free_scratch_;
   std::vector<uint32_t> entries_;
   Matrix entry_rows_;  // the entries' rows side by side, so scanning them stays in cache
+  // For L2 and inner product: the entries' rows packed for dot_tiles, and
+  // their squared norms (L2), so that a block of queries scores them all by
+  // one matrix product.
+  std::vector<float> entry_panels_;
+  std::vector<float> entry_norms_;
   int entries_count_ = -1;
   int64_t entries_stride_ = 0;
   uint64_t entries_seed_ = 0;

@@ -472,7 +472,9 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
     params.gpu_kernel = kGpuKernelWalkingAsTheCpu;
     if (max_rows < 1) throw Error(Status::InvalidArgument, "build check: max_rows must be positive");
     const int64_t stride = (data.rows + max_rows - 1) / max_rows;
-    if (stride <= 1) {
+    // The device's check of a range stops each walk at its row; the CPU's
+    // batched searches score the navigating set by a matrix product.
+    if (stride <= 1 && index->device_rows() != nullptr) {
       missed = index->unreached_rows(0, data.rows, params, control);
     } else {
       std::vector<uint32_t> checked;
