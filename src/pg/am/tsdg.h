@@ -129,6 +129,9 @@
  * metapage has room for
  */
 #define TSDG_MAX_UNREACHED		1560
+/* the search profile's efs: TSDG_PROFILE_FIRST_EF doubled up to past tsdg.ef_search's largest */
+#define TSDG_PROFILE_STEPS		7
+#define TSDG_PROFILE_FIRST_EF	16
 
 /* opclass support function: returns the TsdgMetric of the opclass */
 #define TSDG_METRIC_PROC		1
@@ -298,6 +301,16 @@ typedef struct TsdgMetaPageData
 	uint32		unreached_checked;
 	int32		unreached_count;
 	uint32		unreached[TSDG_MAX_UNREACHED];	/* ascending */
+
+	/*
+	 * The nodes a search scores at ef TSDG_PROFILE_FIRST_EF, twice that, and
+	 * so on: each the mean over sample rows searched for their own vectors
+	 * (tsdgprofile.c) when the graph had profile_nodes nodes. The planner
+	 * prices a search by them (tsdgcost.c). 0 profile_nodes in an index made
+	 * before the fields: none measured.
+	 */
+	uint32		profile_nodes;
+	float4		profile_scored[TSDG_PROFILE_STEPS];
 } TsdgMetaPageData;
 
 StaticAssertDecl(sizeof(TsdgMetaPageData) <= BLCKSZ - MAXALIGN(SizeOfPageHeaderData) -
@@ -487,6 +500,9 @@ extern void TsdgParamsFromOptions(Relation index, TsdgBuildParams *params);
 /* tsdgbuild.c */
 extern IndexBuildResult *tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo);
 extern void tsdgbuildempty(Relation index);
+
+/* tsdgprofile.c */
+extern void TsdgMeasureSearchProfile(Relation index);
 
 /* tsdgcost.c */
 struct PlannerInfo;

@@ -644,6 +644,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	/* the other pages were logged as they were written */
 	if (RelationNeedsWAL(index))
 		log_newpage_range(index, MAIN_FORKNUM, TSDG_METAPAGE_BLKNO, TSDG_METAPAGE_BLKNO + 1, true);
+	TsdgMeasureSearchProfile(index);
 
 	if (bs.count > 0)
 		ereport(LOG,

@@ -14,21 +14,32 @@
  * sequential plan times the ratio of the two: the index is chosen where it
  * does less work, whatever the planner's page and row costs are.
  *
- * A graph search with ef candidates scores a few times ef nodes, plus a
- * number that grows with the logarithm of the rows (the walk from the entry
- * points) and the navigating set, which grows with the rows; all of that
- * happens before the first row comes back. On a small table those walks
- * keep meeting nodes already scored, so the nodes scored fall short of that
- * sum and reach the row count only slowly. A scored node costs more than a
+ * A graph search with ef candidates scores the navigating set, the walk
+ * down from it and a few times ef nodes more; all of that happens before the
+ * first row comes back. How many times ef depends on the data: a search
+ * whose candidates stay within a cluster of rows meets mostly nodes it has
+ * scored already, and one whose ef passes the cluster's size spills into
+ * the clusters around it and scores several times more. The index measures
+ * that count on its own graph (tsdgprofile.c); an index without those
+ * measurements is priced by a count that grows with ef and the logarithm
+ * of the rows. On a small table the walks keep meeting nodes already
+ * scored, so the nodes scored reach the row count only slowly. A scored
+ * node costs more than a
  * row of the sequential scan: its page is found and pinned, its row is read
  * from wherever the graph leads rather than in order, and it is placed in
  * the candidate pool, which is kept sorted and so costs in proportion to its
  * width. A filter above the scan makes it return more rows than the LIMIT:
  * the scan widens its search round by round until enough rows pass, which
  * costs more than the rows it returns, so the cost at the LIMIT is priced
- * from the rows the filter makes it return. Without a LIMIT it is the cost
- * of an ordered walk of the whole graph, more than a sort of the table, so
- * such a query does not use the index.
+ * from the rows the filter makes it return, up to the rows a scan returns
+ * under tsdg.iterative_scan = off, tsdg.ef_search, past which it does no
+ * more work. A scan whose graph search outgrows work_mem x
+ * tsdg.scan_mem_multiplier, or that returned tsdg.max_scan_tuples rows,
+ * scores the rows it has not returned in one pass instead of widening
+ * further. Without a LIMIT it is the cost of an ordered walk of the whole
+ * graph, more than a sort of the table, so such a query does not use the
+ * index; that holds under tsdg.iterative_scan = off too, where the scan
+ * would return tsdg.ef_search rows of the table's.
  */
 #include "postgres.h"
 
@@ -37,6 +48,7 @@
 
 #include "access/amapi.h"
 #include "access/heaptoast.h"
+#include "miscadmin.h"
 #include "optimizer/cost.h"
 #include "optimizer/optimizer.h"
 #include "utils/rel.h"
@@ -76,6 +88,17 @@
 #define TSDG_SORT_COMPARE_WORK	25.0
 
 /*
+ * The bytes of a graph search, against work_mem x tsdg.scan_mem_multiplier:
+ * a candidate in the pool, and its copy in the round's results; a scored
+ * node in the visited set, a hash set kept at most half full; a candidate
+ * that left the pool, kept for the wider rounds in an array that grows by
+ * doubling; and a bit per node of those the scan returned.
+ */
+#define TSDG_POOL_BYTES			20.0
+#define TSDG_VISITED_BYTES		12.0
+#define TSDG_SPILLED_BYTES		18.0
+
+/*
  * nodes scored per candidate of ef (the fresh neighbors an expanded node's
  * list gives), and per doubling of the rows (the walk down from the
  * entry points)
@@ -93,7 +116,42 @@ typedef struct TsdgScanShape
 	double		pending;
 	double		selectivity;	/* the share of rows that pass the quals */
 	double		heap_dims_work; /* a distance of a vector read from the heap */
+	double		profile_nodes;	/* the search profile's (tsdgprofile.c); 0: none */
+	double		profile_scored[TSDG_PROFILE_STEPS];
 } TsdgScanShape;
+
+/*
+ * The visits that score as many distinct nodes as scored among nodes, each
+ * visit a draw from the nodes: the inverse of nodes * (1 - exp(-visits /
+ * nodes)), short of every node by half of one.
+ */
+static double
+TsdgVisitsScoring(double scored, double nodes)
+{
+	return -nodes * log1p(-Min(scored / nodes, 1.0 - 0.5 / nodes));
+}
+
+/*
+ * The visits of a search with ef candidates, from its profile: each
+ * measured count of nodes scored as the visits that give it on the
+ * profile's graph, on the line through the two measured efs around ef, or
+ * the last two past the largest; at least the navigating set.
+ */
+static double
+TsdgProfileVisits(const TsdgScanShape *shape, double ef)
+{
+	int			step = 1;
+	double		low_ef;
+	double		low;
+	double		high;
+
+	while (step < TSDG_PROFILE_STEPS - 1 && ef > (double) (TSDG_PROFILE_FIRST_EF << step))
+		step++;
+	low_ef = (double) (TSDG_PROFILE_FIRST_EF << (step - 1));
+	low = TsdgVisitsScoring(shape->profile_scored[step - 1], shape->profile_nodes);
+	high = TsdgVisitsScoring(shape->profile_scored[step], shape->profile_nodes);
+	return Max(low + (high - low) * (ef - low_ef) / low_ef, shape->entries);
+}
 
 /*
  * nodes a search with ef candidates scores: of the nodes its walks would
@@ -104,10 +162,24 @@ static double
 TsdgVisitedNodes(const TsdgScanShape *shape, double ef)
 {
 	double		nodes = Max(shape->nodes, 1.0);
-	double		visits = TSDG_VISITS_PER_EF * ef + TSDG_VISITS_PER_LEVEL * log2(Max(nodes, 2.0)) +
-		shape->entries;
+	double		visits;
 
+	if (shape->profile_nodes > 0)
+		visits = TsdgProfileVisits(shape, ef);
+	else
+		visits = TSDG_VISITS_PER_EF * ef + TSDG_VISITS_PER_LEVEL * log2(Max(nodes, 2.0)) +
+			shape->entries;
 	return nodes * -expm1(-visits / nodes);
+}
+
+/* the bytes a search with ef candidates holds once its rounds are done */
+static double
+TsdgSearchBytes(const TsdgScanShape *shape, double ef)
+{
+	double		scored = TsdgVisitedNodes(shape, ef);
+
+	return shape->nodes / 8.0 + ef * TSDG_POOL_BYTES + scored * TSDG_VISITED_BYTES +
+		Max(scored - ef, 0.0) * TSDG_SPILLED_BYTES;
 }
 
 /*
@@ -126,27 +198,38 @@ TsdgSearchWork(const TsdgScanShape *shape, double ef)
 }
 
 /*
- * The work of an index scan that returns the given number of rows. Its
- * first round searches at tsdg.ef_search, and it scores the pending rows
- * exactly. A scan asked for more rows than a round gave widens the search,
- * doubling ef: its rounds together score the nodes of one search at the
- * last ef, and each wider round first sorts every candidate that has left
- * the pool so far, to refill the pool with the best of them. Past
- * tsdg.max_scan_tuples graph rows it scores every row left in one ordered
- * pass over the index's rows and sorts them.
+ * The work of an index scan asked for the given number of rows. Its first
+ * round searches at tsdg.ef_search, and it scores the pending rows exactly.
+ * Under tsdg.iterative_scan = off it ends there, with at most tsdg.ef_search
+ * rows. Otherwise a scan asked for more rows than a round gave widens the
+ * search, doubling ef: its rounds together score the nodes of one search at
+ * the last ef, and each wider round first sorts every candidate that has
+ * left the pool so far, to refill the pool with the best of them. Once a
+ * round used up has returned tsdg.max_scan_tuples graph rows, or left the
+ * search holding more than work_mem x tsdg.scan_mem_multiplier, the scan
+ * scores every row left in one ordered pass over the index's rows.
  */
 static double
-TsdgScanWork(const TsdgScanShape *shape, double rows)
+TsdgScanWork(const TsdgScanShape *shape, double rows, int iterative)
 {
-	double		walked = Min(rows, Min(shape->nodes, (double) tsdg_max_scan_tuples));
+	double		max_bytes = (double) work_mem * 1024.0 * tsdg_scan_mem_multiplier;
 	double		ef = tsdg_ef_search;
 	double		spilled = 0.0;
+	double		walked;
 	double		work;
 
+	if (iterative == TSDG_ITERATIVE_SCAN_OFF)
+		rows = Min(rows, ef);
+	walked = Min(rows, shape->nodes);
 	while (ef < walked && ef < shape->nodes)
 	{
 		double		scored = TsdgVisitedNodes(shape, ef);
 
+		if (ef >= tsdg_max_scan_tuples || TsdgSearchBytes(shape, ef) > max_bytes)
+		{
+			walked = ef;
+			break;
+		}
 		spilled += Max(scored - ef, 0.0) * log2(Max(scored, 2.0));
 		ef *= 2.0;
 	}
@@ -223,6 +306,9 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	shape.entries = meta->entry_count + (double) tsdg_strided_entry_count((int64) meta->node_count);
 	shape.degree = meta->degree;
 	shape.pending = meta->pending_count;
+	shape.profile_nodes = meta->profile_nodes;
+	for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
+		shape.profile_scored[step] = meta->profile_scored[step];
 	pfree(meta);
 
 	selectivity = clauselist_selectivity(root, rel->baserestrictinfo, rel->relid, JOIN_INNER, NULL);
@@ -241,8 +327,8 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	scale = TsdgSeqPlanCost(root, rel, selectivity) / Max(seq_work, 1.0);
 
 	/* the first round, and every row by widened rounds and the exact finish */
-	startup_work = TsdgScanWork(&shape, 0.0);
-	total_work = TsdgScanWork(&shape, Max(shape.nodes, 1.0));
+	startup_work = TsdgScanWork(&shape, 0.0, tsdg_iterative_scan);
+	total_work = TsdgScanWork(&shape, Max(shape.nodes, 1.0), TSDG_ITERATIVE_SCAN_RELAXED);
 
 	/*
 	 * The planner prices a LIMIT as the share of the total cost that the
@@ -258,7 +344,7 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 		double		needed = Min(root->limit_tuples / selectivity, Max(shape.nodes, 1.0));
 
 		total_work = startup_work +
-			(TsdgScanWork(&shape, needed) - startup_work) * Max(rel->rows, 1.0) /
+			(TsdgScanWork(&shape, needed, tsdg_iterative_scan) - startup_work) * Max(rel->rows, 1.0) /
 			Min(root->limit_tuples, Max(rel->rows, 1.0));
 	}
 

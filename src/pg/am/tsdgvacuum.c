@@ -259,11 +259,16 @@ tsdgvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
 	TsdgMetaPageData meta;
 
 	if (info->analyze_only)
+	{
+		/* the planner's count of a search's work, of the graph as it is now */
+		TsdgMeasureSearchProfile(info->index);
 		return stats;
+	}
 	if (stats == NULL)
 		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
 
 	TsdgVacuumMergeGuarded(info);
+	TsdgMeasureSearchProfile(info->index);
 	TsdgReadMeta(info->index, &meta);
 	stats->num_pages = RelationGetNumberOfBlocks(info->index);
 	stats->num_index_tuples = (double) (meta.node_count - meta.deleted_count) +

@@ -1,0 +1,135 @@
+/*
+ * The search profile of a tsdg index: how many nodes a search scores at
+ * each ef, measured on the index's own graph, for the planner.
+ *
+ * That count decides a search's cost, and it depends on the data more than
+ * on ef and the row count: a search whose ef stays within a cluster of rows
+ * scores little past that cluster, and one whose ef passes the cluster's
+ * size spills into the clusters around it and scores many times more. No
+ * formula of ef and the rows alone follows both, so the count is measured:
+ * sample rows, spread over the index, are searched for their own vectors
+ * (queries come from the rows' distribution) by the scan's own walk over
+ * the pages, at ef TSDG_PROFILE_FIRST_EF doubled up to past tsdg.ef_search's
+ * largest value. CREATE INDEX measures it, and ANALYZE and VACUUM measure it
+ * again, so that it follows the graph as merges and deletions change it.
+ * The planner reads it with the metapage, which it reads anyway.
+ */
+#include "postgres.h"
+
+#include "access/generic_xlog.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "tsdg.h"
+
+/* enough rows for a mean within a few percent, each search a small share of a build */
+#define TSDG_PROFILE_SAMPLES	16
+
+/* a copy of the vector of node id, read from its row page */
+static float *
+TsdgReadNodeVector(Relation index, const TsdgLayout *layout, uint32 id)
+{
+	Buffer		buf = ReadBuffer(index, TsdgRowBlock(layout, id));
+	float	   *vector = palloc(sizeof(float) * Max(layout->dims, 1));
+	TsdgNodeHeader *hdr;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	hdr = (TsdgNodeHeader *) TsdgRowRecord(layout, BufferGetPage(buf), id);
+	memcpy(vector, TsdgRecordVector(hdr), sizeof(float) * layout->dims);
+	UnlockReleaseBuffer(buf);
+	return vector;
+}
+
+/* the nodes one search for query at ef scores, from the navigating set as a scan starts */
+static int64
+TsdgProfileSearch(Relation index, const TsdgLayout *layout, TsdgMetric metric,
+				  const TsdgMetaPageData *meta, TsdgSearch *search, const uint32 *entries,
+				  int entry_count, const float *query, int ef)
+{
+	TsdgPageWalk walk;
+
+	TsdgWalkInit(&walk, index, layout, metric, query, meta->node_count);
+	tsdg_search_begin(search, ef);
+	TsdgWalkOffer(&walk, search, entries, entry_count);
+	TsdgWalkExpand(&walk, search);
+	return tsdg_search_distance_count(search);
+}
+
+void
+TsdgMeasureSearchProfile(Relation index)
+{
+	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "tsdg search profile",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old_ctx = MemoryContextSwitchTo(ctx);
+	TsdgMetaPageData meta;
+	TsdgLayout	layout;
+	TsdgMetric	metric = TsdgIndexMetric(index);
+	TsdgSearch *search;
+	TsdgError	error;
+	uint32	   *entries;
+	int			entry_count;
+	int			samples;
+	double		scored[TSDG_PROFILE_STEPS] = {0};
+	Buffer		buf;
+	GenericXLogState *state;
+	Page		page;
+	TsdgMetaPage stored;
+
+	TsdgReadMeta(index, &meta);
+	if (meta.node_count == 0)
+	{
+		MemoryContextSwitchTo(old_ctx);
+		MemoryContextDelete(ctx);
+		return;
+	}
+	TsdgLayoutFromMeta(&layout, &meta);
+	search = tsdg_search_create(TSDG_LAMBDA_LIMIT_ALL, 0.0f, &error);
+	if (search == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("could not start a tsdg search: %s", error.message)));
+	entries = palloc(sizeof(uint32) * (meta.entry_count + tsdg_strided_entry_count(meta.node_count)));
+	entry_count = tsdg_navigating_set(meta.entry_points, meta.entry_count, meta.node_count, entries);
+
+	samples = (int) Min((uint32) TSDG_PROFILE_SAMPLES, meta.node_count);
+	PG_TRY();
+	{
+		for (int s = 0; s < samples; s++)
+		{
+			/* the middle of each of samples equal runs of node ids */
+			uint32		id = (uint32) (((uint64) meta.node_count * (2 * s + 1)) / (2 * samples));
+			float	   *query = TsdgReadNodeVector(index, &layout, id);
+
+			for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
+			{
+				scored[step] += (double) TsdgProfileSearch(index, &layout, metric, &meta, search,
+														   entries, entry_count, query,
+														   TSDG_PROFILE_FIRST_EF << step);
+				CHECK_FOR_INTERRUPTS();
+			}
+			pfree(query);
+		}
+	}
+	PG_FINALLY();
+	{
+		tsdg_search_free(search);
+	}
+	PG_END_TRY();
+
+	buf = ReadBuffer(index, TSDG_METAPAGE_BLKNO);
+	LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+	state = GenericXLogStart(index);
+	page = GenericXLogRegisterBuffer(state, buf, 0);
+	stored = TsdgPageGetMeta(page);
+	stored->profile_nodes = meta.node_count;
+	for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
+		stored->profile_scored[step] = (float4) (scored[step] / samples);
+	TsdgCoverMeta(page);
+	GenericXLogFinish(state);
+	UnlockReleaseBuffer(buf);
+
+	MemoryContextSwitchTo(old_ctx);
+	MemoryContextDelete(ctx);
+}
