@@ -51,6 +51,15 @@ FROM unnest(ARRAY[10, 100]) ef, LATERAL set_config('tsdg.ef_search', ef::text, f
 -- computes the distances of the rows that pass alone
 SELECT ef, plan_of('SELECT id FROM pnarrow WHERE cat < 10 ORDER BY v <-> ''[0,1,0.5,0.5,0,1,1,0.5]'' LIMIT 10') AS plan
 FROM unnest(ARRAY[100, 400]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+-- tsdg.iterative_scan = off ends a scan after its first round: one row in a
+-- hundred passing, the index costs that round alone, less than the
+-- sequential scan; an ordered scan of the whole table still goes to the
+-- sort, which returns every row
+SET tsdg.iterative_scan = off;
+SELECT ef, plan_of('SELECT id FROM pnarrow WHERE cat = 3 ORDER BY v <-> ''[0,1,0.5,0.5,0,1,1,0.5]'' LIMIT 10') AS plan
+FROM unnest(ARRAY[100]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+SELECT plan_of('SELECT id FROM pnarrow ORDER BY v <-> ''[0,1,0.5,0.5,0,1,1,0.5]''') AS plan;
+RESET tsdg.iterative_scan;
 RESET tsdg.ef_search;
 
 -- a small table: 2,000 rows of 64 dimensions, which a sequential scan reads
@@ -68,8 +77,9 @@ FROM unnest(ARRAY[10, 40, 100, 400, 1000]) ef, LATERAL set_config('tsdg.ef_searc
 RESET tsdg.ef_search;
 
 -- 10,000 rows of 64 dimensions, one row in ten passing the filter: the
--- index up to the ef_search whose first round holds the rows the LIMIT needs,
--- the sequential scan of the rows that pass past it
+-- index at the ef_search whose first round holds the rows the LIMIT needs,
+-- the sequential scan of the rows that pass at twice that and past it, and
+-- below it, where the scan widens its search round after round
 CREATE TABLE pmid AS SELECT i AS id, i % 100 AS cat,
 	(SELECT array_agg(sin(i * 0.91 + j * (1 + i % 5)))::real[] FROM generate_series(1, 64) j)::vector(64) AS v
 	FROM generate_series(1, 10000) i;
@@ -77,7 +87,13 @@ CREATE INDEX pmid_v ON pmid USING tsdg (v vector_l2_ops);
 ANALYZE pmid;
 SELECT v AS qmid FROM pmid WHERE id = 7 \gset
 SELECT ef, plan_of('SELECT id FROM pmid WHERE cat < 10 ORDER BY v <-> ' || quote_literal(:'qmid') || ' LIMIT 10') AS plan
-FROM unnest(ARRAY[100, 400]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+FROM unnest(ARRAY[10, 100, 200, 400]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+-- unfiltered: past an ef_search of a few hundred the search spills out of
+-- the groups these rows form and scores a growing share of the table, as
+-- the index measures on its own graph: the index at 400, the sequential
+-- scan at 700
+SELECT ef, plan_of('SELECT id FROM pmid ORDER BY v <-> ' || quote_literal(:'qmid') || ' LIMIT 10') AS plan
+FROM unnest(ARRAY[400, 700]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
 RESET tsdg.ef_search;
 
 DROP TABLE pwide, pnarrow, psmall, pmid;
