@@ -207,7 +207,8 @@ TsdgSearchWork(const TsdgScanShape *shape, double ef)
  * left the pool so far, to refill the pool with the best of them. Once a
  * round used up has returned tsdg.max_scan_tuples graph rows, or left the
  * search holding more than work_mem x tsdg.scan_mem_multiplier, the scan
- * scores every row left in one ordered pass over the index's rows.
+ * scores every row left in one ordered pass over the index's rows and
+ * sorts them.
  */
 static double
 TsdgScanWork(const TsdgScanShape *shape, double rows, int iterative)
@@ -238,9 +239,10 @@ TsdgScanWork(const TsdgScanShape *shape, double rows, int iterative)
 		rows * (TSDG_RETURNED_ROW_WORK + shape->selectivity * shape->heap_dims_work);
 	if (rows > walked)
 	{
-		double		rest = shape->nodes - walked;
+		double		rest = Max(shape->nodes - walked, 1.0);
 
-		work += rest * (TSDG_SEQ_ROW_WORK + TSDG_SEQ_PASSED_WORK + shape->dims);
+		work += rest * (TSDG_SEQ_ROW_WORK + TSDG_SEQ_PASSED_WORK + shape->dims +
+						log2(Max(rest, 2.0)) * TSDG_SORT_COMPARE_WORK);
 	}
 	return work;
 }

@@ -417,6 +417,9 @@ tsdg_merge(PG_FUNCTION_ARGS)
 				 errmsg("tsdg index \"%s\" cannot be merged while a scan from before its last merge is open",
 						RelationGetRelationName(index)),
 				 errhint("Close the cursors that read the table, this session's too, and run tsdg_merge() again; VACUUM merges later by itself.")));
+	/* the planner's count of a search's work, of the merged graph */
+	if (merged > 0)
+		TsdgMeasureSearchProfile(index);
 
 	index_close(index, RowExclusiveLock);
 	UnlockRelationOid(heapid, ShareUpdateExclusiveLock);
