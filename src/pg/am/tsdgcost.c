@@ -24,11 +24,10 @@
  * measurements is priced by a count that grows with ef and the logarithm
  * of the rows. On a small table the walks keep meeting nodes already
  * scored, so the nodes scored reach the row count only slowly. A scored
- * node costs more than a
- * row of the sequential scan: its page is found and pinned, its row is read
- * from wherever the graph leads rather than in order, and it is placed in
- * the candidate pool, which is kept sorted and so costs in proportion to its
- * width. A filter above the scan makes it return more rows than the LIMIT:
+ * node costs more than a row of the sequential scan: its page is found and
+ * pinned, its row is read from wherever the graph leads rather than in
+ * order, and it is placed in the candidate pool, which is kept sorted and
+ * so costs in proportion to its width. A filter above the scan makes it return more rows than the LIMIT:
  * the scan widens its search round by round until enough rows pass, which
  * costs more than the rows it returns, so the cost at the LIMIT is priced
  * from the rows the filter makes it return, up to the rows a scan returns
