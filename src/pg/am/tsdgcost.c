@@ -14,31 +14,31 @@
  * sequential plan times the ratio of the two: the index is chosen where it
  * does less work, whatever the planner's page and row costs are.
  *
- * A graph search with ef candidates scores the navigating set, the walk
- * down from it and a few times ef nodes more; all of that happens before the
- * first row comes back. How many times ef depends on the data: a search
- * whose candidates stay within a cluster of rows meets mostly nodes it has
- * scored already, and one whose ef passes the cluster's size spills into
- * the clusters around it and scores several times more. The index measures
- * that count on its own graph (tsdgprofile.c); an index without those
- * measurements is priced by a count that grows with ef and the logarithm
- * of the rows. On a small table the walks keep meeting nodes already
- * scored, so the nodes scored reach the row count only slowly. A scored
- * node costs more than a row of the sequential scan: its page is found and
- * pinned, its row is read from wherever the graph leads rather than in
- * order, and it is placed in the candidate pool, which is kept sorted and
- * so costs in proportion to its width. A filter above the scan makes it return more rows than the LIMIT:
+ * A graph search with ef candidates scores the navigating set, the walk down
+ * from it and a few times ef nodes more; all of that happens before the first
+ * row comes back. How many times ef depends on the data: a search whose
+ * candidates stay within a cluster of rows meets mostly nodes it has scored
+ * already, and one whose ef passes the cluster's size spills into the
+ * clusters around it and scores several times more. The index measures that
+ * count on its own graph (tsdgprofile.c); an index without those measurements
+ * is priced by a count that grows with ef and the logarithm of the rows. On a
+ * small table the walks keep meeting nodes already scored, so the nodes
+ * scored reach the row count only slowly. A scored node costs more than a row
+ * of the sequential scan: its page is found and pinned, its row is read from
+ * wherever the graph leads rather than in order, and it is placed in the
+ * candidate pool, which is kept sorted and so costs in proportion to its
+ * width. A filter above the scan makes it return more rows than the LIMIT:
  * the scan widens its search round by round until enough rows pass, which
  * costs more than the rows it returns, so the cost at the LIMIT is priced
  * from the rows the filter makes it return, up to the rows a scan returns
- * under tsdg.iterative_scan = off, tsdg.ef_search, past which it does no
- * more work. A scan whose graph search outgrows work_mem x
+ * under tsdg.iterative_scan = off, tsdg.ef_search, past which it does no more
+ * work. A scan whose graph search outgrows work_mem x
  * tsdg.scan_mem_multiplier, or that returned tsdg.max_scan_tuples rows,
  * scores the rows it has not returned in one pass instead of widening
  * further. Without a LIMIT it is the cost of an ordered walk of the whole
  * graph, more than a sort of the table, so such a query does not use the
- * index; that holds under tsdg.iterative_scan = off too, where the scan
- * would return tsdg.ef_search rows of the table's.
+ * index; that holds under tsdg.iterative_scan = off too, where the scan would
+ * return tsdg.ef_search rows of the table's.
  */
 #include "postgres.h"
 

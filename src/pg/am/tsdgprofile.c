@@ -10,8 +10,9 @@
  * sample rows, spread over the index, are searched for their own vectors
  * (queries come from the rows' distribution) by the scan's own walk over
  * the pages, at ef TSDG_PROFILE_FIRST_EF doubled up to past tsdg.ef_search's
- * largest value. CREATE INDEX measures it, and ANALYZE and VACUUM measure it
- * again, so that it follows the graph as merges and deletions change it.
+ * largest value. CREATE INDEX measures it, and ANALYZE, VACUUM and
+ * tsdg_merge() measure it again, so that it follows the graph as merges and
+ * deletions change it.
  * The planner reads it with the metapage, which it reads anyway.
  */
 #include "postgres.h"
