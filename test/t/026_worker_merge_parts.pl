@@ -114,6 +114,10 @@ my ($bytes, $in, $what, $out) = $log =~
 ok(defined $bytes && $bytes <= $small, 'the merge at 1MB goes through a segment of at most 1MB (' . ($bytes // 'none') . ' bytes)');
 ok(defined $in && $in > 1 && $out > 1, 'its data goes in more than one part each way (' . ($in // 0) . ' in, ' . ($out // 0) . ' out)');
 is($what, "the new rows; the old graph is the worker's copy", "only the new rows travel: the worker holds the old graph");
+like($log, qr/parts out \(the merged search lists; the worker keeps the merged k-NN lists\)/,
+	'the merged k-NN lists stay with the worker: the k-NN pages are kept as they were');
+is(query("SELECT knn_lag FROM tsdg_index_info('items_small_idx')"), $load_rows,
+	'tsdg_index_info shows the nodes past the k-NN pages after the merge in parts');
 like($log, qr/pg_tsdg GPU worker: merging $load_rows rows into the graph of $base_rows rows .*the old graph from its copy, in parts/,
 	'the worker merges from its copy of the old graph');
 query('SET enable_seqscan = off; SET tsdg.device = gpu;
@@ -133,6 +137,9 @@ is($merged, $load_rows, 'the merge at 1MB after deletes merges the load');
   /tsdg index "items_small_idx" merged on the GPU worker.*\n.*Through a shared memory segment of ([0-9]+) bytes within maintenance_work_mem, in parts of up to [0-9]+ rows: ([0-9]+) parts in \(([^)]*)\), ([0-9]+) parts out/;
 ok(defined $bytes && $bytes <= $small, 'the merge at 1MB after deletes goes through a segment of at most 1MB');
 is($what, 'the old graph and the new rows', 'the old graph travels in parts after deletes');
+like($log, qr/parts out \(the merged search and k-NN lists\)/, 'the merge with deletes takes the merged k-NN lists back');
+like($log, qr/nodes past the stored k-NN lists merged again/,
+	'the merge with deletes merges the nodes past the stored k-NN lists again');
 $next += $load_rows;
 is(query("SELECT rows || '/' || deleted || '/' || pending FROM tsdg_index_info('items_small_idx')"),
 	query('SELECT count(*) FROM items_small') . '/0/0', 'the index merged in parts holds every row, no deleted node, no pending row');

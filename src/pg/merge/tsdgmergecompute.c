@@ -73,7 +73,8 @@ TsdgMergeDataOf(const TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 	data->old_neighbors = m->old_neighbors;
 	data->old_lambdas = m->old_lambdas;
 	data->old_changed = m->old_changed;
-	data->knn_ids = m->knn_ids;
+	/* a merge in parts that keeps the k-NN pages takes no k-NN lists back: the worker keeps them */
+	data->knn_ids = m->segment.in_parts && m->knn_pages_kept ? NULL : m->knn_ids;
 	data->neighbors = m->neighbors;
 	data->lambdas = m->lambdas;
 	data->changed = m->changed;
@@ -190,7 +191,9 @@ TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric)
 	}
 	else
 	{
+		/* the local array is for a merge on the CPU should the worker fail */
 		m->knn_ids = TsdgMergeAlloc(m, sizeof(uint32) * Max(n, 1) * m->k, false);
+		m->knn_pages_kept = m->segment.in_parts && TsdgKnnPagesMayLagFor(&m->meta, n);
 		m->changed = TsdgMergeAlloc(m, sizeof(uint8) * Max(n, 1), false);
 		m->neighbors = TsdgMergeAlloc(m, sizeof(uint32) * Max(n, 1) * params.degree, false);
 		m->lambdas = TsdgMergeAlloc(m, sizeof(uint8) * Max(n, 1) * params.degree, false);

@@ -241,8 +241,8 @@ typedef struct TsdgLoadArgs
  *           out, before the answer; summary (out, after the answer, of the
  *           merged graph; 0 when the session computes it)
  *   merge in parts (TsdgMergeArgs.in_parts): the same arrays, each with room
- *           for capacity rows (one part), and parts; the merged k-NN lists
- *           always come back, and the summary comes before the last part
+ *           for capacity rows (one part), and parts; the summary comes
+ *           before the last part
  */
 typedef struct TsdgBulkHeader
 {

@@ -288,7 +288,8 @@ TsdgWorkerMergeGraph(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPageD
 	}
 	else
 	{
-		TsdgMergeSegmentContents everything = {true, true, old_knn_dists != NULL, true};
+		TsdgMergeSegmentContents everything = {true, true, old_knn_dists != NULL,
+		data->knn_ids != NULL};
 
 		TsdgMergeLayout(&header, n_old, n_new, dims, params, &everything, old_changed != NULL,
 						false);

@@ -26,6 +26,7 @@ typedef struct TsdgMergePartsContents
 	bool		old_lists;		/* the old k-NN and search lists: the worker lacks them */
 	bool		old_knn_dists;
 	bool		old_changed;
+	bool		merged_knn;		/* false: the caller keeps its k-NN pages, the worker the lists */
 	bool		summary;
 } TsdgMergePartsContents;
 
@@ -55,7 +56,8 @@ TsdgMergePartsLayout(TsdgBulkHeader *header, int64 capacity, int dims,
 		header->dists = TsdgBulkAdd(&offset, sizeof(float) * params->build_k * rows);
 	if (contents->old_changed)
 		header->flags = TsdgBulkAdd(&offset, sizeof(uint8) * rows);
-	header->merged_knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * rows);
+	if (contents->merged_knn)
+		header->merged_knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * rows);
 	header->merged_neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * rows);
 	header->merged_lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * rows);
 	header->changed = TsdgBulkAdd(&offset, sizeof(uint8) * rows);
@@ -113,7 +115,7 @@ TsdgWorkerMergeInParts(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPag
 {
 	TsdgMergePartsContents contents = {left != TSDG_COPY_NONE ? data->n_old : 0,
 		left != TSDG_COPY_GRAPH, data->old_knn_dists != NULL, data->old_changed != NULL,
-	mseg != NULL};
+	data->knn_ids != NULL, mseg != NULL};
 	TsdgMergePartArrays arrays = {(float *) data->rows, (ItemPointerData *) data->tids,
 		(uint32 *) data->old_knn_ids, (float *) data->old_knn_dists,
 		(uint32 *) data->old_neighbors, (uint8 *) data->old_lambdas, (uint8 *) data->old_changed,
@@ -173,12 +175,14 @@ TsdgWorkerMergeInParts(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPag
 			(errmsg("tsdg index \"%s\" merged on the GPU worker: " INT64_FORMAT " + " INT64_FORMAT " rows, %.3f s from the request to the answer",
 					RelationGetRelationName(index), data->n_old, data->n_new,
 					(double) (GetCurrentTimestamp() - submitted) / 1000000.0),
-			 errdetail("Through a shared memory segment of %zu bytes within maintenance_work_mem, in parts of up to " INT64_FORMAT " rows: " INT64_FORMAT " parts in (%s), " INT64_FORMAT " parts out.",
+			 errdetail("Through a shared memory segment of %zu bytes within maintenance_work_mem, in parts of up to " INT64_FORMAT " rows: " INT64_FORMAT " parts in (%s), " INT64_FORMAT " parts out (%s).",
 					   header.total_size, capacity, TsdgPartCount(&wait.in),
 					   left == TSDG_COPY_GRAPH ? "the new rows; the old graph is the worker's copy" :
 					   left == TSDG_COPY_ROWS ? "the new rows and the old lists; the old rows are the worker's copy" :
 					   "the old graph and the new rows",
-					   TsdgPartCount(&wait.out))));
+					   TsdgPartCount(&wait.out),
+					   header.merged_knn_ids != 0 ? "the merged search and k-NN lists" :
+					   "the merged search lists; the worker keeps the merged k-NN lists")));
 	if (summary != NULL)
 	{
 		/* the summary came before the last part: it is kept with the segment until the merge ends */

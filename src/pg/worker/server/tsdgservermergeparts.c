@@ -36,7 +36,7 @@ TsdgMergePartSizesFit(const TsdgMergeArgs *args, const BulkMapping *map)
 		TsdgBulkHasArray(map, header->lambdas, rows * degree, sizeof(uint8), args->graph_resident) &&
 		TsdgBulkHasArray(map, header->dists, rows * build_k, sizeof(float), true) &&
 		TsdgBulkHasArray(map, header->flags, rows, sizeof(uint8), true) &&
-		TsdgBulkHasArray(map, header->merged_knn_ids, rows * build_k, sizeof(uint32), false) &&
+		TsdgBulkHasArray(map, header->merged_knn_ids, rows * build_k, sizeof(uint32), true) &&
 		TsdgBulkHasArray(map, header->merged_neighbors, rows * degree, sizeof(uint32), false) &&
 		TsdgBulkHasArray(map, header->merged_lambdas, rows * degree, sizeof(uint8), false) &&
 		TsdgBulkHasArray(map, header->changed, rows, sizeof(uint8), false) &&
