@@ -225,7 +225,8 @@ constexpr int64_t kBuildCheckRows = 1000000;
 // check is the search-based construction of NSG (Fu et al., 2019) and
 // Vamana (Subramanya et al., 2019) reduced to the routes that fail. The
 // walks run on a search index of backend's. Returns the rows that got an
-// edge. max_rows: kBuildCheckRows, or another bound in a test.
+// edge, 0 where the device had no room for the index. max_rows:
+// kBuildCheckRows, or another bound in a test.
 int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, TsdgGraph& graph,
                                          const RunControl& control, int64_t max_rows = kBuildCheckRows);
 

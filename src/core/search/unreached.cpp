@@ -464,7 +464,7 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
   if (graph.nodes == 0) return 0;
   std::vector<uint32_t> missed;
   std::vector<uint32_t> nearest;
-  {
+  try {
     const std::unique_ptr<SearchIndex> index = backend.make_search_index(data, graph, metric);
     SearchParams params;
     params.k = 1;
@@ -489,6 +489,12 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
     nearest.resize(missed.size());
     std::vector<float> dists(missed.size());
     index->search(rows.view(), params, nearest.data(), dists.data(), control);
+  } catch (const Error& e) {
+    // A device that other work has left without room for a search index
+    // keeps the graph as diversified: a graph without the check's edges is
+    // still a whole index, which a failed build would not be.
+    if (e.status() != Status::OutOfMemory) throw;
+    return 0;
   }
   // Each node's new edges, in ascending row order; nodes are linked in
   // parallel, as each insertion writes only its node's list.
