@@ -179,6 +179,10 @@ TEST(Navigability, TheBuildCheckLinksTheRowsNarrowWalksMissOnAConvergedKnnGraph)
   EXPECT_GT(linked_sampled, 0);
   EXPECT_LT(linked_sampled, linked);
   EXPECT_LT(rows_missed_by_narrow_walks(d, sampled, control), missed_before);
+  // under inner product a row need not answer its own vector: no check
+  TsdgGraph under_ip = sampled;
+  EXPECT_EQ(link_rows_missed_by_narrow_walks(*cpu, d.data.view(), Metric::InnerProduct, under_ip, control), 0);
+  EXPECT_EQ(under_ip.neighbors, sampled.neighbors);
   // every list stays a valid TSDG list: ids in range, no self edge, no duplicate, λ ascending
   for (int64_t u = 0; u < graph.nodes; ++u) {
     const uint32_t* list = graph.list(u);

@@ -213,20 +213,20 @@ constexpr int kBuildCheckEf = 4;
 // regions a search reaches poorly, and their edges link those regions.
 constexpr int64_t kBuildCheckRows = 1000000;
 
-// A build's check of its graph: every row (every m-th past
-// max_rows) is searched for its own vector with a pool of
-// kBuildCheckEf from the index's entry points (the GPU's large-batch
-// kernel, which walks as the CPU does), and each row missed gets an edge
-// from the nearest other node that the walk finds (unreached_rows_repaired's
-// edge). A diversified k-NN graph is only as navigable as its long edges
-// make it; the closer GNND's lists come to the exact ones, the more of those
-// edges it replaces with near ones, and a search that starts in the wrong
-// region stays there. Routes checked row by row do not depend on that: the
-// check is the search-based construction of NSG (Fu et al., 2019) and
-// Vamana (Subramanya et al., 2019) reduced to the routes that fail. The
-// walks run on a search index of backend's. Returns the rows that got an
-// edge, 0 where the device had no room for the index. max_rows:
-// kBuildCheckRows, or another bound in a test.
+// A build's check of its graph: every row (every m-th past max_rows) is
+// searched for its own vector with a pool of kBuildCheckEf from the index's
+// entry points (the GPU's large-batch kernel, which walks as the CPU does),
+// and each row missed gets an edge from the nearest other node that the
+// walk finds (unreached_rows_repaired's edge). A diversified k-NN graph is
+// only as navigable as its long edges make it; the closer GNND's lists come
+// to the exact ones, the more of those edges it replaces with near ones, and
+// a search that starts in the wrong region stays there. Routes checked row
+// by row do not depend on that: the check is the search-based construction
+// of NSG (Fu et al., 2019) and Vamana (Subramanya et al., 2019) reduced to
+// the routes that fail. The walks run on a search index of backend's.
+// Returns the rows that got an edge: none under inner product, and none
+// where the device had no room for the index. max_rows: kBuildCheckRows, or
+// another bound in a test.
 int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, TsdgGraph& graph,
                                          const RunControl& control, int64_t max_rows = kBuildCheckRows);
 

@@ -461,7 +461,11 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
   if (data.rows != graph.nodes) {
     throw Error(Status::InvalidArgument, "build check: row count and node count differ");
   }
-  if (graph.nodes == 0) return 0;
+  if (max_rows < 1) throw Error(Status::InvalidArgument, "build check: max_rows must be positive");
+  // Under inner product a row need not be the first answer to its own
+  // vector (a row of larger norm in its direction outranks it), so a missed
+  // row marks no weak route there.
+  if (graph.nodes == 0 || metric == Metric::InnerProduct) return 0;
   std::vector<uint32_t> missed;
   std::vector<uint32_t> nearest;
   try {
@@ -470,7 +474,6 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
     params.k = 1;
     params.ef = kBuildCheckEf;
     params.gpu_kernel = kGpuKernelWalkingAsTheCpu;
-    if (max_rows < 1) throw Error(Status::InvalidArgument, "build check: max_rows must be positive");
     const int64_t stride = (data.rows + max_rows - 1) / max_rows;
     // The device's check of a range stops each walk at its row; the CPU's
     // batched searches score the navigating set by a matrix product.
