@@ -138,9 +138,16 @@ constexpr int64_t kOwnRowsPerCall = 65536;
 // The rows of rows (ascending) that a device index's search for their own
 // vector misses, with the kernel params.gpu_kernel forces, or else with
 // each kernel that serves params.ef (as SearchIndex::unreached_rows checks
-// a range of rows), ascending.
+// a range of rows), ascending. first_found, when not null, gets for each
+// missed row the first answer of its search (kInvalidId where it had none);
+// it needs params.gpu_kernel to name one kernel.
 std::vector<uint32_t> kernel_misses(SearchIndex& index, MatrixView data, const std::vector<uint32_t>& rows,
-                                    const SearchParams& params, const RunControl& control) {
+                                    const SearchParams& params, const RunControl& control,
+                                    std::vector<uint32_t>* first_found = nullptr) {
+  if (first_found != nullptr && params.gpu_kernel == 0) {
+    throw Error(Status::InvalidArgument, "unreached rows: the first answers of one kernel only");
+  }
+  if (first_found != nullptr) first_found->clear();
   std::vector<uint32_t> missed;
   SearchParams own = params;
   own.k = std::min(params.ef, kOwnResults);
@@ -159,10 +166,14 @@ std::vector<uint32_t> kernel_misses(SearchIndex& index, MatrixView data, const s
       index.search(queries.view(), own, ids.data(), dists.data(), control);
       for (int64_t i = 0; i < count; ++i) {
         const uint32_t* found = ids.data() + i * own.k;
-        if (std::find(found, found + own.k, rows[first + i]) == found + own.k) missed.push_back(rows[first + i]);
+        if (std::find(found, found + own.k, rows[first + i]) != found + own.k) continue;
+        missed.push_back(rows[first + i]);
+        if (first_found != nullptr) first_found->push_back(found[0]);
       }
     }
   }
+  // one kernel over ascending rows leaves them ascending, first_found beside them
+  if (first_found != nullptr) return missed;
   std::sort(missed.begin(), missed.end());
   missed.erase(std::unique(missed.begin(), missed.end()), missed.end());
   return missed;
@@ -475,23 +486,24 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
     params.ef = kBuildCheckEf;
     params.gpu_kernel = kGpuKernelWalkingAsTheCpu;
     const int64_t stride = (data.rows + max_rows - 1) / max_rows;
-    // The device's check of a range stops each walk at its row; the CPU's
-    // batched searches score the navigating set by a matrix product.
+    // The device's check of a range stops each walk at its row, so its
+    // misses are walked again for the nearest node each ends at; the CPU's
+    // batched searches (their navigating set scored by a matrix product)
+    // give it with the misses.
     if (stride <= 1 && index->device_rows() != nullptr) {
       missed = index->unreached_rows(0, data.rows, params, control);
+      Matrix rows(static_cast<int64_t>(missed.size()), data.dim);
+      for (size_t i = 0; i < missed.size(); ++i) {
+        std::copy(data.row(missed[i]), data.row(missed[i]) + data.dim, rows.row(static_cast<int64_t>(i)));
+      }
+      nearest.resize(missed.size());
+      std::vector<float> dists(missed.size());
+      index->search(rows.view(), params, nearest.data(), dists.data(), control);
     } else {
       std::vector<uint32_t> checked;
       for (int64_t row = 0; row < data.rows; row += stride) checked.push_back(static_cast<uint32_t>(row));
-      missed = kernel_misses(*index, data, checked, params, control);
+      missed = kernel_misses(*index, data, checked, params, control, &nearest);
     }
-    // the same walk again, for the nearest node it ends at
-    Matrix rows(static_cast<int64_t>(missed.size()), data.dim);
-    for (size_t i = 0; i < missed.size(); ++i) {
-      std::copy(data.row(missed[i]), data.row(missed[i]) + data.dim, rows.row(static_cast<int64_t>(i)));
-    }
-    nearest.resize(missed.size());
-    std::vector<float> dists(missed.size());
-    index->search(rows.view(), params, nearest.data(), dists.data(), control);
   } catch (const Error& e) {
     // A device that other work has left without room for a search index
     // keeps the graph as diversified: a graph without the check's edges is
