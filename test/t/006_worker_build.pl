@@ -222,6 +222,18 @@ like($in_memory_log, qr/tsdg index "hard_idx" built from.*\(into shared memory\)
 my $cpu_answers = hard_answers('cpu');
 my $worker_answers = hard_answers('auto');
 
+# Only the segment counts against the setting on the worker (the builder's
+# working memory is the worker's): at 16MB the segment of these rows fits
+# where the CPU build's arrays do not.
+my ($segment_err, $segment_log) = build_hard('16MB');
+unlike($segment_err, qr/maintenance_work_mem/, 'a build whose segment fits maintenance_work_mem raises no NOTICE');
+like($segment_log, qr/tsdg index "hard_idx" built from.*\(into shared memory/, 'its rows went into one segment');
+my ($cpu_ret, $cpu_out, $cpu_err) = $node->psql('postgres',
+	"SET maintenance_work_mem = '16MB'; SET tsdg.device = cpu; SET client_min_messages = notice; "
+	. "DROP INDEX hard_idx; CREATE INDEX hard_idx ON hard USING tsdg (v vector_l2_ops)");
+like($cpu_err, qr/NOTICE:  tsdg index build no longer fits into maintenance_work_mem/,
+	'where the same build on the CPU passes the setting');
+
 my ($parts_err, $parts_log) = build_hard('1MB');
 like($parts_err, qr/NOTICE:  tsdg index build no longer fits into maintenance_work_mem after \d+ tuples\nDETAIL:  .*The rows go to the GPU worker in parts through shared memory within maintenance_work_mem; the worker's own copy of them is its working memory/,
 	'the NOTICE says the rows go to the worker in parts');

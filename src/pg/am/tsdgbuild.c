@@ -93,7 +93,7 @@ TsdgBuildBytesPerRow(const TsdgBuildState *bs)
 	return sizeof(ItemPointerData) + tsdg_build_bytes_per_row(bs->dims, &bs->params);
 }
 
-/* the rows that fit maintenance_work_mem, by the estimate above */
+/* the rows whose arrays and graph builder fit maintenance_work_mem, by the estimate above */
 static int64
 TsdgRowsInMemory(const TsdgBuildState *bs)
 {
@@ -207,7 +207,7 @@ TsdgMoveRows(TsdgBuildState *bs, int64 capacity)
 static void
 TsdgGrowArrays(TsdgBuildState *bs)
 {
-	int64		max_rows = TsdgRowsInMemory(bs);
+	int64		max_rows;
 	int64		capacity;
 
 	if (bs->capacity == 0)
@@ -218,7 +218,13 @@ TsdgGrowArrays(TsdgBuildState *bs)
 	else
 		capacity = bs->capacity * 2;
 
-	/* within the limit until the rows reach it, as in local memory; past it, in parts */
+	/*
+	 * The segment within the limit until the rows reach it; past it, in
+	 * parts. Only the segment counts: the graph's working memory is the
+	 * worker's.
+	 */
+	max_rows = bs->use_segment ?
+		TsdgBuildSegmentRowsWithin(bs->memory_limit, bs->dims, &bs->params, false) : 0;
 	if (bs->use_segment && bs->count >= max_rows)
 		bs->in_parts = true;
 	else if (bs->use_segment)
@@ -246,6 +252,7 @@ TsdgGrowArrays(TsdgBuildState *bs)
 	}
 
 	/* local memory up to the limit, then temporary files */
+	max_rows = TsdgRowsInMemory(bs);
 	if (bs->spill == NULL && capacity > max_rows)
 	{
 		if (bs->count < max_rows)

@@ -42,6 +42,21 @@ TsdgBuildSegmentBytes(int64 capacity, int dims, const TsdgBuildParams *params, b
 	return header.total_size;
 }
 
+int64
+TsdgBuildSegmentRowsWithin(Size max_bytes, int dims, const TsdgBuildParams *params, bool in_parts)
+{
+	Size		fixed = TsdgBuildSegmentBytes(0, dims, params, in_parts);
+	Size		row = (TsdgBuildSegmentBytes(1024, dims, params, in_parts) - fixed) / 1024 + 1;
+	int64		capacity = 1;
+
+	if (max_bytes > fixed)
+		capacity = Max((int64) ((max_bytes - fixed) / row), 1);
+	/* the arrays' alignment: never past max_bytes but for a single row */
+	while (capacity > 1 && TsdgBuildSegmentBytes(capacity, dims, params, in_parts) > max_bytes)
+		capacity--;
+	return capacity;
+}
+
 bool
 TsdgBuildSegmentCreate(TsdgBuildSegment *bseg, int64 capacity, int dims,
 					   const TsdgBuildParams *params)

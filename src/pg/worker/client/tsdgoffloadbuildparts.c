@@ -16,15 +16,8 @@ bool
 TsdgBuildSegmentCreateInParts(TsdgBuildSegment *bseg, Size max_bytes, int dims,
 							  const TsdgBuildParams *params, const TsdgLocalBuildArrays *local)
 {
-	Size		fixed = TsdgBuildSegmentBytes(0, dims, params, true);
-	Size		row = (TsdgBuildSegmentBytes(1024, dims, params, true) - fixed) / 1024 + 1;
-	int64		capacity = 1;
+	int64		capacity = TsdgBuildSegmentRowsWithin(max_bytes, dims, params, true);
 
-	if (max_bytes > fixed)
-		capacity = Max((int64) ((max_bytes - fixed) / row), 1);
-	/* the arrays' alignment: never past max_bytes but for a single row */
-	while (capacity > 1 && TsdgBuildSegmentBytes(capacity, dims, params, true) > max_bytes)
-		capacity--;
 	if (!TsdgBuildSegmentMake(bseg, capacity, dims, params, true))
 		return false;
 	bseg->local = *local;

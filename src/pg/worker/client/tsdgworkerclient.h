@@ -172,6 +172,10 @@ extern bool TsdgBuildSegmentGrow(TsdgBuildSegment *bseg, int64 count, int64 capa
 								 const TsdgBuildParams *params);
 extern void TsdgBuildSegmentRelease(TsdgBuildSegment *bseg);
 
+/* the rows a build segment of at most max_bytes holds (at least one) */
+extern int64 TsdgBuildSegmentRowsWithin(Size max_bytes, int dims, const TsdgBuildParams *params,
+										bool in_parts);
+
 /*
  * A segment of at most max_bytes for a build in parts whose rows are in
  * local (the graph comes back there too), or false as TsdgBuildSegmentCreate.
