@@ -77,19 +77,23 @@ void check(TsdgStatus status, const TsdgError& error, const char* what) {
   if (status != TSDG_OK) throw Error(Status::Internal, std::string(what) + ": " + error.message);
 }
 
-// This program links pg_tsdg_cuda.so by name (its other modes call the
-// backend directly), and a library that --cuda-library loads beside it would
-// call the linked one's exported functions, kernels included: an A/B of two
-// builds would time one. Refuses a --cuda-library that is not the linked one.
+// This program's other modes call the CUDA backend directly: linked in
+// statically (its symbols then stay inside the program, and a library that
+// --cuda-library loads calls its own) or as pg_tsdg_cuda.so by name. In the
+// latter case a library loaded beside it would call the linked one's
+// exported functions, kernels included, and an A/B of two builds would time
+// one: a --cuda-library that is not the linked one is refused.
 void check_linked_cuda_library([[maybe_unused]] const std::string& requested) {
 #ifdef TSDG_HAVE_CUDA
   Dl_info linked;
   if (dladdr(reinterpret_cast<void*>(&tsdg_cuda_create_backend), &linked) == 0 || linked.dli_fname == nullptr) return;
   char linked_path[PATH_MAX];
   char requested_path[PATH_MAX];
+  char program_path[PATH_MAX];
   if (realpath(linked.dli_fname, linked_path) == nullptr || realpath(requested.c_str(), requested_path) == nullptr) {
     return;  // a name, not a path: the search finds the linked one
   }
+  if (realpath("/proc/self/exe", program_path) != nullptr && std::string(linked_path) == program_path) return;
   if (std::string(linked_path) != requested_path) {
     throw Error(Status::InvalidArgument, std::string("--cuda-library ") + requested_path +
                                              " is not the pg_tsdg_cuda.so this program is linked to (" + linked_path +
