@@ -49,6 +49,7 @@ merge (instead of the steps above; L2: the synthetic data, or --data and
                          rows), recall at --ef, self-lookups;
                          on --backend cuda through the CUDA backend's shared
                          object (--cuda-library PATH, default pg_tsdg_cuda.so)
+  --no-merge-check       leave out the check for unreached rows after each merge
 search
   --ef LIST              comma-separated ef sweep
   --lambda-limits LIST   comma-separated λ limits (default 255)
@@ -160,6 +161,7 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--one-call-build", [&] { o.one_call_build = true; }},
       {"--no-hnsw", [&] { o.hnsw = false; }},
       {"--no-build-check", [&] { o.build_check = false; }},
+      {"--no-merge-check", [&] { o.merge_check = false; }},
       {"--help", [&] {
          std::fputs(kUsage, stdout);
          std::exit(0);

@@ -48,6 +48,7 @@ struct BenchOptions {
   // equal batches merged into it, against a fresh build of all rows.
   int merge_batches = 0;
   int64_t merge_initial_rows = 0;
+  bool merge_check = true;
   int hnsw_m = 16;
   int hnsw_ef_construction = 200;
   std::vector<int> hnsw_ef_list{10, 16, 24, 32, 48, 64, 96, 128, 192, 256};
