@@ -301,4 +301,26 @@ like(log_since($from), qr/tsdg index "waited_idx" built on the GPU worker/,
 ok($build->finish, "the first build completes: $build_err");
 is(self_misses('grown', 0), 0, 'grown: every row finds itself (waited_idx)');
 
+# 7. Identical rows: the session finds their groups while the worker builds
+# and links each group into a ring once the graph is back, so that a query
+# equal to them reaches every copy first.
+$node->safe_psql('postgres', qq{
+	CREATE TABLE copies (id int, v vector(16));
+	INSERT INTO copies SELECT i, } . random_vector_sql(16, 'i') . qq{ FROM generate_series(1, 3000) i;
+	INSERT INTO copies SELECT 3000 + i, '[2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2]' FROM generate_series(1, 200) i;
+	INSERT INTO copies SELECT 3200 + i, '[0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1]' FROM generate_series(1, 40) i;
+	ANALYZE copies;});
+$from = -s $node->logfile;
+$node->safe_psql('postgres', 'CREATE INDEX copies_idx ON copies USING tsdg (v vector_l2_ops)');
+like(log_since($from), qr/tsdg index "copies_idx" built on the GPU worker/, 'the worker built copies_idx');
+like(log_since($from), qr/tsdg index "copies_idx" built from 3240 rows.*identical rows [0-9.]+ s \(240 in 2 groups\) meanwhile/,
+	'the session found both groups of identical rows while the worker built');
+for my $copy (['[2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2]', 200], ['[0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1]', 40])
+{
+	my ($vector, $count) = @$copy;
+	is($node->safe_psql('postgres', qq{SET enable_seqscan = off; SET tsdg.device = cpu; SET tsdg.ef_search = 10;
+		SELECT count(*) FROM (SELECT v FROM copies ORDER BY v <-> '$vector' LIMIT $count) s WHERE v = '$vector'}),
+		$count, "all $count copies of $vector come first through the index");
+}
+
 done_testing();

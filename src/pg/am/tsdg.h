@@ -519,9 +519,19 @@ extern void *TsdgSpillAlloc(TsdgSpill *spill, Size bytes);
 extern void TsdgSpillFree(TsdgSpill *spill, void *memory);
 extern void TsdgSpillEnd(TsdgSpill *spill);
 
-/* tsdgduplicates.c */
-extern int64 TsdgLinkDuplicates(const float *rows, int64 n, int dims, uint32 *neighbors,
-								uint8 *lambdas, int degree);
+/* tsdgduplicates.c: groups of identical rows, linked in the graph */
+typedef struct TsdgDuplicateGroups
+{
+	int64		rows;			/* rows in groups */
+	int64		groups;
+	uint32	   *ids;			/* the rows of each group in id order, group after group */
+	int64	   *ends;			/* where each group ends in ids */
+	int64		id_capacity;
+	int64		group_capacity;
+} TsdgDuplicateGroups;
+extern TsdgDuplicateGroups *TsdgFindDuplicates(const float *rows, int64 n, int dims);
+extern void TsdgLinkDuplicates(const TsdgDuplicateGroups *groups, uint32 *neighbors,
+							   uint8 *lambdas, int degree);
 
 /* tsdginsert.c */
 extern bool tsdginsert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,

@@ -74,6 +74,12 @@ typedef struct TsdgBuildState
 	const TsdgMetaPageData *meta;
 	const TsdgLayout *layout;
 	bool		rows_written;
+	double		rows_seconds;	/* the row pages, written while the worker builds */
+
+	/* the groups of identical rows, found once the rows are all read */
+	bool		duplicates_found;
+	TsdgDuplicateGroups *duplicates;
+	double		duplicates_seconds;
 
 	Size		memory_limit;	/* maintenance_work_mem in bytes */
 	bool		past_memory_limit;	/* the NOTICE was raised */
@@ -85,6 +91,7 @@ typedef struct TsdgBuildState
 } TsdgBuildState;
 
 static void TsdgWriteBuildRows(void *arg);
+static void TsdgFindBuildDuplicates(TsdgBuildState *bs);
 
 /* Bytes one row costs during the build: its TID here, the rest in the core's estimate. */
 static Size
@@ -457,10 +464,24 @@ TsdgFillBuildRowPage(void *arg, Page page, BlockNumber page_no)
 								 Min((page_no + 1) * per_page, run->arrays->n));
 }
 
+/* the groups of identical rows, unless found */
+static void
+TsdgFindBuildDuplicates(TsdgBuildState *bs)
+{
+	TimestampTz start = GetCurrentTimestamp();
+
+	if (bs->duplicates_found)
+		return;
+	bs->duplicates = TsdgFindDuplicates(bs->rows, bs->count, bs->dims);
+	bs->duplicates_found = true;
+	bs->duplicates_seconds = SECS(start, GetCurrentTimestamp());
+}
+
 /*
  * The row pages, in the blocks after the metapage (logged as they are
- * written). The worker's build calls it while it waits (the rows need no
- * graph), the others before the region.
+ * written), and the groups of identical rows: the worker's build calls it
+ * while it waits (neither needs the graph), the others write the row pages
+ * before the region.
  */
 static void
 TsdgWriteBuildRows(void *arg)
@@ -469,11 +490,14 @@ TsdgWriteBuildRows(void *arg)
 	TsdgGraphArrays arrays = {bs->layout, bs->count, bs->tids, bs->rows, NULL, NULL, NULL, 0};
 	TsdgRowRun	rows = {&arrays, 0, 0, (uint32) bs->count};
 	BlockNumber row_pages = bs->meta->row_extents[0].blocks;
+	TimestampTz start = GetCurrentTimestamp();
 	BlockNumber first = TsdgAppendBlocks(bs->index, row_pages);
 
 	Assert(first == bs->meta->row_extents[0].start);
 	TsdgWritePages(bs->index, first, 0, row_pages, TsdgFillRowRunPage, &rows);
 	bs->rows_written = true;
+	bs->rows_seconds = SECS(start, GetCurrentTimestamp());
+	TsdgFindBuildDuplicates(bs);
 }
 
 /*
@@ -549,7 +573,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 				summary_at = 0,
 				pages_at = 0,
 				summary_wait_at = 0,
-				meta_at;
+				wal_at;
 
 	if (RelationGetNumberOfBlocks(index) != 0)
 		elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
@@ -618,7 +642,8 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		}
 		bs.knn_ids[0] = TSDG_INVALID_ID;
 		on_worker = TsdgComputeGraph(&bs, neighbors, lambdas);
-		(void) TsdgLinkDuplicates(bs.rows, bs.count, bs.dims, neighbors, lambdas, bs.params.degree);
+		TsdgFindBuildDuplicates(&bs);
+		TsdgLinkDuplicates(bs.duplicates, neighbors, lambdas, bs.params.degree);
 		graph_at = GetCurrentTimestamp();
 		/* the worker computes the summary while the pages are written */
 		if (!on_worker)
@@ -647,15 +672,18 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	MarkBufferDirty(metabuf);
 	UnlockReleaseBuffer(metabuf);
 
-	meta_at = GetCurrentTimestamp();
 	/* the other pages were logged as they were written */
 	if (RelationNeedsWAL(index))
 		log_newpage_range(index, MAIN_FORKNUM, TSDG_METAPAGE_BLKNO, TSDG_METAPAGE_BLKNO + 1, true);
+	wal_at = GetCurrentTimestamp();
 	TsdgMeasureSearchProfile(index);
 
 	if (bs.count > 0)
 		ereport(LOG,
-				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s%s, entry points and statistics %.3f s, %s pages %.3f s, waiting for the worker's entry points %.3f s, metapage %.3f s, WAL %.3f s",
+				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s%s, "
+						"identical rows %.3f s (%lld in %lld groups)%s, entry points and statistics %.3f s, "
+						"%s pages %.3f s, waiting for the worker's entry points %.3f s, metapage %.3f s, "
+						"search profile %.3f s",
 						RelationGetRelationName(index), (long long) bs.count,
 						SECS(started_at, GetCurrentTimestamp()), SECS(started_at, scanned_at),
 						bs.segment_growths > 0 ?
@@ -663,10 +691,15 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 						bs.use_segment ? " (into shared memory)" :
 						bs.in_parts ? " (into temporary files, for the GPU worker in parts)" : "",
 						SECS(scanned_at, graph_at),
-						bs.rows_written ? " (the row pages written meanwhile)" : "",
+						bs.rows_written ?
+						psprintf(" (the row pages written meanwhile in %.3f s)", bs.rows_seconds) : "",
+						bs.duplicates_seconds,
+						(long long) (bs.duplicates ? bs.duplicates->rows : 0),
+						(long long) (bs.duplicates ? bs.duplicates->groups : 0),
+						bs.rows_written ? " meanwhile" : "",
 						SECS(graph_at, summary_at), bs.rows_written ? "list and k-NN" : "row, list and k-NN",
-						SECS(summary_at, pages_at), SECS(pages_at, summary_wait_at), SECS(summary_wait_at, meta_at),
-						SECS(meta_at, GetCurrentTimestamp()))));
+						SECS(summary_at, pages_at), SECS(pages_at, summary_wait_at),
+						SECS(summary_wait_at, wal_at), SECS(wal_at, GetCurrentTimestamp()))));
 
 	result = palloc(sizeof(IndexBuildResult));
 	result->heap_tuples = reltuples;
