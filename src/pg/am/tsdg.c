@@ -92,6 +92,11 @@ TsdgInit(void)
 							 &tsdg_scan_mem_multiplier, 1.0,
 							 TSDG_MIN_SCAN_MEM_MULTIPLIER, TSDG_MAX_SCAN_MEM_MULTIPLIER,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("tsdg.navigating_cache_mem",
+							"Sets the memory a session may keep the rows of its tsdg indexes' navigating sets in.",
+							"Every graph search scores its index's navigating set first; a session keeps those rows between scans, for all its indexes together, and reads a set larger than this from the index pages at every scan.",
+							&tsdg_navigating_cache_mem, TSDG_DEFAULT_NAVIGATING_CACHE_MEM, 0, MAX_KILOBYTES,
+							PGC_USERSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomEnumVariable("tsdg.device",
 							 "Sets where tsdg index builds and searches run.",
 							 "auto uses the GPU worker when it is running and the CPU otherwise.",

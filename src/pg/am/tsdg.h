@@ -598,6 +598,15 @@ extern void TsdgWalkOffer(TsdgPageWalk *walk, TsdgSearch *search, const uint32 *
 /* expands candidates until the search has nothing better left to visit */
 extern void TsdgWalkExpand(TsdgPageWalk *walk, TsdgSearch *search);
 
+/* tsdgnavcache.c: the navigating set's rows, kept by the backend between scans */
+#define TSDG_DEFAULT_NAVIGATING_CACHE_MEM	65536	/* kB */
+extern int	tsdg_navigating_cache_mem;
+/* whether a navigating set of count rows of dims is kept (tsdg.navigating_cache_mem) */
+extern bool TsdgNavigatingSetFits(int64 count, int dims);
+/* scores the navigating set of meta's graph and offers it to the search */
+extern void TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search,
+								   const TsdgMetaPageData *meta);
+
 /* tsdgvacuum.c */
 extern IndexBulkDeleteResult *tsdgbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 											 IndexBulkDeleteCallback callback, void *callback_state);

@@ -46,14 +46,13 @@ TsdgReadNodeVector(Relation index, const TsdgLayout *layout, uint32 id)
 /* the nodes one search for query at ef scores, from the navigating set as a scan starts */
 static int64
 TsdgProfileSearch(Relation index, const TsdgLayout *layout, TsdgMetric metric,
-				  const TsdgMetaPageData *meta, TsdgSearch *search, const uint32 *entries,
-				  int entry_count, const float *query, int ef)
+				  const TsdgMetaPageData *meta, TsdgSearch *search, const float *query, int ef)
 {
 	TsdgPageWalk walk;
 
 	TsdgWalkInit(&walk, index, layout, metric, query, meta->node_count);
 	tsdg_search_begin(search, ef);
-	TsdgWalkOffer(&walk, search, entries, entry_count);
+	TsdgOfferNavigatingSet(&walk, search, meta);
 	TsdgWalkExpand(&walk, search);
 	return tsdg_search_distance_count(search);
 }
@@ -69,8 +68,6 @@ TsdgMeasureSearchProfile(Relation index)
 	TsdgMetric	metric = TsdgIndexMetric(index);
 	TsdgSearch *search;
 	TsdgError	error;
-	uint32	   *entries;
-	int			entry_count;
 	int			samples;
 	double		scored[TSDG_PROFILE_STEPS] = {0};
 	Buffer		buf;
@@ -91,9 +88,6 @@ TsdgMeasureSearchProfile(Relation index)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not start a tsdg search: %s", error.message)));
-	entries = palloc(sizeof(uint32) * (meta.entry_count + tsdg_strided_entry_count(meta.node_count)));
-	entry_count = tsdg_navigating_set(meta.entry_points, meta.entry_count, meta.node_count, entries);
-
 	samples = (int) Min((uint32) TSDG_PROFILE_SAMPLES, meta.node_count);
 	PG_TRY();
 	{
@@ -106,8 +100,7 @@ TsdgMeasureSearchProfile(Relation index)
 			for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
 			{
 				scored[step] += (double) TsdgProfileSearch(index, &layout, metric, &meta, search,
-														   entries, entry_count, query,
-														   TSDG_PROFILE_FIRST_EF << step);
+														   query, TSDG_PROFILE_FIRST_EF << step);
 				CHECK_FOR_INTERRUPTS();
 			}
 			pfree(query);

@@ -279,8 +279,6 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 	{
 		TsdgError	error;
 		MemoryContextCallback *cb;
-		uint32	   *entries;
-		int			entry_count;
 
 		so->search = tsdg_search_create(tsdg_lambda_search, 0.0f, &error);
 		if (so->search == NULL)
@@ -293,12 +291,7 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 		MemoryContextRegisterResetCallback(so->graph_ctx, cb);
 
 		tsdg_search_begin(so->search, so->ef);
-		entries = palloc(sizeof(uint32) *
-						 (so->meta.entry_count + tsdg_strided_entry_count(so->meta.node_count)));
-		entry_count = tsdg_navigating_set(so->meta.entry_points, so->meta.entry_count,
-										  so->meta.node_count, entries);
-		TsdgWalkOffer(&so->walk, so->search, entries, entry_count);
-		pfree(entries);
+		TsdgOfferNavigatingSet(&so->walk, so->search, &so->meta);
 	}
 	else
 		tsdg_search_widen(so->search, so->ef);

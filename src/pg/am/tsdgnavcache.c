@@ -1,0 +1,240 @@
+/*
+ * The navigating set's rows, kept by the backend from one scan to the next.
+ *
+ * Every search of the graph starts by scoring the whole navigating set
+ * (tsdg_navigating_set: the metapage's entry points and every stride-th
+ * node), tens of thousands of rows past a few million nodes. Read from the
+ * row pages, each row costs a buffer lookup, a pin and cache misses, and
+ * every query of a session reads the same rows again. So the first search
+ * of a graph in a backend copies those rows into one contiguous array, and
+ * later searches score them from there in one pass: the same entries, in
+ * the same order, with the same distances, since the same kernel scores the
+ * same floats.
+ *
+ * A copy belongs to one graph. It is keyed by the index's storage (REINDEX,
+ * TRUNCATE, VACUUM FULL and a move to another tablespace give an index new
+ * storage) and by the metapage's graph_version, which every merge bumps (a
+ * merge appends rows, and may renumber them when it drops deleted nodes),
+ * together with the node count, the stamp of the last merge and the entry
+ * points, so that storage whose number is given out again never meets a
+ * copy of another graph. A row never changes in place while its graph
+ * lasts (VACUUM only flags deleted nodes, which still route searches), so a
+ * copy needs no update while its key holds; the copy of an index's older
+ * graph is dropped when a search meets the new one.
+ *
+ * The copies of all of a backend's indexes together stay within
+ * tsdg.navigating_cache_mem, the least recently used dropped first. A
+ * navigating set larger than that is read from the pages by every search.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "tsdg.h"
+
+int			tsdg_navigating_cache_mem = TSDG_DEFAULT_NAVIGATING_CACHE_MEM;
+
+/* which graph a copy is of; zeroed before it is filled, so it compares as bytes */
+typedef struct TsdgNavigatingKey
+{
+	RelFileNode node;
+	BackendId	backend;		/* of a temporary index, whose storage is the backend's */
+	int32		dims;
+	uint32		node_count;
+	uint64		graph_version;
+	int64		last_merge;
+	uint64		merge_count;
+	int32		entry_count;
+	uint32		entry_points[TSDG_MAX_ENTRY_POINTS];
+} TsdgNavigatingKey;
+
+typedef struct TsdgNavigatingCopy
+{
+	struct TsdgNavigatingCopy *next;
+	MemoryContext ctx;			/* holds this struct and its arrays */
+	Oid			index_oid;
+	TsdgNavigatingKey key;
+	int			count;
+	uint32	   *ids;			/* tsdg_navigating_set's order */
+	float	   *rows;			/* count x dims */
+	Size		bytes;
+	uint64		last_used;
+} TsdgNavigatingCopy;
+
+static MemoryContext navigating_ctx = NULL;
+static TsdgNavigatingCopy *copies = NULL;
+static uint64 navigating_clock = 0;
+
+static void
+TsdgNavigatingKeyOf(TsdgNavigatingKey *key, Relation index, const TsdgMetaPageData *meta)
+{
+	MemSet(key, 0, sizeof(TsdgNavigatingKey));
+	key->node = index->rd_node;
+	key->backend = index->rd_backend;
+	key->dims = meta->dims;
+	key->node_count = meta->node_count;
+	key->graph_version = meta->graph_version;
+	key->last_merge = meta->last_merge;
+	key->merge_count = meta->merge_count;
+	key->entry_count = meta->entry_count;
+	memcpy(key->entry_points, meta->entry_points, sizeof(uint32) * meta->entry_count);
+}
+
+/* what a copy of a navigating set of count rows of dims holds */
+static Size
+TsdgNavigatingBytes(int64 count, int dims)
+{
+	return (Size) count * (sizeof(uint32) + sizeof(float) * dims);
+}
+
+bool
+TsdgNavigatingSetFits(int64 count, int dims)
+{
+	return TsdgNavigatingBytes(count, dims) <= (Size) tsdg_navigating_cache_mem * 1024;
+}
+
+static void
+TsdgDropCopy(TsdgNavigatingCopy *copy)
+{
+	TsdgNavigatingCopy **link = &copies;
+
+	while (*link != copy)
+		link = &(*link)->next;
+	*link = copy->next;
+	MemoryContextDelete(copy->ctx);
+}
+
+/*
+ * Drops the copies of index other than one of key, then the least recently
+ * used until room bytes more fit tsdg.navigating_cache_mem.
+ */
+static void
+TsdgMakeRoom(Oid index_oid, const TsdgNavigatingKey *key, Size room)
+{
+	Size		budget = (Size) tsdg_navigating_cache_mem * 1024;
+	Size		held = 0;
+	TsdgNavigatingCopy *copy;
+	TsdgNavigatingCopy *next;
+
+	for (copy = copies; copy != NULL; copy = next)
+	{
+		next = copy->next;
+		if (copy->index_oid == index_oid &&
+			memcmp(&copy->key, key, sizeof(TsdgNavigatingKey)) != 0)
+			TsdgDropCopy(copy);
+		else
+			held += copy->bytes;
+	}
+	while (held + room > budget && copies != NULL)
+	{
+		TsdgNavigatingCopy *oldest = copies;
+
+		for (copy = copies->next; copy != NULL; copy = copy->next)
+			if (copy->last_used < oldest->last_used)
+				oldest = copy;
+		held -= oldest->bytes;
+		TsdgDropCopy(oldest);
+	}
+}
+
+/*
+ * Copies the rows of the navigating set ids from the pages. The copy's
+ * context hangs under the caller's until it is complete, so that an error
+ * or a cancel on the way frees it with the caller's memory.
+ */
+static TsdgNavigatingCopy *
+TsdgCopyNavigatingSet(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const uint32 *ids,
+					  int count)
+{
+	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "tsdg navigating set",
+											  ALLOCSET_SMALL_SIZES);
+	const TsdgLayout *layout = walk->layout;
+	int			dims = layout->dims;
+	TsdgNavigatingCopy *copy = MemoryContextAlloc(ctx, sizeof(TsdgNavigatingCopy));
+	Buffer		buf = InvalidBuffer;
+	BlockNumber held = InvalidBlockNumber;
+
+	copy->ctx = ctx;
+	copy->index_oid = RelationGetRelid(walk->index);
+	memcpy(&copy->key, key, sizeof(TsdgNavigatingKey));
+	copy->count = count;
+	copy->bytes = TsdgNavigatingBytes(count, dims);
+	copy->ids = MemoryContextAllocHuge(ctx, sizeof(uint32) * Max(count, 1));
+	copy->rows = MemoryContextAllocHuge(ctx, sizeof(float) * dims * Max(count, 1));
+	memcpy(copy->ids, ids, sizeof(uint32) * count);
+	for (int i = 0; i < count; i++)
+	{
+		BlockNumber block;
+
+		TsdgCheckScanNode(walk->index, ids[i], walk->node_count);
+		block = TsdgRowBlock(layout, ids[i]);
+		if (block != held)
+		{
+			if (BufferIsValid(buf))
+				UnlockReleaseBuffer(buf);
+			CHECK_FOR_INTERRUPTS();
+			buf = ReadBuffer(walk->index, block);
+			LockBuffer(buf, BUFFER_LOCK_SHARE);
+			held = block;
+		}
+		memcpy(copy->rows + (Size) i * dims,
+			   TsdgRecordVector(TsdgRowRecord(layout, BufferGetPage(buf), ids[i])),
+			   sizeof(float) * dims);
+	}
+	if (BufferIsValid(buf))
+		UnlockReleaseBuffer(buf);
+
+	if (navigating_ctx == NULL)
+		navigating_ctx = AllocSetContextCreate(TopMemoryContext, "tsdg navigating sets",
+											   ALLOCSET_SMALL_SIZES);
+	MemoryContextSetParent(ctx, navigating_ctx);
+	copy->next = copies;
+	copies = copy;
+	return copy;
+}
+
+void
+TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPageData *meta)
+{
+	int			dims = walk->layout->dims;
+	uint32	   *ids;
+	int			count;
+	TsdgNavigatingKey key;
+	TsdgNavigatingCopy *copy;
+
+	ids = palloc(sizeof(uint32) * (meta->entry_count + tsdg_strided_entry_count(meta->node_count)));
+	count = tsdg_navigating_set(meta->entry_points, meta->entry_count, meta->node_count, ids);
+	if (!TsdgNavigatingSetFits(count, dims))
+	{
+		TsdgWalkOffer(walk, search, ids, count);
+		pfree(ids);
+		return;
+	}
+
+	TsdgNavigatingKeyOf(&key, walk->index, meta);
+	for (copy = copies; copy != NULL; copy = copy->next)
+		if (copy->index_oid == RelationGetRelid(walk->index) &&
+			memcmp(&copy->key, &key, sizeof(TsdgNavigatingKey)) == 0)
+			break;
+	if (copy == NULL)
+	{
+		TsdgMakeRoom(RelationGetRelid(walk->index), &key, TsdgNavigatingBytes(count, dims));
+		copy = TsdgCopyNavigatingSet(walk, &key, ids, count);
+		copy->last_used = ++navigating_clock;
+	}
+	else
+	{
+		/* the newest, and within the budget alone: what a lowered budget drops is the others */
+		copy->last_used = ++navigating_clock;
+		TsdgMakeRoom(RelationGetRelid(walk->index), &key, 0);
+	}
+	pfree(ids);
+
+	for (int i = 0; i < copy->count; i++)
+		tsdg_search_offer(search, copy->ids[i],
+						  tsdg_metric_distance(walk->metric, walk->query,
+											   copy->rows + (Size) i * dims, dims));
+}
