@@ -212,6 +212,43 @@ TEST(GraphSearch, WidenContinuesTheSameSearch) {
   for (int j = 0; j < 5; ++j) EXPECT_LE(wide_dists[j], narrow_dists[j]);
 }
 
+// A navigating set offered at once walks as the same entries offered one by
+// one: the same results, the same distances computed, and a wider round
+// continues both alike.
+TEST(GraphSearch, OfferManyIsOffersInOrder) {
+  const int k = 10;
+  const Fixture f = make_fixture(3000, 16, 12, k);
+  std::vector<uint32_t> entries(f.graph.degree * 40);
+  std::vector<float> dists(entries.size());
+  for (const int ef : {8, 40}) {
+    for (int64_t q = 0; q < 5; ++q) {
+      const float* query = f.queries.row(q);
+      for (size_t i = 0; i < entries.size(); ++i) {
+        entries[i] = static_cast<uint32_t>((i * 37 + q) % f.data.rows);
+        dists[i] = metric_distance(Metric::L2, query, f.data.row(entries[i]), f.data.dim);
+      }
+      GraphSearch one_by_one(255, 0.0f);
+      GraphSearch at_once(255, 0.0f);
+      one_by_one.begin(ef);
+      at_once.begin(ef);
+      for (size_t i = 0; i < entries.size(); ++i) one_by_one.offer(entries[i], dists[i]);
+      at_once.offer_many(entries.data(), dists.data(), static_cast<int64_t>(entries.size()));
+      for (GraphSearch* search : {&one_by_one, &at_once}) {
+        run_incremental(*search, f, query);
+        search->widen(ef * 4);
+        run_incremental(*search, f, query);
+      }
+      EXPECT_EQ(at_once.distance_count(), one_by_one.distance_count());
+      std::vector<uint32_t> ids_one(ef * 4), ids_many(ef * 4);
+      std::vector<float> dists_one(ef * 4), dists_many(ef * 4);
+      const int found = one_by_one.results(ids_one.data(), dists_one.data(), ef * 4);
+      ASSERT_EQ(at_once.results(ids_many.data(), dists_many.data(), ef * 4), found);
+      EXPECT_EQ(ids_many, ids_one);
+      EXPECT_EQ(dists_many, dists_one);
+    }
+  }
+}
+
 TEST(GraphSearch, UnvisitedFiltersByLambdaAndSeen) {
   GraphSearch search(1, 0.0f);
   search.begin(8);

@@ -423,6 +423,11 @@ void tsdg_search_offer(TsdgSearch* search, uint32_t id, float distance) {
   search_step(search, [&] { search->search.offer(id, distance); });
 }
 
+void tsdg_search_offer_many(TsdgSearch* search, const uint32_t* ids, const float* distances,
+                            int64_t count) {
+  search_step(search, [&] { search->search.offer_many(ids, distances, count); });
+}
+
 uint32_t tsdg_search_next(TsdgSearch* search) {
   if (search->status != TSDG_OK) return TSDG_INVALID_ID;
   return search->search.next();

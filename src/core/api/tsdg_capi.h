@@ -353,6 +353,9 @@ void		tsdg_search_free(TsdgSearch *search);
 void		tsdg_search_begin(TsdgSearch *search, int ef);
 void		tsdg_search_widen(TsdgSearch *search, int ef);
 void		tsdg_search_offer(TsdgSearch *search, uint32_t id, float distance);
+/* tsdg_search_offer of each, in order, with room for all made at once */
+void		tsdg_search_offer_many(TsdgSearch *search, const uint32_t *ids,
+								   const float *distances, int64_t count);
 uint32_t	tsdg_search_next(TsdgSearch *search);
 int			tsdg_search_unvisited(TsdgSearch *search, const uint32_t *ids,
 								  const uint8_t *lambdas, int count, uint32_t *fresh);

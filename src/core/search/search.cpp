@@ -169,6 +169,12 @@ void GraphSearch::IdSet::rehash(size_t capacity) {
   }
 }
 
+void GraphSearch::IdSet::reserve(size_t more) {
+  size_t capacity = std::max<size_t>(1024, slots_.size());
+  while ((used_ + more) * 2 > capacity) capacity *= 2;
+  if (capacity > slots_.size()) rehash(capacity);
+}
+
 bool GraphSearch::IdSet::insert(uint32_t id) {
   if ((used_ + 1) * 2 > slots_.size()) rehash(std::max<size_t>(1024, slots_.size() * 2));
   const size_t mask = slots_.size() - 1;
@@ -225,6 +231,12 @@ void GraphSearch::offer(uint32_t id, float dist) {
   bool has_dropped = false;
   pool_.insert(id, dist, &dropped, &has_dropped);
   if (has_dropped) spilled_.push_back(dropped);
+}
+
+void GraphSearch::offer_many(const uint32_t* ids, const float* dists, int64_t count) {
+  seen_.reserve(static_cast<size_t>(count));
+  spilled_.reserve(spilled_.size() + static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) offer(ids[i], dists[i]);
 }
 
 uint32_t GraphSearch::next() { return pool_.pop_nearest_unexpanded(slack_); }

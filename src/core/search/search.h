@@ -303,6 +303,10 @@ class GraphSearch {
   void begin(int ef);
   void widen(int ef);
   void offer(uint32_t id, float dist);
+  // offer() of each, with room for all of them made at once: a navigating
+  // set of tens of thousands of entries would otherwise grow the visited
+  // set and the spilled candidates by doubling, query after query.
+  void offer_many(const uint32_t* ids, const float* dists, int64_t count);
   uint32_t next();
   // Writes the ids of the list that pass the λ filter and were not seen yet
   // to fresh, marks them seen, and returns how many.
@@ -317,6 +321,7 @@ class GraphSearch {
    public:
     void clear();
     bool insert(uint32_t id);  // false when already present
+    void reserve(size_t more);  // room for more ids without a rehash
     size_t memory_bytes() const { return slots_.capacity() * sizeof(uint32_t); }
 
    private:

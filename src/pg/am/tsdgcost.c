@@ -80,6 +80,14 @@
  * output, its vector read from the heap, out of line for a wide one.
  */
 #define TSDG_VISIT_WORK			700.0
+/*
+ * A node of the navigating set costs less where the session keeps a copy of
+ * the set's rows (tsdgnavcache.c): its row is read in order from one array,
+ * with no page to find and pin, and the visited set and the candidates make
+ * room for the whole set at once; what is left besides its distance is its
+ * place among the candidates.
+ */
+#define TSDG_KEPT_ENTRY_WORK	40.0
 #define TSDG_VISIT_POOL_WORK	0.6
 #define TSDG_LIST_SLOT_WORK		12.0
 #define TSDG_RETURNED_ROW_WORK	3000.0
@@ -111,6 +119,7 @@ typedef struct TsdgScanShape
 	double		dims;
 	double		nodes;			/* live nodes of the graph */
 	double		entries;		/* the navigating set */
+	bool		entries_kept;	/* within tsdg.navigating_cache_mem */
 	double		degree;
 	double		pending;
 	double		selectivity;	/* the share of rows that pass the quals */
@@ -183,7 +192,8 @@ TsdgSearchBytes(const TsdgScanShape *shape, double ef)
 
 /*
  * The work of a graph search with ef candidates: its scored nodes, each
- * placed in a pool as wide as ef or as the nodes scored, and its expanded
+ * placed in a pool as wide as ef or as the nodes scored (those of the
+ * navigating set cheaper where the session keeps its rows), and its expanded
  * nodes, about as many as the pool holds.
  */
 static double
@@ -191,8 +201,10 @@ TsdgSearchWork(const TsdgScanShape *shape, double ef)
 {
 	double		scored = TsdgVisitedNodes(shape, ef);
 	double		expanded = Min(ef, shape->nodes);
+	double		kept = shape->entries_kept ? Min(shape->entries, scored) : 0.0;
 
-	return scored * (TSDG_VISIT_WORK + shape->dims + TSDG_VISIT_POOL_WORK * Min(ef, scored)) +
+	return scored * (TSDG_VISIT_WORK + shape->dims + TSDG_VISIT_POOL_WORK * Min(ef, scored)) -
+		kept * (TSDG_VISIT_WORK - TSDG_KEPT_ENTRY_WORK) +
 		expanded * shape->degree * TSDG_LIST_SLOT_WORK;
 }
 
@@ -305,6 +317,7 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	shape.dims = Max(meta->dims, 1);
 	shape.nodes = meta->node_count - meta->deleted_count;
 	shape.entries = meta->entry_count + (double) tsdg_strided_entry_count((int64) meta->node_count);
+	shape.entries_kept = TsdgNavigatingSetFits((int64) shape.entries, (int) shape.dims);
 	shape.degree = meta->degree;
 	shape.pending = meta->pending_count;
 	shape.profile_nodes = meta->profile_nodes;

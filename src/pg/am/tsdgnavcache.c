@@ -60,6 +60,7 @@ typedef struct TsdgNavigatingCopy
 	int			count;
 	uint32	   *ids;			/* tsdg_navigating_set's order */
 	float	   *rows;			/* count x dims */
+	float	   *dists;			/* a search's distances to them */
 	Size		bytes;
 	uint64		last_used;
 } TsdgNavigatingCopy;
@@ -83,11 +84,15 @@ TsdgNavigatingKeyOf(TsdgNavigatingKey *key, Relation index, const TsdgMetaPageDa
 	memcpy(key->entry_points, meta->entry_points, sizeof(uint32) * meta->entry_count);
 }
 
-/* what a copy of a navigating set of count rows of dims holds */
+/*
+ * what a copy of a navigating set of count rows of dims holds; a set is
+ * checked against the budget by its entry points and strided nodes, before
+ * the few that are both are counted once, so that the check needs no ids
+ */
 static Size
 TsdgNavigatingBytes(int64 count, int dims)
 {
-	return (Size) count * (sizeof(uint32) + sizeof(float) * dims);
+	return (Size) count * (sizeof(uint32) + sizeof(float) * (dims + 1));
 }
 
 bool
@@ -164,6 +169,7 @@ TsdgCopyNavigatingSet(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const ui
 	copy->bytes = TsdgNavigatingBytes(count, dims);
 	copy->ids = MemoryContextAllocHuge(ctx, sizeof(uint32) * Max(count, 1));
 	copy->rows = MemoryContextAllocHuge(ctx, sizeof(float) * dims * Max(count, 1));
+	copy->dists = MemoryContextAllocHuge(ctx, sizeof(float) * Max(count, 1));
 	memcpy(copy->ids, ids, sizeof(uint32) * count);
 	for (int i = 0; i < count; i++)
 	{
@@ -196,19 +202,30 @@ TsdgCopyNavigatingSet(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const ui
 	return copy;
 }
 
+/* the ids of the navigating set, in the order every reader offers them */
+static uint32 *
+TsdgNavigatingIds(const TsdgMetaPageData *meta, int *count)
+{
+	uint32	   *ids = palloc(sizeof(uint32) *
+							 (meta->entry_count + tsdg_strided_entry_count(meta->node_count)));
+
+	*count = tsdg_navigating_set(meta->entry_points, meta->entry_count, meta->node_count, ids);
+	return ids;
+}
+
 void
 TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPageData *meta)
 {
 	int			dims = walk->layout->dims;
-	uint32	   *ids;
-	int			count;
+	int64		most = meta->entry_count + tsdg_strided_entry_count(meta->node_count);
 	TsdgNavigatingKey key;
 	TsdgNavigatingCopy *copy;
 
-	ids = palloc(sizeof(uint32) * (meta->entry_count + tsdg_strided_entry_count(meta->node_count)));
-	count = tsdg_navigating_set(meta->entry_points, meta->entry_count, meta->node_count, ids);
-	if (!TsdgNavigatingSetFits(count, dims))
+	if (!TsdgNavigatingSetFits(most, dims))
 	{
+		int			count;
+		uint32	   *ids = TsdgNavigatingIds(meta, &count);
+
 		TsdgWalkOffer(walk, search, ids, count);
 		pfree(ids);
 		return;
@@ -221,8 +238,12 @@ TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPag
 			break;
 	if (copy == NULL)
 	{
+		int			count;
+		uint32	   *ids = TsdgNavigatingIds(meta, &count);
+
 		TsdgMakeRoom(RelationGetRelid(walk->index), &key, TsdgNavigatingBytes(count, dims));
 		copy = TsdgCopyNavigatingSet(walk, &key, ids, count);
+		pfree(ids);
 		copy->last_used = ++navigating_clock;
 	}
 	else
@@ -231,10 +252,9 @@ TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPag
 		copy->last_used = ++navigating_clock;
 		TsdgMakeRoom(RelationGetRelid(walk->index), &key, 0);
 	}
-	pfree(ids);
 
 	for (int i = 0; i < copy->count; i++)
-		tsdg_search_offer(search, copy->ids[i],
-						  tsdg_metric_distance(walk->metric, walk->query,
-											   copy->rows + (Size) i * dims, dims));
+		copy->dists[i] = tsdg_metric_distance(walk->metric, walk->query,
+											  copy->rows + (Size) i * dims, dims);
+	tsdg_search_offer_many(search, copy->ids, copy->dists, copy->count);
 }

@@ -77,9 +77,9 @@ FROM unnest(ARRAY[10, 40, 100, 400, 1000]) ef, LATERAL set_config('tsdg.ef_searc
 RESET tsdg.ef_search;
 
 -- 10,000 rows of 64 dimensions, one row in ten passing the filter: the
--- index at the ef_search whose first round holds the rows the LIMIT needs,
--- the sequential scan of the rows that pass at twice that and past it, and
--- below it, where the scan widens its search round after round
+-- index at the ef_search whose first round holds the rows the LIMIT needs
+-- and at twice that, the sequential scan of the rows that pass at four times
+-- that, and below it, where the scan widens its search round after round
 CREATE TABLE pmid AS SELECT i AS id, i % 100 AS cat,
 	(SELECT array_agg(sin(i * 0.91 + j * (1 + i % 5)))::real[] FROM generate_series(1, 64) j)::vector(64) AS v
 	FROM generate_series(1, 10000) i;
