@@ -444,7 +444,8 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
   int64_t rewritten = 0;
   for (int64_t u = 0; u < n; ++u) {
     if (u >= n_old) {
-      EXPECT_EQ(changed[u], TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH);
+      // the build's check may relink a new row's list after the merge wrote it
+      EXPECT_EQ(changed[u] & ~TSDG_CHANGED_LINK, TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH);
       continue;
     }
     const bool same_knn = std::equal(knn.begin() + u * params.build_k, knn.begin() + (u + 1) * params.build_k,

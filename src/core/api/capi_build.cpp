@@ -237,6 +237,14 @@ tsdg::KnnGraph old_knn_graph(tsdg::Backend& backend, tsdg::MatrixView data, int6
   return old_graph;
 }
 
+// whether node u's search list and lambdas are the same in both graphs
+bool same_list(const uint32_t* old_neighbors, const uint8_t* old_lambdas, const uint32_t* neighbors,
+               const uint8_t* lambdas, int64_t u, int degree) {
+  const size_t at = static_cast<size_t>(u) * degree;
+  return std::equal(neighbors + at, neighbors + at + degree, old_neighbors + at) &&
+         std::equal(lambdas + at, lambdas + at + degree, old_lambdas + at);
+}
+
 }  // namespace
 
 extern "C" {
@@ -449,6 +457,18 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  out.relinked = relinked.data();
                  b.merge_graph(in, out, m, tsdg::incremental_merge_params(gnnd), diversify, control);
                  if (old_rows_copied.valid()) old_rows_copied.get();
+                 // The build's check, over the merged graph: the merge's lists
+                 // lose long edges as a build's do, and an index grown by merges
+                 // must route as a fresh build of its rows does.
+                 tsdg::link_rows_missed_by_narrow_walks(
+                     b, data, m, tsdg::GraphSpan{neighbors, lambdas, n, degree}, control, tsdg::kBuildCheckRows,
+                     [&](uint32_t node) { relinked[node] = 1; });
+                 for (int64_t u = 0; u < n; ++u) {
+                   if (relinked[u] && !search_changed[u]) {
+                     search_changed[u] =
+                         u >= n_old || !same_list(old_neighbors, old_lambdas, neighbors, lambdas, u, degree);
+                   }
+                 }
                  std::vector<uint8_t> recheck(n, 0);
                  const bool on_host = std::strcmp(b.name(), "cpu") == 0;
                  const int64_t lost_budget =

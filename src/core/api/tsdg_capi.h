@@ -217,7 +217,9 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
  * search graph is diversified. A merge that then reports TSDG_PHASE_LINK
  * (the GPU's) writes its search lists out, then links the graph's
  * components: poll's done counts the rows whose lists are in neighbors and
- * lambdas, in row order, and the few lists that the linking changes
+ * lambdas, in row order. Every merge then runs the build's check over the
+ * merged graph (each row searched for its own vector; the rows missed get
+ * an edge), and the few lists that the linking or the check changes
  * afterwards have TSDG_CHANGED_LINK in changed, so that a caller who wrote
  * the lists out meanwhile writes those again. old_rows_index may be NULL, or a resident
  * index of the same backend whose first n_old rows are rows' first n_old:

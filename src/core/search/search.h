@@ -226,9 +226,15 @@ constexpr int64_t kBuildCheckRows = 1000000;
 // the routes that fail. The walks run on a search index of backend's.
 // Returns the rows that got an edge: none under inner product, and none
 // where the device had no room for the index. max_rows: kBuildCheckRows, or
-// another bound in a test.
-int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, TsdgGraph& graph,
-                                         const RunControl& control, int64_t max_rows = kBuildCheckRows);
+// another bound in a test. before_change sees each node before its list
+// changes (a merge marks the lists it has to write again).
+int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, GraphSpan graph,
+                                         const RunControl& control, int64_t max_rows = kBuildCheckRows,
+                                         const BeforeListChange& before_change = {});
+inline int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, TsdgGraph& graph,
+                                                const RunControl& control, int64_t max_rows = kBuildCheckRows) {
+  return link_rows_missed_by_narrow_walks(backend, data, metric, GraphSpan::of(graph), control, max_rows);
+}
 
 // The bounded best-first candidate list: the ef best (distance, id) pairs seen,
 // ascending, each marked once expanded.

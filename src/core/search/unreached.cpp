@@ -467,8 +467,9 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
                       kernel_misses(index, data, outside, params, control));
 }
 
-int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, TsdgGraph& graph,
-                                         const RunControl& control, int64_t max_rows) {
+int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, GraphSpan graph,
+                                         const RunControl& control, int64_t max_rows,
+                                         const BeforeListChange& before_change) {
   if (data.rows != graph.nodes) {
     throw Error(Status::InvalidArgument, "build check: row count and node count differ");
   }
@@ -480,7 +481,7 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
   std::vector<uint32_t> missed;
   std::vector<uint32_t> nearest;
   try {
-    const std::unique_ptr<SearchIndex> index = backend.make_search_index(data, graph, metric);
+    const std::unique_ptr<SearchIndex> index = backend.make_search_index(data, GraphView::of(graph), metric, nullptr);
     SearchParams params;
     params.k = 1;
     params.ef = kBuildCheckEf;
@@ -523,7 +524,6 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
     if (i == 0 || edges[i].first != edges[i - 1].first) node_starts.push_back(i);
   }
   node_starts.push_back(edges.size());
-  const GraphSpan span = GraphSpan::of(graph);
   const DistanceFn distance = metric_distance_fn(metric);
   std::atomic<int64_t> linked{0};
   parallel_for(control, static_cast<int64_t>(node_starts.size()) - 1, 64, [&](int64_t begin, int64_t end, int) {
@@ -533,7 +533,7 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
       for (size_t e = node_starts[g]; e < node_starts[g + 1]; ++e) {
         const auto [node, row] = edges[e];
         uint32_t dropped = kInvalidId;
-        if (insert_repair_edge(data, span, distance, node, row, SearchParams{}.lambda_limit, pinned, BeforeListChange{},
+        if (insert_repair_edge(data, graph, distance, node, row, SearchParams{}.lambda_limit, pinned, before_change,
                                &dropped)) {
           pinned.push_back(row);
         }
