@@ -39,6 +39,8 @@ graph
                          call, the k-NN lists kept on the device between steps
   --no-build-check       leave out the build's check of every row's route (the
                          rows a walk with a pool of 4 misses get an edge)
+  --build-check-rows N   the rows the check walks at most, every m-th row past
+                         them (default: the index's, 1000000)
 merge (instead of the steps above; L2: the synthetic data, or --data and
   --queries, whose rows merge in the file's order)
   --merge-batches B      build on the first --merge-initial N rows, merge the
@@ -111,6 +113,7 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--data", [&](auto&, auto& v) { o.data_path = v; }},
       {"--queries", [&](auto&, auto& v) { o.query_path = v; }},
       {"--max-rows", [&](auto& f, auto& v) { o.max_rows = parse_number<int64_t>(f, v); }},
+      {"--build-check-rows", [&](auto& f, auto& v) { o.build_check_rows = parse_number<int64_t>(f, v); }},
       {"--rows", [&](auto& f, auto& v) { o.synthetic.rows = parse_number<int64_t>(f, v); }},
       {"--dim", [&](auto& f, auto& v) { o.synthetic.dim = parse_number<int>(f, v); }},
       {"--clusters", [&](auto& f, auto& v) { o.synthetic.clusters = parse_number<int>(f, v); }},

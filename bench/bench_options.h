@@ -42,6 +42,9 @@ struct BenchOptions {
   bool one_call_build = false;
   // the build's check of every row's route (link_rows_missed_by_narrow_walks)
   bool build_check = true;
+  // the rows the build check walks at most (every m-th row past them); 0:
+  // the index's bound (kBuildCheckRows)
+  int64_t build_check_rows = 0;
   bool hnsw = true;
   // --merge-batches B > 0: the incremental-merge benchmark instead
   // (merge_mode.h): a build on the first merge_initial_rows rows, then B

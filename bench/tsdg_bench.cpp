@@ -321,12 +321,14 @@ int run(const BenchOptions& o) {
                     .add("direct_time_s", gnnd_seconds));
   }
 
+  const int64_t check_rows = o.build_check_rows > 0 ? o.build_check_rows : kBuildCheckRows;
   start = Clock::now();
   TsdgGraph graph = backend->diversify(data, o.metric, knn, o.diversify, control);
   double diversify_seconds = seconds_since(start);
   if (o.build_check) {
     start = Clock::now();
-    const int64_t linked = link_rows_missed_by_narrow_walks(*backend, data, o.metric, graph, control);
+    const int64_t linked =
+        link_rows_missed_by_narrow_walks(*backend, data, o.metric, graph, control, check_rows);
     const double check_seconds = seconds_since(start);
     diversify_seconds += check_seconds;
     report.emit(Record("build_check").add("rows_linked", linked).add("time_s", check_seconds));
@@ -359,7 +361,9 @@ int run(const BenchOptions& o) {
   if (o.one_call_build) {
     start = Clock::now();
     TsdgGraph built = backend->build_tsdg_graph(data, o.metric, gnnd, o.diversify, nullptr, nullptr, control);
-    if (o.build_check) link_rows_missed_by_narrow_walks(*backend, data, o.metric, built, control);
+    if (o.build_check) {
+      link_rows_missed_by_narrow_walks(*backend, data, o.metric, built, control, check_rows);
+    }
     report.emit(Record("one_call_build").add("time_s", seconds_since(start)).add("nodes", built.nodes));
   }
 
