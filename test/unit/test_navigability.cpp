@@ -34,11 +34,11 @@ struct HardData {
   std::vector<uint32_t> truth;
 };
 
-HardData hard_data(float spread, const RunControl& control) {
+HardData hard_data(float spread, const RunControl& control, int64_t rows = 50000, int dim = 64, int clusters = 100) {
   SyntheticSpec spec;
-  spec.rows = 50000;
-  spec.dim = 64;
-  spec.clusters = 100;
+  spec.rows = rows;
+  spec.dim = dim;
+  spec.clusters = clusters;
   spec.intrinsic_dim = 16;
   spec.spread = spread;
   spec.noise = 0.05f;
@@ -198,6 +198,26 @@ TEST(Navigability, TheBuildCheckLinksTheRowsNarrowWalksMissOnAConvergedKnnGraph)
       seen.push_back(list[j]);
     }
   }
+}
+
+// With a hundred rows a cluster, far more clusters than the navigating set
+// has entries, the narrow walks of many rows of a cluster end at one node
+// outside it: the rows that node links must route it to the others, which
+// the check's passes then reach.
+TEST(Navigability, TheBuildCheckLeavesFewRowsMissedWhereManyWalksEndAtOneNode) {
+  ThreadPool pool(0);
+  RunControl control;
+  control.pool = &pool;
+  const HardData d = hard_data(1.0f, control, 30000, 128, 300);
+  GnndParams converged = index_gnnd();
+  converged.iterations = 30;
+  const KnnGraph knn = gnnd_build(d.data.view(), Metric::L2, converged, control);
+  TsdgGraph graph = diversify_tsdg(d.data.view(), Metric::L2, knn, DiversifyParams{}, control);
+  const int64_t missed_before = rows_missed_by_narrow_walks(d, graph, control);
+  ASSERT_GT(missed_before, d.data.rows / 50) << "the data must be hard enough for the check to have work";
+  const std::unique_ptr<Backend> cpu = make_cpu_backend();
+  EXPECT_GT(link_rows_missed_by_narrow_walks(*cpu, d.data.view(), Metric::L2, graph, control), 0);
+  EXPECT_LE(rows_missed_by_narrow_walks(d, graph, control), missed_before / 30);
 }
 
 TEST(LongRange, ListsHoldTheKnnEntriesAndNearestPivotsAscending) {

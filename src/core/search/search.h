@@ -206,6 +206,12 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
 // any search's, so that the rows behind weak routes are found too.
 constexpr int kBuildCheckEf = 4;
 
+// The passes of a build's check: each after the first walks again, on the
+// lists the one before linked, the rows it missed (through the rows it
+// linked, those it left unlinked are meant to be reached) and the rows
+// whose edge it dropped.
+constexpr int kBuildCheckPasses = 2;
+
 // The rows a build checks at most: past them, every m-th row, the fewest
 // rows in m that keep to this count. A row's walk scores the whole
 // navigating set, which grows with the rows, so a check of every row would
@@ -217,17 +223,20 @@ constexpr int64_t kBuildCheckRows = 1000000;
 // searched for its own vector with a pool of kBuildCheckEf from the index's
 // entry points (the GPU's large-batch kernel, which walks as the CPU does),
 // and each row missed gets an edge from the nearest other node that the
-// walk finds (unreached_rows_repaired's edge). A diversified k-NN graph is
-// only as navigable as its long edges make it; the closer GNND's lists come
-// to the exact ones, the more of those edges it replaces with near ones, and
-// a search that starts in the wrong region stays there. Routes checked row
-// by row do not depend on that: the check is the search-based construction
-// of NSG (Fu et al., 2019) and Vamana (Subramanya et al., 2019) reduced to
-// the routes that fail. The walks run on a search index of backend's.
-// Returns the rows that got an edge: none under inner product, and none
-// where the device had no room for the index. max_rows: kBuildCheckRows, or
-// another bound in a test. before_change sees each node before its list
-// changes (a merge marks the lists it has to write again).
+// walk finds (unreached_rows_repaired's edge), unless a row linked from
+// that node is nearer to it than the node is: the check's next pass
+// (kBuildCheckPasses) links it where it still is missed. A diversified
+// k-NN graph is only as navigable as its long edges make it; the closer
+// GNND's lists come to the exact ones, the more of those edges it replaces
+// with near ones, and a search that starts in the wrong region stays there.
+// Routes checked row by row do not depend on that: the check is the
+// search-based construction of NSG (Fu et al., 2019) and Vamana (Subramanya
+// et al., 2019) reduced to the routes that fail. The walks run on a search
+// index of backend's. Returns the rows that got an edge: none under inner
+// product, and none past the pass at which the device had no room for the
+// index. max_rows: kBuildCheckRows, or another bound in a test.
+// before_change sees each node before its list changes (a merge marks the
+// lists it has to write again).
 int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, GraphSpan graph,
                                          const RunControl& control, int64_t max_rows = kBuildCheckRows,
                                          const BeforeListChange& before_change = {});

@@ -467,6 +467,118 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
                       kernel_misses(index, data, outside, params, control));
 }
 
+namespace {
+
+// The rows of one pass of a build's check that the walks miss, ascending,
+// and beside each the nearest other node its walk found (kInvalidId where
+// it found none).
+struct NarrowWalkMisses {
+  std::vector<uint32_t> rows;
+  std::vector<uint32_t> nearest;
+};
+
+NarrowWalkMisses narrow_walk_misses(SearchIndex& index, MatrixView data, const std::vector<uint32_t>& checked,
+                                    const RunControl& control) {
+  SearchParams params;
+  params.k = 1;
+  params.ef = kBuildCheckEf;
+  params.gpu_kernel = kGpuKernelWalkingAsTheCpu;
+  NarrowWalkMisses misses;
+  // The device's check of a range stops each walk at its row, so its
+  // misses are walked again for the nearest node each ends at; the CPU's
+  // batched searches (their navigating set scored by a matrix product)
+  // give it with the misses.
+  if (static_cast<int64_t>(checked.size()) == data.rows && index.device_rows() != nullptr) {
+    misses.rows = index.unreached_rows(0, data.rows, params, control);
+    Matrix rows(static_cast<int64_t>(misses.rows.size()), data.dim);
+    for (size_t i = 0; i < misses.rows.size(); ++i) {
+      std::copy(data.row(misses.rows[i]), data.row(misses.rows[i]) + data.dim, rows.row(static_cast<int64_t>(i)));
+    }
+    misses.nearest.resize(misses.rows.size());
+    std::vector<float> dists(misses.rows.size());
+    index.search(rows.view(), params, misses.nearest.data(), dists.data(), control);
+  } else {
+    misses.rows = kernel_misses(index, data, checked, params, control, &misses.nearest);
+  }
+  return misses;
+}
+
+// Of the rows (ascending by distance from node, each beside its distance)
+// whose walks all end at node, those node links: each unless a row linked
+// before it is nearer to it than node is. The walks of the rows left out
+// end near a row node links, so that it routes them the way TSDG's first
+// stage and the relative neighborhood rule of NSG (Fu et al., 2019) route
+// a list's pruned neighbors; a node at which a dense region's walks end
+// would otherwise spend its list on the first rows in row order, and drop
+// its own edges for them.
+void keep_rows_not_occluded(MatrixView data, DistanceFn distance, std::vector<std::pair<float, uint32_t>>& rows) {
+  size_t kept = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto [d, row] = rows[i];
+    bool occluded = false;
+    for (size_t j = 0; j < kept && !occluded; ++j) {
+      occluded = distance(data.row(rows[j].second), data.row(row), data.dim) < d;
+    }
+    if (!occluded) rows[kept++] = rows[i];
+  }
+  rows.resize(kept);
+}
+
+// An edge into each missed row from the nearest node its walk found, of
+// the rows keep_rows_not_occluded leaves each node. Nodes are linked in
+// parallel, as each insertion writes only its node's list. Returns the
+// nodes whose lists changed, ascending; linked_rows gains the rows linked,
+// dropped_rows those whose edge a full list dropped for a new one.
+std::vector<uint32_t> link_missed_rows(MatrixView data, DistanceFn distance, GraphSpan graph,
+                                       const NarrowWalkMisses& misses, const RunControl& control,
+                                       const BeforeListChange& before_change, std::vector<uint32_t>& linked_rows,
+                                       std::vector<uint32_t>& dropped_rows) {
+  std::vector<std::pair<uint32_t, uint32_t>> edges;
+  for (size_t i = 0; i < misses.rows.size(); ++i) {
+    const uint32_t node = misses.nearest[i];
+    if (node != kInvalidId && node != misses.rows[i]) edges.emplace_back(node, misses.rows[i]);
+  }
+  std::sort(edges.begin(), edges.end());
+  std::vector<size_t> node_starts;
+  for (size_t i = 0; i < edges.size(); ++i) {
+    if (i == 0 || edges[i].first != edges[i - 1].first) node_starts.push_back(i);
+  }
+  node_starts.push_back(edges.size());
+  const int64_t nodes = static_cast<int64_t>(node_starts.size()) - 1;
+  std::vector<std::vector<uint32_t>> linked(nodes);
+  std::vector<std::vector<uint32_t>> dropped(nodes);
+  parallel_for(control, nodes, 64, [&](int64_t begin, int64_t end, int) {
+    std::vector<std::pair<float, uint32_t>> rows;
+    for (int64_t g = begin; g < end; ++g) {
+      const uint32_t node = edges[node_starts[g]].first;
+      rows.clear();
+      for (size_t e = node_starts[g]; e < node_starts[g + 1]; ++e) {
+        rows.emplace_back(distance(data.row(node), data.row(edges[e].second), data.dim), edges[e].second);
+      }
+      std::sort(rows.begin(), rows.end());
+      keep_rows_not_occluded(data, distance, rows);
+      for (const auto& [d, row] : rows) {
+        uint32_t displaced = kInvalidId;
+        if (insert_repair_edge(data, graph, distance, node, row, SearchParams{}.lambda_limit, linked[g],
+                               before_change, &displaced)) {
+          linked[g].push_back(row);
+          if (displaced != kInvalidId) dropped[g].push_back(displaced);
+        }
+      }
+    }
+  });
+  std::vector<uint32_t> changed;
+  for (int64_t g = 0; g < nodes; ++g) {
+    if (linked[g].empty()) continue;
+    changed.push_back(edges[node_starts[g]].first);
+    linked_rows.insert(linked_rows.end(), linked[g].begin(), linked[g].end());
+    dropped_rows.insert(dropped_rows.end(), dropped[g].begin(), dropped[g].end());
+  }
+  return changed;
+}
+
+}  // namespace
+
 int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, GraphSpan graph,
                                          const RunControl& control, int64_t max_rows,
                                          const BeforeListChange& before_change) {
@@ -478,70 +590,34 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
   // vector (a row of larger norm in its direction outranks it), so a missed
   // row marks no weak route there.
   if (graph.nodes == 0 || metric == Metric::InnerProduct) return 0;
-  std::vector<uint32_t> missed;
-  std::vector<uint32_t> nearest;
+  const int64_t stride = (data.rows + max_rows - 1) / max_rows;
+  std::vector<uint32_t> checked;
+  for (int64_t row = 0; row < data.rows; row += stride) checked.push_back(static_cast<uint32_t>(row));
+  const DistanceFn distance = metric_distance_fn(metric);
+  std::vector<uint32_t> linked_rows;
   try {
     const std::unique_ptr<SearchIndex> index = backend.make_search_index(data, GraphView::of(graph), metric, nullptr);
-    SearchParams params;
-    params.k = 1;
-    params.ef = kBuildCheckEf;
-    params.gpu_kernel = kGpuKernelWalkingAsTheCpu;
-    const int64_t stride = (data.rows + max_rows - 1) / max_rows;
-    // The device's check of a range stops each walk at its row, so its
-    // misses are walked again for the nearest node each ends at; the CPU's
-    // batched searches (their navigating set scored by a matrix product)
-    // give it with the misses.
-    if (stride <= 1 && index->device_rows() != nullptr) {
-      missed = index->unreached_rows(0, data.rows, params, control);
-      Matrix rows(static_cast<int64_t>(missed.size()), data.dim);
-      for (size_t i = 0; i < missed.size(); ++i) {
-        std::copy(data.row(missed[i]), data.row(missed[i]) + data.dim, rows.row(static_cast<int64_t>(i)));
-      }
-      nearest.resize(missed.size());
-      std::vector<float> dists(missed.size());
-      index->search(rows.view(), params, nearest.data(), dists.data(), control);
-    } else {
-      std::vector<uint32_t> checked;
-      for (int64_t row = 0; row < data.rows; row += stride) checked.push_back(static_cast<uint32_t>(row));
-      missed = kernel_misses(*index, data, checked, params, control, &nearest);
+    for (int pass = 0; pass < kBuildCheckPasses; ++pass) {
+      const NarrowWalkMisses misses = narrow_walk_misses(*index, data, checked, control);
+      std::vector<uint32_t> dropped;
+      const std::vector<uint32_t> changed =
+          link_missed_rows(data, distance, graph, misses, control, before_change, linked_rows, dropped);
+      if (changed.empty() || pass + 1 == kBuildCheckPasses) break;
+      index->lists_changed(changed);
+      // The walks a pass can have changed are those of the rows it missed
+      // and of the rows that lost an edge; new edges elsewhere seldom turn
+      // a walk that reached its row away.
+      checked = sorted_union(misses.rows, sorted_rows(std::move(dropped), data.rows));
     }
   } catch (const Error& e) {
     // A device that other work has left without room for a search index
-    // keeps the graph as diversified: a graph without the check's edges is
-    // still a whole index, which a failed build would not be.
+    // keeps the graph as diversified, or as far as the check linked it: a
+    // graph without the check's edges is still a whole index, which a
+    // failed build would not be.
     if (e.status() != Status::OutOfMemory) throw;
-    return 0;
   }
-  // Each node's new edges, in ascending row order; nodes are linked in
-  // parallel, as each insertion writes only its node's list.
-  std::vector<std::pair<uint32_t, uint32_t>> edges;
-  for (size_t i = 0; i < missed.size(); ++i) {
-    if (nearest[i] != kInvalidId && nearest[i] != missed[i]) edges.emplace_back(nearest[i], missed[i]);
-  }
-  std::sort(edges.begin(), edges.end());
-  std::vector<size_t> node_starts;
-  for (size_t i = 0; i < edges.size(); ++i) {
-    if (i == 0 || edges[i].first != edges[i - 1].first) node_starts.push_back(i);
-  }
-  node_starts.push_back(edges.size());
-  const DistanceFn distance = metric_distance_fn(metric);
-  std::atomic<int64_t> linked{0};
-  parallel_for(control, static_cast<int64_t>(node_starts.size()) - 1, 64, [&](int64_t begin, int64_t end, int) {
-    std::vector<uint32_t> pinned;
-    for (int64_t g = begin; g < end; ++g) {
-      pinned.clear();
-      for (size_t e = node_starts[g]; e < node_starts[g + 1]; ++e) {
-        const auto [node, row] = edges[e];
-        uint32_t dropped = kInvalidId;
-        if (insert_repair_edge(data, graph, distance, node, row, SearchParams{}.lambda_limit, pinned, before_change,
-                               &dropped)) {
-          pinned.push_back(row);
-        }
-      }
-      linked += static_cast<int64_t>(pinned.size());
-    }
-  });
-  return linked.load();
+  std::sort(linked_rows.begin(), linked_rows.end());
+  return std::unique(linked_rows.begin(), linked_rows.end()) - linked_rows.begin();
 }
 
 void UnreachedCheck::lists_changed(const std::vector<uint32_t>& nodes, const RunControl& control) {
