@@ -290,7 +290,7 @@ int run(const BenchOptions& o) {
   }
 
   GnndParams gnnd = o.gnnd;
-  if (gnnd.samples == 0) gnnd.samples = default_gnnd_samples(gnnd.k, o.backend == "cpu");
+  if (gnnd.samples == 0) gnnd.samples = default_gnnd_samples(gnnd.k, o.backend == "cpu", data.rows);
   start = Clock::now();
   const KnnGraph knn = backend->build_knn_graph(data, o.metric, gnnd, control);
   const double gnnd_seconds = seconds_since(start);

@@ -67,17 +67,19 @@ void validate_build_params(const TsdgBuildParams* params) {
 tsdg::GnndParams gnnd_params(const TsdgBuildParams& params) {
   tsdg::GnndParams gnnd;
   gnnd.k = params.build_k;
-  gnnd.samples = params.samples > 0 ? params.samples : tsdg::default_gnnd_samples(params.build_k, false);
+  gnnd.samples = params.samples > 0 ? params.samples : tsdg::default_gnnd_samples(params.build_k, false, 0);
   gnnd.iterations = params.iterations;
   gnnd.seed = params.seed;
   return gnnd;
 }
 
-// A full build's GNND on backend b (default_gnnd_samples where the samples
-// are left to the build; merges keep half, gnnd_params).
-tsdg::GnndParams build_gnnd_params(const TsdgBuildParams& params, const tsdg::Backend& b) {
+// A full build's GNND of rows rows on backend b (default_gnnd_samples where
+// the samples are left to the build; merges keep half, gnnd_params).
+tsdg::GnndParams build_gnnd_params(const TsdgBuildParams& params, const tsdg::Backend& b, int64_t rows) {
   tsdg::GnndParams gnnd = gnnd_params(params);
-  if (params.samples == 0) gnnd.samples = tsdg::default_gnnd_samples(params.build_k, std::string(b.name()) == "cpu");
+  if (params.samples == 0) {
+    gnnd.samples = tsdg::default_gnnd_samples(params.build_k, std::string(b.name()) == "cpu", rows);
+  }
   return gnnd;
 }
 
@@ -307,7 +309,7 @@ TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, 
     tsdg::Backend& b = backend_of(backend);
     const tsdg::Metric m = backend_metric(b, metric);
     const tsdg::MatrixView data{rows, n, dim};
-    const tsdg::GnndParams gnnd = build_gnnd_params(*params, b);
+    const tsdg::GnndParams gnnd = build_gnnd_params(*params, b, n);
     const tsdg::DiversifyParams diversify = diversify_params(*params);
     run_polled(params->threads, poll, poll_arg,
                [&](const tsdg::RunControl& control, std::atomic<int>& phase) {

@@ -29,12 +29,17 @@ struct GnndParams {
   uint64_t seed = 42;
 };
 
-// The samples of a build that leaves them to the backend. A local join on
-// the CPU costs the square of its samples in distances, while halving them
-// adds only a few iterations before the update rate stops GNND, so the CPU
-// takes a quarter of the list for a k-NN graph as accurate; a GPU runs a
-// join's distances in parallel and pays per iteration, so it keeps half.
-inline int default_gnnd_samples(int k, bool on_cpu) { return std::max(1, on_cpu ? k / 4 : k / 2); }
+// The samples of a build that leaves them to the backend: half the list. A
+// local join on the CPU costs the square of its samples in distances, so a
+// CPU build of fewer than kQuarterSampleRows rows takes a quarter, which
+// converges there within the iteration bound. Past that a quarter leaves
+// GNND on clustered rows far from convergence at the bound, and more
+// iterations of the smaller samples cost as much time as half the list for
+// a less accurate graph.
+inline constexpr int64_t kQuarterSampleRows = 500000;
+inline int default_gnnd_samples(int k, bool on_cpu, int64_t rows) {
+  return std::max(1, on_cpu && rows < kQuarterSampleRows ? k / 4 : k / 2);
+}
 
 // TSDG diversification (Wang, Wang, Zhao, 2022, section 3).
 struct DiversifyParams {

@@ -52,7 +52,7 @@ TsdgInit(void)
 					  "Neighbors per list of the k-NN graph built by GNND",
 					  defaults.build_k, TSDG_MIN_BUILD_K, TSDG_MAX_BUILD_K, AccessExclusiveLock);
 	add_int_reloption(tsdg_relopt_kind, "samples",
-					  "GNND samples per list and iteration (p); 0: for a build, a quarter of build_k on the CPU, half on the GPU",
+					  "GNND samples per list and iteration (p); 0: half of build_k, a quarter for a CPU build of fewer than 500,000 rows",
 					  defaults.samples, TSDG_MIN_SAMPLES, TSDG_MAX_SAMPLES, AccessExclusiveLock);
 	add_int_reloption(tsdg_relopt_kind, "iterations",
 					  "Maximum GNND iterations",
