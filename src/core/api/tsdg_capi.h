@@ -119,7 +119,7 @@ typedef struct TsdgBuildParams
 {
 	int			degree;			/* R */
 	int			build_k;		/* k of the k-NN graph */
-	int			samples;		/* GNND p; 0: half of build_k (a quarter for a CPU build below kQuarterSampleRows rows) */
+	int			samples;		/* GNND p; 0: half of build_k (a quarter for a CPU build of fewer than 500,000 rows) */
 	int			iterations;		/* GNND max iterations */
 	float		alpha;			/* stage-1 pruning */
 	int			lambda0;		/* stage-2 threshold */
