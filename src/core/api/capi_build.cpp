@@ -312,12 +312,12 @@ TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, 
     const tsdg::GnndParams gnnd = build_gnnd_params(*params, b, n);
     const tsdg::DiversifyParams diversify = diversify_params(*params);
     run_polled(params->threads, poll, poll_arg,
-               [&](const tsdg::RunControl& control, std::atomic<int>& phase) {
+               [&](const tsdg::RunControl& control, std::atomic<int>&) {
                  tsdg::TsdgGraph graph;
                  if (wants_exact_graph(data, gnnd)) {
                    const tsdg::KnnGraph knn = exact_graph(b, data, m, gnnd.k, control);
                    copy_knn_out(knn, params->build_k, knn_ids, knn_dists);
-                   phase.store(TSDG_PHASE_DIVERSIFY);
+                   control.set_phase(tsdg::Phase::Diversify);
                    graph = b.diversify(data, m, knn, diversify, control);
                  } else {
                    graph = b.build_tsdg_graph(data, m, gnnd, diversify, knn_ids, knn_dists, control);

@@ -154,7 +154,9 @@ void		tsdg_spill_free(void *memory);
  * Build the search graph of n rows (GNND, then both TSDG stages). For cosine the
  * rows must already be normalized. Writes neighbors[n * degree] (TSDG_INVALID_ID
  * padded) and lambdas[n * degree]. The k-NN graph (n * build_k) is written to
- * knn_ids and its distances to knn_dists, each when not NULL, for later merges.
+ * knn_ids and its distances to knn_dists, each when not NULL, for later merges;
+ * it is final there once poll sees TSDG_PHASE_DIVERSIFY, so that the caller
+ * may write it out while the search graph is diversified and checked.
  */
 TsdgStatus	tsdg_build_graph(TsdgBackend *backend, const float *rows, int64_t n, int dim,
 							 TsdgMetric metric, const TsdgBuildParams *params,

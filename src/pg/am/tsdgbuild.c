@@ -76,6 +76,11 @@ typedef struct TsdgBuildState
 	bool		rows_written;
 	double		rows_seconds;	/* the row pages, written while the worker builds */
 
+	/* the k-NN pages, once written (while the worker diversifies) */
+	bool		region_placed;	/* the blocks of the list and k-NN pages appended */
+	bool		knn_written;
+	double		knn_seconds;
+
 	/* the groups of identical rows, found once the rows are all read */
 	bool		duplicates_found;
 	TsdgDuplicateGroups *duplicates;
@@ -91,6 +96,7 @@ typedef struct TsdgBuildState
 } TsdgBuildState;
 
 static void TsdgWriteBuildRows(void *arg);
+static void TsdgWriteBuildKnn(void *arg);
 static void TsdgFindBuildDuplicates(TsdgBuildState *bs);
 
 /* Bytes one row costs during the build: its TID here, the rest in the core's estimate. */
@@ -401,7 +407,7 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 										  &local))
 		{
 			bs->segment.while_building = TsdgWriteBuildRows;
-			bs->segment.while_building_arg = bs;
+			bs->segment.hook_arg = bs;
 		}
 	}
 
@@ -412,6 +418,8 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 		TsdgReportCoreError(status, &error, "index build");
 		return true;
 	}
+	/* k-NN pages of a worker that gave up are written again from the CPU's lists */
+	bs->knn_written = false;
 
 	/* the pages keep the k-NN ids only, not their distances */
 	status = tsdg_build_graph(NULL, bs->rows, bs->count, bs->dims, bs->metric, &bs->params,
@@ -501,9 +509,45 @@ TsdgWriteBuildRows(void *arg)
 }
 
 /*
+ * The blocks of the region after the row pages: the list pages, then the
+ * k-NN pages at knn_start, which are written first when the worker's lists
+ * are ready before its graph.
+ */
+static void
+TsdgPlaceBuildRegion(TsdgBuildState *bs, const TsdgGraphArrays *arrays)
+{
+	BlockNumber first PG_USED_FOR_ASSERTS_ONLY;
+
+	if (bs->region_placed)
+		return;
+	first = TsdgAppendBlocks(bs->index, TsdgRegionPages(arrays));
+	Assert(first == bs->meta->list_start);
+	bs->region_placed = true;
+}
+
+/*
+ * The segment's knn_ready: the k-NN pages of the worker's final lists,
+ * written while it diversifies, links and checks the graph.
+ */
+static void
+TsdgWriteBuildKnn(void *arg)
+{
+	TsdgBuildState *bs = (TsdgBuildState *) arg;
+	TsdgGraphArrays arrays = {bs->layout, bs->count, bs->tids, bs->rows, NULL, NULL,
+	bs->knn_ids, bs->params.build_k};
+	TimestampTz start = GetCurrentTimestamp();
+
+	TsdgPlaceBuildRegion(bs, &arrays);
+	TsdgWritePages(bs->index, bs->meta->list_start, TsdgPagesFor(bs->count, bs->layout->lists_per_page),
+				   TsdgRegionPages(&arrays), TsdgFillRegionPage, &arrays);
+	bs->knn_written = true;
+	bs->knn_seconds = SECS(start, GetCurrentTimestamp());
+}
+
+/*
  * The row pages unless written, then the region of the list pages and, when
- * the builder returned them, the k-NN pages (each logged as it is written).
- * Sets knn_start and knn_k in meta.
+ * the builder returned them, the k-NN pages unless written (each logged as
+ * it is written). Sets knn_start and knn_k in meta.
  */
 static void
 TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout *layout,
@@ -513,7 +557,6 @@ TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout
 	with_knn ? bs->knn_ids : NULL, bs->params.build_k};
 	TsdgRowRun	rows = {&arrays, 0, 0, (uint32) bs->count};
 	BlockNumber row_pages = meta->row_extents[0].blocks;
-	BlockNumber region_pages = TsdgRegionPages(&arrays);
 	BlockNumber first;
 
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_WRITE);
@@ -524,9 +567,11 @@ TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout
 		Assert(first == meta->row_extents[0].start);
 		TsdgWritePages(bs->index, first, 0, row_pages, TsdgFillBuildRowPage, &rows);
 	}
-	first = TsdgAppendBlocks(bs->index, region_pages);
-	Assert(first == meta->list_start);
-	TsdgWritePages(bs->index, meta->list_start, 0, region_pages, TsdgFillRegionPage, &arrays);
+	TsdgPlaceBuildRegion(bs, &arrays);
+	TsdgWritePages(bs->index, meta->list_start, 0,
+				   bs->knn_written ? TsdgPagesFor(bs->count, layout->lists_per_page) :
+				   TsdgRegionPages(&arrays),
+				   TsdgFillRegionPage, &arrays);
 	if (with_knn)
 	{
 		meta->knn_k = bs->params.build_k;
@@ -619,7 +664,8 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 			lambdas = bs.segment.lambdas;
 			bs.knn_ids = bs.segment.knn_ids;
 			bs.segment.while_building = TsdgWriteBuildRows;
-			bs.segment.while_building_arg = &bs;
+			bs.segment.knn_ready = TsdgWriteBuildKnn;
+			bs.segment.hook_arg = &bs;
 		}
 		else
 		{
@@ -651,7 +697,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		summary_at = GetCurrentTimestamp();
 		/* a builder that returns no k-NN lists leaves the first one empty */
 		TsdgWriteGraphPages(&bs, &meta, &layout, neighbors, lambdas,
-							bs.count == 1 || bs.knn_ids[0] != TSDG_INVALID_ID);
+							bs.knn_written || bs.count == 1 || bs.knn_ids[0] != TSDG_INVALID_ID);
 		pages_at = GetCurrentTimestamp();
 		if (on_worker && !TsdgWorkerBuildSummary(&bs.segment, &meta))
 		{
@@ -680,7 +726,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 
 	if (bs.count > 0)
 		ereport(LOG,
-				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s%s, "
+				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s%s%s, "
 						"identical rows %.3f s (%lld in %lld groups)%s, entry points and statistics %.3f s, "
 						"%s pages %.3f s, waiting for the worker's entry points %.3f s, metapage %.3f s, "
 						"search profile %.3f s",
@@ -692,12 +738,15 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 						bs.in_parts ? " (into temporary files, for the GPU worker in parts)" : "",
 						SECS(scanned_at, graph_at),
 						bs.rows_written ?
-						psprintf(" (the row pages written meanwhile in %.3f s)", bs.rows_seconds) : "",
+						psprintf(" (the row pages written meanwhile in %.3f s", bs.rows_seconds) : "",
+						!bs.rows_written ? "" : bs.knn_written ?
+						psprintf(", the k-NN pages meanwhile in %.3f s)", bs.knn_seconds) : ")",
 						bs.duplicates_seconds,
 						(long long) (bs.duplicates ? bs.duplicates->rows : 0),
 						(long long) (bs.duplicates ? bs.duplicates->groups : 0),
 						bs.rows_written ? " meanwhile" : "",
-						SECS(graph_at, summary_at), bs.rows_written ? "list and k-NN" : "row, list and k-NN",
+						SECS(graph_at, summary_at),
+						bs.knn_written ? "list" : bs.rows_written ? "list and k-NN" : "row, list and k-NN",
 						SECS(summary_at, pages_at), SECS(pages_at, summary_wait_at),
 						SECS(summary_wait_at, wal_at), SECS(wal_at, GetCurrentTimestamp()))));
 

@@ -93,6 +93,8 @@ TsdgBuildSegmentMake(TsdgBuildSegment *bseg, int64 capacity, int dims,
 	bseg->knn_ids = TsdgBulkArray(base, header.knn_ids);
 	bseg->summary = TsdgBulkArray(base, header.summary);
 	pg_atomic_init_u32(&bseg->summary->state, TSDG_SUMMARY_PENDING);
+	pg_atomic_init_u32(&bseg->summary->knn_ready, 0);
+	pg_atomic_init_u64(&bseg->summary->lists_ready, 0);
 	bseg->parts = TsdgBulkArray(base, header.parts);
 	if (bseg->parts != NULL)
 		TsdgInitPartTurns(bseg->parts);
@@ -148,17 +150,26 @@ typedef struct TsdgBuildWait
 
 /*
  * Takes this build's turns when it is in parts, runs the segment's
- * while_building once (in parts, once every row is sent), then forwards the
- * worker's progress to the build's poll, which may cancel it.
+ * while_building once (in parts, once every row is sent), then its
+ * knn_ready once the worker has put the final k-NN lists in the segment,
+ * then forwards the worker's progress to the build's poll, which may cancel
+ * it.
  */
 static bool
 TsdgBuildWaitPoll(void *arg, TsdgRequestSlot *slot)
 {
 	TsdgBuildWait *wait = (TsdgBuildWait *) arg;
+	TsdgBuildSegment *bseg = wait->bseg;
 
-	if (wait->bseg->parts == NULL ||
-		TsdgTakeBuildTurns(wait->bseg, wait->n, wait->dims, wait->params))
-		TsdgRunHookOnce(&wait->bseg->while_building, wait->bseg->while_building_arg);
+	if (bseg->parts == NULL || TsdgTakeBuildTurns(bseg, wait->n, wait->dims, wait->params))
+		TsdgRunHookOnce(&bseg->while_building, bseg->hook_arg);
+	/* after the row pages, so that the k-NN pages' blocks follow theirs */
+	if (bseg->while_building == NULL && bseg->knn_ready != NULL &&
+		pg_atomic_read_u32(&bseg->summary->knn_ready) != 0)
+	{
+		pg_read_barrier();
+		TsdgRunHookOnce(&bseg->knn_ready, bseg->hook_arg);
+	}
 	if (wait->poll != NULL && slot->phase != 0 &&
 		wait->poll(wait->poll_arg, (TsdgBuildPhase) slot->phase, slot->done, slot->total))
 		wait->cancelled = true;

@@ -149,13 +149,16 @@ typedef struct TsdgBuildSegment
 	TsdgLocalBuildArrays local;
 
 	/*
-	 * Called (when set) once while TsdgWorkerBuildGraph waits for the worker
-	 * (in parts, once every row is sent): the caller writes what needs no
-	 * graph meanwhile (the row pages). It may throw; the worker is then told
-	 * to stop.
+	 * Called (when set) while TsdgWorkerBuildGraph waits for the worker:
+	 * while_building once (in parts, once every row is sent), for what needs
+	 * no graph (the row pages); then knn_ready once the worker's k-NN lists
+	 * are final in knn_ids while it diversifies (never in parts, whose lists
+	 * come back with the graph), for the k-NN pages. They may throw; the
+	 * worker is then told to stop.
 	 */
 	void		(*while_building) (void *arg);
-	void	   *while_building_arg;
+	void		(*knn_ready) (void *arg);
+	void	   *hook_arg;
 } TsdgBuildSegment;
 
 /*

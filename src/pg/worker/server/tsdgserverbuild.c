@@ -40,6 +40,35 @@ TsdgPollBuildRequest(void *arg, TsdgBuildPhase phase, int64_t done, int64_t tota
 }
 
 /*
+ * A build's poll: TsdgPollBuildRequest, and the segment's knn_ready once
+ * the builder enters TSDG_PHASE_DIVERSIFY, where its k-NN lists are final in
+ * the segment (tsdg_capi.h): the session writes their pages while the graph
+ * is diversified, linked and checked. summary is NULL for a build in parts,
+ * whose lists are the worker's own until they are sent back.
+ */
+typedef struct BuildKnnPollState
+{
+	BuildPollState build;
+	TsdgBuildSummary *summary;
+} BuildKnnPollState;
+
+static bool
+BuildKnnPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
+{
+	BuildKnnPollState *state = (BuildKnnPollState *) arg;
+
+	if (phase == TSDG_PHASE_DIVERSIFY && state->summary != NULL &&
+		pg_atomic_read_u32(&state->summary->knn_ready) == 0)
+	{
+		pg_write_barrier();
+		pg_atomic_write_u32(&state->summary->knn_ready, 1);
+		if (state->build.request->copy.requester_latch != NULL)
+			SetLatch(state->build.request->copy.requester_latch);
+	}
+	return TsdgPollBuildRequest(&state->build, phase, done, total);
+}
+
+/*
  * The metapage's entry points and d_nn1+ of the graph just built (n rows and
  * search lists), into the segment's summary; the session writes its pages
  * meanwhile and waits for this only at the end (TsdgWorkerBuildSummary). A
@@ -196,7 +225,7 @@ TsdgServeBuild(TakenRequest *t)
 	TsdgBulkHeader *header;
 	TsdgError	error;
 	TsdgStatus	status;
-	BuildPollState poll = {t};
+	BuildKnnPollState poll = {{t}, NULL};
 	TimestampTz start;
 	BuildArrays arrays;
 	TsdgPartStream graph_out;
@@ -243,15 +272,26 @@ TsdgServeBuild(TakenRequest *t)
 					(long long) args->n, args->dims, args->key.database, args->key.relfilenode,
 					tsdg_backend_name(TsdgDeviceBackend))));
 	start = GetCurrentTimestamp();
+	if (!args->in_parts)
+		poll.summary = TsdgBulkArray(map.address, header->summary);
 	status = tsdg_build_graph(TsdgDeviceBackend, arrays.rows, args->n, args->dims, args->metric,
 							  &args->params, arrays.neighbors, arrays.lambdas, arrays.knn_ids, NULL,
-							  TsdgPollBuildRequest, &poll, &error);
+							  BuildKnnPoll, &poll, &error);
 	if (status == TSDG_ERR_OUT_OF_MEMORY && TsdgLeastRecentlyUsed() != NULL)
 	{
+		/*
+		 * Lists the session may be writing out are not written again: they
+		 * are a k-NN graph of the same rows, which the next merge reads as it
+		 * would the lists of this attempt.
+		 */
+		bool		knn_kept = poll.summary != NULL &&
+			pg_atomic_read_u32(&poll.summary->knn_ready) != 0;
+
 		TsdgEvictAll("device out of memory for a build");
 		status = tsdg_build_graph(TsdgDeviceBackend, arrays.rows, args->n, args->dims, args->metric,
-								  &args->params, arrays.neighbors, arrays.lambdas, arrays.knn_ids,
-								  NULL, TsdgPollBuildRequest, &poll, &error);
+								  &args->params, arrays.neighbors, arrays.lambdas,
+								  knn_kept ? NULL : arrays.knn_ids, NULL, BuildKnnPoll, &poll,
+								  &error);
 	}
 	if (status == TSDG_OK && args->in_parts)
 	{
