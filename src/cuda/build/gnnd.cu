@@ -2,7 +2,8 @@
 //   sample_lists        p closest NEW and p closest OLD per list (sampled NEW become OLD)
 //   add_reverse_samples reverse samples appended with atomics up to 2p
 //   dedupe_samples      a warp per sample list drops repeated ids
-//   cross_match         a block of four warps per node: NEW-NEW distances with
+//   cross_match         a block per node (eight warps in a build, four in a
+//                       merge): NEW-NEW distances with
 //                       the triangular thread mapping, NEW-OLD 2 x 2 entries a
 //                       thread (in a merge only the pairs across the split),
 //                       both in shared memory over tiles of 32 dimensions; then
@@ -25,10 +26,13 @@
 namespace tsdg::cuda {
 namespace {
 
-// A cross-match block is four warps: most of a merge's lists have few
-// samples, and the kernel waits on its rows' gathers, so more lists in
-// flight pay more than more threads a list.
-constexpr int kCrossThreads = 128;
+// A cross-match block of a merge is four warps: most of a merge's lists have
+// few samples, and the kernel waits on its rows' gathers, so more lists in
+// flight pay more than more threads a list. A build's lists have all their
+// samples, and the shared memory of their block already limits the blocks an
+// SM holds: there eight warps a block keep more gathers in flight.
+constexpr int kMergeCrossThreads = 128;
+constexpr int kBuildCrossThreads = 256;
 constexpr int kDimTile = 32;
 constexpr int kListWarpsPerBlock = 4;
 
@@ -263,8 +267,8 @@ __device__ bool keep_only_pairs_across(CrossMatchShared<kCapacity>& shared, int 
 // selective update of the lists of those samples. Partial distances are
 // accumulated in shared memory, one slot per thread, so that few registers
 // are live and several blocks share an SM.
-template <Metric M, int kCapacity>
-__global__ void __launch_bounds__(kCrossThreads, 8)
+template <Metric M, int kCapacity, int kCrossThreads>
+__global__ void __launch_bounds__(kCrossThreads, kCrossThreads == kBuildCrossThreads ? 4 : 8)
     cross_match_kernel(KnnListsView lists, int64_t nodes, const float* data, int dim, int samples,
                        const uint32_t* new_samples, const uint32_t* old_samples,
                        const int* total_new, const int* total_old, int64_t split,
@@ -568,15 +572,17 @@ int run_gnnd_iterations(DeviceContext& ctx, GnndWorkspace& ws, const float* data
     TSDG_CUDA_CHECK(cudaMemsetAsync(ws.updates.data(), 0, sizeof(unsigned long long), stream));
     dispatch_metric(metric, [&](auto tag) {
       constexpr Metric M = decltype(tag)::value;
-      const auto launch = [&](auto kernel) {
-        kernel<<<static_cast<unsigned>(ws.nodes), kCrossThreads, 0, stream>>>(
+      const auto launch = [&](auto kernel, int threads) {
+        kernel<<<static_cast<unsigned>(ws.nodes), threads, 0, stream>>>(
             ws.view(), ws.nodes, data, dim, p, ws.new_samples.data(), ws.old_samples.data(),
             ws.total_new.data(), ws.total_old.data(), split, ws.updates.data());
       };
       if (2 * p <= kMaxSamplesPerList / 2) {
-        launch(cross_match_kernel<M, kMaxSamplesPerList / 2>);
+        launch(cross_match_kernel<M, kMaxSamplesPerList / 2, kMergeCrossThreads>, kMergeCrossThreads);
+      } else if (split >= 0) {
+        launch(cross_match_kernel<M, kMaxSamplesPerList, kMergeCrossThreads>, kMergeCrossThreads);
       } else {
-        launch(cross_match_kernel<M, kMaxSamplesPerList>);
+        launch(cross_match_kernel<M, kMaxSamplesPerList, kBuildCrossThreads>, kBuildCrossThreads);
       }
       check_launch("cross_match_kernel");
     });
