@@ -50,6 +50,7 @@
 #include "miscadmin.h"
 #include "optimizer/cost.h"
 #include "optimizer/optimizer.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/selfuncs.h"
 #include "utils/spccache.h"
@@ -97,12 +98,16 @@
 /*
  * The bytes of a graph search, against work_mem x tsdg.scan_mem_multiplier:
  * a candidate in the pool, and its copy in the round's results; a scored
- * node in the visited set, a hash set kept at most half full; a candidate
- * that left the pool, kept for the wider rounds in an array that grows by
- * doubling; and a bit per node of those the scan returned.
+ * node in the visited set, a hash set kept at most half full, whose table
+ * never has fewer than 1,024 slots; a candidate that left the pool, kept for
+ * the wider rounds in an array that grows by doubling; a bit per node of
+ * those the scan returned; and the first block of the scan's memory context,
+ * counted whole from its first allocation. The fixed parts matter near the
+ * smallest work_mem.
  */
 #define TSDG_POOL_BYTES			20.0
 #define TSDG_VISITED_BYTES		12.0
+#define TSDG_VISITED_MIN_BYTES	(1024.0 * sizeof(uint32))
 #define TSDG_SPILLED_BYTES		18.0
 
 /*
@@ -186,7 +191,8 @@ TsdgSearchBytes(const TsdgScanShape *shape, double ef)
 {
 	double		scored = TsdgVisitedNodes(shape, ef);
 
-	return shape->nodes / 8.0 + ef * TSDG_POOL_BYTES + scored * TSDG_VISITED_BYTES +
+	return ALLOCSET_DEFAULT_INITSIZE + shape->nodes / 8.0 + ef * TSDG_POOL_BYTES +
+		Max(scored * TSDG_VISITED_BYTES, TSDG_VISITED_MIN_BYTES) +
 		Max(scored - ef, 0.0) * TSDG_SPILLED_BYTES;
 }
 

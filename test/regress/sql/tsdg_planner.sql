@@ -3,8 +3,8 @@
 -- vectors stored out of line (TOAST) and small tables; a sequential scan where
 -- a filter leaves few rows, where ef_search asks the search to score most of a
 -- small table or of a table of narrow vectors, or more rows than a sequential
--- scan computes distances for behind a filter, and for an ordered scan of the
--- whole table.
+-- scan computes distances for behind a filter, where work_mem cuts the
+-- widened search short, and for an ordered scan of the whole table.
 SET client_min_messages = warning;
 
 -- wide vectors, stored out of line: 2,500 rows of 1,536 dimensions
@@ -96,5 +96,29 @@ SELECT ef, plan_of('SELECT id FROM pmid ORDER BY v <-> ' || quote_literal(:'qmid
 FROM unnest(ARRAY[400, 700]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
 RESET tsdg.ef_search;
 
-DROP TABLE pwide, pnarrow, psmall, pmid;
+-- the graph search's memory bound: 30,000 rows of 8 dimensions, 400 of them
+-- asked for at ef_search 10, which the scan finds by widening its search
+-- round after round; at the default work_mem the index, at the smallest
+-- (64kB) the sequential scan, since the candidates and visited set of the
+-- wider rounds pass it and the scan then scores every row left and sorts
+-- them, more work than the sequential scan's bounded sort; a
+-- tsdg.scan_mem_multiplier that lifts the bound past the search gives the
+-- index back
+CREATE TABLE pbound (id int, v vector(8));
+INSERT INTO pbound SELECT i,
+	ARRAY[sin(i), cos(i * 0.3), (i % 17) / 9.0, (i % 5) / 3.0,
+		  sin(i * 0.11), cos(i * 0.05), (i % 23) / 11.0, (i % 7) / 4.0]::real[]::vector
+	FROM generate_series(1, 30000) i;
+CREATE INDEX pbound_v ON pbound USING tsdg (v vector_l2_ops);
+ANALYZE pbound;
+SET tsdg.ef_search = 10;
+SELECT mem, plan_of('SELECT id FROM pbound ORDER BY v <-> ''[0,1,0.5,0.5,0,1,1,0.5]'' LIMIT 400') AS plan
+FROM unnest(ARRAY['4MB', '64kB']) mem, LATERAL set_config('work_mem', mem, false) s;
+SET tsdg.scan_mem_multiplier = 64;
+SELECT plan_of('SELECT id FROM pbound ORDER BY v <-> ''[0,1,0.5,0.5,0,1,1,0.5]'' LIMIT 400') AS plan;
+RESET tsdg.scan_mem_multiplier;
+RESET work_mem;
+RESET tsdg.ef_search;
+
+DROP TABLE pwide, pnarrow, psmall, pmid, pbound;
 DROP FUNCTION plan_of(text);
