@@ -287,6 +287,26 @@ TsdgSeqPlanCost(PlannerInfo *root, RelOptInfo *rel, double selectivity)
 	return cost;
 }
 
+/*
+ * What cost_index adds to an index path for its heap reads: a random page
+ * read for each heap page that all the table's rows, which the index
+ * returns, lie on (the index is not correlated with the heap), shared over
+ * the loops. The work above prices a returned row's heap read already
+ * (TSDG_RETURNED_ROW_WORK), so this is taken back out of the index's own
+ * total; otherwise the LIMIT's share of it, a few page reads whatever the
+ * table's size, outweighs the whole search on a table of a few pages.
+ */
+static double
+TsdgHeapReadCost(PlannerInfo *root, RelOptInfo *rel, IndexOptInfo *info, double loop_count)
+{
+	double		loops = Max(loop_count, 1.0);
+	double		random_page_cost;
+
+	get_tablespace_page_costs(rel->reltablespace, &random_page_cost, NULL);
+	return index_pages_fetched(rel->tuples * loops, rel->pages, (double) info->pages, root) *
+		random_page_cost / loops;
+}
+
 void
 tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 				 Cost *indexStartupCost, Cost *indexTotalCost,
@@ -369,7 +389,8 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	}
 
 	*indexStartupCost = startup_work * scale;
-	*indexTotalCost = total_work * scale;
+	*indexTotalCost = Max(total_work * scale - TsdgHeapReadCost(root, rel, info, loop_count),
+						  *indexStartupCost);
 	*indexSelectivity = 1.0;
 	*indexCorrelation = 0;
 	*indexPages = info->pages;

@@ -76,6 +76,22 @@ SELECT ef, plan_of('SELECT id FROM psmall ORDER BY v <-> ' || quote_literal(:'qs
 FROM unnest(ARRAY[10, 40, 100, 400, 1000]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
 RESET tsdg.ef_search;
 
+-- a table of 100 rows on a few heap pages: at ef_search 10 the search scores
+-- the navigating set (every row here, from the session's copy) and reads
+-- the ten rows it returns from the heap, which costs less than the
+-- sequential scan and its sort as long as those reads are priced once,
+-- not again as random page reads; at 40 its expansions outweigh that
+CREATE TABLE ptiny (id int, v vector(64));
+INSERT INTO ptiny SELECT i,
+	(SELECT array_agg(sin(i * 0.91 + j * (1 + i % 5)))::real[] FROM generate_series(1, 64) j)::vector
+	FROM generate_series(1, 100) i;
+CREATE INDEX ptiny_v ON ptiny USING tsdg (v vector_l2_ops);
+ANALYZE ptiny;
+SELECT v AS qtiny FROM ptiny WHERE id = 11 \gset
+SELECT ef, plan_of('SELECT id FROM ptiny ORDER BY v <-> ' || quote_literal(:'qtiny') || ' LIMIT 10') AS plan
+FROM unnest(ARRAY[10, 40]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+RESET tsdg.ef_search;
+
 -- 10,000 rows of 64 dimensions, one row in ten passing the filter: the
 -- index at the ef_search whose first round holds the rows the LIMIT needs
 -- and at twice that, the sequential scan of the rows that pass at four times
@@ -120,5 +136,5 @@ RESET tsdg.scan_mem_multiplier;
 RESET work_mem;
 RESET tsdg.ef_search;
 
-DROP TABLE pwide, pnarrow, psmall, pmid, pbound;
+DROP TABLE pwide, pnarrow, psmall, ptiny, pmid, pbound;
 DROP FUNCTION plan_of(text);
