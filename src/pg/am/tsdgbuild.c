@@ -28,10 +28,11 @@
 #include "access/xloginsert.h"
 #include "catalog/pg_control.h"
 #include "catalog/index.h"
-#include "catalog/pg_am_d.h"
 #include "commands/progress.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "optimizer/optimizer.h"
+#include "storage/dsm.h"
 #include "storage/lmgr.h"
 #include "storage/smgr.h"
 #include "utils/memutils.h"
@@ -61,6 +62,9 @@ typedef struct TsdgBuildState
 	ItemPointerData *tids;
 	float	   *rows;
 	bool		rows_in_files;	/* tids and rows are temporary files of spill */
+	struct dsm_segment *rows_segment;	/* or a segment of the parallel scan's */
+	int			parallel_workers;	/* the workers that shared the heap scan */
+	int64		overflow_rows;	/* the rows it found past the arrays it had */
 	bool		use_segment;
 	TsdgBuildSegment segment;
 	int			segment_growths;
@@ -133,37 +137,6 @@ TsdgPassMemoryLimit(TsdgBuildState *bs)
 }
 
 /*
- * Rows the heap scan will return: the planner's estimate (reltuples scaled to
- * the current size) once the table was vacuumed or analyzed; before that, its
- * pages times the line pointers of its first page; for another table access
- * method, as many rows as fit its pages if the vector were the only column.
- * The arrays grow when the estimate falls short.
- */
-static double
-TsdgEstimateHeapRows(Relation heap, int dims)
-{
-	BlockNumber pages = RelationGetNumberOfBlocks(heap);
-	Size		tuple_bytes;
-
-	if (heap->rd_rel->reltuples >= 0 && heap->rd_rel->relpages > 0)
-		return heap->rd_rel->reltuples / heap->rd_rel->relpages * pages;
-	if (pages > 0 && heap->rd_rel->relam == HEAP_TABLE_AM_OID)
-	{
-		Buffer		buf = ReadBuffer(heap, 0);
-		OffsetNumber line_pointers;
-
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		line_pointers = PageGetMaxOffsetNumber(BufferGetPage(buf));
-		UnlockReleaseBuffer(buf);
-		if (line_pointers > 0)
-			return (double) pages * line_pointers;
-	}
-	tuple_bytes = MAXALIGN(SizeofHeapTupleHeader) + MAXALIGN(VECTOR_SIZE(dims)) +
-		sizeof(ItemIdData);
-	return (double) pages * ((BLCKSZ - SizeOfPageHeaderData) / tuple_bytes);
-}
-
-/*
  * Moves the rows loaded so far into arrays for capacity rows: temporary
  * files once the build spills, else local memory. The old arrays, wherever
  * they were (the worker's segment too), are freed.
@@ -176,7 +149,7 @@ TsdgMoveRows(TsdgBuildState *bs, int64 capacity)
 	ItemPointerData *tids;
 	float	   *rows;
 
-	if (bs->spill == NULL && !bs->use_segment && bs->tids != NULL)
+	if (bs->spill == NULL && !bs->use_segment && bs->rows_segment == NULL && bs->tids != NULL)
 	{
 		bs->tids = repalloc_huge(bs->tids, tid_bytes);
 		bs->rows = repalloc_huge(bs->rows, row_bytes);
@@ -200,6 +173,11 @@ TsdgMoveRows(TsdgBuildState *bs, int64 capacity)
 	}
 	if (bs->use_segment)
 		TsdgBuildSegmentRelease(&bs->segment);
+	else if (bs->rows_segment != NULL)
+	{
+		dsm_detach(bs->rows_segment);
+		bs->rows_segment = NULL;
+	}
 	else if (bs->rows_in_files)
 	{
 		TsdgSpillFree(bs->spill, bs->tids);
@@ -217,19 +195,18 @@ TsdgMoveRows(TsdgBuildState *bs, int64 capacity)
 	bs->capacity = capacity;
 }
 
+/* the arrays' first capacity: a little more than the estimate, as a table grows between two ANALYZEs */
+static int64
+TsdgFirstCapacity(const TsdgBuildState *bs)
+{
+	return (int64) (TsdgEstimateHeapRows(bs->heap, bs->dims) * 1.02) + 1024;
+}
+
 static void
 TsdgGrowArrays(TsdgBuildState *bs)
 {
 	int64		max_rows;
-	int64		capacity;
-
-	if (bs->capacity == 0)
-	{
-		/* a little more than the estimate: a table grows between two ANALYZEs */
-		capacity = (int64) (TsdgEstimateHeapRows(bs->heap, bs->dims) * 1.02) + 1024;
-	}
-	else
-		capacity = bs->capacity * 2;
+	int64		capacity = bs->capacity == 0 ? TsdgFirstCapacity(bs) : bs->capacity * 2;
 
 	/*
 	 * The segment within the limit until the rows reach it; past it, in
@@ -300,10 +277,7 @@ TsdgBuildCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 	if (!TsdgCopyVector(values[0], bs->metric, bs->dims, bs->rows + bs->count * bs->dims, &dims))
 	{
 		if (dims != bs->dims)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_EXCEPTION),
-					 errmsg("vector has %d dimensions, index \"%s\" has %d",
-							dims, RelationGetRelationName(index), bs->dims)));
+			TsdgWrongDimensions(index, dims, bs->dims);
 		return;					/* zero vector under cosine */
 	}
 	bs->tids[bs->count] = *tid;
@@ -311,6 +285,70 @@ TsdgBuildCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 
 	if (bs->count % 1024 == 0)
 		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs->count);
+}
+
+/* a row a parallel scan found past the end of its arrays */
+static void
+TsdgAddOverflowRow(void *arg, ItemPointer tid, const float *row)
+{
+	TsdgBuildState *bs = (TsdgBuildState *) arg;
+
+	if (bs->count == bs->capacity)
+		TsdgGrowArrays(bs);
+	memcpy(bs->rows + bs->count * bs->dims, row, sizeof(float) * bs->dims);
+	bs->tids[bs->count] = *tid;
+	bs->count++;
+}
+
+/*
+ * The heap scan shared with parallel workers (tsdgbuildscan.c), when the
+ * planner gives it any and the rows go to shared arrays: the worker's
+ * segment, or for a build on the CPU a segment of their own within
+ * maintenance_work_mem. A table whose estimate already passes the limit
+ * (a build in parts or with temporary files), or a column without a type
+ * modifier (no row size before the first row), is scanned by this session
+ * alone. Returns false when it was not; the arrays may be made already.
+ */
+static bool
+TsdgParallelHeapScan(TsdgBuildState *bs, IndexInfo *indexInfo, double *reltuples)
+{
+	int64		capacity;
+	int			nworkers;
+	struct dsm_segment *seg;
+	TsdgParallelScan *ps;
+
+	if (bs->dims == 0)
+		return false;
+	nworkers = plan_create_index_workers(RelationGetRelid(bs->heap), RelationGetRelid(bs->index));
+	if (nworkers == 0)
+		return false;
+	capacity = TsdgFirstCapacity(bs);
+	if (bs->use_segment &&
+		capacity < TsdgBuildSegmentRowsWithin(bs->memory_limit, bs->dims, &bs->params, false))
+		TsdgGrowArrays(bs);
+	if (bs->use_segment && bs->segment.seg != NULL)
+		seg = bs->segment.seg;
+	else if (bs->use_segment || bs->tids != NULL || capacity > TsdgRowsInMemory(bs))
+		return false;
+	else
+	{
+		seg = TsdgCreateRowsSegment(capacity, bs->dims, &bs->tids, &bs->rows);
+		if (seg == NULL)
+			return false;
+		bs->rows_segment = seg;
+		bs->capacity = capacity;
+	}
+
+	ps = TsdgBeginParallelScan(bs->heap, bs->index, indexInfo, nworkers, seg, bs->tids, bs->rows,
+							   bs->capacity, bs->dims, bs->metric);
+	if (ps == NULL)
+		return false;
+	bs->parallel_workers = TsdgParallelScanWorkers(ps);
+	*reltuples = TsdgRunParallelScan(ps, bs->heap, bs->index, indexInfo, &bs->count,
+									 &bs->overflow_rows);
+	TsdgReadOverflowRows(ps, TsdgAddOverflowRow, bs);
+	TsdgEndParallelScan(ps);
+	return true;
 }
 
 /*
@@ -601,6 +639,23 @@ TsdgGraphSummary(TsdgBuildState *bs, TsdgMetaPageData *meta, const uint32 *neigh
 	TsdgReportCoreError(status, &error, "graph statistics");
 }
 
+/* where the heap scan put the rows, and with whom, for the LOG line */
+static char *
+TsdgHeapScanNote(const TsdgBuildState *bs)
+{
+	const char *where = bs->segment_growths > 0 ?
+		psprintf("into shared memory, grown %d times", bs->segment_growths) :
+		bs->use_segment ? "into shared memory" :
+		bs->in_parts ? "into temporary files, for the GPU worker in parts" : NULL;
+	char	   *workers = bs->parallel_workers == 0 ? NULL :
+		psprintf("with %d parallel worker%s, %lld rows past the estimate", bs->parallel_workers,
+				 bs->parallel_workers == 1 ? "" : "s", (long long) bs->overflow_rows);
+
+	if (where != NULL && workers != NULL)
+		return psprintf(" (%s, %s)", where, workers);
+	return where != NULL || workers != NULL ? psprintf(" (%s)", where != NULL ? where : workers) : "";
+}
+
 IndexBuildResult *
 tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 {
@@ -643,8 +698,9 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	UnlockReleaseBuffer(metabuf);
 
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_LOAD);
-	reltuples = table_index_build_scan(heap, index, indexInfo, true, true,
-									   TsdgBuildCallback, &bs, NULL);
+	if (!TsdgParallelHeapScan(&bs, indexInfo, &reltuples))
+		reltuples = table_index_build_scan(heap, index, indexInfo, true, true,
+										   TsdgBuildCallback, &bs, NULL);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs.count);
 	scanned_at = GetCurrentTimestamp();
 
@@ -709,6 +765,8 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		summary_wait_at = GetCurrentTimestamp();
 	}
 	TsdgBuildSegmentRelease(&bs.segment);
+	if (bs.rows_segment != NULL)
+		dsm_detach(bs.rows_segment);
 	if (bs.spill != NULL)
 		TsdgSpillEnd(bs.spill);
 
@@ -732,10 +790,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 						"search profile %.3f s",
 						RelationGetRelationName(index), (long long) bs.count,
 						SECS(started_at, GetCurrentTimestamp()), SECS(started_at, scanned_at),
-						bs.segment_growths > 0 ?
-						psprintf(" (into shared memory, grown %d times)", bs.segment_growths) :
-						bs.use_segment ? " (into shared memory)" :
-						bs.in_parts ? " (into temporary files, for the GPU worker in parts)" : "",
+						TsdgHeapScanNote(&bs),
 						SECS(scanned_at, graph_at),
 						bs.rows_written ?
 						psprintf(" (the row pages written meanwhile in %.3f s", bs.rows_seconds) : "",

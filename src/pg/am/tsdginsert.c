@@ -81,10 +81,7 @@ TsdgAppendPending(Relation index, ItemPointer heap_tid, const float *vec, int di
 	if (meta->dims == 0)
 		TsdgCheckDimensions(index, dims);
 	else if (dims != meta->dims)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("vector has %d dimensions, index \"%s\" has %d",
-						dims, RelationGetRelationName(index), meta->dims)));
+		TsdgWrongDimensions(index, dims, meta->dims);
 	TsdgInitLayout(&layout, dims, meta->degree, meta->node_count);
 
 	if (BlockNumberIsValid(meta->pending_tail))

@@ -18,6 +18,16 @@ TsdgIndexTypmodDims(Relation index)
 	return typmod > 0 ? typmod : 0;
 }
 
+/* the error for a row whose dimensions are not the index's */
+void
+TsdgWrongDimensions(Relation index, int dims, int index_dims)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_EXCEPTION),
+			 errmsg("vector has %d dimensions, index \"%s\" has %d",
+					dims, RelationGetRelationName(index), index_dims)));
+}
+
 /*
  * Copies the floats of a vector datum into out (room for dims floats),
  * normalized for cosine, and sets *vec_dims to the vector's dimensions.

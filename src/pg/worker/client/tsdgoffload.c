@@ -151,18 +151,19 @@ TsdgIndexKeyOf(Relation index, const TsdgMetaPageData *meta, TsdgIndexKey *key)
 
 /*
  * A DSM segment of size bytes owned by the current resource owner, or NULL
- * with a WARNING that says what to raise: containers often cap /dev/shm far
- * below what an index or a build needs.
+ * when none can be had; *failure (when not NULL) then says why, NULL for
+ * too many segments in use.
  */
 dsm_segment *
-TsdgCreateBulkSegment(Size size, const char *what)
+TsdgTryCreateSegment(Size size, char **failure)
 {
 	ResourceOwner saved_owner = CurrentResourceOwner;
 	ResourceOwner owner = ResourceOwnerCreate(CurrentResourceOwner, "pg_tsdg bulk segment");
 	MemoryContext ctx = CurrentMemoryContext;
 	dsm_segment *seg = NULL;
-	char	   *failure = NULL;
 
+	if (failure != NULL)
+		*failure = NULL;
 	/* the segment is created under a private owner, so a failure can be undone here */
 	CurrentResourceOwner = owner;
 	PG_TRY();
@@ -179,7 +180,8 @@ TsdgCreateBulkSegment(Size size, const char *what)
 		MemoryContextSwitchTo(ctx);
 		edata = CopyErrorData();
 		FlushErrorState();
-		failure = edata->message;
+		if (failure != NULL)
+			*failure = edata->message;
 		seg = NULL;
 	}
 	PG_END_TRY();
@@ -190,7 +192,24 @@ TsdgCreateBulkSegment(Size size, const char *what)
 	ResourceOwnerDelete(owner);
 
 	if (seg == NULL)
-	{
+		return NULL;
+	/* from here on an error anywhere releases the segment with the transaction */
+	dsm_unpin_mapping(seg);
+	return seg;
+}
+
+/*
+ * TsdgTryCreateSegment, with a WARNING that says what to raise when it
+ * fails: containers often cap /dev/shm far below what an index or a build
+ * needs.
+ */
+dsm_segment *
+TsdgCreateBulkSegment(Size size, const char *what)
+{
+	char	   *failure;
+	dsm_segment *seg = TsdgTryCreateSegment(size, &failure);
+
+	if (seg == NULL)
 		ereport(WARNING,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not create a %zu MB shared memory segment for %s; working on the CPU instead",
@@ -198,10 +217,6 @@ TsdgCreateBulkSegment(Size size, const char *what)
 				 errdetail("%s", failure != NULL ? failure : "Too many dynamic shared memory segments are in use."),
 				 errhint("The GPU worker receives bulk data in dynamic shared memory: make /dev/shm larger than %zu MB (docker run --shm-size, a Kubernetes emptyDir with medium Memory), or set tsdg.device = cpu.",
 						 (size >> 20) + 1)));
-		return NULL;
-	}
-	/* from here on an error anywhere releases the segment with the transaction */
-	dsm_unpin_mapping(seg);
 	return seg;
 }
 

@@ -23,6 +23,13 @@ extern int	tsdg_worker_pending_rows;
 extern int	tsdg_worker_max_ef_search;
 extern int	tsdg_worker_max_k;
 
+/*
+ * A dynamic shared memory segment of size bytes owned by the current
+ * resource owner, or NULL when none can be had (/dev/shm full, too many
+ * segments); *failure, when not NULL, then holds the error's message.
+ */
+struct dsm_segment;
+extern struct dsm_segment *TsdgTryCreateSegment(Size size, char **failure);
 
 /* true when this session may send work to the worker now */
 extern bool TsdgWorkerUsable(void);
