@@ -7,7 +7,7 @@
  * merges: tsdgmerge.c) are written in node order and WAL-logged as whole
  * pages as they are filled, and the metapage is written last, with the entry
  * points and statistics the worker computed meanwhile. A LOG line says where
- * the time went.
+ * the time went. Parallel workers may share the heap scan (tsdgbuildscan.c).
  *
  * A build never fails for lack of maintenance_work_mem. Within it, the
  * arrays are local memory. Past it, a NOTICE says so and the build goes on
@@ -30,8 +30,8 @@
 #include "catalog/index.h"
 #include "commands/progress.h"
 #include "miscadmin.h"
-#include "pgstat.h"
 #include "optimizer/optimizer.h"
+#include "pgstat.h"
 #include "storage/dsm.h"
 #include "storage/lmgr.h"
 #include "storage/smgr.h"
