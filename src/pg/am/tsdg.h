@@ -502,23 +502,6 @@ extern void TsdgParamsFromOptions(Relation index, TsdgBuildParams *params);
 extern IndexBuildResult *tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo);
 extern void tsdgbuildempty(Relation index);
 
-/* tsdgbuildscan.c: the heap scan of CREATE INDEX, alone or shared with parallel workers */
-extern double TsdgEstimateHeapRows(Relation heap, int dims);
-struct dsm_segment;
-typedef struct TsdgParallelScan TsdgParallelScan;
-typedef void (*TsdgOverflowRowFn) (void *arg, ItemPointer tid, const float *row);
-extern struct dsm_segment *TsdgCreateRowsSegment(int64 capacity, int dims, ItemPointerData **tids,
-												 float **rows);
-extern TsdgParallelScan *TsdgBeginParallelScan(Relation heap, Relation index, IndexInfo *indexInfo,
-											   int nworkers, struct dsm_segment *rows_segment,
-											   ItemPointerData *tids, float *rows, int64 capacity,
-											   int dims, TsdgMetric metric);
-extern int	TsdgParallelScanWorkers(const TsdgParallelScan *ps);
-extern double TsdgRunParallelScan(TsdgParallelScan *ps, Relation heap, Relation index,
-								  IndexInfo *indexInfo, int64 *placed, int64 *overflow_rows);
-extern void TsdgReadOverflowRows(TsdgParallelScan *ps, TsdgOverflowRowFn add, void *arg);
-extern void TsdgEndParallelScan(TsdgParallelScan *ps);
-
 /* tsdgprofile.c */
 extern void TsdgMeasureSearchProfile(Relation index);
 

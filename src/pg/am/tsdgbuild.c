@@ -7,7 +7,7 @@
  * merges: tsdgmerge.c) are written in node order and WAL-logged as whole
  * pages as they are filled, and the metapage is written last, with the entry
  * points and statistics the worker computed meanwhile. A LOG line says where
- * the time went. Parallel workers may share the heap scan (tsdgbuildscan.c).
+ * the time went. The heap scan and its arrays: tsdgbuildscan.c.
  *
  * A build never fails for lack of maintenance_work_mem. Within it, the
  * arrays are local memory. Past it, a NOTICE says so and the build goes on
@@ -24,13 +24,11 @@
 
 #include <math.h>
 
-#include "access/tableam.h"
 #include "access/xloginsert.h"
 #include "catalog/pg_control.h"
 #include "catalog/index.h"
 #include "commands/progress.h"
 #include "miscadmin.h"
-#include "optimizer/optimizer.h"
 #include "pgstat.h"
 #include "storage/dsm.h"
 #include "storage/lmgr.h"
@@ -40,316 +38,15 @@
 #include "utils/timestamp.h"
 
 #include "tsdg.h"
+#include "tsdgbuild.h"
 #include "tsdgworkerclient.h"
-#include "vector.h"
 
 #define SECS(from, to)	((double) ((to) - (from)) / 1000000.0)
 
-typedef struct TsdgBuildState
-{
-	Relation	heap;
-	Relation	index;
-	TsdgMetric	metric;
-	TsdgBuildParams params;
-	int			dims;			/* 0 until the first row when the column has no typmod */
-
-	/*
-	 * rows loaded so far: tids[i] and rows[i * dims], in local memory or, for
-	 * a build on the GPU worker, in the segment the worker reads
-	 */
-	int64		count;
-	int64		capacity;
-	ItemPointerData *tids;
-	float	   *rows;
-	bool		rows_in_files;	/* tids and rows are temporary files of spill */
-	struct dsm_segment *rows_segment;	/* or a segment of the parallel scan's */
-	int			parallel_workers;	/* the workers that shared the heap scan */
-	int64		overflow_rows;	/* the rows it found past the arrays it had */
-	bool		use_segment;
-	TsdgBuildSegment segment;
-	int			segment_growths;
-	/* past maintenance_work_mem with the worker: the rows go to it in parts */
-	bool		in_parts;
-
-	/* the k-NN graph's ids (count * build_k), kept in k-NN pages for merges */
-	uint32	   *knn_ids;
-
-	/* the row pages, once written (while the worker builds the graph) */
-	const TsdgMetaPageData *meta;
-	const TsdgLayout *layout;
-	bool		rows_written;
-	double		rows_seconds;	/* the row pages, written while the worker builds */
-
-	/* the k-NN pages, once written (while the worker diversifies) */
-	bool		region_placed;	/* the blocks of the list and k-NN pages appended */
-	bool		knn_written;
-	double		knn_seconds;
-
-	/* the groups of identical rows, found once the rows are all read */
-	bool		duplicates_found;
-	TsdgDuplicateGroups *duplicates;
-	double		duplicates_seconds;
-
-	Size		memory_limit;	/* maintenance_work_mem in bytes */
-	bool		past_memory_limit;	/* the NOTICE was raised */
-	TsdgSpill  *spill;			/* large arrays in temporary files, once past the limit */
-
-	/* what the poll callback last reported to pg_stat_progress_create_index */
-	int			reported_phase;
-	int64		reported_done;
-} TsdgBuildState;
 
 static void TsdgWriteBuildRows(void *arg);
 static void TsdgWriteBuildKnn(void *arg);
 static void TsdgFindBuildDuplicates(TsdgBuildState *bs);
-
-/* Bytes one row costs during the build: its TID here, the rest in the core's estimate. */
-static Size
-TsdgBuildBytesPerRow(const TsdgBuildState *bs)
-{
-	return sizeof(ItemPointerData) + tsdg_build_bytes_per_row(bs->dims, &bs->params);
-}
-
-/* the rows whose arrays and graph builder fit maintenance_work_mem, by the estimate above */
-static int64
-TsdgRowsInMemory(const TsdgBuildState *bs)
-{
-	return Max((int64) (bs->memory_limit / TsdgBuildBytesPerRow(bs)), 1);
-}
-
-/* Past maintenance_work_mem: the NOTICE, and temporary files for the large arrays from here on. */
-static void
-TsdgPassMemoryLimit(TsdgBuildState *bs)
-{
-	if (!bs->past_memory_limit)
-		ereport(NOTICE,
-				(errmsg("tsdg index build no longer fits into maintenance_work_mem after %lld tuples",
-						(long long) bs->count),
-				 bs->in_parts ?
-				 errdetail("The build goes on with its large arrays in temporary files, which may take more time. "
-						   "The rows go to the GPU worker in parts through shared memory within maintenance_work_mem; "
-						   "the worker's own copy of them is its working memory, which maintenance_work_mem does not bound.") :
-				 errdetail("The build goes on with its large arrays in temporary files, which may take more time."),
-				 errhint("Increase maintenance_work_mem to speed up builds.")));
-	bs->past_memory_limit = true;
-	if (bs->spill == NULL)
-		bs->spill = TsdgSpillStart();
-}
-
-/*
- * Moves the rows loaded so far into arrays for capacity rows: temporary
- * files once the build spills, else local memory. The old arrays, wherever
- * they were (the worker's segment too), are freed.
- */
-static void
-TsdgMoveRows(TsdgBuildState *bs, int64 capacity)
-{
-	Size		tid_bytes = sizeof(ItemPointerData) * capacity;
-	Size		row_bytes = sizeof(float) * bs->dims * capacity;
-	ItemPointerData *tids;
-	float	   *rows;
-
-	if (bs->spill == NULL && !bs->use_segment && bs->rows_segment == NULL && bs->tids != NULL)
-	{
-		bs->tids = repalloc_huge(bs->tids, tid_bytes);
-		bs->rows = repalloc_huge(bs->rows, row_bytes);
-		bs->capacity = capacity;
-		return;
-	}
-	if (bs->spill != NULL)
-	{
-		tids = TsdgSpillAlloc(bs->spill, tid_bytes);
-		rows = TsdgSpillAlloc(bs->spill, row_bytes);
-	}
-	else
-	{
-		tids = MemoryContextAllocHuge(CurrentMemoryContext, tid_bytes);
-		rows = MemoryContextAllocHuge(CurrentMemoryContext, row_bytes);
-	}
-	if (bs->count > 0)
-	{
-		memcpy(tids, bs->tids, sizeof(ItemPointerData) * bs->count);
-		memcpy(rows, bs->rows, sizeof(float) * bs->dims * bs->count);
-	}
-	if (bs->use_segment)
-		TsdgBuildSegmentRelease(&bs->segment);
-	else if (bs->rows_segment != NULL)
-	{
-		dsm_detach(bs->rows_segment);
-		bs->rows_segment = NULL;
-	}
-	else if (bs->rows_in_files)
-	{
-		TsdgSpillFree(bs->spill, bs->tids);
-		TsdgSpillFree(bs->spill, bs->rows);
-	}
-	else if (bs->tids != NULL)
-	{
-		pfree(bs->tids);
-		pfree(bs->rows);
-	}
-	bs->use_segment = false;
-	bs->rows_in_files = bs->spill != NULL;
-	bs->tids = tids;
-	bs->rows = rows;
-	bs->capacity = capacity;
-}
-
-/* the arrays' first capacity: a little more than the estimate, as a table grows between two ANALYZEs */
-static int64
-TsdgFirstCapacity(const TsdgBuildState *bs)
-{
-	return (int64) (TsdgEstimateHeapRows(bs->heap, bs->dims) * 1.02) + 1024;
-}
-
-static void
-TsdgGrowArrays(TsdgBuildState *bs)
-{
-	int64		max_rows;
-	int64		capacity = bs->capacity == 0 ? TsdgFirstCapacity(bs) : bs->capacity * 2;
-
-	/*
-	 * The segment within the limit until the rows reach it; past it, in
-	 * parts. Only the segment counts: the graph's working memory is the
-	 * worker's.
-	 */
-	max_rows = bs->use_segment ?
-		TsdgBuildSegmentRowsWithin(bs->memory_limit, bs->dims, &bs->params, false) : 0;
-	if (bs->use_segment && bs->count >= max_rows)
-		bs->in_parts = true;
-	else if (bs->use_segment)
-	{
-		bool		ready;
-
-		capacity = Min(capacity, max_rows);
-		if (bs->segment.seg == NULL)
-			ready = TsdgBuildSegmentCreate(&bs->segment, capacity, bs->dims, &bs->params);
-		else
-		{
-			ready = TsdgBuildSegmentGrow(&bs->segment, bs->count, capacity, bs->dims, &bs->params);
-			bs->segment_growths += ready ? 1 : 0;
-		}
-		if (ready)
-		{
-			bs->tids = bs->segment.tids;
-			bs->rows = bs->segment.rows;
-			bs->capacity = capacity;
-			return;
-		}
-		/* no segment large enough (a WARNING said why): the CPU builds */
-		if (bs->segment.seg == NULL)
-			bs->use_segment = false;
-	}
-
-	/* local memory up to the limit, then temporary files */
-	max_rows = TsdgRowsInMemory(bs);
-	if (bs->spill == NULL && capacity > max_rows)
-	{
-		if (bs->count < max_rows)
-			capacity = max_rows;
-		else
-			TsdgPassMemoryLimit(bs);
-	}
-	TsdgMoveRows(bs, capacity);
-}
-
-static void
-TsdgBuildCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
-				  bool tupleIsAlive, void *state)
-{
-	TsdgBuildState *bs = (TsdgBuildState *) state;
-	int			dims;
-
-	if (isnull[0])
-		return;
-
-	if (bs->dims == 0)
-	{
-		/* a column without a type modifier: the first row sets the dimensions */
-		dims = DatumGetVector(values[0])->dim;
-		TsdgCheckDimensions(index, dims);
-		bs->dims = dims;
-	}
-	if (bs->count == bs->capacity)
-		TsdgGrowArrays(bs);
-
-	/* straight into the arrays (the worker's segment, when it builds) */
-	if (!TsdgCopyVector(values[0], bs->metric, bs->dims, bs->rows + bs->count * bs->dims, &dims))
-	{
-		if (dims != bs->dims)
-			TsdgWrongDimensions(index, dims, bs->dims);
-		return;					/* zero vector under cosine */
-	}
-	bs->tids[bs->count] = *tid;
-	bs->count++;
-
-	if (bs->count % 1024 == 0)
-		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs->count);
-}
-
-/* a row a parallel scan found past the end of its arrays */
-static void
-TsdgAddOverflowRow(void *arg, ItemPointer tid, const float *row)
-{
-	TsdgBuildState *bs = (TsdgBuildState *) arg;
-
-	if (bs->count == bs->capacity)
-		TsdgGrowArrays(bs);
-	memcpy(bs->rows + bs->count * bs->dims, row, sizeof(float) * bs->dims);
-	bs->tids[bs->count] = *tid;
-	bs->count++;
-}
-
-/*
- * The heap scan shared with parallel workers (tsdgbuildscan.c), when the
- * planner gives it any and the rows go to shared arrays: the worker's
- * segment, or for a build on the CPU a segment of their own within
- * maintenance_work_mem. A table whose estimate already passes the limit
- * (a build in parts or with temporary files), or a column without a type
- * modifier (no row size before the first row), is scanned by this session
- * alone. Returns false when it was not; the arrays may be made already.
- */
-static bool
-TsdgParallelHeapScan(TsdgBuildState *bs, IndexInfo *indexInfo, double *reltuples)
-{
-	int64		capacity;
-	int			nworkers;
-	struct dsm_segment *seg;
-	TsdgParallelScan *ps;
-
-	if (bs->dims == 0)
-		return false;
-	nworkers = plan_create_index_workers(RelationGetRelid(bs->heap), RelationGetRelid(bs->index));
-	if (nworkers == 0)
-		return false;
-	capacity = TsdgFirstCapacity(bs);
-	if (bs->use_segment &&
-		capacity < TsdgBuildSegmentRowsWithin(bs->memory_limit, bs->dims, &bs->params, false))
-		TsdgGrowArrays(bs);
-	if (bs->use_segment && bs->segment.seg != NULL)
-		seg = bs->segment.seg;
-	else if (bs->use_segment || bs->tids != NULL || capacity > TsdgRowsInMemory(bs))
-		return false;
-	else
-	{
-		seg = TsdgCreateRowsSegment(capacity, bs->dims, &bs->tids, &bs->rows);
-		if (seg == NULL)
-			return false;
-		bs->rows_segment = seg;
-		bs->capacity = capacity;
-	}
-
-	ps = TsdgBeginParallelScan(bs->heap, bs->index, indexInfo, nworkers, seg, bs->tids, bs->rows,
-							   bs->capacity, bs->dims, bs->metric);
-	if (ps == NULL)
-		return false;
-	bs->parallel_workers = TsdgParallelScanWorkers(ps);
-	*reltuples = TsdgRunParallelScan(ps, bs->heap, bs->index, indexInfo, &bs->count,
-									 &bs->overflow_rows);
-	TsdgReadOverflowRows(ps, TsdgAddOverflowRow, bs);
-	TsdgEndParallelScan(ps);
-	return true;
-}
 
 /*
  * Called by the core about every 50 ms from this backend's own thread while
@@ -698,9 +395,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	UnlockReleaseBuffer(metabuf);
 
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_LOAD);
-	if (!TsdgParallelHeapScan(&bs, indexInfo, &reltuples))
-		reltuples = table_index_build_scan(heap, index, indexInfo, true, true,
-										   TsdgBuildCallback, &bs, NULL);
+	reltuples = TsdgScanHeap(&bs, indexInfo);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs.count);
 	scanned_at = GetCurrentTimestamp();
 

@@ -1,22 +1,26 @@
 /*
- * The heap scan of CREATE INDEX: the rows it will return, which size the
- * arrays it fills, and the scan shared with parallel workers.
+ * The heap scan of CREATE INDEX and the arrays it fills: tids[i] and
+ * rows[i * dims], sized by the rows the scan will return and grown when it
+ * finds more. Within maintenance_work_mem they are local memory, or the
+ * segment the GPU worker reads when it builds; past it a NOTICE says so and
+ * they go on in temporary files (tsdgspill.c), or to the worker in parts.
  *
- * Parallel workers and the session share the table's blocks (a parallel
- * table scan, as nbtree's builds do) and copy the rows straight into one set
- * of shared arrays: the GPU worker's build segment, or a segment of their own
- * for a build on the CPU. PostgreSQL plans workers for btree builds only, so
- * the access method launches them itself, as many as
- * plan_create_index_workers allows (max_parallel_maintenance_workers, the
- * table's parallel_workers).
- *
+ * Parallel workers share the scan when the planner gives it any
+ * (plan_create_index_workers: max_parallel_maintenance_workers, the table's
+ * parallel_workers; PostgreSQL plans workers for btree builds only, so the
+ * access method launches them itself). They and the session share the
+ * table's blocks (a parallel table scan, as nbtree's builds do) and copy the
+ * rows straight into one set of shared arrays: the worker's segment, or for
+ * a build on the CPU a segment of their own within maintenance_work_mem.
  * Each participant takes a row's place with an atomic counter, so that the
  * arrays hold rows 0 .. n - 1 without gaps, in no particular order (the graph
- * is indifferent to it). The arrays are sized by the table's row estimate
- * before the scan and cannot grow while other processes write into them: a
- * row past their end goes to a temporary file of its participant (in a
- * shared file set), and the session adds those rows once the scan is over,
- * growing its arrays as a serial build would.
+ * is indifferent to it). The shared arrays are sized by the table's row
+ * estimate before the scan and cannot grow while other processes write into
+ * them: a row past their end goes to a temporary file of its participant (in
+ * a shared file set), and the session adds those rows once the scan is over,
+ * growing its arrays as a serial scan would. A table whose estimate already
+ * passes the limit, or a column without a type modifier (no row size before
+ * the first row), is scanned by the session alone.
  */
 #include "postgres.h"
 
@@ -25,11 +29,12 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/pg_am_d.h"
 #include "catalog/index.h"
+#include "catalog/pg_am_d.h"
 #include "commands/progress.h"
 #include "commands/tablespace.h"
 #include "miscadmin.h"
+#include "optimizer/optimizer.h"
 #include "pgstat.h"
 #include "storage/buffile.h"
 #include "storage/dsm.h"
@@ -37,9 +42,12 @@
 #include "storage/shm_toc.h"
 #include "storage/spin.h"
 #include "tcop/tcopprot.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 
 #include "tsdg.h"
+#include "tsdgbuild.h"
 #include "tsdgworkerclient.h"
 #include "vector.h"
 
@@ -74,14 +82,14 @@ typedef struct TsdgParallelShared
 #define TsdgParallelTableScan(shared) \
 	((ParallelTableScanDesc) ((char *) (shared) + BUFFERALIGN(sizeof(TsdgParallelShared))))
 
-struct TsdgParallelScan
+typedef struct TsdgParallelScan
 {
 	ParallelContext *pcxt;
 	TsdgParallelShared *shared;
 	Snapshot	snapshot;
 	ItemPointerData *tids;
 	float	   *rows;
-};
+} TsdgParallelScan;
 
 /* a participant's state during its scan */
 typedef struct TsdgScanPart
@@ -98,6 +106,7 @@ typedef struct TsdgScanPart
 } TsdgScanPart;
 
 PGDLLEXPORT void TsdgParallelScanMain(dsm_segment *seg, shm_toc *toc);
+static void TsdgEndParallelScan(TsdgParallelScan *ps);
 
 /*
  * Rows the heap scan will return: the planner's estimate (reltuples scaled to
@@ -106,7 +115,7 @@ PGDLLEXPORT void TsdgParallelScanMain(dsm_segment *seg, shm_toc *toc);
  * method, as many rows as fit its pages if the vector were the only column.
  * The arrays grow when the estimate falls short.
  */
-double
+static double
 TsdgEstimateHeapRows(Relation heap, int dims)
 {
 	BlockNumber pages = RelationGetNumberOfBlocks(heap);
@@ -128,6 +137,202 @@ TsdgEstimateHeapRows(Relation heap, int dims)
 	tuple_bytes = MAXALIGN(SizeofHeapTupleHeader) + MAXALIGN(VECTOR_SIZE(dims)) +
 		sizeof(ItemIdData);
 	return (double) pages * ((BLCKSZ - SizeOfPageHeaderData) / tuple_bytes);
+}
+
+/* Bytes one row costs during the build: its TID here, the rest in the core's estimate. */
+static Size
+TsdgBuildBytesPerRow(const TsdgBuildState *bs)
+{
+	return sizeof(ItemPointerData) + tsdg_build_bytes_per_row(bs->dims, &bs->params);
+}
+
+/* the rows whose arrays and graph builder fit maintenance_work_mem, by the estimate above */
+static int64
+TsdgRowsInMemory(const TsdgBuildState *bs)
+{
+	return Max((int64) (bs->memory_limit / TsdgBuildBytesPerRow(bs)), 1);
+}
+
+/* Past maintenance_work_mem: the NOTICE, and temporary files for the large arrays from here on. */
+static void
+TsdgPassMemoryLimit(TsdgBuildState *bs)
+{
+	if (!bs->past_memory_limit)
+		ereport(NOTICE,
+				(errmsg("tsdg index build no longer fits into maintenance_work_mem after %lld tuples",
+						(long long) bs->count),
+				 bs->in_parts ?
+				 errdetail("The build goes on with its large arrays in temporary files, which may take more time. "
+						   "The rows go to the GPU worker in parts through shared memory within maintenance_work_mem; "
+						   "the worker's own copy of them is its working memory, which maintenance_work_mem does not bound.") :
+				 errdetail("The build goes on with its large arrays in temporary files, which may take more time."),
+				 errhint("Increase maintenance_work_mem to speed up builds.")));
+	bs->past_memory_limit = true;
+	if (bs->spill == NULL)
+		bs->spill = TsdgSpillStart();
+}
+
+/*
+ * Moves the rows loaded so far into arrays for capacity rows: temporary
+ * files once the build spills, else local memory. The old arrays, wherever
+ * they were (the worker's segment too), are freed.
+ */
+static void
+TsdgMoveRows(TsdgBuildState *bs, int64 capacity)
+{
+	Size		tid_bytes = sizeof(ItemPointerData) * capacity;
+	Size		row_bytes = sizeof(float) * bs->dims * capacity;
+	ItemPointerData *tids;
+	float	   *rows;
+
+	if (bs->spill == NULL && !bs->use_segment && bs->rows_segment == NULL && bs->tids != NULL)
+	{
+		bs->tids = repalloc_huge(bs->tids, tid_bytes);
+		bs->rows = repalloc_huge(bs->rows, row_bytes);
+		bs->capacity = capacity;
+		return;
+	}
+	if (bs->spill != NULL)
+	{
+		tids = TsdgSpillAlloc(bs->spill, tid_bytes);
+		rows = TsdgSpillAlloc(bs->spill, row_bytes);
+	}
+	else
+	{
+		tids = MemoryContextAllocHuge(CurrentMemoryContext, tid_bytes);
+		rows = MemoryContextAllocHuge(CurrentMemoryContext, row_bytes);
+	}
+	if (bs->count > 0)
+	{
+		memcpy(tids, bs->tids, sizeof(ItemPointerData) * bs->count);
+		memcpy(rows, bs->rows, sizeof(float) * bs->dims * bs->count);
+	}
+	if (bs->use_segment)
+		TsdgBuildSegmentRelease(&bs->segment);
+	else if (bs->rows_segment != NULL)
+	{
+		dsm_detach(bs->rows_segment);
+		bs->rows_segment = NULL;
+	}
+	else if (bs->rows_in_files)
+	{
+		TsdgSpillFree(bs->spill, bs->tids);
+		TsdgSpillFree(bs->spill, bs->rows);
+	}
+	else if (bs->tids != NULL)
+	{
+		pfree(bs->tids);
+		pfree(bs->rows);
+	}
+	bs->use_segment = false;
+	bs->rows_in_files = bs->spill != NULL;
+	bs->tids = tids;
+	bs->rows = rows;
+	bs->capacity = capacity;
+}
+
+/* the arrays' first capacity: a little more than the estimate, as a table grows between two ANALYZEs */
+static int64
+TsdgFirstCapacity(const TsdgBuildState *bs)
+{
+	return (int64) (TsdgEstimateHeapRows(bs->heap, bs->dims) * 1.02) + 1024;
+}
+
+static void
+TsdgGrowArrays(TsdgBuildState *bs)
+{
+	int64		max_rows;
+	int64		capacity = bs->capacity == 0 ? TsdgFirstCapacity(bs) : bs->capacity * 2;
+
+	/*
+	 * The segment within the limit until the rows reach it; past it, in
+	 * parts. Only the segment counts: the graph's working memory is the
+	 * worker's.
+	 */
+	max_rows = bs->use_segment ?
+		TsdgBuildSegmentRowsWithin(bs->memory_limit, bs->dims, &bs->params, false) : 0;
+	if (bs->use_segment && bs->count >= max_rows)
+		bs->in_parts = true;
+	else if (bs->use_segment)
+	{
+		bool		ready;
+
+		capacity = Min(capacity, max_rows);
+		if (bs->segment.seg == NULL)
+			ready = TsdgBuildSegmentCreate(&bs->segment, capacity, bs->dims, &bs->params);
+		else
+		{
+			ready = TsdgBuildSegmentGrow(&bs->segment, bs->count, capacity, bs->dims, &bs->params);
+			bs->segment_growths += ready ? 1 : 0;
+		}
+		if (ready)
+		{
+			bs->tids = bs->segment.tids;
+			bs->rows = bs->segment.rows;
+			bs->capacity = capacity;
+			return;
+		}
+		/* no segment large enough (a WARNING said why): the CPU builds */
+		if (bs->segment.seg == NULL)
+			bs->use_segment = false;
+	}
+
+	/* local memory up to the limit, then temporary files */
+	max_rows = TsdgRowsInMemory(bs);
+	if (bs->spill == NULL && capacity > max_rows)
+	{
+		if (bs->count < max_rows)
+			capacity = max_rows;
+		else
+			TsdgPassMemoryLimit(bs);
+	}
+	TsdgMoveRows(bs, capacity);
+}
+
+static void
+TsdgBuildCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
+				  bool tupleIsAlive, void *state)
+{
+	TsdgBuildState *bs = (TsdgBuildState *) state;
+	int			dims;
+
+	if (isnull[0])
+		return;
+
+	if (bs->dims == 0)
+	{
+		/* a column without a type modifier: the first row sets the dimensions */
+		dims = DatumGetVector(values[0])->dim;
+		TsdgCheckDimensions(index, dims);
+		bs->dims = dims;
+	}
+	if (bs->count == bs->capacity)
+		TsdgGrowArrays(bs);
+
+	/* straight into the arrays (the worker's segment, when it builds) */
+	if (!TsdgCopyVector(values[0], bs->metric, bs->dims, bs->rows + bs->count * bs->dims, &dims))
+	{
+		if (dims != bs->dims)
+			TsdgWrongDimensions(index, dims, bs->dims);
+		return;					/* zero vector under cosine */
+	}
+	bs->tids[bs->count] = *tid;
+	bs->count++;
+
+	if (bs->count % 1024 == 0)
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs->count);
+}
+
+/* a row a parallel scan found past the end of its arrays */
+static void
+TsdgAddOverflowRow(TsdgBuildState *bs, ItemPointer tid, const float *row)
+{
+
+	if (bs->count == bs->capacity)
+		TsdgGrowArrays(bs);
+	memcpy(bs->rows + bs->count * bs->dims, row, sizeof(float) * bs->dims);
+	bs->tids[bs->count] = *tid;
+	bs->count++;
 }
 
 /* the file of participant number (0 the session, 1 .. the workers) */
@@ -252,7 +457,7 @@ TsdgParallelScanMain(dsm_segment *seg, shm_toc *toc)
  * A segment for the arrays of capacity rows of a build on the CPU, or NULL
  * when none can be had (the build then scans alone into local memory).
  */
-dsm_segment *
+static dsm_segment *
 TsdgCreateRowsSegment(int64 capacity, int dims, ItemPointerData **tids, float **rows)
 {
 	Size		tid_bytes = MAXALIGN(sizeof(ItemPointerData) * (Size) capacity);
@@ -271,7 +476,7 @@ TsdgCreateRowsSegment(int64 capacity, int dims, ItemPointerData **tids, float **
  * (capacity rows) of segment rows_segment. NULL when none could be launched:
  * the caller scans alone.
  */
-TsdgParallelScan *
+static TsdgParallelScan *
 TsdgBeginParallelScan(Relation heap, Relation index, IndexInfo *indexInfo, int nworkers,
 					  dsm_segment *rows_segment, ItemPointerData *tids, float *rows,
 					  int64 capacity, int dims, TsdgMetric metric)
@@ -349,7 +554,7 @@ TsdgBeginParallelScan(Relation heap, Relation index, IndexInfo *indexInfo, int n
 	return ps;
 }
 
-int
+static int
 TsdgParallelScanWorkers(const TsdgParallelScan *ps)
 {
 	return ps->pcxt->nworkers_launched;
@@ -360,7 +565,7 @@ TsdgParallelScanWorkers(const TsdgParallelScan *ps)
  * errors are raised here). Returns the heap tuples the scan saw; *placed:
  * the rows in the arrays, *overflow_rows: those past them.
  */
-double
+static double
 TsdgRunParallelScan(TsdgParallelScan *ps, Relation heap, Relation index, IndexInfo *indexInfo,
 					int64 *placed, int64 *overflow_rows)
 {
@@ -373,9 +578,9 @@ TsdgRunParallelScan(TsdgParallelScan *ps, Relation heap, Relation index, IndexIn
 	return shared->reltuples;
 }
 
-/* hands each row past the arrays' end to add, participant by participant */
-void
-TsdgReadOverflowRows(TsdgParallelScan *ps, TsdgOverflowRowFn add, void *arg)
+/* adds the rows past the shared arrays' end to bs, participant by participant */
+static void
+TsdgReadOverflowRows(TsdgParallelScan *ps, TsdgBuildState *bs)
 {
 	TsdgParallelShared *shared = ps->shared;
 	Size		row_bytes = sizeof(float) * shared->dims;
@@ -402,7 +607,7 @@ TsdgReadOverflowRows(TsdgParallelScan *ps, TsdgOverflowRowFn add, void *arg)
 						 errmsg("could not read a row of a tsdg index build from temporary file \"%s\"",
 								name)));
 			CHECK_FOR_INTERRUPTS();
-			add(arg, &tid, row);
+			TsdgAddOverflowRow(bs, &tid, row);
 		}
 		BufFileClose(file);
 	}
@@ -410,7 +615,7 @@ TsdgReadOverflowRows(TsdgParallelScan *ps, TsdgOverflowRowFn add, void *arg)
 }
 
 /* the workers are done: their files and the parallel context go */
-void
+static void
 TsdgEndParallelScan(TsdgParallelScan *ps)
 {
 	WaitForParallelWorkersToFinish(ps->pcxt);
@@ -419,4 +624,61 @@ TsdgEndParallelScan(TsdgParallelScan *ps)
 	DestroyParallelContext(ps->pcxt);
 	ExitParallelMode();
 	pfree(ps);
+}
+
+/*
+ * The heap scan shared with parallel workers, where it may be (see above).
+ * Returns false when it was not; the arrays may be made already.
+ */
+static bool
+TsdgParallelHeapScan(TsdgBuildState *bs, IndexInfo *indexInfo, double *reltuples)
+{
+	int64		capacity;
+	int			nworkers;
+	struct dsm_segment *seg;
+	TsdgParallelScan *ps;
+
+	if (bs->dims == 0)
+		return false;
+	nworkers = plan_create_index_workers(RelationGetRelid(bs->heap), RelationGetRelid(bs->index));
+	if (nworkers == 0)
+		return false;
+	capacity = TsdgFirstCapacity(bs);
+	if (bs->use_segment &&
+		capacity < TsdgBuildSegmentRowsWithin(bs->memory_limit, bs->dims, &bs->params, false))
+		TsdgGrowArrays(bs);
+	if (bs->use_segment && bs->segment.seg != NULL)
+		seg = bs->segment.seg;
+	else if (bs->use_segment || bs->tids != NULL || capacity > TsdgRowsInMemory(bs))
+		return false;
+	else
+	{
+		seg = TsdgCreateRowsSegment(capacity, bs->dims, &bs->tids, &bs->rows);
+		if (seg == NULL)
+			return false;
+		bs->rows_segment = seg;
+		bs->capacity = capacity;
+	}
+
+	ps = TsdgBeginParallelScan(bs->heap, bs->index, indexInfo, nworkers, seg, bs->tids, bs->rows,
+							   bs->capacity, bs->dims, bs->metric);
+	if (ps == NULL)
+		return false;
+	bs->parallel_workers = TsdgParallelScanWorkers(ps);
+	*reltuples = TsdgRunParallelScan(ps, bs->heap, bs->index, indexInfo, &bs->count,
+									 &bs->overflow_rows);
+	TsdgReadOverflowRows(ps, bs);
+	TsdgEndParallelScan(ps);
+	return true;
+}
+
+double
+TsdgScanHeap(TsdgBuildState *bs, IndexInfo *indexInfo)
+{
+	double		reltuples;
+
+	if (!TsdgParallelHeapScan(bs, indexInfo, &reltuples))
+		reltuples = table_index_build_scan(bs->heap, bs->index, indexInfo, true, true,
+										   TsdgBuildCallback, bs, NULL);
+	return reltuples;
 }

@@ -1,0 +1,77 @@
+/*
+ * The state of a tsdg CREATE INDEX, shared by the build (tsdgbuild.c) and
+ * its heap scan (tsdgbuildscan.c), which fills the arrays of rows.
+ */
+#ifndef TSDG_BUILD_H
+#define TSDG_BUILD_H
+
+#include "postgres.h"
+
+#include "nodes/execnodes.h"
+
+#include "tsdg.h"
+#include "tsdgworkerclient.h"
+
+struct dsm_segment;
+
+typedef struct TsdgBuildState
+{
+	Relation	heap;
+	Relation	index;
+	TsdgMetric	metric;
+	TsdgBuildParams params;
+	int			dims;			/* 0 until the first row when the column has no typmod */
+
+	/*
+	 * rows loaded so far: tids[i] and rows[i * dims], in local memory or, for
+	 * a build on the GPU worker, in the segment the worker reads
+	 */
+	int64		count;
+	int64		capacity;
+	ItemPointerData *tids;
+	float	   *rows;
+	bool		rows_in_files;	/* tids and rows are temporary files of spill */
+	struct dsm_segment *rows_segment;	/* or a segment of the parallel scan's */
+	int			parallel_workers;	/* the workers that shared the heap scan */
+	int64		overflow_rows;	/* the rows it found past the arrays it had */
+	bool		use_segment;
+	TsdgBuildSegment segment;
+	int			segment_growths;
+	/* past maintenance_work_mem with the worker: the rows go to it in parts */
+	bool		in_parts;
+
+	/* the k-NN graph's ids (count * build_k), kept in k-NN pages for merges */
+	uint32	   *knn_ids;
+
+	/* the row pages, once written (while the worker builds the graph) */
+	const TsdgMetaPageData *meta;
+	const TsdgLayout *layout;
+	bool		rows_written;
+	double		rows_seconds;	/* the row pages, written while the worker builds */
+
+	/* the k-NN pages, once written (while the worker diversifies) */
+	bool		region_placed;	/* the blocks of the list and k-NN pages appended */
+	bool		knn_written;
+	double		knn_seconds;
+
+	/* the groups of identical rows, found once the rows are all read */
+	bool		duplicates_found;
+	TsdgDuplicateGroups *duplicates;
+	double		duplicates_seconds;
+
+	Size		memory_limit;	/* maintenance_work_mem in bytes */
+	bool		past_memory_limit;	/* the NOTICE was raised */
+	TsdgSpill  *spill;			/* large arrays in temporary files, once past the limit */
+
+	/* what the poll callback last reported to pg_stat_progress_create_index */
+	int			reported_phase;
+	int64		reported_done;
+} TsdgBuildState;
+
+/*
+ * Scans the heap into bs's arrays, by this session alone or with parallel
+ * workers; returns the heap tuples the scan saw.
+ */
+extern double TsdgScanHeap(TsdgBuildState *bs, IndexInfo *indexInfo);
+
+#endif							/* TSDG_BUILD_H */
