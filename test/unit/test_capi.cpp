@@ -520,6 +520,71 @@ TEST(CApi, PollCancelsABuild) {
   EXPECT_EQ(phase, TSDG_PHASE_KNN_GRAPH);
 }
 
+// What the poll of a marked build sees in the caller's arrays: the k-NN
+// lists once the phase is past TSDG_PHASE_KNN_GRAPH, the search lists once
+// TSDG_PHASE_LINK counts every row.
+struct MarkedBuildPoll {
+  const Built* out = nullptr;
+  int64_t rows = 0;
+  std::vector<uint32_t> knn_past_gnnd;
+  std::vector<uint32_t> lists_at_link;
+  std::vector<uint8_t> lambdas_at_link;
+};
+
+bool snapshot_marked_build(void* arg, TsdgBuildPhase phase, int64_t done, int64_t) {
+  auto* poll = static_cast<MarkedBuildPoll*>(arg);
+  if (phase != TSDG_PHASE_KNN_GRAPH && poll->knn_past_gnnd.empty()) poll->knn_past_gnnd = poll->out->knn_ids;
+  if (phase == TSDG_PHASE_LINK && done == poll->rows && poll->lists_at_link.empty()) {
+    poll->lists_at_link = poll->out->neighbors;
+    poll->lambdas_at_link = poll->out->lambdas;
+  }
+  return false;
+}
+
+TEST(CApi, MarkedBuildPublishesItsListsBeforeItsCheck) {
+  const Matrix data = make_clustered(small_clustered_spec(20000, 32, 40, 67));
+  const TsdgBuildParams params = small_params();
+  const Built plain = build(data, params);
+  Built marked;
+  marked.neighbors.resize(plain.neighbors.size());
+  marked.lambdas.resize(plain.lambdas.size());
+  marked.knn_ids.resize(plain.knn_ids.size());
+  std::vector<uint8_t> changed(data.rows, 0xff);
+  MarkedBuildPoll poll;
+  poll.out = &marked;
+  poll.rows = data.rows;
+  TsdgError error;
+  ASSERT_EQ(tsdg_build_graph_marked(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                    &params, marked.neighbors.data(), marked.lambdas.data(),
+                                    marked.knn_ids.data(), nullptr, changed.data(),
+                                    snapshot_marked_build, &poll, &error),
+            TSDG_OK)
+      << error.message;
+  // the same graph as the unmarked build's (the CPU's is the same for a seed and a thread count)
+  EXPECT_EQ(marked.neighbors, plain.neighbors);
+  EXPECT_EQ(marked.lambdas, plain.lambdas);
+  EXPECT_EQ(marked.knn_ids, plain.knn_ids);
+  EXPECT_EQ(poll.knn_past_gnnd, plain.knn_ids) << "the k-NN lists were not final when GNND ended";
+  ASSERT_FALSE(poll.lists_at_link.empty()) << "no poll saw every search list out";
+  int64_t marked_lists = 0;
+  for (int64_t u = 0; u < data.rows; ++u) {
+    ASSERT_TRUE(changed[u] == 0 || changed[u] == TSDG_CHANGED_LINK) << "row " << u;
+    marked_lists += changed[u] != 0;
+    const auto list = [&](const auto& values) {
+      return std::vector<int64_t>(values.begin() + u * params.degree, values.begin() + (u + 1) * params.degree);
+    };
+    if (list(poll.lists_at_link) != list(marked.neighbors) || list(poll.lambdas_at_link) != list(marked.lambdas)) {
+      ASSERT_EQ(changed[u], TSDG_CHANGED_LINK) << "row " << u << " changed after the poll saw it, unmarked";
+    }
+  }
+  // the check links rows of these clusters: the marks are not vacuous
+  EXPECT_GT(marked_lists, 0);
+  EXPECT_EQ(tsdg_build_graph_marked(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                    &params, marked.neighbors.data(), marked.lambdas.data(), nullptr,
+                                    nullptr, nullptr, nullptr, nullptr, &error),
+            TSDG_ERR_INVALID_ARGUMENT);
+}
+
 TEST(CApi, BadInputIsReportedNotThrown) {
   const float rows[4] = {0, 1, 2, 3};
   TsdgBuildParams params = small_params();

@@ -297,10 +297,14 @@ TsdgStatus tsdg_spill_allocate(size_t bytes, void** memory, TsdgError* error) {
 
 void tsdg_spill_free(void* memory) { tsdg::spill_free(memory); }
 
-TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, int dim,
-                            TsdgMetric metric, const TsdgBuildParams* params, uint32_t* neighbors,
-                            uint8_t* lambdas, uint32_t* knn_ids, float* knn_dists, TsdgPollFn poll,
-                            void* poll_arg, TsdgError* error) {
+namespace {
+
+// tsdg_build_graph; with changed, tsdg_build_graph_marked: the search lists
+// go out before the build's check, which changes a few of them in place.
+TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int dim,
+                       TsdgMetric metric, const TsdgBuildParams* params, uint32_t* neighbors,
+                       uint8_t* lambdas, uint32_t* knn_ids, float* knn_dists, uint8_t* changed,
+                       TsdgPollFn poll, void* poll_arg, TsdgError* error) {
   return guarded(error, [&] {
     validate_rows(rows, n, dim);
     validate_build_params(params);
@@ -322,10 +326,45 @@ TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, 
                  } else {
                    graph = b.build_tsdg_graph(data, m, gnnd, diversify, knn_ids, knn_dists, control);
                  }
-                 tsdg::link_rows_missed_by_narrow_walks(b, data, m, graph, control);
+                 if (changed == nullptr) {
+                   tsdg::link_rows_missed_by_narrow_walks(b, data, m, graph, control);
+                   copy_graph_out(graph, params->degree, neighbors, lambdas);
+                   return;
+                 }
                  copy_graph_out(graph, params->degree, neighbors, lambdas);
+                 graph = tsdg::TsdgGraph{};
+                 std::fill(changed, changed + n, uint8_t{0});
+                 control.set_total(n);
+                 control.set_phase(tsdg::Phase::Link);
+                 control.add_done(n);
+                 control.wake_poll();
+                 tsdg::link_rows_missed_by_narrow_walks(
+                     b, data, m, tsdg::GraphSpan{neighbors, lambdas, n, params->degree}, control,
+                     tsdg::kBuildCheckRows, [&](uint32_t node) { changed[node] = TSDG_CHANGED_LINK; });
                });
   });
+}
+
+}  // namespace
+
+TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, int dim,
+                            TsdgMetric metric, const TsdgBuildParams* params, uint32_t* neighbors,
+                            uint8_t* lambdas, uint32_t* knn_ids, float* knn_dists, TsdgPollFn poll,
+                            void* poll_arg, TsdgError* error) {
+  return build_graph(backend, rows, n, dim, metric, params, neighbors, lambdas, knn_ids, knn_dists,
+                     nullptr, poll, poll_arg, error);
+}
+
+TsdgStatus tsdg_build_graph_marked(TsdgBackend* backend, const float* rows, int64_t n, int dim,
+                                   TsdgMetric metric, const TsdgBuildParams* params,
+                                   uint32_t* neighbors, uint8_t* lambdas, uint32_t* knn_ids,
+                                   float* knn_dists, uint8_t* changed, TsdgPollFn poll,
+                                   void* poll_arg, TsdgError* error) {
+  const TsdgStatus status =
+      guarded(error, [&] { require(n == 0 || changed != nullptr, "changed must not be NULL"); });
+  if (status != TSDG_OK) return status;
+  return build_graph(backend, rows, n, dim, metric, params, neighbors, lambdas, knn_ids, knn_dists,
+                     changed, poll, poll_arg, error);
 }
 
 TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_old, int64_t n_new,

@@ -165,6 +165,20 @@ TsdgStatus	tsdg_build_graph(TsdgBackend *backend, const float *rows, int64_t n, 
 							 TsdgPollFn poll, void *poll_arg, TsdgError *error);
 
 /*
+ * tsdg_build_graph for a caller that writes the search lists out while the
+ * build checks them: once poll sees TSDG_PHASE_LINK with done = n, every
+ * search list is in neighbors and lambdas; the build's check then changes a
+ * few of them in place, and marks each TSDG_CHANGED_LINK in changed[n]
+ * before it changes it (the others are 0), so that the caller writes those
+ * again after the call.
+ */
+TsdgStatus	tsdg_build_graph_marked(TsdgBackend *backend, const float *rows, int64_t n, int dim,
+									TsdgMetric metric, const TsdgBuildParams *params,
+									uint32_t *neighbors, uint8_t *lambdas,
+									uint32_t *knn_ids, float *knn_dists, uint8_t *changed,
+									TsdgPollFn poll, void *poll_arg, TsdgError *error);
+
+/*
  * Exact k nearest rows of base (nb rows) for each of nq queries, ascending,
  * padded with TSDG_INVALID_ID / +inf.
  */

@@ -7,7 +7,9 @@
  * merges: tsdgmerge.c) are written in node order and WAL-logged as whole
  * pages as they are filled, and the metapage is written last, with the entry
  * points and statistics the worker computed meanwhile. A LOG line says where
- * the time went. The heap scan and its arrays: tsdgbuildscan.c.
+ * the time went. The heap scan and its arrays: tsdgbuildscan.c; the pages,
+ * on the worker each as soon as its segment holds what they need:
+ * tsdgbuildpages.c.
  *
  * A build never fails for lack of maintenance_work_mem. Within it, the
  * arrays are local memory. Past it, a NOTICE says so and the build goes on
@@ -41,12 +43,8 @@
 #include "tsdgbuild.h"
 #include "tsdgworkerclient.h"
 
-#define SECS(from, to)	((double) ((to) - (from)) / 1000000.0)
 
 
-static void TsdgWriteBuildRows(void *arg);
-static void TsdgWriteBuildKnn(void *arg);
-static void TsdgFindBuildDuplicates(TsdgBuildState *bs);
 
 /*
  * Called by the core about every 50 ms from this backend's own thread while
@@ -57,7 +55,7 @@ static bool
 TsdgBuildPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 {
 	TsdgBuildState *bs = (TsdgBuildState *) arg;
-	int			progress_phase = phase == TSDG_PHASE_DIVERSIFY ?
+	int			progress_phase = phase == TSDG_PHASE_DIVERSIFY || phase == TSDG_PHASE_LINK ?
 		TSDG_PROGRESS_DIVERSIFY : TSDG_PROGRESS_KNN;
 
 	if (progress_phase != bs->reported_phase || done != bs->reported_done)
@@ -153,8 +151,9 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 		TsdgReportCoreError(status, &error, "index build");
 		return true;
 	}
-	/* k-NN pages of a worker that gave up are written again from the CPU's lists */
+	/* pages of a worker that gave up are written again from the CPU's lists */
 	bs->knn_written = false;
+	bs->list_pages_written = 0;
 
 	/* the pages keep the k-NN ids only, not their distances */
 	status = tsdg_build_graph(NULL, bs->rows, bs->count, bs->dims, bs->metric, &bs->params,
@@ -195,20 +194,8 @@ TsdgFillMeta(TsdgMetaPageData *meta, const TsdgBuildState *bs, const TsdgLayout 
 	meta->graph_version = bs->count > 0 ? 1 : 0;
 }
 
-/* a row page of a build, and the build's progress */
-static void
-TsdgFillBuildRowPage(void *arg, Page page, BlockNumber page_no)
-{
-	const TsdgRowRun *run = arg;
-	int64		per_page = run->arrays->layout->rows_per_page;
-
-	TsdgFillRowRunPage(arg, page, page_no);
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE,
-								 Min((page_no + 1) * per_page, run->arrays->n));
-}
-
 /* the groups of identical rows, unless found */
-static void
+void
 TsdgFindBuildDuplicates(TsdgBuildState *bs)
 {
 	TimestampTz start = GetCurrentTimestamp();
@@ -218,100 +205,6 @@ TsdgFindBuildDuplicates(TsdgBuildState *bs)
 	bs->duplicates = TsdgFindDuplicates(bs->rows, bs->count, bs->dims);
 	bs->duplicates_found = true;
 	bs->duplicates_seconds = SECS(start, GetCurrentTimestamp());
-}
-
-/*
- * The row pages, in the blocks after the metapage (logged as they are
- * written), and the groups of identical rows: the worker's build calls it
- * while it waits (neither needs the graph), the others write the row pages
- * before the region.
- */
-static void
-TsdgWriteBuildRows(void *arg)
-{
-	TsdgBuildState *bs = (TsdgBuildState *) arg;
-	TsdgGraphArrays arrays = {bs->layout, bs->count, bs->tids, bs->rows, NULL, NULL, NULL, 0};
-	TsdgRowRun	rows = {&arrays, 0, 0, (uint32) bs->count};
-	BlockNumber row_pages = bs->meta->row_extents[0].blocks;
-	TimestampTz start = GetCurrentTimestamp();
-	BlockNumber first = TsdgAppendBlocks(bs->index, row_pages);
-
-	Assert(first == bs->meta->row_extents[0].start);
-	TsdgWritePages(bs->index, first, 0, row_pages, TsdgFillRowRunPage, &rows);
-	bs->rows_written = true;
-	bs->rows_seconds = SECS(start, GetCurrentTimestamp());
-	TsdgFindBuildDuplicates(bs);
-}
-
-/*
- * The blocks of the region after the row pages: the list pages, then the
- * k-NN pages at knn_start, which are written first when the worker's lists
- * are ready before its graph.
- */
-static void
-TsdgPlaceBuildRegion(TsdgBuildState *bs, const TsdgGraphArrays *arrays)
-{
-	BlockNumber first PG_USED_FOR_ASSERTS_ONLY;
-
-	if (bs->region_placed)
-		return;
-	first = TsdgAppendBlocks(bs->index, TsdgRegionPages(arrays));
-	Assert(first == bs->meta->list_start);
-	bs->region_placed = true;
-}
-
-/*
- * The segment's knn_ready: the k-NN pages of the worker's final lists,
- * written while it diversifies, links and checks the graph.
- */
-static void
-TsdgWriteBuildKnn(void *arg)
-{
-	TsdgBuildState *bs = (TsdgBuildState *) arg;
-	TsdgGraphArrays arrays = {bs->layout, bs->count, bs->tids, bs->rows, NULL, NULL,
-	bs->knn_ids, bs->params.build_k};
-	TimestampTz start = GetCurrentTimestamp();
-
-	TsdgPlaceBuildRegion(bs, &arrays);
-	TsdgWritePages(bs->index, bs->meta->list_start, TsdgPagesFor(bs->count, bs->layout->lists_per_page),
-				   TsdgRegionPages(&arrays), TsdgFillRegionPage, &arrays);
-	bs->knn_written = true;
-	bs->knn_seconds = SECS(start, GetCurrentTimestamp());
-}
-
-/*
- * The row pages unless written, then the region of the list pages and, when
- * the builder returned them, the k-NN pages unless written (each logged as
- * it is written). Sets knn_start and knn_k in meta.
- */
-static void
-TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout *layout,
-					const uint32 *neighbors, const uint8 *lambdas, bool with_knn)
-{
-	TsdgGraphArrays arrays = {layout, bs->count, bs->tids, bs->rows, neighbors, lambdas,
-	with_knn ? bs->knn_ids : NULL, bs->params.build_k};
-	TsdgRowRun	rows = {&arrays, 0, 0, (uint32) bs->count};
-	BlockNumber row_pages = meta->row_extents[0].blocks;
-	BlockNumber first;
-
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_WRITE);
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, bs->count);
-	if (!bs->rows_written)
-	{
-		first = TsdgAppendBlocks(bs->index, row_pages);
-		Assert(first == meta->row_extents[0].start);
-		TsdgWritePages(bs->index, first, 0, row_pages, TsdgFillBuildRowPage, &rows);
-	}
-	TsdgPlaceBuildRegion(bs, &arrays);
-	TsdgWritePages(bs->index, meta->list_start, 0,
-				   bs->knn_written ? TsdgPagesFor(bs->count, layout->lists_per_page) :
-				   TsdgRegionPages(&arrays),
-				   TsdgFillRegionPage, &arrays);
-	if (with_knn)
-	{
-		meta->knn_k = bs->params.build_k;
-		meta->knn_start = meta->list_start + TsdgPagesFor(bs->count, layout->lists_per_page);
-	}
 }
 
 /* the metapage's navigating set and the stop rule's d_nn1+ statistic */
@@ -416,6 +309,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 			bs.knn_ids = bs.segment.knn_ids;
 			bs.segment.while_building = TsdgWriteBuildRows;
 			bs.segment.knn_ready = TsdgWriteBuildKnn;
+			bs.segment.lists_ready = TsdgWriteBuildLists;
 			bs.segment.hook_arg = &bs;
 		}
 		else
@@ -479,25 +373,32 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 
 	if (bs.count > 0)
 		ereport(LOG,
-				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s%s%s, "
+				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s%s, "
 						"identical rows %.3f s (%lld in %lld groups)%s, entry points and statistics %.3f s, "
-						"%s pages %.3f s, waiting for the worker's entry points %.3f s, metapage %.3f s, "
+						"%s pages %.3f s%s, waiting for the worker's entry points %.3f s, metapage %.3f s, "
 						"search profile %.3f s",
 						RelationGetRelationName(index), (long long) bs.count,
 						SECS(started_at, GetCurrentTimestamp()), SECS(started_at, scanned_at),
 						TsdgHeapScanNote(&bs),
 						SECS(scanned_at, graph_at),
-						bs.rows_written ?
-						psprintf(" (the row pages written meanwhile in %.3f s", bs.rows_seconds) : "",
-						!bs.rows_written ? "" : bs.knn_written ?
-						psprintf(", the k-NN pages meanwhile in %.3f s)", bs.knn_seconds) : ")",
+						!bs.rows_written ? "" :
+						psprintf(" (the row pages written meanwhile in %.3f s%s%s)", bs.rows_seconds,
+								 bs.knn_written ?
+								 psprintf(", the k-NN pages meanwhile in %.3f s", bs.knn_seconds) : "",
+								 bs.list_pages_written > 0 ?
+								 psprintf(", %u list pages meanwhile in %.3f s",
+										  bs.list_pages_written, bs.lists_seconds) : ""),
 						bs.duplicates_seconds,
 						(long long) (bs.duplicates ? bs.duplicates->rows : 0),
 						(long long) (bs.duplicates ? bs.duplicates->groups : 0),
 						bs.rows_written ? " meanwhile" : "",
 						SECS(graph_at, summary_at),
 						bs.knn_written ? "list" : bs.rows_written ? "list and k-NN" : "row, list and k-NN",
-						SECS(summary_at, pages_at), SECS(pages_at, summary_wait_at),
+						SECS(summary_at, pages_at),
+						bs.list_pages_written == 0 ? "" :
+						psprintf(" (%u of %u: changed since or left)", bs.list_pages_after,
+								 TsdgPagesFor(bs.count, layout.lists_per_page)),
+						SECS(pages_at, summary_wait_at),
 						SECS(summary_wait_at, wal_at), SECS(wal_at, GetCurrentTimestamp()))));
 
 	result = palloc(sizeof(IndexBuildResult));

@@ -1,6 +1,7 @@
 /*
- * The state of a tsdg CREATE INDEX, shared by the build (tsdgbuild.c) and
- * its heap scan (tsdgbuildscan.c), which fills the arrays of rows.
+ * The state of a tsdg CREATE INDEX, shared by the build (tsdgbuild.c), its
+ * heap scan (tsdgbuildscan.c), which fills the arrays of rows, and its page
+ * writes (tsdgbuildpages.c).
  */
 #ifndef TSDG_BUILD_H
 #define TSDG_BUILD_H
@@ -13,6 +14,8 @@
 #include "tsdgworkerclient.h"
 
 struct dsm_segment;
+
+#define SECS(from, to)	((double) ((to) - (from)) / 1000000.0)
 
 typedef struct TsdgBuildState
 {
@@ -49,10 +52,17 @@ typedef struct TsdgBuildState
 	bool		rows_written;
 	double		rows_seconds;	/* the row pages, written while the worker builds */
 
-	/* the k-NN pages, once written (while the worker diversifies) */
+	/*
+	 * the region, placed when the worker's k-NN lists or search lists come
+	 * before its answer: the k-NN pages written while it diversifies, the
+	 * first list pages while it checks the graph
+	 */
 	bool		region_placed;	/* the blocks of the list and k-NN pages appended */
 	bool		knn_written;
 	double		knn_seconds;
+	BlockNumber list_pages_written;
+	double		lists_seconds;
+	BlockNumber list_pages_after;	/* written after the answer: changed or left */
 
 	/* the groups of identical rows, found once the rows are all read */
 	bool		duplicates_found;
@@ -73,5 +83,15 @@ typedef struct TsdgBuildState
  * workers; returns the heap tuples the scan saw.
  */
 extern double TsdgScanHeap(TsdgBuildState *bs, IndexInfo *indexInfo);
+
+/* tsdgbuild.c */
+extern void TsdgFindBuildDuplicates(TsdgBuildState *bs);
+
+/* tsdgbuildpages.c */
+extern void TsdgWriteBuildRows(void *arg);
+extern void TsdgWriteBuildKnn(void *arg);
+extern void TsdgWriteBuildLists(void *arg, int64 rows);
+extern void TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout *layout,
+								const uint32 *neighbors, const uint8 *lambdas, bool with_knn);
 
 #endif							/* TSDG_BUILD_H */

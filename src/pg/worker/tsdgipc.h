@@ -220,10 +220,12 @@ typedef struct TsdgLoadArgs
  * The arrays of a bulk segment, as byte offsets from its start (0: absent).
  * Which are used depends on the request kind:
  *   build:  rows, tids (in: the heap scan writes them here), neighbors,
- *           lambdas, knn_ids (out, before the answer), summary (out, after
- *           the answer: see TsdgBuildSummary); arrays sized for capacity rows;
- *           parts, for a build in parts (TsdgBuildArgs.in_parts), where
- *           capacity rows are one part
+ *           lambdas, knn_ids, changed (out, before the answer; changed
+ *           TSDG_CHANGED_LINK where the build's check changed a list after
+ *           lists_ready counted it), summary (out, after the answer: see
+ *           TsdgBuildSummary); arrays sized for capacity rows; parts, for a
+ *           build in parts (TsdgBuildArgs.in_parts), where capacity rows are
+ *           one part and changed is absent
  *   load:   rows, neighbors, lambdas, tids, flags (in)
  *   batch:  queries (in), tids, dists (out, nq * k)
  *   pending rows: rows, tids (in, n)
@@ -308,15 +310,16 @@ typedef struct TsdgBuildSummary
 {
 	pg_atomic_uint32 state;		/* TsdgSummaryState */
 	/*
-	 * merge: 1 once the merged k-NN lists are in the segment, before the
-	 * answer (the worker diversifies meanwhile; the session's latch is set)
+	 * 1 once the k-NN lists (a merge's merged ones) are final in the
+	 * segment, before the answer (the worker diversifies meanwhile; the
+	 * session's latch is set)
 	 */
 	pg_atomic_uint32 knn_ready;
 	/*
-	 * merge: the rows whose search lists are in the segment, in row order,
-	 * before the answer (the worker then links the graph's components and
-	 * marks the lists it changes TSDG_CHANGED_LINK; the session's latch is
-	 * set at each step)
+	 * the rows whose search lists are in the segment, in row order, before
+	 * the answer (the worker then links a merge's components, and checks a
+	 * build's or a merge's graph, marking the lists it changes
+	 * TSDG_CHANGED_LINK; the session's latch is set at each step)
 	 */
 	pg_atomic_uint64 lists_ready;
 	int32		entry_count;

@@ -30,6 +30,8 @@ TsdgBuildLayout(TsdgBulkHeader *header, int64 capacity, int dims, const TsdgBuil
 	header->neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * (Size) capacity);
 	header->lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * (Size) capacity);
 	header->knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) capacity);
+	if (!in_parts)
+		header->changed = TsdgBulkAdd(&offset, sizeof(uint8) * (Size) capacity);
 	header->total_size = offset;
 }
 
@@ -91,6 +93,7 @@ TsdgBuildSegmentMake(TsdgBuildSegment *bseg, int64 capacity, int dims,
 	bseg->neighbors = TsdgBulkArray(base, header.neighbors);
 	bseg->lambdas = TsdgBulkArray(base, header.lambdas);
 	bseg->knn_ids = TsdgBulkArray(base, header.knn_ids);
+	bseg->changed = TsdgBulkArray(base, header.changed);
 	bseg->summary = TsdgBulkArray(base, header.summary);
 	pg_atomic_init_u32(&bseg->summary->state, TSDG_SUMMARY_PENDING);
 	pg_atomic_init_u32(&bseg->summary->knn_ready, 0);
@@ -151,9 +154,9 @@ typedef struct TsdgBuildWait
 /*
  * Takes this build's turns when it is in parts, runs the segment's
  * while_building once (in parts, once every row is sent), then its
- * knn_ready once the worker has put the final k-NN lists in the segment,
- * then forwards the worker's progress to the build's poll, which may cancel
- * it.
+ * knn_ready once the worker has put the final k-NN lists in the segment and
+ * its lists_ready each time more search lists are there, then forwards the
+ * worker's progress to the build's poll, which may cancel it.
  */
 static bool
 TsdgBuildWaitPoll(void *arg, TsdgRequestSlot *slot)
@@ -169,6 +172,17 @@ TsdgBuildWaitPoll(void *arg, TsdgRequestSlot *slot)
 	{
 		pg_read_barrier();
 		TsdgRunHookOnce(&bseg->knn_ready, bseg->hook_arg);
+	}
+	if (bseg->while_building == NULL && bseg->lists_ready != NULL)
+	{
+		int64		ready = (int64) pg_atomic_read_u64(&bseg->summary->lists_ready);
+
+		if (ready > bseg->lists_seen)
+		{
+			pg_read_barrier();
+			bseg->lists_seen = ready;
+			bseg->lists_ready(bseg->hook_arg, ready);
+		}
 	}
 	if (wait->poll != NULL && slot->phase != 0 &&
 		wait->poll(wait->poll_arg, (TsdgBuildPhase) slot->phase, slot->done, slot->total))

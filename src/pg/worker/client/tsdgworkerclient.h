@@ -148,6 +148,7 @@ typedef struct TsdgBuildSegment
 	uint32	   *neighbors;		/* capacity * degree */
 	uint8	   *lambdas;		/* capacity * degree */
 	uint32	   *knn_ids;		/* capacity * build_k */
+	uint8	   *changed;		/* capacity; NULL in parts (tsdg_build_graph_marked) */
 	struct TsdgBuildSummary *summary;
 	pid_t		builder_pid;	/* the worker process that answered the build */
 
@@ -159,13 +160,19 @@ typedef struct TsdgBuildSegment
 	 * Called (when set) while TsdgWorkerBuildGraph waits for the worker:
 	 * while_building once (in parts, once every row is sent), for what needs
 	 * no graph (the row pages); then knn_ready once the worker's k-NN lists
-	 * are final in knn_ids while it diversifies (never in parts, whose lists
-	 * come back with the graph), for the k-NN pages. They may throw; the
-	 * worker is then told to stop.
+	 * are final in knn_ids while it diversifies, for the k-NN pages; then
+	 * lists_ready each time more search lists are in neighbors and lambdas
+	 * (the first rows of them) while the worker checks the graph, for the
+	 * list pages: the lists the check changes afterwards have
+	 * TSDG_CHANGED_LINK in changed once the worker answers. Never in parts,
+	 * whose graph comes back after the build. They may throw; the worker is
+	 * then told to stop.
 	 */
 	void		(*while_building) (void *arg);
 	void		(*knn_ready) (void *arg);
+	void		(*lists_ready) (void *arg, int64 rows);
 	void	   *hook_arg;
+	int64		lists_seen;		/* what lists_ready was last called with */
 } TsdgBuildSegment;
 
 /*

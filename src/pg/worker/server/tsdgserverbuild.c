@@ -40,32 +40,63 @@ TsdgPollBuildRequest(void *arg, TsdgBuildPhase phase, int64_t done, int64_t tota
 }
 
 /*
- * A build's poll: TsdgPollBuildRequest, and the segment's knn_ready once
- * the builder enters TSDG_PHASE_DIVERSIFY, where its k-NN lists are final in
- * the segment (tsdg_capi.h): the session writes their pages while the graph
- * is diversified, linked and checked. summary is NULL for a build in parts,
- * whose lists are the worker's own until they are sent back.
+ * A build's poll: TsdgPollBuildRequest, and what the session's segment
+ * learns meanwhile (tsdg_capi.h): knn_ready once the builder is past
+ * TSDG_PHASE_KNN_GRAPH, its k-NN lists final, and lists_ready once it
+ * reports TSDG_PHASE_LINK, its search lists out before its check; the
+ * session writes their pages while the worker goes on. summary is NULL for a
+ * build in parts, whose lists are the worker's own until they are sent back.
  */
-typedef struct BuildKnnPollState
+typedef struct BuildSegmentPollState
 {
 	BuildPollState build;
 	TsdgBuildSummary *summary;
-} BuildKnnPollState;
+	int64		n;
+} BuildSegmentPollState;
 
 static bool
-BuildKnnPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
+BuildSegmentPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 {
-	BuildKnnPollState *state = (BuildKnnPollState *) arg;
+	BuildSegmentPollState *state = (BuildSegmentPollState *) arg;
 
-	if (phase == TSDG_PHASE_DIVERSIFY && state->summary != NULL &&
-		pg_atomic_read_u32(&state->summary->knn_ready) == 0)
+	if ((phase == TSDG_PHASE_DIVERSIFY || phase == TSDG_PHASE_LINK) && state->summary != NULL)
 	{
+		bool		news = false;
+		uint64		lists = (uint64) Min((int64) done, state->n);
+
 		pg_write_barrier();
-		pg_atomic_write_u32(&state->summary->knn_ready, 1);
-		if (state->build.request->copy.requester_latch != NULL)
+		if (pg_atomic_read_u32(&state->summary->knn_ready) == 0)
+		{
+			pg_atomic_write_u32(&state->summary->knn_ready, 1);
+			news = true;
+		}
+		if (phase == TSDG_PHASE_LINK && lists > pg_atomic_read_u64(&state->summary->lists_ready))
+		{
+			pg_atomic_write_u64(&state->summary->lists_ready, lists);
+			news = true;
+		}
+		if (news && state->build.request->copy.requester_latch != NULL)
 			SetLatch(state->build.request->copy.requester_latch);
 	}
 	return TsdgPollBuildRequest(&state->build, phase, done, total);
+}
+
+/*
+ * The graph of the build's rows into its arrays: with changed (a segment's),
+ * its search lists go out before the build's check (tsdg_build_graph_marked).
+ */
+static TsdgStatus
+BuildGraph(const TsdgBuildArgs *args, const BuildArrays *arrays, uint32 *knn_ids, uint8 *changed,
+		   BuildSegmentPollState *poll, TsdgError *error)
+{
+	if (changed != NULL)
+		return tsdg_build_graph_marked(TsdgDeviceBackend, arrays->rows, args->n, args->dims,
+									   args->metric, &args->params, arrays->neighbors,
+									   arrays->lambdas, knn_ids, NULL, changed, BuildSegmentPoll,
+									   poll, error);
+	return tsdg_build_graph(TsdgDeviceBackend, arrays->rows, args->n, args->dims, args->metric,
+							&args->params, arrays->neighbors, arrays->lambdas, knn_ids, NULL,
+							BuildSegmentPoll, poll, error);
 }
 
 /*
@@ -133,6 +164,7 @@ BuildSizesFit(const TsdgBuildArgs *args, const BulkMapping *map)
 		TsdgBulkHasArray(map, header->neighbors, rows * args->params.degree, sizeof(uint32), false) &&
 		TsdgBulkHasArray(map, header->lambdas, rows * args->params.degree, sizeof(uint8), false) &&
 		TsdgBulkHasArray(map, header->knn_ids, rows * args->params.build_k, sizeof(uint32), false) &&
+		TsdgBulkHasArray(map, header->changed, rows, sizeof(uint8), true) &&
 		TsdgBulkHasArray(map, header->summary, 1, sizeof(TsdgBuildSummary), true) &&
 		TsdgBulkHasArray(map, header->parts, 1, sizeof(TsdgPartTurns), !args->in_parts);
 }
@@ -225,7 +257,8 @@ TsdgServeBuild(TakenRequest *t)
 	TsdgBulkHeader *header;
 	TsdgError	error;
 	TsdgStatus	status;
-	BuildKnnPollState poll = {{t}, NULL};
+	BuildSegmentPollState poll = {{t}, NULL, 0};
+	uint8	   *changed = NULL;
 	TimestampTz start;
 	BuildArrays arrays;
 	TsdgPartStream graph_out;
@@ -273,25 +306,26 @@ TsdgServeBuild(TakenRequest *t)
 					tsdg_backend_name(TsdgDeviceBackend))));
 	start = GetCurrentTimestamp();
 	if (!args->in_parts)
+	{
 		poll.summary = TsdgBulkArray(map.address, header->summary);
-	status = tsdg_build_graph(TsdgDeviceBackend, arrays.rows, args->n, args->dims, args->metric,
-							  &args->params, arrays.neighbors, arrays.lambdas, arrays.knn_ids, NULL,
-							  BuildKnnPoll, &poll, &error);
-	if (status == TSDG_ERR_OUT_OF_MEMORY && TsdgLeastRecentlyUsed() != NULL)
+		changed = TsdgBulkArray(map.address, header->changed);
+	}
+	poll.n = args->n;
+	status = BuildGraph(args, &arrays, arrays.knn_ids, changed, &poll, &error);
+	/* not once the session may be writing out search lists: it would miss the new ones */
+	if (status == TSDG_ERR_OUT_OF_MEMORY && TsdgLeastRecentlyUsed() != NULL &&
+		(poll.summary == NULL || pg_atomic_read_u64(&poll.summary->lists_ready) == 0))
 	{
 		/*
-		 * Lists the session may be writing out are not written again: they
-		 * are a k-NN graph of the same rows, which the next merge reads as it
-		 * would the lists of this attempt.
+		 * Nor are k-NN lists it may be writing out written again: they are a
+		 * k-NN graph of the same rows, which the next merge reads as it would
+		 * the lists of this attempt.
 		 */
 		bool		knn_kept = poll.summary != NULL &&
 			pg_atomic_read_u32(&poll.summary->knn_ready) != 0;
 
 		TsdgEvictAll("device out of memory for a build");
-		status = tsdg_build_graph(TsdgDeviceBackend, arrays.rows, args->n, args->dims, args->metric,
-								  &args->params, arrays.neighbors, arrays.lambdas,
-								  knn_kept ? NULL : arrays.knn_ids, NULL, BuildKnnPoll, &poll,
-								  &error);
+		status = BuildGraph(args, &arrays, knn_kept ? NULL : arrays.knn_ids, changed, &poll, &error);
 	}
 	if (status == TSDG_OK && args->in_parts)
 	{
