@@ -95,7 +95,6 @@ typedef struct TsdgParallelScan
 typedef struct TsdgScanPart
 {
 	TsdgParallelShared *shared;
-	Relation	index;
 	ItemPointerData *tids;
 	float	   *rows;
 	float	   *row;			/* one row, converted before it has a place */
@@ -397,7 +396,6 @@ TsdgScanShare(TsdgParallelShared *shared, Relation heap, Relation index, IndexIn
 
 	MemSet(&part, 0, sizeof(part));
 	part.shared = shared;
-	part.index = index;
 	part.tids = tids;
 	part.rows = rows;
 	part.row = palloc(sizeof(float) * shared->dims);
