@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # CREATE INDEX's heap scan alone and shared with parallel workers: the same
-# table built with max_parallel_maintenance_workers 0 and WORKERS, by turns,
+# table (its parallel_workers storage parameter set to WORKERS, which a tsdg
+# build needs to launch any) built with max_parallel_maintenance_workers 0
+# and WORKERS, by turns,
 # ROUNDS times; for each build the heap scan's and the whole build's seconds
 # from the build's LOG line, the workers it launched, and recall@10 at
 # tsdg.ef_search 64 against the exact answer (so that a faster scan is seen
@@ -75,6 +77,7 @@ print("rows %d, %d dims, hard data (100 subspace clusters, spread 1), L2, WITH (
       % (rows, dims, options, os.environ.get("PARSCAN_DEVICE", "cpu"), os.environ["PARSCAN_WORKER"],
          os.environ.get("PARSCAN_WORKER_BACKEND", "cuda"), os.cpu_count()))
 print()
+psql("ALTER TABLE items SET (parallel_workers = %d);" % workers)
 print("| round | max_parallel_maintenance_workers | workers launched | heap scan s | CREATE INDEX s | recall@10 ef 64 |")
 print("|---|---|---|---|---|---|")
 for r in range(1, rounds + 1):

@@ -5,13 +5,18 @@
  * segment the GPU worker reads when it builds; past it a NOTICE says so and
  * they go on in temporary files (tsdgspill.c), or to the worker in parts.
  *
- * Parallel workers share the scan when the planner gives it any
- * (plan_create_index_workers: max_parallel_maintenance_workers, the table's
- * parallel_workers; PostgreSQL plans workers for btree builds only, so the
- * access method launches them itself). They and the session share the
- * table's blocks (a parallel table scan, as nbtree's builds do) and copy the
- * rows straight into one set of shared arrays: the worker's segment, or for
- * a build on the CPU a segment of their own within maintenance_work_mem.
+ * Parallel workers share the scan of a table whose parallel_workers storage
+ * parameter asks for them, as many as the planner then gives
+ * (plan_create_index_workers: that parameter within
+ * max_parallel_maintenance_workers; PostgreSQL plans workers for btree
+ * builds only, so the access method launches them itself). They are not
+ * planned for other tables: the participants' rows interleave in the shared
+ * arrays, so each participant maps nearly every page of them, which can cost
+ * more than the share of the scan it takes (docs/benchmarks.md). They and
+ * the session share the table's blocks (a parallel table scan, as nbtree's
+ * builds do) and copy the rows straight into one set of shared arrays: the
+ * worker's segment, or for a build on the CPU a segment of their own within
+ * maintenance_work_mem.
  * Each participant takes a row's place with an atomic counter, so that the
  * arrays hold rows 0 .. n - 1 without gaps, in no particular order (the graph
  * is indifferent to it). The shared arrays are sized by the table's row
@@ -636,7 +641,7 @@ TsdgParallelHeapScan(TsdgBuildState *bs, IndexInfo *indexInfo, double *reltuples
 	struct dsm_segment *seg;
 	TsdgParallelScan *ps;
 
-	if (bs->dims == 0)
+	if (bs->dims == 0 || RelationGetParallelWorkers(bs->heap, 0) <= 0)
 		return false;
 	nworkers = plan_create_index_workers(RelationGetRelid(bs->heap), RelationGetRelid(bs->index));
 	if (nworkers == 0)
