@@ -72,6 +72,8 @@ extern Size TsdgBuildSegmentBytes(int64 capacity, int dims, const TsdgBuildParam
 extern bool TsdgBuildSegmentMake(TsdgBuildSegment *bseg, int64 capacity, int dims,
 								 const TsdgBuildParams *params, bool in_parts);
 extern void TsdgRunHookOnce(void (**hook) (void *), void *arg);
+extern void TsdgRunReadyHooks(TsdgBuildSummary *summary, void (**knn_ready) (void *),
+							  void (*lists_ready) (void *, int64), int64 *lists_seen, void *arg);
 extern bool TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, TsdgMetaPageData *meta);
 
 /* tsdgoffloadbuildparts.c */

@@ -140,6 +140,33 @@ TsdgRunHookOnce(void (**hook) (void *), void *arg)
 	fn(arg);
 }
 
+/*
+ * The hooks of a segment the worker fills while it computes: knn_ready once
+ * summary says the k-NN lists are final, lists_ready each time more search
+ * lists are out than *lists_seen (a build's and a merge's segments alike).
+ */
+void
+TsdgRunReadyHooks(TsdgBuildSummary *summary, void (**knn_ready) (void *),
+				  void (*lists_ready) (void *, int64), int64 *lists_seen, void *arg)
+{
+	if (*knn_ready != NULL && pg_atomic_read_u32(&summary->knn_ready) != 0)
+	{
+		pg_read_barrier();
+		TsdgRunHookOnce(knn_ready, arg);
+	}
+	if (lists_ready != NULL)
+	{
+		int64		ready = (int64) pg_atomic_read_u64(&summary->lists_ready);
+
+		if (ready > *lists_seen)
+		{
+			pg_read_barrier();
+			*lists_seen = ready;
+			lists_ready(arg, ready);
+		}
+	}
+}
+
 typedef struct TsdgBuildWait
 {
 	TsdgPollFn	poll;
@@ -167,23 +194,9 @@ TsdgBuildWaitPoll(void *arg, TsdgRequestSlot *slot)
 	if (bseg->parts == NULL || TsdgTakeBuildTurns(bseg, wait->n, wait->dims, wait->params))
 		TsdgRunHookOnce(&bseg->while_building, bseg->hook_arg);
 	/* after the row pages, so that the k-NN pages' blocks follow theirs */
-	if (bseg->while_building == NULL && bseg->knn_ready != NULL &&
-		pg_atomic_read_u32(&bseg->summary->knn_ready) != 0)
-	{
-		pg_read_barrier();
-		TsdgRunHookOnce(&bseg->knn_ready, bseg->hook_arg);
-	}
-	if (bseg->while_building == NULL && bseg->lists_ready != NULL)
-	{
-		int64		ready = (int64) pg_atomic_read_u64(&bseg->summary->lists_ready);
-
-		if (ready > bseg->lists_seen)
-		{
-			pg_read_barrier();
-			bseg->lists_seen = ready;
-			bseg->lists_ready(bseg->hook_arg, ready);
-		}
-	}
+	if (bseg->while_building == NULL)
+		TsdgRunReadyHooks(bseg->summary, &bseg->knn_ready, bseg->lists_ready, &bseg->lists_seen,
+						  bseg->hook_arg);
 	if (wait->poll != NULL && slot->phase != 0 &&
 		wait->poll(wait->poll_arg, (TsdgBuildPhase) slot->phase, slot->done, slot->total))
 		wait->cancelled = true;

@@ -162,22 +162,8 @@ TsdgMergeWaitPoll(void *arg, TsdgRequestSlot *slot)
 	TsdgMergeSegment *mseg = (TsdgMergeSegment *) arg;
 
 	TsdgRunHookOnce(&mseg->while_merging, mseg->hook_arg);
-	if (mseg->knn_ready != NULL && pg_atomic_read_u32(&mseg->summary->knn_ready) != 0)
-	{
-		pg_read_barrier();
-		TsdgRunHookOnce(&mseg->knn_ready, mseg->hook_arg);
-	}
-	if (mseg->lists_ready != NULL)
-	{
-		int64		ready = (int64) pg_atomic_read_u64(&mseg->summary->lists_ready);
-
-		if (ready > mseg->lists_seen)
-		{
-			pg_read_barrier();
-			mseg->lists_seen = ready;
-			mseg->lists_ready(mseg->hook_arg, ready);
-		}
-	}
+	TsdgRunReadyHooks(mseg->summary, &mseg->knn_ready, mseg->lists_ready, &mseg->lists_seen,
+					  mseg->hook_arg);
 	return false;
 }
 

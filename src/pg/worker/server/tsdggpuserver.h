@@ -203,6 +203,8 @@ extern void TsdgFailSearchBatches(const char *why);
 
 /* tsdgserverbuild.c */
 extern bool TsdgPollBuildRequest(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total);
+extern void TsdgPublishReadyLists(TakenRequest *request, TsdgBuildSummary *summary,
+								  TsdgBuildPhase phase, int64 lists);
 extern void TsdgTurnAwaySearches(void);
 extern void TsdgPublishSummary(TakenRequest *t, TsdgBuildSummary *summary, bool ok);
 extern void TsdgServeBuild(TakenRequest *t);

@@ -40,12 +40,10 @@ TsdgPollBuildRequest(void *arg, TsdgBuildPhase phase, int64_t done, int64_t tota
 }
 
 /*
- * A build's poll: TsdgPollBuildRequest, and what the session's segment
- * learns meanwhile (tsdg_capi.h): knn_ready once the builder is past
- * TSDG_PHASE_KNN_GRAPH, its k-NN lists final, and lists_ready once it
- * reports TSDG_PHASE_LINK, its search lists out before its check; the
- * session writes their pages while the worker goes on. summary is NULL for a
- * build in parts, whose lists are the worker's own until they are sent back.
+ * A build's poll: TsdgPollBuildRequest, and TsdgPublishReadyLists, so that
+ * the session writes the pages of the lists out while the worker goes on.
+ * summary is NULL for a build in parts, whose lists are the worker's own
+ * until they are sent back.
  */
 typedef struct BuildSegmentPollState
 {
@@ -59,26 +57,38 @@ BuildSegmentPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 {
 	BuildSegmentPollState *state = (BuildSegmentPollState *) arg;
 
-	if ((phase == TSDG_PHASE_DIVERSIFY || phase == TSDG_PHASE_LINK) && state->summary != NULL)
-	{
-		bool		news = false;
-		uint64		lists = (uint64) Min((int64) done, state->n);
-
-		pg_write_barrier();
-		if (pg_atomic_read_u32(&state->summary->knn_ready) == 0)
-		{
-			pg_atomic_write_u32(&state->summary->knn_ready, 1);
-			news = true;
-		}
-		if (phase == TSDG_PHASE_LINK && lists > pg_atomic_read_u64(&state->summary->lists_ready))
-		{
-			pg_atomic_write_u64(&state->summary->lists_ready, lists);
-			news = true;
-		}
-		if (news && state->build.request->copy.requester_latch != NULL)
-			SetLatch(state->build.request->copy.requester_latch);
-	}
+	if (state->summary != NULL)
+		TsdgPublishReadyLists(state->build.request, state->summary, phase, Min((int64) done, state->n));
 	return TsdgPollBuildRequest(&state->build, phase, done, total);
+}
+
+/*
+ * What a session's segment learns while the worker computes (a build's or a
+ * merge's): knn_ready once the builder is past TSDG_PHASE_KNN_GRAPH, its
+ * k-NN lists final, and at TSDG_PHASE_LINK lists_ready, the first `lists`
+ * search lists out; the session's latch is set when either is new.
+ */
+void
+TsdgPublishReadyLists(TakenRequest *request, TsdgBuildSummary *summary, TsdgBuildPhase phase,
+					  int64 lists)
+{
+	bool		news = false;
+
+	if (phase != TSDG_PHASE_DIVERSIFY && phase != TSDG_PHASE_LINK)
+		return;
+	pg_write_barrier();
+	if (pg_atomic_read_u32(&summary->knn_ready) == 0)
+	{
+		pg_atomic_write_u32(&summary->knn_ready, 1);
+		news = true;
+	}
+	if (phase == TSDG_PHASE_LINK && (uint64) lists > pg_atomic_read_u64(&summary->lists_ready))
+	{
+		pg_atomic_write_u64(&summary->lists_ready, (uint64) lists);
+		news = true;
+	}
+	if (news && request->copy.requester_latch != NULL)
+		SetLatch(request->copy.requester_latch);
 }
 
 /*

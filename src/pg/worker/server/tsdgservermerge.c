@@ -65,28 +65,9 @@ MergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 	MergePollState *state = (MergePollState *) arg;
 	TimestampTz now = GetCurrentTimestamp();
 
-	if ((phase == TSDG_PHASE_DIVERSIFY || phase == TSDG_PHASE_LINK) && state->summary != NULL)
-	{
-		/*
-		 * The merged k-NN lists, then the search lists (done of them, in row
-		 * order), are in the segment: the session writes them meanwhile.
-		 */
-		bool		news = false;
-
-		pg_write_barrier();
-		if (pg_atomic_read_u32(&state->summary->knn_ready) == 0)
-		{
-			pg_atomic_write_u32(&state->summary->knn_ready, 1);
-			news = true;
-		}
-		if (phase == TSDG_PHASE_LINK && done > (int64_t) pg_atomic_read_u64(&state->summary->lists_ready))
-		{
-			pg_atomic_write_u64(&state->summary->lists_ready, (uint64) done);
-			news = true;
-		}
-		if (news && state->build.request->copy.requester_latch != NULL)
-			SetLatch(state->build.request->copy.requester_latch);
-	}
+	/* the merged k-NN lists, then the search lists: the session writes them meanwhile */
+	if (state->summary != NULL)
+		TsdgPublishReadyLists(state->build.request, state->summary, phase, (int64) done);
 	if (phase >= TSDG_PHASE_KNN_GRAPH && phase <= TSDG_PHASE_LINK)
 	{
 		state->seconds[state->last_phase] += (double) (now - state->last_poll) / 1000000.0;
