@@ -22,6 +22,7 @@
 #include "entry_points.h"
 #include "ggm.h"
 #include "host_memory.h"
+#include "phase_trace.h"
 #include "search.h"
 #include "spill_files.h"
 #include "thread_pool.h"
@@ -317,6 +318,19 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
     const tsdg::DiversifyParams diversify = diversify_params(*params);
     run_polled(params->threads, poll, poll_arg,
                [&](const tsdg::RunControl& control, std::atomic<int>&) {
+                 // The output arrays may lie in memory the caller has just
+                 // mapped (the worker's shared segment): a thread maps their
+                 // pages while the graph is computed, so that the copies into
+                 // them later do not stop at every page.
+                 const std::future<void> outputs_mapped = std::async(std::launch::async, [=] {
+                   const size_t entries = static_cast<size_t>(n) * params->build_k;
+                   tsdg::populate_for_writing(knn_ids, knn_ids != nullptr ? entries * sizeof(uint32_t) : 0);
+                   tsdg::populate_for_writing(knn_dists, knn_dists != nullptr ? entries * sizeof(float) : 0);
+                   tsdg::populate_for_writing(neighbors, static_cast<size_t>(n) * params->degree * sizeof(uint32_t));
+                   tsdg::populate_for_writing(lambdas, static_cast<size_t>(n) * params->degree);
+                   tsdg::populate_for_writing(changed, changed != nullptr ? static_cast<size_t>(n) : 0);
+                 });
+                 tsdg::PhaseTrace trace("build");
                  tsdg::TsdgGraph graph;
                  if (wants_exact_graph(data, gnnd)) {
                    const tsdg::KnnGraph knn = exact_graph(b, data, m, gnnd.k, control);
@@ -326,13 +340,17 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                  } else {
                    graph = b.build_tsdg_graph(data, m, gnnd, diversify, knn_ids, knn_dists, control);
                  }
+                 trace.mark("graph");
                  if (changed == nullptr) {
                    tsdg::link_rows_missed_by_narrow_walks(b, data, m, graph, control);
+                   trace.mark("check");
                    copy_graph_out(graph, params->degree, neighbors, lambdas);
+                   trace.mark("graph out");
                    return;
                  }
                  copy_graph_out(graph, params->degree, neighbors, lambdas);
                  graph = tsdg::TsdgGraph{};
+                 trace.mark("graph out");
                  std::fill(changed, changed + n, uint8_t{0});
                  control.set_total(n);
                  control.set_phase(tsdg::Phase::Link);
@@ -341,6 +359,7 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                  tsdg::link_rows_missed_by_narrow_walks(
                      b, data, m, tsdg::GraphSpan{neighbors, lambdas, n, params->degree}, control,
                      tsdg::kBuildCheckRows, [&](uint32_t node) { changed[node] = TSDG_CHANGED_LINK; });
+                 trace.mark("check");
                });
   });
 }

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "entry_points.h"
+#include "phase_trace.h"
 #include "search_internal.h"
 #include "thread_pool.h"
 
@@ -596,14 +597,19 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
   const DistanceFn distance = metric_distance_fn(metric);
   std::vector<uint32_t> linked_rows;
   try {
+    PhaseTrace trace("build check");
     const std::unique_ptr<SearchIndex> index = backend.make_search_index(data, GraphView::of(graph), metric, nullptr);
+    trace.mark("search index");
     for (int pass = 0; pass < kBuildCheckPasses; ++pass) {
       const NarrowWalkMisses misses = narrow_walk_misses(*index, data, checked, control);
+      trace.mark("walks", static_cast<long long>(checked.size()));
       std::vector<uint32_t> dropped;
       const std::vector<uint32_t> changed =
           link_missed_rows(data, distance, graph, misses, control, before_change, linked_rows, dropped);
+      trace.mark("links", static_cast<long long>(misses.rows.size()));
       if (changed.empty() || pass + 1 == kBuildCheckPasses) break;
       index->lists_changed(changed);
+      trace.mark("lists changed", static_cast<long long>(changed.size()));
       // The walks a pass can have changed are those of the rows it missed
       // and of the rows that lost an edge; new edges elsewhere seldom turn
       // a walk that reached its row away.

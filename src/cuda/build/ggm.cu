@@ -16,7 +16,7 @@
 #include "gnnd_workspace.h"
 #include "gpu_algorithms.h"
 #include "knn_lists.cuh"
-#include "phase_trace.h"
+#include "device_phase_trace.h"
 #include "warp_primitives.cuh"
 
 namespace tsdg::cuda {

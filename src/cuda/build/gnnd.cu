@@ -20,7 +20,7 @@
 #include "gpu_algorithms.h"
 #include "knn_lists.cuh"
 #include "pairwise.cuh"
-#include "phase_trace.h"
+#include "device_phase_trace.h"
 #include "warp_primitives.cuh"
 
 namespace tsdg::cuda {

@@ -15,7 +15,7 @@
 #include "host_memory.h"
 #include "knn_lists.cuh"
 #include "long_range.h"
-#include "phase_trace.h"
+#include "device_phase_trace.h"
 
 namespace tsdg::cuda {
 namespace {

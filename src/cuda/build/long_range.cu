@@ -9,7 +9,7 @@
 #include "distance.cuh"
 #include "gpu_algorithms.h"
 #include "long_range.h"
-#include "phase_trace.h"
+#include "device_phase_trace.h"
 #include "random_candidate.h"
 
 namespace tsdg::cuda {

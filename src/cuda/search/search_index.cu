@@ -8,7 +8,7 @@
 
 #include "entry_points.h"
 #include "gpu_algorithms.h"
-#include "phase_trace.h"
+#include "device_phase_trace.h"
 #include "search_kernels.h"
 
 namespace tsdg::cuda {

@@ -1,28 +1,27 @@
-// Optional timing of the phases of a GPU algorithm, printed to stderr when
-// the environment sets TSDG_GPU_TRACE (for profiling runs; off by default, so
-// normal runs add no synchronization).
+// Optional timing of an algorithm's phases, printed to stderr when the
+// environment sets TSDG_GPU_TRACE (for profiling runs of the GPU backend,
+// whose builds and merges also spend time in host steps; off by default).
 #pragma once
-
-#include <cuda_runtime.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
-namespace tsdg::cuda {
+namespace tsdg {
 
 class PhaseTrace {
  public:
   // wanted: false for calls too small or too many to print (single searches).
-  PhaseTrace(const char* algorithm, cudaStream_t stream, bool wanted = true)
-      : algorithm_(algorithm), stream_(stream), enabled_(wanted && std::getenv("TSDG_GPU_TRACE") != nullptr) {
+  explicit PhaseTrace(const char* algorithm, bool wanted = true)
+      : algorithm_(algorithm), enabled_(wanted && std::getenv("TSDG_GPU_TRACE") != nullptr) {
     if (enabled_) start_ = now();
   }
 
-  // Waits for the stream and prints the time since the previous mark.
+  bool enabled() const { return enabled_; }
+
+  // Prints the time since the previous mark.
   void mark(const char* phase, long long detail = -1) {
     if (!enabled_) return;
-    cudaStreamSynchronize(stream_);
     const double t = now();
     if (detail >= 0) {
       std::fprintf(stderr, "[gpu-trace] %s %-28s %8.2f ms  (%lld)\n", algorithm_, phase, (t - start_) * 1e3, detail);
@@ -38,9 +37,8 @@ class PhaseTrace {
   }
 
   const char* algorithm_;
-  cudaStream_t stream_;
   bool enabled_;
   double start_ = 0.0;
 };
 
-}  // namespace tsdg::cuda
+}  // namespace tsdg
