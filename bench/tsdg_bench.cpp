@@ -360,9 +360,11 @@ int run(const BenchOptions& o) {
 
   if (o.one_call_build) {
     start = Clock::now();
-    TsdgGraph built = backend->build_tsdg_graph(data, o.metric, gnnd, o.diversify, nullptr, nullptr, control);
+    std::unique_ptr<DeviceRows> rows_left;
+    TsdgGraph built =
+        backend->build_tsdg_graph(data, o.metric, gnnd, o.diversify, nullptr, nullptr, control, &rows_left);
     if (o.build_check) {
-      link_rows_missed_by_narrow_walks(*backend, data, o.metric, built, control, check_rows);
+      link_rows_missed_by_narrow_walks(*backend, data, o.metric, built, control, check_rows, std::move(rows_left));
     }
     report.emit(Record("one_call_build").add("time_s", seconds_since(start)).add("nodes", built.nodes));
   }

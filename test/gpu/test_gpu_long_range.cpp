@@ -1,6 +1,7 @@
 // The long-range candidates widened on the device (long_range.cu) against the
 // host's with_long_range_candidates on the same k-NN lists: the same ids in
-// each list, in ascending order, with the same distances up to float rounding.
+// each list but where near ties among the pivots rank the other way, in
+// ascending order, with exact distances.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -49,7 +50,8 @@ TEST(GpuLongRange, WidenedListsAsOnTheHost) {
   ctx.stream.synchronize();
 
   // A pivot at nearly the same distance as the 17th may be found in its
-  // place by the other search: such a row's set differs in one entry.
+  // place by the other search, all the more as the device ranks pivots by
+  // TF32 products: such a row's set differs in one entry.
   int64_t same_ids = 0;
   int64_t unsorted = 0;
   int64_t far_distances = 0;
@@ -72,7 +74,7 @@ TEST(GpuLongRange, WidenedListsAsOnTheHost) {
   }
   EXPECT_EQ(unsorted, 0);
   EXPECT_EQ(far_distances, 0);
-  EXPECT_GE(static_cast<double>(same_ids) / data.rows, 0.999);
+  EXPECT_GE(static_cast<double>(same_ids) / data.rows, 0.99);
 }
 
 }  // namespace

@@ -332,17 +332,19 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                  });
                  tsdg::PhaseTrace trace("build");
                  tsdg::TsdgGraph graph;
+                 std::unique_ptr<tsdg::DeviceRows> rows_left;
                  if (wants_exact_graph(data, gnnd)) {
                    const tsdg::KnnGraph knn = exact_graph(b, data, m, gnnd.k, control);
                    copy_knn_out(knn, params->build_k, knn_ids, knn_dists);
                    control.set_phase(tsdg::Phase::Diversify);
                    graph = b.diversify(data, m, knn, diversify, control);
                  } else {
-                   graph = b.build_tsdg_graph(data, m, gnnd, diversify, knn_ids, knn_dists, control);
+                   graph = b.build_tsdg_graph(data, m, gnnd, diversify, knn_ids, knn_dists, control, &rows_left);
                  }
                  trace.mark("graph");
                  if (changed == nullptr) {
-                   tsdg::link_rows_missed_by_narrow_walks(b, data, m, graph, control);
+                   tsdg::link_rows_missed_by_narrow_walks(b, data, m, graph, control, tsdg::kBuildCheckRows,
+                                                          std::move(rows_left));
                    trace.mark("check");
                    copy_graph_out(graph, params->degree, neighbors, lambdas);
                    trace.mark("graph out");
@@ -358,7 +360,8 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                  control.wake_poll();
                  tsdg::link_rows_missed_by_narrow_walks(
                      b, data, m, tsdg::GraphSpan{neighbors, lambdas, n, params->degree}, control,
-                     tsdg::kBuildCheckRows, [&](uint32_t node) { changed[node] = TSDG_CHANGED_LINK; });
+                     tsdg::kBuildCheckRows, [&](uint32_t node) { changed[node] = TSDG_CHANGED_LINK; },
+                     std::move(rows_left));
                  trace.mark("check");
                });
   });

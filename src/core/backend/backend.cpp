@@ -60,7 +60,8 @@ std::unique_ptr<ExactSet> Backend::make_exact_set(int dim, Metric metric) {
 
 TsdgGraph Backend::build_tsdg_graph(MatrixView data, Metric metric, const GnndParams& gnnd,
                                     const DiversifyParams& diversify_params, uint32_t* knn_ids,
-                                    float* knn_dists, const RunControl& control) {
+                                    float* knn_dists, const RunControl& control,
+                                    std::unique_ptr<DeviceRows>* /* rows_left */) {
   control.set_phase(Phase::KnnGraph);
   const KnnGraph knn = build_knn_graph(data, metric, gnnd, control);
   if (knn_ids != nullptr) std::copy(knn.ids.begin(), knn.ids.end(), knn_ids);

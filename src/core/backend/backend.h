@@ -97,6 +97,14 @@ class ExactSet {
   static void check_append(MatrixView rows, int dim, int64_t size);
 };
 
+// Rows a backend keeps where its searches read them (the device's memory),
+// handed from a build to the search index of its check so that they are not
+// copied there a second time.
+class DeviceRows {
+ public:
+  virtual ~DeviceRows() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -144,9 +152,13 @@ class Backend {
   // which runs). The k-NN lists go to knn_ids / knn_dists (rows * gnnd.k,
   // each nullable). By default the two calls above; the GPU keeps the rows
   // and the lists on the device between them.
+  // rows_left, where not null, receives the rows as the backend's
+  // searches read them, for the search index of the build's check
+  // (make_search_index_over); the CPU leaves it empty.
   virtual TsdgGraph build_tsdg_graph(MatrixView data, Metric metric, const GnndParams& gnnd,
                                      const DiversifyParams& diversify, uint32_t* knn_ids,
-                                     float* knn_dists, const RunControl& control);
+                                     float* knn_dists, const RunControl& control,
+                                     std::unique_ptr<DeviceRows>* rows_left = nullptr);
 
   // Page-locks host memory that batches of queries are read from again and
   // again (the worker's batch area), so that copies out of it run at DMA
@@ -166,6 +178,13 @@ class Backend {
   virtual std::unique_ptr<SearchIndex> make_search_index(MatrixView data, GraphView graph,
                                                          Metric metric,
                                                          const SearchIndex* same_rows) = 0;
+  // The same, over rows a build left (rows_left above), which the index
+  // takes over where they are data's rows; otherwise they are dropped.
+  virtual std::unique_ptr<SearchIndex> make_search_index_over(MatrixView data, GraphView graph, Metric metric,
+                                                              std::unique_ptr<DeviceRows> rows) {
+    rows.reset();
+    return make_search_index(data, graph, metric, nullptr);
+  }
   std::unique_ptr<SearchIndex> make_search_index(MatrixView data, const TsdgGraph& graph,
                                                  Metric metric) {
     return make_search_index(data, GraphView::of(graph), metric, nullptr);

@@ -236,13 +236,17 @@ constexpr int64_t kBuildCheckRows = 1000000;
 // product, and none past the pass at which the device had no room for the
 // index. max_rows: kBuildCheckRows, or another bound in a test.
 // before_change sees each node before its list changes (a merge marks the
-// lists it has to write again).
+// lists it has to write again). rows: what the build left of data on the
+// backend's device, if anything, for the index to take over.
 int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, GraphSpan graph,
                                          const RunControl& control, int64_t max_rows = kBuildCheckRows,
-                                         const BeforeListChange& before_change = {});
+                                         const BeforeListChange& before_change = {},
+                                         std::unique_ptr<DeviceRows> rows = nullptr);
 inline int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, TsdgGraph& graph,
-                                                const RunControl& control, int64_t max_rows = kBuildCheckRows) {
-  return link_rows_missed_by_narrow_walks(backend, data, metric, GraphSpan::of(graph), control, max_rows);
+                                                const RunControl& control, int64_t max_rows = kBuildCheckRows,
+                                                std::unique_ptr<DeviceRows> rows = nullptr) {
+  return link_rows_missed_by_narrow_walks(backend, data, metric, GraphSpan::of(graph), control, max_rows, {},
+                                          std::move(rows));
 }
 
 // The bounded best-first candidate list: the ef best (distance, id) pairs seen,

@@ -582,7 +582,8 @@ std::vector<uint32_t> link_missed_rows(MatrixView data, DistanceFn distance, Gra
 
 int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, GraphSpan graph,
                                          const RunControl& control, int64_t max_rows,
-                                         const BeforeListChange& before_change) {
+                                         const BeforeListChange& before_change,
+                                         std::unique_ptr<DeviceRows> rows) {
   if (data.rows != graph.nodes) {
     throw Error(Status::InvalidArgument, "build check: row count and node count differ");
   }
@@ -598,7 +599,8 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
   std::vector<uint32_t> linked_rows;
   try {
     PhaseTrace trace("build check");
-    const std::unique_ptr<SearchIndex> index = backend.make_search_index(data, GraphView::of(graph), metric, nullptr);
+    const std::unique_ptr<SearchIndex> index =
+        backend.make_search_index_over(data, GraphView::of(graph), metric, std::move(rows));
     trace.mark("search index");
     for (int pass = 0; pass < kBuildCheckPasses; ++pass) {
       const NarrowWalkMisses misses = narrow_walk_misses(*index, data, checked, control);

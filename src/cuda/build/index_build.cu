@@ -31,7 +31,7 @@ bool build_fits_on_device(MatrixView data, const GnndParams& gnnd, const Diversi
 
 TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& gnnd,
                            const DiversifyParams& diversify_params, uint32_t* knn_ids, float* knn_dists,
-                           const RunControl& control) {
+                           const RunControl& control, DeviceBuffer<float>* rows_left) {
   const int samples = checked_sample_count(gnnd);
   cudaStream_t stream = ctx.stream.get();
   PhaseTrace trace("build", stream);
@@ -53,13 +53,15 @@ TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, c
   ws.new_samples.release();
   ws.old_samples.release();
   control.set_phase(Phase::Diversify);
-  if (!has_long_range_candidates(diversify_params)) {
-    return diversify_resident(ctx, data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), gnnd.k,
-                              diversify_params, control);
-  }
-  return diversify_resident_with_long_range(ctx, data, rows.values.data(), metric,
-                                            DeviceKnnLists{std::move(ws.ids), std::move(ws.dists), gnnd.k},
-                                            diversify_params, control);
+  TsdgGraph graph =
+      has_long_range_candidates(diversify_params)
+          ? diversify_resident_with_long_range(ctx, data, rows.values.data(), metric,
+                                               DeviceKnnLists{std::move(ws.ids), std::move(ws.dists), gnnd.k},
+                                               diversify_params, control)
+          : diversify_resident(ctx, data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), gnnd.k,
+                               diversify_params, control);
+  if (rows_left != nullptr) *rows_left = std::move(rows.values);
+  return graph;
 }
 
 }  // namespace tsdg::cuda

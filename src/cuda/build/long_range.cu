@@ -25,7 +25,6 @@ struct WidenInput {
   int knn_kept;               // entries of each k-NN list that stay
   const uint32_t* pivots;     // pivot index -> row id
   const uint32_t* near_ids;   // nodes * asked pivot indexes, ascending
-  const float* near_dists;
   int asked;
   int random;
   uint64_t random_seed;
@@ -80,7 +79,8 @@ __global__ void widen_lists_kernel(WidenInput in, int width, uint32_t* out_ids, 
     if (p == kInvalidId) continue;
     const uint32_t id = in.pivots[p];
     if (id == u || listed(id)) continue;
-    append(id, in.near_dists[u * in.asked + j]);
+    // exact, as the other candidates': the pivots were ranked by TF32 products
+    append(id, warp_distance<M>(in.rows + u * in.dim, in.rows + static_cast<int64_t>(id) * in.dim, in.dim));
   }
   for (int j = 0; j < in.random; ++j) {
     const uint32_t id = random_candidate(in.random_seed, u, j, in.nodes);
@@ -131,6 +131,10 @@ DeviceKnnLists with_long_range_candidates_on_device(DeviceContext& ctx, const fl
     gather_rows(device_rows, dim, pivots.data(), pivot_count, pivot_rows_on_device.data(), stream);
     if (metric == Metric::L2) compute_squared_norms(pivot_rows_on_device.data(), pivot_count, dim, pivot_norms.data(), stream);
     ExactKnnScratch scratch;
+    // Which pivots are nearest only picks candidates: a near tie ranked the
+    // other way by TF32 products changes little, and their products run
+    // several times faster on tensor cores.
+    const Tf32Products tf32(ctx.blas);
     exact_knn_on_device(ctx, ResidentRows{pivot_rows_on_device.data(), pivot_norms.data()}, pivot_count, dim,
                         device_rows, nodes, metric, asked, near_ids.data(), near_dists.data(), scratch);
     ctx.stream.synchronize();
@@ -142,9 +146,8 @@ DeviceKnnLists with_long_range_candidates_on_device(DeviceContext& ctx, const fl
   out.k = width;
   out.ids.allocate(static_cast<size_t>(nodes) * width);
   out.dists.allocate(static_cast<size_t>(nodes) * width);
-  const WidenInput in{knn_ids,     knn_dists, knn_k,  width - asked - random, pivots.data(), near_ids.data(),
-                      near_dists.data(), asked, random, params.random_seed,     device_rows,   nodes,
-                      dim};
+  const WidenInput in{knn_ids, knn_dists, knn_k,  width - asked - random, pivots.data(), near_ids.data(),
+                      asked,   random,    params.random_seed, device_rows,            nodes,         dim};
   const auto blocks = static_cast<unsigned>((nodes + kWarpsPerBlock - 1) / kWarpsPerBlock);
   dispatch_metric(metric, [&](auto tag) {
     constexpr Metric M = decltype(tag)::value;

@@ -17,6 +17,13 @@
 namespace tsdg::cuda {
 namespace {
 
+// A build's rows on the device, and which host rows they copy.
+struct BuildRows final : DeviceRows {
+  DeviceBuffer<float> values;
+  int device = 0;
+  MatrixView of;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -82,13 +89,22 @@ class CudaBackend final : public Backend {
 
   TsdgGraph build_tsdg_graph(MatrixView data, Metric metric, const GnndParams& gnnd,
                              const DiversifyParams& diversify_params, uint32_t* knn_ids, float* knn_dists,
-                             const RunControl& control) override {
+                             const RunControl& control, std::unique_ptr<DeviceRows>* rows_left = nullptr) override {
     activate();  // the memory the fit is judged by is the current device's
     if (!cuda::build_fits_on_device(data, gnnd, diversify_params)) {
       return Backend::build_tsdg_graph(data, metric, gnnd, diversify_params, knn_ids, knn_dists, control);
     }
     std::lock_guard<std::mutex> guard(mutex_);
-    return cuda::build_tsdg_graph(*ctx_, data, metric, gnnd, diversify_params, knn_ids, knn_dists, control);
+    if (rows_left == nullptr) {
+      return cuda::build_tsdg_graph(*ctx_, data, metric, gnnd, diversify_params, knn_ids, knn_dists, control, nullptr);
+    }
+    auto left = std::make_unique<BuildRows>();
+    TsdgGraph graph =
+        cuda::build_tsdg_graph(*ctx_, data, metric, gnnd, diversify_params, knn_ids, knn_dists, control, &left->values);
+    left->device = device_;
+    left->of = data;
+    *rows_left = std::move(left);
+    return graph;
   }
 
   void pin_host_memory(void* address, size_t bytes) override {
@@ -99,6 +115,18 @@ class CudaBackend final : public Backend {
   void unpin_host_memory(void* address) override {
     activate();
     TSDG_CUDA_CHECK(cudaHostUnregister(address));
+  }
+
+  std::unique_ptr<SearchIndex> make_search_index_over(MatrixView data, GraphView graph, Metric metric,
+                                                      std::unique_ptr<DeviceRows> rows) override {
+    auto* left = dynamic_cast<BuildRows*>(rows.get());
+    if (left == nullptr || left->device != device_ || left->of.data != data.data || left->of.rows != data.rows ||
+        left->of.dim != data.dim) {
+      rows.reset();
+      return make_search_index(data, graph, metric, nullptr);
+    }
+    activate();
+    return std::make_unique<CudaSearchIndex>(device_, data, graph, metric, nullptr, 0, std::move(left->values));
   }
 
   using Backend::make_search_index;

@@ -41,6 +41,11 @@ BlasHandle::BlasHandle(cudaStream_t stream) {
     throw;
   }
 }
+Tf32Products::Tf32Products(const BlasHandle& blas) : handle_(blas.get()) {
+  TSDG_CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_TF32_TENSOR_OP_MATH));
+}
+Tf32Products::~Tf32Products() { cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH); }
+
 BlasHandle::~BlasHandle() {
   if (handle_ != nullptr) cublasDestroy(handle_);
 }

@@ -127,6 +127,20 @@ class BlasHandle {
   cublasHandle_t handle_ = nullptr;
 };
 
+// While it lives, the handle's products may round their inputs to TF32 on
+// tensor cores (for products that only rank candidates whose distances are
+// computed again exactly); exact products again after.
+class Tf32Products {
+ public:
+  explicit Tf32Products(const BlasHandle& blas);
+  ~Tf32Products();
+  Tf32Products(const Tf32Products&) = delete;
+  Tf32Products& operator=(const Tf32Products&) = delete;
+
+ private:
+  cublasHandle_t handle_;
+};
+
 // What every algorithm runs with: the device, its stream and cuBLAS handle.
 struct DeviceContext {
   int device = 0;

@@ -141,11 +141,12 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
 
 // index_build.cu: GNND then both TSDG stages with the rows and the k-NN lists
 // kept on the device between them; the k-NN lists go to knn_ids / knn_dists
-// (nodes * gnnd.k, each nullable). Only for sets build_fits_on_device accepts:
-// the others take the two steps apart (GNND by shards when needed).
+// (nodes * gnnd.k, each nullable), and the device's rows to rows_left where
+// it is not null. Only for sets build_fits_on_device accepts: the others take
+// the two steps apart (GNND by shards when needed).
 bool build_fits_on_device(MatrixView data, const GnndParams& gnnd, const DiversifyParams& diversify);
 TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& gnnd,
                            const DiversifyParams& diversify, uint32_t* knn_ids, float* knn_dists,
-                           const RunControl& control);
+                           const RunControl& control, DeviceBuffer<float>* rows_left);
 
 }  // namespace tsdg::cuda

@@ -90,6 +90,16 @@ __global__ void payload_gather_kernel(const uint32_t* ids, const float* dists, i
   }
 }
 
+// One thread per entry of the changed lists: each list to its node's place.
+__global__ void scatter_lists_kernel(const uint32_t* nodes, const uint32_t* ids, const uint8_t* lambdas,
+                                     int64_t entries, int degree, uint32_t* neighbors_out, uint8_t* lambdas_out) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= entries) return;
+  const int64_t at = static_cast<int64_t>(nodes[e / degree]) * degree + e % degree;
+  neighbors_out[at] = ids[e];
+  lambdas_out[at] = lambdas[e];
+}
+
 void map_results_to_payload(const uint32_t* ids, const float* dists, int64_t rows, int k, int k_out,
                             const PayloadMap& map, unsigned char* out_values, float* out_dists,
                             cudaStream_t stream) {
@@ -102,20 +112,23 @@ void map_results_to_payload(const uint32_t* ids, const float* dists, int64_t row
 }  // namespace
 
 CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, Metric metric,
-                                 const float* resident, int64_t resident_rows)
+                                 const float* resident, int64_t resident_rows, DeviceBuffer<float> rows)
     : device_(device), host_data_(data), host_graph_(graph), metric_(metric), nodes_(graph.nodes), dim_(data.dim), degree_(graph.degree) {
   if (graph.nodes != data.rows) throw Error(Status::InvalidArgument, "graph and data sizes differ");
   if (graph.nodes == 0 || graph.degree < 1) throw Error(Status::InvalidArgument, "empty graph");
   require_device_metric(metric);
   TSDG_CUDA_CHECK(cudaSetDevice(device));
   TSDG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
-  const size_t bytes = static_cast<size_t>(nodes_) * (static_cast<size_t>(dim_) * 4 + degree_ * 5) +
+  const bool rows_given = rows.size() == static_cast<size_t>(nodes_) * dim_;
+  const size_t bytes = static_cast<size_t>(nodes_) * ((rows_given ? 0 : static_cast<size_t>(dim_) * 4) + degree_ * 5) +
                        HalfRowsCopy::bytes_for(nodes_, dim_);
   require_device_memory(bytes, "the GPU search index");
   ctx_ = std::make_unique<DeviceContext>(device);
   cudaStream_t stream = ctx_->stream.get();
   PhaseTrace trace("index upload", stream);
-  if (resident != nullptr) {
+  if (rows_given) {
+    data_ = std::move(rows);
+  } else if (resident != nullptr) {
     data_ = std::move(DeviceMatrix::upload_after(data, resident, resident_rows, stream).values);
   } else {
     data_.allocate(static_cast<size_t>(nodes_) * dim_);
@@ -157,16 +170,32 @@ void CudaSearchIndex::lists_changed(const std::vector<uint32_t>& nodes) {
   for (uint32_t node : nodes) {
     if (node >= nodes_) throw Error(Status::InvalidArgument, "changed list of a node past the last");
   }
+  if (nodes.empty()) return;
+  // The lists go up in one copy and a kernel puts each in place: a copy of
+  // each list from pageable memory would wait for the device every time.
+  const size_t entries = nodes.size() * degree_;
+  std::vector<uint32_t> ids(entries);
+  std::vector<uint8_t> lambdas(entries);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    std::copy_n(host_graph_.list(nodes[i]), degree_, ids.begin() + i * degree_);
+    std::copy_n(host_graph_.list_lambdas(nodes[i]), degree_, lambdas.begin() + i * degree_);
+  }
   std::lock_guard<std::mutex> guard(mutex_);
   TSDG_CUDA_CHECK(cudaSetDevice(device_));
   cudaStream_t stream = ctx_->stream.get();
-  for (uint32_t node : nodes) {
-    const size_t at = static_cast<size_t>(node) * degree_;
-    copy_to_device(neighbors_.data() + at, host_graph_.list(node), degree_, stream);
-    copy_to_device(lambdas_.data() + at, host_graph_.list_lambdas(node), degree_, stream);
-  }
+  DeviceBuffer<uint32_t> changed_nodes(nodes.size());
+  DeviceBuffer<uint32_t> changed_ids(entries);
+  DeviceBuffer<uint8_t> changed_lambdas(entries);
+  copy_to_device(changed_nodes.data(), nodes.data(), nodes.size(), stream);
+  copy_to_device(changed_ids.data(), ids.data(), entries, stream);
+  copy_to_device(changed_lambdas.data(), lambdas.data(), entries, stream);
+  constexpr int kThreads = 256;
+  scatter_lists_kernel<<<static_cast<unsigned>((entries + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      changed_nodes.data(), changed_ids.data(), changed_lambdas.data(), static_cast<int64_t>(entries), degree_,
+      neighbors_.data(), lambdas_.data());
+  check_launch("scatter_lists_kernel");
   ctx_->stream.synchronize();
-  if (!nodes.empty()) entries_for_count_ = -1;
+  entries_for_count_ = -1;
 }
 
 // On the device rather than the host: a merge waits for the upload, and a

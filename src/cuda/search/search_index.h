@@ -20,9 +20,10 @@ class CudaSearchIndex final : public SearchIndex {
  public:
   // data and graph must outlive it: the entry points are picked on the host.
   // The first resident_rows rows are copied from resident (rows of this
-  // device) instead of uploaded.
+  // device) instead of uploaded; rows, where it holds all of data's rows on
+  // this device, is taken over instead.
   CudaSearchIndex(int device, MatrixView data, GraphView graph, Metric metric,
-                  const float* resident = nullptr, int64_t resident_rows = 0);
+                  const float* resident = nullptr, int64_t resident_rows = 0, DeviceBuffer<float> rows = {});
 
   void search(MatrixView queries, const SearchParams& params, uint32_t* ids, float* dists,
               const RunControl& control) override;
