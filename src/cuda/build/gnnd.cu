@@ -6,7 +6,8 @@
 //                       merge): NEW-NEW distances with
 //                       the triangular thread mapping, NEW-OLD 2 x 2 entries a
 //                       thread (in a merge only the pairs across the split),
-//                       both in shared memory over tiles of 32 dimensions; then
+//                       both in shared memory over tiles of 32 dimensions,
+//                       the next tile's rows gathered while one is scored; then
 //                       a warp-shuffle arg-min per sample and one insertion of
 //                       that nearest pair into the segmented lists
 // until the number of successful insertions falls under the update rate.
@@ -224,6 +225,57 @@ struct CrossMatchShared {
   unsigned int updates;
 };
 
+// One thread's share of a tile of kDimTile dimensions of a block's NEW and
+// OLD rows, four values at a time, held in registers between the gather
+// from the rows and the store into shared memory.
+template <int kCapacity, int kCrossThreads>
+struct RowTileStage {
+  static constexpr int kQuads = kDimTile / 4;
+  static constexpr int kPerThread = (2 * kCapacity * kQuads + kCrossThreads - 1) / kCrossThreads;
+  float4 values[kPerThread];
+
+  __device__ void gather(const uint32_t* new_ids, const uint32_t* old_ids, int new_count, int old_count,
+                         const float* data, int dim, int d0) {
+    const bool whole_quads = dim % 4 == 0;  // then every quad is 16-byte aligned
+#pragma unroll
+    for (int s = 0; s < kPerThread; ++s) {
+      const int idx = static_cast<int>(threadIdx.x) + s * kCrossThreads;
+      const int r = idx / kQuads;
+      const int c = d0 + (idx % kQuads) * 4;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < new_count + old_count && c < dim) {
+        const uint32_t id = r < new_count ? new_ids[r] : old_ids[r - new_count];
+        const float* row = data + static_cast<int64_t>(id) * dim;
+        if (whole_quads) {
+          v = __ldg(reinterpret_cast<const float4*>(row + c));
+        } else {
+          v.x = __ldg(row + c);
+          v.y = c + 1 < dim ? __ldg(row + c + 1) : 0.0f;
+          v.z = c + 2 < dim ? __ldg(row + c + 2) : 0.0f;
+          v.w = c + 3 < dim ? __ldg(row + c + 3) : 0.0f;
+        }
+      }
+      values[s] = v;
+    }
+  }
+
+  __device__ void store(float (*new_rows)[kDimTile + 1], float (*old_rows)[kDimTile + 1], int new_count,
+                        int old_count) const {
+#pragma unroll
+    for (int s = 0; s < kPerThread; ++s) {
+      const int idx = static_cast<int>(threadIdx.x) + s * kCrossThreads;
+      const int r = idx / kQuads;
+      if (r >= new_count + old_count) continue;
+      float* out = r < new_count ? new_rows[r] : old_rows[r - new_count];
+      const int c = (idx % kQuads) * 4;
+      out[c] = values[s].x;
+      out[c + 1] = values[s].y;
+      out[c + 2] = values[s].z;
+      out[c + 3] = values[s].w;
+    }
+  }
+};
+
 // In a merge (split >= 0) only pairs across split are matched. When every
 // NEW sample lies on one side, as GGM's lists make them (a list only gains
 // nodes of the other side, flagged NEW, and starts with its own side's
@@ -267,8 +319,17 @@ __device__ bool keep_only_pairs_across(CrossMatchShared<kCapacity>& shared, int 
 // selective update of the lists of those samples. Partial distances are
 // accumulated in shared memory, one slot per thread, so that few registers
 // are live and several blocks share an SM.
+// The blocks an SM is to hold, which bounds the registers a thread may
+// take: a block of kMaxSamplesPerList samples needs about 44 KB of shared
+// memory, so no more than five of them share an SM whatever their registers.
+template <int kCapacity, int kCrossThreads>
+constexpr int cross_match_min_blocks() {
+  if (kCrossThreads == kBuildCrossThreads) return 4;
+  return kCapacity == kMaxSamplesPerList ? 5 : 8;
+}
+
 template <Metric M, int kCapacity, int kCrossThreads>
-__global__ void __launch_bounds__(kCrossThreads, kCrossThreads == kBuildCrossThreads ? 4 : 8)
+__global__ void __launch_bounds__(kCrossThreads, (cross_match_min_blocks<kCapacity, kCrossThreads>()))
     cross_match_kernel(KnnListsView lists, int64_t nodes, const float* data, int dim, int samples,
                        const uint32_t* new_samples, const uint32_t* old_samples,
                        const int* total_new, const int* total_old, int64_t split,
@@ -297,20 +358,16 @@ __global__ void __launch_bounds__(kCrossThreads, kCrossThreads == kBuildCrossThr
 
   const int new_half = (new_count + 1) / 2;
   const int old_half = (old_count + 1) / 2;
+  // The kernel waits on its rows' gathers: each thread reads its share of
+  // the next tile into registers while the block scores this one.
+  RowTileStage<kCapacity, kCrossThreads> stage;
+  stage.gather(shared.new_ids, shared.old_ids, new_count, old_count, data, dim, 0);
   for (int d0 = 0; d0 < dim; d0 += kDimTile) {
-    for (int idx = tid; idx < (new_count + old_count) * kDimTile; idx += kCrossThreads) {
-      const int r = idx / kDimTile;
-      const int c = idx % kDimTile;
-      const bool is_new = r < new_count;
-      const uint32_t id = is_new ? shared.new_ids[r] : shared.old_ids[r - new_count];
-      const float value = d0 + c < dim ? __ldg(data + static_cast<int64_t>(id) * dim + d0 + c) : 0.0f;
-      if (is_new) {
-        shared.new_rows[r][c] = value;
-      } else {
-        shared.old_rows[r - new_count][c] = value;
-      }
-    }
+    stage.store(shared.new_rows, shared.old_rows, new_count, old_count);
     __syncthreads();
+    if (d0 + kDimTile < dim) {
+      stage.gather(shared.new_ids, shared.old_ids, new_count, old_count, data, dim, d0 + kDimTile);
+    }
     // NEW-NEW: thread t takes pair t by the triangular mapping.
     for (int t = tid; t < pair_count; t += kCrossThreads) {
       int u;
