@@ -322,14 +322,14 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                  // mapped (the worker's shared segment): a thread maps their
                  // pages while the graph is computed, so that the copies into
                  // them later do not stop at every page.
-                 const std::future<void> outputs_mapped = std::async(std::launch::async, [=] {
-                   const size_t entries = static_cast<size_t>(n) * params->build_k;
-                   tsdg::populate_for_writing(knn_ids, knn_ids != nullptr ? entries * sizeof(uint32_t) : 0);
-                   tsdg::populate_for_writing(knn_dists, knn_dists != nullptr ? entries * sizeof(float) : 0);
-                   tsdg::populate_for_writing(neighbors, static_cast<size_t>(n) * params->degree * sizeof(uint32_t));
-                   tsdg::populate_for_writing(lambdas, static_cast<size_t>(n) * params->degree);
-                   tsdg::populate_for_writing(changed, changed != nullptr ? static_cast<size_t>(n) : 0);
-                 });
+                 const size_t entries = static_cast<size_t>(n) * params->build_k;
+                 const size_t edges = static_cast<size_t>(n) * params->degree;
+                 const tsdg::BackgroundPopulate outputs_mapped(
+                     {{knn_ids, knn_ids != nullptr ? entries * sizeof(uint32_t) : 0},
+                      {knn_dists, knn_dists != nullptr ? entries * sizeof(float) : 0},
+                      {neighbors, edges * sizeof(uint32_t)},
+                      {lambdas, edges},
+                      {changed, changed != nullptr ? static_cast<size_t>(n) : 0}});
                  tsdg::PhaseTrace trace("build");
                  tsdg::TsdgGraph graph;
                  std::unique_ptr<tsdg::DeviceRows> rows_left;

@@ -1,4 +1,4 @@
-// Large host arrays that a merge fills for the first time: shared memory
+// Large host arrays that a build or merge fills for the first time: shared memory
 // segments of several GiB whose pages the kernel maps on first touch, 4 KiB
 // at a time, which costs more than the copy into them. So the pages are
 // mapped ahead in one call per range, off the thread that waits for the GPU,
