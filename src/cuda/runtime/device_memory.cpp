@@ -4,39 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "host_memory.h"
-
 namespace tsdg::cuda {
-namespace {
-
-// Copies below this go through the driver's staging; above it the two
-// buffers' pinning costs less than the time their parallel copies save.
-constexpr size_t kStagedCopyMin = size_t{256} << 20;
-constexpr size_t kStagedCopyPart = size_t{64} << 20;
-constexpr int kStagedCopyThreads = 8;
-
-// The point in a stream past which the device no longer reads a staging
-// buffer.
-class StagingEvent {
- public:
-  StagingEvent() { TSDG_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
-  ~StagingEvent() { cudaEventDestroy(event_); }
-  StagingEvent(const StagingEvent&) = delete;
-  StagingEvent& operator=(const StagingEvent&) = delete;
-  void record(cudaStream_t stream) {
-    TSDG_CUDA_CHECK(cudaEventRecord(event_, stream));
-    recorded_ = true;
-  }
-  void wait() const {
-    if (recorded_) TSDG_CUDA_CHECK(cudaEventSynchronize(event_));
-  }
-
- private:
-  cudaEvent_t event_ = nullptr;
-  bool recorded_ = false;
-};
-
-}  // namespace
 
 void check_cuda(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
@@ -120,31 +88,12 @@ void require_device_memory(size_t bytes, const char* what) {
   }
 }
 
-void copy_pageable_to_device(void* device, const void* host, size_t bytes, cudaStream_t stream) {
-  if (bytes < kStagedCopyMin) {
-    if (bytes > 0) TSDG_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream));
-    return;
-  }
-  PinnedBuffer<char> staging[2] = {PinnedBuffer<char>(kStagedCopyPart), PinnedBuffer<char>(kStagedCopyPart)};
-  StagingEvent read[2];
-  for (size_t first = 0, part = 0; first < bytes; first += kStagedCopyPart, ++part) {
-    const size_t count = std::min(kStagedCopyPart, bytes - first);
-    PinnedBuffer<char>& buffer = staging[part % 2];
-    read[part % 2].wait();  // the device is done with this buffer's last part
-    parallel_copy(buffer.data(), static_cast<const char*>(host) + first, count, kStagedCopyThreads, false);
-    TSDG_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(device) + first, buffer.data(), count,
-                                    cudaMemcpyHostToDevice, stream));
-    read[part % 2].record(stream);
-  }
-  TSDG_CUDA_CHECK(cudaStreamSynchronize(stream));
-}
-
 DeviceMatrix DeviceMatrix::upload(MatrixView view, cudaStream_t stream) {
   DeviceMatrix matrix;
   matrix.rows = view.rows;
   matrix.dim = view.dim;
   matrix.values.allocate(static_cast<size_t>(view.rows) * view.dim);
-  copy_pageable_to_device(matrix.values.data(), view.data, matrix.values.bytes(), stream);
+  copy_to_device(matrix.values.data(), view.data, matrix.values.size(), stream);
   return matrix;
 }
 
@@ -157,8 +106,8 @@ DeviceMatrix DeviceMatrix::upload_after(MatrixView view, const float* device_row
   const size_t resident_values = static_cast<size_t>(resident) * view.dim;
   TSDG_CUDA_CHECK(cudaMemcpyAsync(matrix.values.data(), device_rows, resident_values * sizeof(float),
                                   cudaMemcpyDeviceToDevice, stream));
-  copy_pageable_to_device(matrix.values.data() + resident_values, view.data + resident_values,
-                          (matrix.values.size() - resident_values) * sizeof(float), stream);
+  copy_to_device(matrix.values.data() + resident_values, view.data + resident_values,
+                 matrix.values.size() - resident_values, stream);
   return matrix;
 }
 

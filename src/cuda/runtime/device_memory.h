@@ -151,14 +151,6 @@ struct DeviceContext {
   explicit DeviceContext(int device_ordinal);
 };
 
-// A large copy of pageable host memory (a shared memory segment's rows) to
-// the device, in parts through two page-locked buffers: each part is copied
-// into one by several threads while the device reads the other. The
-// driver's own staging of pageable memory copies on one thread. A copy that
-// large is complete when it returns; a smaller one is the driver's, queued
-// on stream.
-void copy_pageable_to_device(void* device, const void* host, size_t bytes, cudaStream_t stream);
-
 // Bytes free on the current device, less a reserve for the runtime and cuBLAS;
 // at most TSDG_GPU_MEMORY_LIMIT_MB when the environment sets it (tests).
 size_t usable_device_memory();

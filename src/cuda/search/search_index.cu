@@ -132,15 +132,15 @@ CudaSearchIndex::CudaSearchIndex(int device, MatrixView data, GraphView graph, M
     data_ = std::move(DeviceMatrix::upload_after(data, resident, resident_rows, stream).values);
   } else {
     data_.allocate(static_cast<size_t>(nodes_) * dim_);
-    copy_pageable_to_device(data_.data(), data.data, data_.bytes(), stream);
+    copy_to_device(data_.data(), data.data, data_.size(), stream);
   }
   half_rows_ = HalfRowsCopy(data_.data(), nodes_, dim_, stream);
   trace.mark("rows");
   const size_t edges = static_cast<size_t>(nodes_) * degree_;
   neighbors_.allocate(edges);
   lambdas_.allocate(edges);
-  copy_pageable_to_device(neighbors_.data(), graph.neighbors, neighbors_.bytes(), stream);
-  copy_pageable_to_device(lambdas_.data(), graph.lambdas, lambdas_.bytes(), stream);
+  copy_to_device(neighbors_.data(), graph.neighbors, edges, stream);
+  copy_to_device(lambdas_.data(), graph.lambdas, edges, stream);
   check_neighbor_ids(stream);
   trace.mark("lists");
   if (metric == Metric::L2) {
