@@ -246,6 +246,20 @@ TsdgStatus tsdg_backend_unpin_host_memory(TsdgBackend* backend, void* address, T
   });
 }
 
+struct TsdgPageMapping {
+  tsdg::BackgroundPopulate populate;
+};
+
+TsdgPageMapping* tsdg_map_pages_ahead(void* address, size_t bytes) {
+  try {
+    return new TsdgPageMapping{tsdg::BackgroundPopulate({{address, bytes}})};
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void tsdg_map_pages_wait(TsdgPageMapping* mapping) { delete mapping; }
+
 // ---- resident indexes ----
 
 TsdgResidentIndex* tsdg_index_upload(TsdgBackend* backend, const float* rows, int64_t n, int dim,

@@ -92,6 +92,18 @@ TsdgStatus	tsdg_backend_pin_host_memory(TsdgBackend *backend, void *address, siz
 TsdgStatus	tsdg_backend_unpin_host_memory(TsdgBackend *backend, void *address, TsdgError *error);
 
 /*
+ * Maps the pages of [address, address + bytes) writable on a thread of its
+ * own, so that the caller's first writes there do not stop at every page
+ * (a fresh shared memory segment of gigabytes). NULL where no thread could
+ * be started: the pages are then mapped as they are written. A range
+ * unmapped meanwhile ends the thread early; nothing is written.
+ */
+typedef struct TsdgPageMapping TsdgPageMapping;
+TsdgPageMapping *tsdg_map_pages_ahead(void *address, size_t bytes);
+/* Waits for the mapping's thread and frees it (NULL: nothing). */
+void		tsdg_map_pages_wait(TsdgPageMapping *mapping);
+
+/*
  * Called by the thread that started a long operation about every 50 ms while
  * the work runs on other threads. Returns true to request cancellation.
  * phase is a TsdgBuildPhase; done/total count work units of that phase.

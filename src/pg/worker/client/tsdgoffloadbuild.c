@@ -13,6 +13,40 @@
 
 #include "tsdgoffload.h"
 
+/*
+ * The thread that maps a segment's row pages while the heap scan fills them
+ * (tsdg_map_pages_ahead), so that the scan does not stop at each page of a
+ * segment of gigabytes. The memory context it was made in waits for it too:
+ * on an error the segment is detached before, so that the thread's mapping
+ * fails and it ends.
+ */
+typedef struct TsdgRowsMapping
+{
+	TsdgPageMapping *mapping;
+	MemoryContextCallback on_reset;
+} TsdgRowsMapping;
+
+static void
+TsdgWaitRowsMapping(void *arg)
+{
+	TsdgRowsMapping *rows_mapping = (TsdgRowsMapping *) arg;
+
+	tsdg_map_pages_wait(rows_mapping->mapping);
+	rows_mapping->mapping = NULL;
+}
+
+static TsdgRowsMapping *
+TsdgMapRowsAhead(float *rows, Size bytes)
+{
+	TsdgRowsMapping *rows_mapping = palloc0(sizeof(TsdgRowsMapping));
+
+	rows_mapping->mapping = tsdg_map_pages_ahead(rows, bytes);
+	rows_mapping->on_reset.func = TsdgWaitRowsMapping;
+	rows_mapping->on_reset.arg = rows_mapping;
+	MemoryContextRegisterResetCallback(CurrentMemoryContext, &rows_mapping->on_reset);
+	return rows_mapping;
+}
+
 /* the layout of a build segment for capacity rows (of a part of them, in_parts) */
 static void
 TsdgBuildLayout(TsdgBulkHeader *header, int64 capacity, int dims, const TsdgBuildParams *params,
@@ -101,6 +135,7 @@ TsdgBuildSegmentMake(TsdgBuildSegment *bseg, int64 capacity, int dims,
 	bseg->parts = TsdgBulkArray(base, header.parts);
 	if (bseg->parts != NULL)
 		TsdgInitPartTurns(bseg->parts);
+	bseg->rows_mapping = TsdgMapRowsAhead(bseg->rows, sizeof(float) * dims * (Size) capacity);
 	return true;
 }
 
@@ -123,6 +158,8 @@ TsdgBuildSegmentGrow(TsdgBuildSegment *bseg, int64 count, int64 capacity, int di
 void
 TsdgBuildSegmentRelease(TsdgBuildSegment *bseg)
 {
+	if (bseg->rows_mapping != NULL)
+		TsdgWaitRowsMapping(bseg->rows_mapping);
 	if (bseg->seg != NULL)
 		dsm_detach(bseg->seg);
 	memset(bseg, 0, sizeof(TsdgBuildSegment));

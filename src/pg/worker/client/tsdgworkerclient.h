@@ -142,6 +142,7 @@ typedef struct TsdgLocalBuildArrays
 typedef struct TsdgBuildSegment
 {
 	struct dsm_segment *seg;	/* NULL: none */
+	struct TsdgRowsMapping *rows_mapping;	/* its row pages mapped ahead of the scan */
 	int64		capacity;
 	float	   *rows;			/* capacity * dims */
 	ItemPointerData *tids;		/* capacity */
