@@ -1,6 +1,7 @@
-// The merge's host-memory helpers: a parallel copy equals memcpy at every
-// split (sizes that do not divide among the threads, unaligned ends), and
-// populating pages, ahead or on a thread, leaves what they hold.
+// The host-memory helpers of builds and merges: a parallel copy equals
+// memcpy at every split (sizes that do not divide among the threads,
+// unaligned ends), and populating pages, ahead, on a thread or through the C
+// API, leaves what they hold, also when the range goes meanwhile.
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "host_memory.h"
+#include "tsdg_capi.h"
 
 namespace tsdg {
 namespace {
@@ -49,6 +51,28 @@ TEST(HostMemory, PopulateKeepsContents) {
   EXPECT_EQ(bytes_at[12345], 7);
   EXPECT_EQ(bytes_at[bytes - 1], 0);
   munmap(shared, bytes);
+}
+
+TEST(HostMemory, PagesMappedAheadKeepTheirContents) {
+  const size_t bytes = size_t{64} << 20;
+  void* shared = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  auto* bytes_at = static_cast<uint8_t*>(shared);
+  bytes_at[0] = 3;
+  bytes_at[bytes / 2] = 5;
+  TsdgPageMapping* mapping = tsdg_map_pages_ahead(shared, bytes);
+  bytes_at[bytes - 1] = 9;  // the caller writes while the pages are mapped
+  tsdg_map_pages_wait(mapping);
+  EXPECT_EQ(bytes_at[0], 3);
+  EXPECT_EQ(bytes_at[bytes / 2], 5);
+  EXPECT_EQ(bytes_at[bytes - 1], 9);
+  EXPECT_EQ(bytes_at[bytes / 4], 0);
+  tsdg_map_pages_wait(nullptr);
+
+  // a range unmapped before the thread is done: it stops, and the wait returns
+  mapping = tsdg_map_pages_ahead(shared, bytes);
+  munmap(shared, bytes);
+  tsdg_map_pages_wait(mapping);
 }
 
 }  // namespace
