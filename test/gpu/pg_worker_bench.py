@@ -2,8 +2,10 @@
 """The GPU worker's checks and benchmarks through SQL, against the running
 server named by PGHOST/PGPORT/PGUSER (test/gpu/pg_worker_run.sh starts it):
 
-  * synthetic clustered rows (overlapping clusters, high intrinsic dimension; the
-    model of bench/sqlbench/dataset.py) loaded with COPY BINARY;
+  * synthetic clustered rows (by default 64 overlapping clusters of intrinsic
+    dimension 32; --clusters, --intrinsic-dim, --spread and --absolute-scale
+    give the hard classes; the model of bench/sqlbench/dataset.py) loaded with
+    COPY BINARY;
   * CREATE INDEX on the GPU worker and on the CPU (tsdg.device = cpu) of the same
     table, each timed end to end, recall@10 of both at default search settings
     (they must agree within 0.01);
@@ -143,14 +145,21 @@ def main():
                    help="also sweep the GPU path at these tsdg.ef_search values (recall and pgbench)")
     p.add_argument("--batch-ef", default="64",
                    help="also time both tsdg_search_batch forms on the GPU at these tsdg.ef_search values")
+    p.add_argument("--clusters", type=int, default=64)
+    p.add_argument("--intrinsic-dim", type=int, default=32)
+    p.add_argument("--spread", type=float, default=1.0)
+    p.add_argument("--absolute-scale", action="store_true",
+                   help="clusters of absolute size, as tsdg-bench --absolute-scale (the hard classes: "
+                        "--clusters rows/500 --intrinsic-dim 16 --spread 1 or 4)")
     p.add_argument("--skip-cpu-build", action="store_true")
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
     run = Run(args.out)
     results, save, step, t0 = run.results, run.save, run.step, run.t0
-    spec = dataset.SyntheticSpec(rows=args.rows, dim=args.dim, clusters=64, intrinsic_dim=32,
-                                 spread=1.0, noise=0.05, seed=1)
+    spec = dataset.SyntheticSpec(rows=args.rows, dim=args.dim, clusters=args.clusters,
+                                 intrinsic_dim=args.intrinsic_dim, spread=args.spread, noise=0.05, seed=1,
+                                 absolute_scale=args.absolute_scale)
     results["dataset"] = spec.describe()
     nq_total = max(args.queries, args.batch_queries)
     step("generating %d x %d rows and %d queries" % (args.rows, args.dim, nq_total))
