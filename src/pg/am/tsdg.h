@@ -594,6 +594,8 @@ typedef struct TsdgPageWalk
 extern void TsdgWalkInit(TsdgPageWalk *walk, Relation index, const TsdgLayout *layout,
 						 TsdgMetric metric, const float *query, uint32 node_count);
 extern void TsdgCheckScanNode(Relation index, uint32 id, uint32 node_count);
+/* scores the rows of ids into dists */
+extern void TsdgWalkScore(TsdgPageWalk *walk, const uint32 *ids, int count, float *dists);
 /* scores the rows of ids and offers them to the search */
 extern void TsdgWalkOffer(TsdgPageWalk *walk, TsdgSearch *search, const uint32 *ids, int count);
 /* expands candidates until the search has nothing better left to visit */
@@ -607,6 +609,15 @@ extern bool TsdgNavigatingSetFits(int64 count, int dims);
 /* scores the navigating set of meta's graph and offers it to the search */
 extern void TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search,
 								   const TsdgMetaPageData *meta);
+/* the most nodes the navigating set of meta's graph holds */
+extern int64 TsdgNavigatingSetMost(const TsdgMetaPageData *meta);
+/*
+ * the navigating set's ids and their rows' distances to the walk's query,
+ * in the order TsdgOfferNavigatingSet offers them, into ids and dists (room
+ * for TsdgNavigatingSetMost); returns how many
+ */
+extern int	TsdgScoreNavigatingSet(TsdgPageWalk *walk, const TsdgMetaPageData *meta,
+								   uint32 *ids, float *dists);
 
 /* tsdgvacuum.c */
 extern IndexBulkDeleteResult *tsdgbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,

@@ -202,34 +202,32 @@ TsdgCopyNavigatingSet(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const ui
 	return copy;
 }
 
-/* the ids of the navigating set, in the order every reader offers them */
-static uint32 *
-TsdgNavigatingIds(const TsdgMetaPageData *meta, int *count)
+int64
+TsdgNavigatingSetMost(const TsdgMetaPageData *meta)
 {
-	uint32	   *ids = palloc(sizeof(uint32) *
-							 (meta->entry_count + tsdg_strided_entry_count(meta->node_count)));
-
-	*count = tsdg_navigating_set(meta->entry_points, meta->entry_count, meta->node_count, ids);
-	return ids;
+	return meta->entry_count + tsdg_strided_entry_count(meta->node_count);
 }
 
-void
-TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPageData *meta)
+/* the ids of the navigating set into ids (room for TsdgNavigatingSetMost), in the order every reader offers them */
+static int
+TsdgNavigatingIds(const TsdgMetaPageData *meta, uint32 *ids)
+{
+	return tsdg_navigating_set(meta->entry_points, meta->entry_count, meta->node_count, ids);
+}
+
+/*
+ * The backend's copy of meta's navigating set, made from the pages if it
+ * has none; NULL when the set is larger than tsdg.navigating_cache_mem.
+ */
+static TsdgNavigatingCopy *
+TsdgNavigatingCopyOf(TsdgPageWalk *walk, const TsdgMetaPageData *meta)
 {
 	int			dims = walk->layout->dims;
-	int64		most = meta->entry_count + tsdg_strided_entry_count(meta->node_count);
 	TsdgNavigatingKey key;
 	TsdgNavigatingCopy *copy;
 
-	if (!TsdgNavigatingSetFits(most, dims))
-	{
-		int			count;
-		uint32	   *ids = TsdgNavigatingIds(meta, &count);
-
-		TsdgWalkOffer(walk, search, ids, count);
-		pfree(ids);
-		return;
-	}
+	if (!TsdgNavigatingSetFits(TsdgNavigatingSetMost(meta), dims))
+		return NULL;
 
 	TsdgNavigatingKeyOf(&key, walk->index, meta);
 	for (copy = copies; copy != NULL; copy = copy->next)
@@ -238,8 +236,8 @@ TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPag
 			break;
 	if (copy == NULL)
 	{
-		int			count;
-		uint32	   *ids = TsdgNavigatingIds(meta, &count);
+		uint32	   *ids = palloc(sizeof(uint32) * TsdgNavigatingSetMost(meta));
+		int			count = TsdgNavigatingIds(meta, ids);
 
 		TsdgMakeRoom(RelationGetRelid(walk->index), &key, TsdgNavigatingBytes(count, dims));
 		copy = TsdgCopyNavigatingSet(walk, &key, ids, count);
@@ -252,9 +250,52 @@ TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPag
 		copy->last_used = ++navigating_clock;
 		TsdgMakeRoom(RelationGetRelid(walk->index), &key, 0);
 	}
+	return copy;
+}
+
+/* the distances of the walk's query to the rows of copy, into copy->dists */
+static void
+TsdgScoreCopy(TsdgPageWalk *walk, TsdgNavigatingCopy *copy)
+{
+	int			dims = walk->layout->dims;
 
 	for (int i = 0; i < copy->count; i++)
 		copy->dists[i] = tsdg_metric_distance(walk->metric, walk->query,
 											  copy->rows + (Size) i * dims, dims);
+}
+
+void
+TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPageData *meta)
+{
+	TsdgNavigatingCopy *copy = TsdgNavigatingCopyOf(walk, meta);
+
+	if (copy == NULL)
+	{
+		uint32	   *ids = palloc(sizeof(uint32) * TsdgNavigatingSetMost(meta));
+		int			count = TsdgNavigatingIds(meta, ids);
+
+		TsdgWalkOffer(walk, search, ids, count);
+		pfree(ids);
+		return;
+	}
+	TsdgScoreCopy(walk, copy);
 	tsdg_search_offer_many(search, copy->ids, copy->dists, copy->count);
+}
+
+int
+TsdgScoreNavigatingSet(TsdgPageWalk *walk, const TsdgMetaPageData *meta, uint32 *ids, float *dists)
+{
+	TsdgNavigatingCopy *copy = TsdgNavigatingCopyOf(walk, meta);
+	int			count;
+
+	if (copy == NULL)
+	{
+		count = TsdgNavigatingIds(meta, ids);
+		TsdgWalkScore(walk, ids, count, dists);
+		return count;
+	}
+	TsdgScoreCopy(walk, copy);
+	memcpy(ids, copy->ids, sizeof(uint32) * copy->count);
+	memcpy(dists, copy->dists, sizeof(float) * copy->count);
+	return copy->count;
 }

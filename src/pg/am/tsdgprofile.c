@@ -43,17 +43,19 @@ TsdgReadNodeVector(Relation index, const TsdgLayout *layout, uint32 id)
 	return vector;
 }
 
-/* the nodes one search for query at ef scores, from the navigating set as a scan starts */
+/*
+ * The nodes one search at ef scores, from the navigating set as a scan
+ * starts: count ids with their distances to the walk's query, which every
+ * ef's search of a sample scores alike, so they are scored once per sample
+ * and offered to each search as a scan's own scoring would offer them.
+ */
 static int64
-TsdgProfileSearch(Relation index, const TsdgLayout *layout, TsdgMetric metric,
-				  const TsdgMetaPageData *meta, TsdgSearch *search, const float *query, int ef)
+TsdgProfileSearch(TsdgPageWalk *walk, TsdgSearch *search, const uint32 *ids, const float *dists,
+				  int count, int ef)
 {
-	TsdgPageWalk walk;
-
-	TsdgWalkInit(&walk, index, layout, metric, query, meta->node_count);
 	tsdg_search_begin(search, ef);
-	TsdgOfferNavigatingSet(&walk, search, meta);
-	TsdgWalkExpand(&walk, search);
+	tsdg_search_offer_many(search, ids, dists, count);
+	TsdgWalkExpand(walk, search);
 	return tsdg_search_distance_count(search);
 }
 
@@ -74,6 +76,8 @@ TsdgMeasureSearchProfile(Relation index)
 	GenericXLogState *state;
 	Page		page;
 	TsdgMetaPage stored;
+	uint32	   *navigating_ids;
+	float	   *navigating_dists;
 
 	TsdgReadMeta(index, &meta);
 	if (meta.node_count == 0)
@@ -89,6 +93,8 @@ TsdgMeasureSearchProfile(Relation index)
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not start a tsdg search: %s", error.message)));
 	samples = (int) Min((uint32) TSDG_PROFILE_SAMPLES, meta.node_count);
+	navigating_ids = palloc(sizeof(uint32) * TsdgNavigatingSetMost(&meta));
+	navigating_dists = palloc(sizeof(float) * TsdgNavigatingSetMost(&meta));
 	PG_TRY();
 	{
 		for (int s = 0; s < samples; s++)
@@ -96,11 +102,16 @@ TsdgMeasureSearchProfile(Relation index)
 			/* the middle of each of samples equal runs of node ids */
 			uint32		id = (uint32) (((uint64) meta.node_count * (2 * s + 1)) / (2 * samples));
 			float	   *query = TsdgReadNodeVector(index, &layout, id);
+			TsdgPageWalk walk;
+			int			navigating;
 
+			TsdgWalkInit(&walk, index, &layout, metric, query, meta.node_count);
+			navigating = TsdgScoreNavigatingSet(&walk, &meta, navigating_ids, navigating_dists);
 			for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
 			{
-				scored[step] += (double) TsdgProfileSearch(index, &layout, metric, &meta, search,
-														   query, TSDG_PROFILE_FIRST_EF << step);
+				scored[step] += (double) TsdgProfileSearch(&walk, search, navigating_ids,
+														   navigating_dists, navigating,
+														   TSDG_PROFILE_FIRST_EF << step);
 				CHECK_FOR_INTERRUPTS();
 			}
 			pfree(query);

@@ -299,6 +299,11 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 	so->result_tids = NULL;
 
 	TsdgWalkExpand(&so->walk, so->search);
+	/* what the search profile (tsdgprofile.c) counts of a first round, to check the planner's prices by */
+	ereport(DEBUG1,
+			(errmsg_internal("tsdg index \"%s\": the graph walk at ef %d has scored " INT64_FORMAT " rows",
+							 RelationGetRelationName(index), so->ef,
+							 tsdg_search_distance_count(so->search))));
 	TsdgOfferUnreached(index, so);
 	{
 		TsdgError	error;

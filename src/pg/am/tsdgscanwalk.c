@@ -147,6 +147,13 @@ TsdgWalkScoreBatch(TsdgPageWalk *walk, const uint32 *ids, int count, float *dist
 }
 
 void
+TsdgWalkScore(TsdgPageWalk *walk, const uint32 *ids, int count, float *dists)
+{
+	for (int first = 0; first < count; first += TSDG_WALK_BATCH)
+		TsdgWalkScoreBatch(walk, ids + first, Min(TSDG_WALK_BATCH, count - first), dists + first);
+}
+
+void
 TsdgWalkOffer(TsdgPageWalk *walk, TsdgSearch *search, const uint32 *ids, int count)
 {
 	for (int first = 0; first < count; first += TSDG_WALK_BATCH)

@@ -1,13 +1,16 @@
 /*
  * tsdg_index_info(regclass): what a tsdg index holds and how it was built,
- * read from its metapage.
+ * read from its metapage, with the search profile the planner prices its
+ * searches by (tsdgprofile.c).
  */
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -37,8 +40,9 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 	Relation	index;
 	TsdgMetaPageData meta;
 	TupleDesc	tupdesc;
-	Datum		values[18];
-	bool		nulls[18] = {0};
+	Datum		values[20];
+	bool		nulls[20] = {0};
+	Datum		scored[TSDG_PROFILE_STEPS];
 	int64		size;
 	Oid			heapid;
 
@@ -69,6 +73,12 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 	values[15] = Int64GetDatum((int64) meta.merge_count);
 	values[16] = Int64GetDatum((int64) Min(meta.knn_unstored, meta.node_count));
 	values[17] = Int64GetDatum((int64) meta.unreached_count);
+	values[18] = Int64GetDatum((int64) meta.profile_nodes);
+	for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
+		scored[step] = Float4GetDatum(meta.profile_scored[step]);
+	values[19] = PointerGetDatum(construct_array(scored, TSDG_PROFILE_STEPS, FLOAT4OID, sizeof(float4),
+												 true, TYPALIGN_INT));
+	nulls[19] = meta.profile_nodes == 0;
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
