@@ -6,8 +6,11 @@
 # row found by a search for its own vector, and ORDER BY ... LIMIT 10 against
 # a sequential scan's exact answer, in order. Also: an estimate that falls
 # short (rows past the shared arrays), CONCURRENTLY, zero vectors under
-# cosine, a row of the wrong dimensions (the error still comes), and a
-# cancelled build (its workers go away, the next build works).
+# cosine, a row of the wrong dimensions (the error still comes), a
+# cancelled build (its workers go away, the next build works), and
+# parallel_leader_participation = off: two workers place every row, chunk by
+# chunk, and the empty places their last chunks leave are filled, so that
+# every row is found in the index under its own vector.
 use strict;
 use warnings FATAL => 'all';
 use IPC::Run;
@@ -248,6 +251,83 @@ $line = build('slow_rows_idx', 'CREATE INDEX slow_rows_idx ON slow_rows USING ts
 cmp_ok(workers_of($line), '>=', 1, 'after the cancel, a parallel build works') or diag $line;
 is($node->safe_psql('postgres', "SELECT rows FROM tsdg_index_info('slow_rows_idx')"),
 	6000, 'after the cancel: every row');
+
+# 7. parallel_leader_participation = off: the session does not scan, so
+# the two workers place every row, each in chunks of its own, and the last
+# chunk of each ends in empty places, which the rows above the count fill.
+# The index is partial on a predicate that pauses at every 2000th row, so
+# that the scan outlasts the workers' start and both take blocks to the end.
+# Every row must be in the index once, under its own vector: an unlimited
+# ORDER BY scan that goes to the exact pass over the row pages at once
+# (tsdg.max_scan_tuples 1) returns every row once, in the order of the
+# distances of the heap's vectors; the 10 nearest are a sequential scan's.
+# A build whose last chunks happen to end full moves nothing, so the builds
+# (plain and CONCURRENTLY) must move rows between them. maintenance_work_mem
+# 256MB: a build on the CPU whose arrays and graph would not fit scans alone.
+write_subspace_clusters("$dir/chunked.tsv", 40000, 32, 40, 1, 9);
+$node->safe_psql('postgres', qq{
+	CREATE FUNCTION paced(id int) RETURNS bool LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+	  AS \$\$ BEGIN IF id % 2000 = 0 THEN PERFORM pg_sleep(0.01); END IF; RETURN true; END \$\$;
+	CREATE TABLE chunked (id int, v vector(32)) WITH (parallel_workers = 2);
+	\\copy chunked FROM '$dir/chunked.tsv'
+	INSERT INTO chunked SELECT 100000 + i, NULL FROM generate_series(1, 50) i;
+	VACUUM ANALYZE chunked;
+	CREATE TABLE chunked_truth AS
+	  SELECT q.id AS query, t.ids FROM queries q,
+	    LATERAL (SELECT array_agg(id ORDER BY d, id) AS ids
+	             FROM (SELECT id, v <-> q.v AS d FROM chunked WHERE v IS NOT NULL
+	                   ORDER BY d, id LIMIT 10) n) t;});
+my $chunked_rows = $node->safe_psql('postgres', 'SELECT count(v) FROM chunked');
+my $moved = 0;
+for my $device (@devices)
+{
+	for my $concurrently ('', 'CONCURRENTLY')
+	{
+		my $label = "leader off, $device" . ($concurrently ? ', CONCURRENTLY' : '');
+		my $index = "chunked_$device" . ($concurrently ? '_concurrently' : '');
+		$line = build($index,
+			"SET tsdg.device = $device; SET max_parallel_maintenance_workers = 2;
+			 SET parallel_leader_participation = off; SET maintenance_work_mem = '256MB';
+			 CREATE INDEX $concurrently $index ON chunked USING tsdg (v vector_l2_ops) WHERE paced(id)");
+		is(workers_of($line), 2, "$label: two parallel workers") or diag $line;
+		my @placed = $line =~ /rows placed (\d+) \+ (\d+) \+ (\d+)/;
+		is($placed[0], 0, "$label: the session placed no row") or diag $line;
+		cmp_ok($placed[$_], '>', 2 * 1024, "$label: worker $_ placed rows in several chunks")
+		  for (1, 2);
+		$moved += ($line =~ /(\d+) moved into the last chunks' empty places/)[0] // 0;
+		# CONCURRENTLY adds a row the build left out as a pending row
+		is($node->safe_psql('postgres', "SELECT rows || ' ' || pending FROM tsdg_index_info('$index')"),
+			"$chunked_rows 0", "$label: every non-NULL row, none pending");
+		is($node->safe_psql('postgres', qq{
+			SET enable_seqscan = off; SET tsdg.max_scan_tuples = 1;
+			SELECT count(*) FILTER (WHERE rows <> $chunked_rows OR ids <> $chunked_rows OR unordered > 0)
+			FROM queries q,
+			  LATERAL (SELECT count(*) AS rows, count(DISTINCT id) AS ids,
+			                  count(*) FILTER (WHERE n > 2 AND d < prev - 1e-4 * prev) AS unordered
+			           FROM (SELECT id, d, lag(d) OVER () AS prev, row_number() OVER () AS n
+			                 FROM (SELECT id, v <-> q.v AS d FROM chunked WHERE paced(id)
+			                       ORDER BY v <-> q.v) s) w) r
+			WHERE q.id <= 3}),
+			0, "$label: an unlimited scan returns every row once, in the order of its vector");
+		is($node->safe_psql('postgres', qq{
+			SET enable_seqscan = off; SET tsdg.ef_search = 400;
+			SELECT count(*) FROM chunked_truth t, queries q
+			WHERE q.id = t.query AND t.ids IS DISTINCT FROM
+			  ARRAY(SELECT id FROM chunked WHERE paced(id) ORDER BY v <-> q.v LIMIT 10)}),
+			0, "$label: the 10 nearest rows are a sequential scan's, in order");
+		$node->safe_psql('postgres', "DROP INDEX $index");
+	}
+}
+cmp_ok($moved, '>', 0, "leader off: rows were moved into the last chunks' empty places ($moved)");
+
+# with no worker to launch, the session scans alone all the same
+$line = build('chunked_alone',
+	"SET max_parallel_maintenance_workers = 2; SET max_parallel_workers = 0;
+	 SET parallel_leader_participation = off; SET maintenance_work_mem = '256MB';
+	 CREATE INDEX chunked_alone ON chunked USING tsdg (v vector_l2_ops)");
+is(workers_of($line), 0, 'leader off, no worker launched: no parallel worker') or diag $line;
+is($node->safe_psql('postgres', "SELECT rows FROM tsdg_index_info('chunked_alone')"),
+	$chunked_rows, 'leader off, no worker launched: the session scanned every row');
 
 unlike(slurp_file($node->logfile), qr/terminated by signal|was terminated by/, 'no process crashed');
 $node->stop;

@@ -7,9 +7,9 @@
  * merges: tsdgmerge.c) are written in node order and WAL-logged as whole
  * pages as they are filled, and the metapage is written last, with the entry
  * points and statistics the worker computed meanwhile. A LOG line says where
- * the time went. The heap scan and its arrays: tsdgbuildscan.c; the pages,
- * on the worker each as soon as its segment holds what they need:
- * tsdgbuildpages.c.
+ * the time went. The heap scan and its arrays: tsdgbuildscan.c (shared with
+ * parallel workers: tsdgbuildparallel.c); the pages, on the worker each as
+ * soon as its segment holds what they need: tsdgbuildpages.c.
  *
  * A build never fails for lack of maintenance_work_mem. Within it, the
  * arrays are local memory. Past it, a NOTICE says so and the build goes on
@@ -30,6 +30,7 @@
 #include "catalog/pg_control.h"
 #include "catalog/index.h"
 #include "commands/progress.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/dsm.h"
@@ -237,9 +238,20 @@ TsdgHeapScanNote(const TsdgBuildState *bs)
 		psprintf("into shared memory, grown %d times", bs->segment_growths) :
 		bs->use_segment ? "into shared memory" :
 		bs->in_parts ? "into temporary files, for the GPU worker in parts" : NULL;
-	char	   *workers = bs->parallel_workers == 0 ? NULL :
-		psprintf("with %d parallel worker%s, %lld rows past the estimate", bs->parallel_workers,
-				 bs->parallel_workers == 1 ? "" : "s", (long long) bs->overflow_rows);
+	char	   *workers = NULL;
+
+	if (bs->parallel_workers > 0)
+	{
+		StringInfoData placed;
+
+		initStringInfo(&placed);
+		for (int i = 0; i <= bs->parallel_workers; i++)
+			appendStringInfo(&placed, "%s%lld", i == 0 ? "" : " + ", (long long) bs->rows_placed[i]);
+		workers = psprintf("with %d parallel worker%s, rows placed %s (the session's first), "
+						   "%lld moved into the last chunks' empty places, %lld rows past the estimate",
+						   bs->parallel_workers, bs->parallel_workers == 1 ? "" : "s", placed.data,
+						   (long long) bs->rows_moved, (long long) bs->overflow_rows);
+	}
 
 	if (where != NULL && workers != NULL)
 		return psprintf(" (%s, %s)", where, workers);

@@ -1,7 +1,7 @@
 /*
  * The state of a tsdg CREATE INDEX, shared by the build (tsdgbuild.c), its
- * heap scan (tsdgbuildscan.c), which fills the arrays of rows, and its page
- * writes (tsdgbuildpages.c).
+ * heap scan (tsdgbuildscan.c, with parallel workers tsdgbuildparallel.c),
+ * which fills the arrays of rows, and its page writes (tsdgbuildpages.c).
  */
 #ifndef TSDG_BUILD_H
 #define TSDG_BUILD_H
@@ -36,6 +36,8 @@ typedef struct TsdgBuildState
 	bool		rows_in_files;	/* tids and rows are temporary files of spill */
 	struct dsm_segment *rows_segment;	/* or a segment of the parallel scan's */
 	int			parallel_workers;	/* the workers that shared the heap scan */
+	int64	   *rows_placed;	/* the rows each placed in the arrays, the session's first */
+	int64		rows_moved;		/* into the empty places of the participants' last chunks */
 	int64		overflow_rows;	/* the rows it found past the arrays it had */
 	bool		use_segment;
 	TsdgBuildSegment segment;
@@ -83,6 +85,17 @@ typedef struct TsdgBuildState
  * workers; returns the heap tuples the scan saw.
  */
 extern double TsdgScanHeap(TsdgBuildState *bs, IndexInfo *indexInfo);
+extern int64 TsdgFirstCapacity(const TsdgBuildState *bs);
+extern int64 TsdgRowsInMemory(const TsdgBuildState *bs);
+extern void TsdgGrowArrays(TsdgBuildState *bs);
+extern void TsdgAddRow(TsdgBuildState *bs, ItemPointer tid, const float *row);
+
+/*
+ * tsdgbuildparallel.c: the scan shared with up to nworkers parallel workers;
+ * false when it could not be (the arrays may be made already).
+ */
+extern bool TsdgParallelHeapScan(TsdgBuildState *bs, IndexInfo *indexInfo, int nworkers,
+								 double *reltuples);
 
 /* tsdgbuild.c */
 extern void TsdgFindBuildDuplicates(TsdgBuildState *bs);
