@@ -9,10 +9,11 @@
  * wherever vectors are wide, although the index then wins by the widest
  * margin. So both scans are first estimated here in one unit of work, a
  * vector component's share of a distance (the work that grows with the
- * dimensions, reading it out of line included, plus a fixed part per row or
- * node), and the index is then priced at the planner's own estimate of the
- * sequential plan times the ratio of the two: the index is chosen where it
- * does less work, whatever the planner's page and row costs are.
+ * dimensions, reading it out of line or from beyond the CPU's caches
+ * included, plus a fixed part per row or node), and the index is then
+ * priced at the planner's own estimate of the sequential plan times the
+ * ratio of the two: the index is chosen where it does less work, whatever
+ * the planner's page and row costs are.
  *
  * A graph search with ef candidates scores the navigating set, the walk down
  * from it and a few times ef nodes more; all of that happens before the first
@@ -69,6 +70,18 @@
 #define TSDG_SEQ_ROW_WORK		190.0
 #define TSDG_SEQ_PASSED_WORK	270.0
 #define TSDG_OUT_OF_LINE_WORK	9.5
+
+/*
+ * A vector stored in line is read from the heap's pages in order. While the
+ * table fits in the CPU's caches, a scan after the first finds its rows
+ * there; the share of a larger table that does not fit comes from memory,
+ * where a component costs several times its work in a distance again. A
+ * backend can count on a few MB of a last-level cache that the server's
+ * other processes share. The index's rows are priced by its own visits,
+ * which read them wherever the graph leads.
+ */
+#define TSDG_CACHED_HEAP_BYTES	(6.0 * 1024 * 1024)
+#define TSDG_UNCACHED_DIM_WORK	4.5
 
 /*
  * A node the search scores costs more than a row of the sequential scan:
@@ -355,8 +368,16 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	selectivity = Max(selectivity, 1.0 / Max(rel->tuples, 1.0));
 	passed = Max(rel->tuples * selectivity, 1.0);
 	shape.selectivity = selectivity;
-	shape.heap_dims_work = VECTOR_SIZE((int) shape.dims) > TOAST_TUPLE_THRESHOLD ?
-		shape.dims * (1.0 + TSDG_OUT_OF_LINE_WORK) : shape.dims;
+	if (VECTOR_SIZE((int) shape.dims) > TOAST_TUPLE_THRESHOLD)
+		shape.heap_dims_work = shape.dims * (1.0 + TSDG_OUT_OF_LINE_WORK);
+	else
+	{
+		double		heap_bytes = (double) rel->pages * BLCKSZ;
+		double		uncached = heap_bytes > TSDG_CACHED_HEAP_BYTES ?
+			1.0 - TSDG_CACHED_HEAP_BYTES / heap_bytes : 0.0;
+
+		shape.heap_dims_work = shape.dims * (1.0 + TSDG_UNCACHED_DIM_WORK * uncached);
+	}
 
 	/*
 	 * the sequential plan: every row read and tested, the vectors, distances

@@ -1,10 +1,11 @@
 -- The planner's choice for ORDER BY distance: the index wherever it does less
 -- work than a sequential scan and a sort, at every ef_search, including wide
--- vectors stored out of line (TOAST) and small tables; a sequential scan where
--- a filter leaves few rows, where ef_search asks the search to score most of a
--- small table or of a table of narrow vectors, or more rows than a sequential
--- scan computes distances for behind a filter, where work_mem cuts the
--- widened search short, and for an ordered scan of the whole table.
+-- vectors stored out of line (TOAST), tables larger than the CPU's caches and
+-- small tables; a sequential scan where a filter leaves few rows, where
+-- ef_search asks the search to score most of a small table or of a table of
+-- narrow vectors, or more rows than a sequential scan computes distances for
+-- behind a filter, where work_mem cuts the widened search short, and for an
+-- ordered scan of the whole table.
 SET client_min_messages = warning;
 
 -- wide vectors, stored out of line: 2,500 rows of 1,536 dimensions
@@ -112,6 +113,28 @@ SELECT ef, plan_of('SELECT id FROM pmid ORDER BY v <-> ' || quote_literal(:'qmid
 FROM unnest(ARRAY[400, 700]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
 RESET tsdg.ef_search;
 
+-- 10,000 rows of 384 dimensions stored in line: a heap larger than the
+-- CPU's caches, whose vectors a sequential scan reads from memory, so that
+-- the index is chosen even where its search scores most of the table, and
+-- behind a filter that half the rows pass; the first 3,000 rows, a heap the
+-- caches hold, go to the sequential scan at ef_search 700
+CREATE TABLE pcache AS SELECT i AS id, i % 100 AS cat,
+	(SELECT array_agg(sin(i * 0.37 + j * (1 + i % 7)))::real[] FROM generate_series(1, 384) j)::vector(384) AS v
+	FROM generate_series(1, 10000) i;
+CREATE INDEX pcache_v ON pcache USING tsdg (v vector_l2_ops);
+ANALYZE pcache;
+SELECT v AS qcache FROM pcache WHERE id = 7 \gset
+SELECT ef, plan_of('SELECT id FROM pcache ORDER BY v <-> ' || quote_literal(:'qcache') || ' LIMIT 10') AS plan
+FROM unnest(ARRAY[700, 1000]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+SELECT ef, plan_of('SELECT id FROM pcache WHERE cat < 50 ORDER BY v <-> ' || quote_literal(:'qcache') || ' LIMIT 10') AS plan
+FROM unnest(ARRAY[700]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+CREATE TABLE pcached AS SELECT * FROM pcache WHERE id <= 3000;
+CREATE INDEX pcached_v ON pcached USING tsdg (v vector_l2_ops);
+ANALYZE pcached;
+SELECT ef, plan_of('SELECT id FROM pcached ORDER BY v <-> ' || quote_literal(:'qcache') || ' LIMIT 10') AS plan
+FROM unnest(ARRAY[400, 700]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+RESET tsdg.ef_search;
+
 -- the graph search's memory bound: 30,000 rows of 8 dimensions, 400 of them
 -- asked for at ef_search 10, which the scan finds by widening its search
 -- round after round; at the default work_mem the index, at the smallest
@@ -136,5 +159,5 @@ RESET tsdg.scan_mem_multiplier;
 RESET work_mem;
 RESET tsdg.ef_search;
 
-DROP TABLE pwide, pnarrow, psmall, ptiny, pmid, pbound;
+DROP TABLE pwide, pnarrow, psmall, ptiny, pmid, pcache, pcached, pbound;
 DROP FUNCTION plan_of(text);
