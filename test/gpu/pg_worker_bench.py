@@ -152,6 +152,10 @@ def main():
                    help="clusters of absolute size, as tsdg-bench --absolute-scale (the hard classes: "
                         "--clusters rows/500 --intrinsic-dim 16 --spread 1 or 4)")
     p.add_argument("--skip-cpu-build", action="store_true")
+    p.add_argument("--scan-workers", default="",
+                   help="comma-separated parallel worker counts: a GPU build of the table with its "
+                        "parallel_workers storage parameter and max_parallel_maintenance_workers set to "
+                        "each, dropped again, before the benchmark's own build (with neither set)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
@@ -184,6 +188,16 @@ def main():
     gpu = {"tsdg.device": "auto"}
     cpu = {"tsdg.device": "cpu"}
     mwm = {"maintenance_work_mem": "16GB"}
+
+    for workers in [int(w) for w in args.scan_workers.split(",") if w]:
+        step("CREATE INDEX on the GPU worker, %d parallel scan workers" % workers)
+        psql("ALTER TABLE items SET (parallel_workers = %d)" % workers)
+        seconds, _ = timed("CREATE INDEX items_scan_workers ON items USING tsdg (embedding vector_l2_ops)",
+                           dict(gpu, max_parallel_maintenance_workers=str(workers), **mwm))
+        results.setdefault("scan_workers_build_seconds", {})[workers] = seconds
+        print(json.dumps({"scan_workers": workers, "build_seconds": seconds}), flush=True)
+        psql(["DROP INDEX items_scan_workers", "ALTER TABLE items RESET (parallel_workers)"])
+        save()
 
     step("CREATE INDEX on the GPU worker")
     seconds, _ = timed("CREATE INDEX items_gpu ON items USING tsdg (embedding vector_l2_ops)",
