@@ -152,6 +152,8 @@ def main():
                    help="clusters of absolute size, as tsdg-bench --absolute-scale (the hard classes: "
                         "--clusters rows/500 --intrinsic-dim 16 --spread 1 or 4)")
     p.add_argument("--skip-cpu-build", action="store_true")
+    p.add_argument("--skip-cpu-batch", action="store_true",
+                   help="batch functions and pgbench on the GPU worker only (the CPU's take minutes past 1M rows)")
     p.add_argument("--scan-workers", default="",
                    help="comma-separated parallel worker counts: a GPU build of the table with its "
                         "parallel_workers storage parameter and max_parallel_maintenance_workers set to "
@@ -255,7 +257,8 @@ def main():
             "CROSS JOIN unnest(b.tids) AS t(tid) JOIN items i ON i.ctid = t.tid" % K,
             "tsdg_search_batch_arrays"),
     }
-    batch_settings = [("gpu", gpu), ("cpu", cpu)]
+    devices = [("gpu", gpu)] + ([] if args.skip_cpu_batch else [("cpu", cpu)])
+    batch_settings = list(devices)
     batch_settings += [("gpu_ef%s" % ef, dict(gpu, **{"tsdg.ef_search": ef}))
                        for ef in args.batch_ef.split(",") if ef]
     for key, (rows_sql, function) in batch_forms.items():
@@ -289,7 +292,7 @@ def main():
     step("pgbench")
     bench = {"gpu": [], "cpu": []}
     for clients in [int(c) for c in args.clients.split(",")]:
-        for label, settings in (("gpu", gpu), ("cpu", cpu)):
+        for label, settings in devices:
             point = pgbench(clients, args.seconds, args.queries, settings)
             bench[label].append(point)
             print(label, json.dumps(point), flush=True)

@@ -55,5 +55,25 @@ TEST(GpuBuild, ListsKeptOnTheDeviceGiveTheGraphOfTheTwoSteps) {
   expect_list_invariants(without_lists, diversify.lambda0);
 }
 
+// What the device lacks for the build of a shape follows its usable memory
+// byte for byte, and is nothing where it has enough.
+TEST(GpuBuild, DeviceShortfallFollowsTheUsableMemory) {
+  TSDG_REQUIRE_GPU();
+  const MatrixView shape{nullptr, 30000, 48};  // its build needs well over 16 MiB
+  GnndParams gnnd;
+  gnnd.k = 32;
+  const DiversifyParams diversify;
+  EXPECT_EQ(gpu_backend.build_device_shortfall(shape, gnnd, diversify), 0u);
+  ::setenv("TSDG_GPU_MEMORY_LIMIT_MB", "12", 1);
+  const size_t at_12 = gpu_backend.build_device_shortfall(shape, gnnd, diversify);
+  ::setenv("TSDG_GPU_MEMORY_LIMIT_MB", "16", 1);
+  const size_t at_16 = gpu_backend.build_device_shortfall(shape, gnnd, diversify);
+  ::unsetenv("TSDG_GPU_MEMORY_LIMIT_MB");
+  EXPECT_GT(at_16, 0u);
+  EXPECT_EQ(at_12 - at_16, size_t{4} << 20);
+  // too few rows to sample lists from: no build on the device would take them
+  EXPECT_EQ(gpu_backend.build_device_shortfall(MatrixView{nullptr, 100, 48}, gnnd, diversify), 0u);
+}
+
 }  // namespace
 }  // namespace tsdg

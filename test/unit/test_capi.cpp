@@ -601,10 +601,13 @@ TEST(CApi, BadInputIsReportedNotThrown) {
   EXPECT_EQ(tsdg_build_graph(nullptr, nullptr, 2, 2, TSDG_METRIC_L2, &params, neighbors, lambdas,
                              nullptr, nullptr, nullptr, nullptr, &error),
             TSDG_ERR_INVALID_ARGUMENT);
+  // the CPU builds in host memory: it lacks no device memory, for any shape
+  EXPECT_EQ(tsdg_build_device_shortfall(nullptr, int64_t{1} << 30, 2000, &params), 0u);
   params.degree = 0;
   EXPECT_EQ(tsdg_build_graph(nullptr, rows, 2, 2, TSDG_METRIC_L2, &params, neighbors, lambdas,
                              nullptr, nullptr, nullptr, nullptr, &error),
             TSDG_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tsdg_build_device_shortfall(nullptr, 1000, 2, &params), 0u);
   EXPECT_EQ(tsdg_search_create(-1, 0.0f, &error), nullptr);
   EXPECT_EQ(tsdg_search_create(10, -1.0f, &error), nullptr);
   EXPECT_EQ(tsdg_backend_load("/nonexistent/pg_tsdg_cuda.so", 0, &error), nullptr);

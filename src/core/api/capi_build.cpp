@@ -369,6 +369,19 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
 
 }  // namespace
 
+size_t tsdg_build_device_shortfall(TsdgBackend* backend, int64_t n, int dim, const TsdgBuildParams* params) {
+  size_t shortfall = 0;
+  TsdgError error;
+  guarded(&error, [&] {
+    validate_build_params(params);
+    require(n >= 0 && dim > 0, "the rows' shape must not be negative");
+    tsdg::Backend& b = backend_of(backend);
+    const tsdg::MatrixView shape{nullptr, n, dim};
+    shortfall = b.build_device_shortfall(shape, build_gnnd_params(*params, b, n), diversify_params(*params));
+  });
+  return shortfall;
+}
+
 TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, int dim,
                             TsdgMetric metric, const TsdgBuildParams* params, uint32_t* neighbors,
                             uint8_t* lambdas, uint32_t* knn_ids, float* knn_dists, TsdgPollFn poll,

@@ -177,6 +177,15 @@ TsdgStatus	tsdg_build_graph(TsdgBackend *backend, const float *rows, int64_t n, 
 							 TsdgPollFn poll, void *poll_arg, TsdgError *error);
 
 /*
+ * The backend's device memory that tsdg_build_graph of n rows lacks, now, to
+ * keep its rows and lists on the device from start to end; short of it the
+ * build takes slower steps. 0 where it has enough, for the CPU, and on any
+ * error. For a caller that can free device memory of its own first.
+ */
+size_t		tsdg_build_device_shortfall(TsdgBackend *backend, int64_t n, int dim,
+										const TsdgBuildParams *params);
+
+/*
  * tsdg_build_graph for a caller that writes the search lists out while the
  * build checks them: once poll sees TSDG_PHASE_LINK with done = n, every
  * search list is in neighbors and lambdas; the build's check then changes a

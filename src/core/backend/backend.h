@@ -159,6 +159,17 @@ class Backend {
                                      const DiversifyParams& diversify, uint32_t* knn_ids,
                                      float* knn_dists, const RunControl& control,
                                      std::unique_ptr<DeviceRows>* rows_left = nullptr);
+  // The device memory that build_tsdg_graph of data's shape lacks, now, to
+  // keep the rows and the lists on the device from GNND to the search graph;
+  // without it the build takes the slower steps apart. 0 where it has enough
+  // or the backend has no device memory of its own (the CPU).
+  virtual size_t build_device_shortfall(MatrixView data, const GnndParams& gnnd,
+                                        const DiversifyParams& diversify) {
+    (void)data;
+    (void)gnnd;
+    (void)diversify;
+    return 0;
+  }
 
   // Page-locks host memory that batches of queries are read from again and
   // again (the worker's batch area), so that copies out of it run at DMA

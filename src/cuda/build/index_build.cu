@@ -24,9 +24,24 @@ size_t build_bytes(MatrixView data, int k, int samples, const DiversifyParams& d
 
 }  // namespace
 
+namespace {
+
+bool build_shape_fits(MatrixView data, const GnndParams& gnnd) {
+  return data.rows > 4 * static_cast<int64_t>(gnnd.k) && data.rows < static_cast<int64_t>(kIdMask);
+}
+
+}  // namespace
+
 bool build_fits_on_device(MatrixView data, const GnndParams& gnnd, const DiversifyParams& diversify) {
-  return data.rows > 4 * static_cast<int64_t>(gnnd.k) && data.rows < static_cast<int64_t>(kIdMask) &&
+  return build_shape_fits(data, gnnd) &&
          build_bytes(data, gnnd.k, checked_sample_count(gnnd), diversify) <= usable_device_memory();
+}
+
+size_t build_device_shortfall(MatrixView data, const GnndParams& gnnd, const DiversifyParams& diversify) {
+  if (!build_shape_fits(data, gnnd)) return 0;
+  const size_t needed = build_bytes(data, gnnd.k, checked_sample_count(gnnd), diversify);
+  const size_t usable = usable_device_memory();
+  return needed > usable ? needed - usable : 0;
 }
 
 TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& gnnd,

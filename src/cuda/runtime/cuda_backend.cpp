@@ -107,6 +107,12 @@ class CudaBackend final : public Backend {
     return graph;
   }
 
+  size_t build_device_shortfall(MatrixView data, const GnndParams& gnnd,
+                                const DiversifyParams& diversify_params) override {
+    activate();
+    return cuda::build_device_shortfall(data, gnnd, diversify_params);
+  }
+
   void pin_host_memory(void* address, size_t bytes) override {
     activate();
     TSDG_CUDA_CHECK(cudaHostRegister(address, bytes, cudaHostRegisterPortable));

@@ -145,6 +145,8 @@ void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& ou
 // it is not null. Only for sets build_fits_on_device accepts: the others take
 // the two steps apart (GNND by shards when needed).
 bool build_fits_on_device(MatrixView data, const GnndParams& gnnd, const DiversifyParams& diversify);
+// What build_fits_on_device lacks of device memory for data (0: it fits, or no memory would let it).
+size_t build_device_shortfall(MatrixView data, const GnndParams& gnnd, const DiversifyParams& diversify);
 TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, const GnndParams& gnnd,
                            const DiversifyParams& diversify, uint32_t* knn_ids, float* knn_dists,
                            const RunControl& control, DeviceBuffer<float>* rows_left);

@@ -321,6 +321,7 @@ TsdgServeBuild(TakenRequest *t)
 		changed = TsdgBulkArray(map.address, header->changed);
 	}
 	poll.n = args->n;
+	TsdgEvictForBuild(args->n, args->dims, &args->params);
 	status = BuildGraph(args, &arrays, arrays.knn_ids, changed, &poll, &error);
 	/* not once the session may be writing out search lists: it would miss the new ones */
 	if (status == TSDG_ERR_OUT_OF_MEMORY && TsdgLeastRecentlyUsed() != NULL &&

@@ -174,6 +174,37 @@ TsdgEvictAll(const char *why)
 	PublishResidents();
 }
 
+/*
+ * Drops least recently used indexes while a build of n rows lacks the
+ * device memory that keeps its rows and lists on the device throughout,
+ * when dropping them can give it that: short of it the build takes its
+ * steps apart, slower by more than loading a dropped index again on its
+ * next search costs.
+ */
+void
+TsdgEvictForBuild(int64 n, int dims, const TsdgBuildParams *params)
+{
+	size_t		shortfall = tsdg_build_device_shortfall(TsdgDeviceBackend, n, dims, params);
+	int64		resident = 0;
+	ResidentIndex *lru;
+
+	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
+		resident += residents[i].used ? residents[i].bytes : 0;
+	if (shortfall == 0 || (int64) shortfall > resident)
+		return;
+	while (shortfall > 0 && (lru = TsdgLeastRecentlyUsed()) != NULL)
+	{
+		size_t		before = shortfall;
+
+		FreeResident(lru, "least recently used, to make room on the device for a build");
+		shortfall = tsdg_build_device_shortfall(TsdgDeviceBackend, n, dims, params);
+		/* memory held by others than this process: dropping more would not help */
+		if (shortfall >= before)
+			break;
+	}
+	PublishResidents();
+}
+
 static int64
 ResidentBytesEstimate(int64 n, int dims, int degree)
 {
