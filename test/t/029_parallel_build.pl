@@ -1,6 +1,6 @@
-# CREATE INDEX with parallel workers in the heap scan of a table whose
-# parallel_workers asks for them, as many as plan_create_index_workers then
-# gives (within max_parallel_maintenance_workers), on the CPU path and into the GPU worker's
+# CREATE INDEX with parallel workers in the heap scan, as many as
+# plan_create_index_workers gives (the table's parallel_workers, else a count
+# by its size, within max_parallel_maintenance_workers), on the CPU path and into the GPU worker's
 # segment (where the server has the worker). Every index must hold each
 # non-NULL row once and answer as the serial one does: its row count, each
 # row found by a search for its own vector, and ORDER BY ... LIMIT 10 against
@@ -93,9 +93,10 @@ sub check_index
 }
 
 # 1. max_parallel_maintenance_workers 0 and 2 on a table without
-# parallel_workers (min_parallel_table_scan_size 0 would let the planner give
-# this small one workers): the session scans alone; and the table whose
-# parallel_workers asks for 2; on the CPU, then on the worker
+# parallel_workers: the session scans alone, then with the workers its size
+# gets (min_parallel_table_scan_size 0 gives this small one some), none where
+# its size gets none; and the table whose parallel_workers asks for 2; on the
+# CPU, then on the worker
 my @devices = ('cpu');
 push @devices, 'auto' if $with_worker;
 for my $device (@devices)
@@ -114,11 +115,27 @@ for my $device (@devices)
 	$line = build("items_${device}_2",
 		"$set SET max_parallel_maintenance_workers = 2;
 		 CREATE INDEX items_${device}_2 ON items USING tsdg (v vector_l2_ops)");
-	is(workers_of($line), 0,
-		"$device, max_parallel_maintenance_workers = 2, no parallel_workers: no parallel worker")
+	cmp_ok(workers_of($line), '>=', 1,
+		"$device, max_parallel_maintenance_workers = 2, no parallel_workers: workers by the table's size")
 	  or diag $line;
-	check_index("items_${device}_2", 'items', "$device, serial at max_parallel_maintenance_workers = 2");
+	check_index("items_${device}_2", 'items', "$device, by size at max_parallel_maintenance_workers = 2");
 	$node->safe_psql('postgres', "DROP INDEX items_${device}_2");
+
+	$line = build("items_${device}_small",
+		"SET tsdg.device = $device; SET max_parallel_maintenance_workers = 2;
+		 SET min_parallel_table_scan_size = '1GB';
+		 CREATE INDEX items_${device}_small ON items USING tsdg (v vector_l2_ops)");
+	is(workers_of($line), 0, "$device, a table below min_parallel_table_scan_size: no parallel worker")
+	  or diag $line;
+	check_index("items_${device}_small", 'items', "$device, serial below min_parallel_table_scan_size");
+	$node->safe_psql('postgres', "DROP INDEX items_${device}_small");
+
+	$line = build("items_${device}_off",
+		"$set SET max_parallel_maintenance_workers = 2; ALTER TABLE items SET (parallel_workers = 0);
+		 CREATE INDEX items_${device}_off ON items USING tsdg (v vector_l2_ops)");
+	is(workers_of($line), 0, "$device, the table's parallel_workers = 0: no parallel worker")
+	  or diag $line;
+	$node->safe_psql('postgres', "ALTER TABLE items RESET (parallel_workers); DROP INDEX items_${device}_off");
 
 	$line = build("forced_$device",
 		"SET tsdg.device = $device; SET max_parallel_maintenance_workers = 2;

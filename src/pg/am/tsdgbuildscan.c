@@ -5,13 +5,11 @@
  * segment the GPU worker reads when it builds; past it a NOTICE says so and
  * they go on in temporary files (tsdgspill.c), or to the worker in parts.
  *
- * Parallel workers share the scan (tsdgbuildparallel.c) of a table whose
- * parallel_workers storage parameter asks for them, as many as the planner
- * then gives (plan_create_index_workers: that parameter within
- * max_parallel_maintenance_workers; PostgreSQL plans workers for btree
- * builds only, so the access method launches them itself). They are not
- * planned for other tables: on the machines measured the shared scan has
- * not beaten the session's own (docs/benchmarks.md).
+ * Parallel workers share the scan (tsdgbuildparallel.c), as many as the
+ * planner gives a btree build of the table (plan_create_index_workers: the
+ * table's parallel_workers storage parameter, else a count growing with its
+ * size, within max_parallel_maintenance_workers); PostgreSQL plans workers
+ * for btree builds only, so the access method launches them itself.
  * Their arrays are shared and cannot grow during the scan, so a table whose
  * estimate already passes maintenance_work_mem, or a column without a type
  * modifier (no row size before the first row), is scanned by the session
@@ -265,7 +263,7 @@ TsdgScanHeap(TsdgBuildState *bs, IndexInfo *indexInfo)
 	double		reltuples;
 	int			nworkers = 0;
 
-	if (bs->dims > 0 && RelationGetParallelWorkers(bs->heap, 0) > 0)
+	if (bs->dims > 0)
 		nworkers = plan_create_index_workers(RelationGetRelid(bs->heap),
 											 RelationGetRelid(bs->index));
 	if (nworkers == 0 || !TsdgParallelHeapScan(bs, indexInfo, nworkers, &reltuples))
