@@ -177,9 +177,9 @@ TsdgEvictAll(const char *why)
 /*
  * Drops least recently used indexes while a build of n rows lacks the
  * device memory that keeps its rows and lists on the device throughout,
- * when dropping them can give it that: short of it the build takes its
- * steps apart, slower by more than loading a dropped index again on its
- * next search costs.
+ * when dropping them can give it that. Short of it the build takes its
+ * steps apart, which keeps the worker busy (the sessions' searches on the
+ * CPU) longer than loading a dropped index again on its next search does.
  */
 void
 TsdgEvictForBuild(int64 n, int dims, const TsdgBuildParams *params)
