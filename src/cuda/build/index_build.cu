@@ -52,6 +52,7 @@ TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, c
   PhaseTrace trace("build", stream);
   control.set_phase(Phase::KnnGraph);
   DeviceMatrix rows = DeviceMatrix::upload(data, stream);
+  trace.mark("rows up");
   GnndWorkspace ws(data.rows, gnnd.k, samples);
   ws.clear(stream);
   fill_random_lists(ws, rows.values.data(), data.dim, metric, gnnd.seed, stream);
@@ -75,6 +76,7 @@ TsdgGraph build_tsdg_graph(DeviceContext& ctx, MatrixView data, Metric metric, c
                                                diversify_params, control)
           : diversify_resident(ctx, data, rows.values.data(), metric, ws.ids.data(), ws.dists.data(), gnnd.k,
                                diversify_params, control);
+  trace.mark("long-range candidates + diversify");
   if (rows_left != nullptr) *rows_left = std::move(rows.values);
   return graph;
 }

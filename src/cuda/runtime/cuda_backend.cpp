@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend.h"
+#include "phase_trace.h"
 #include "device_memory.h"
 #include "exact_set.h"
 #include "gpu_algorithms.h"
@@ -90,11 +91,13 @@ class CudaBackend final : public Backend {
   TsdgGraph build_tsdg_graph(MatrixView data, Metric metric, const GnndParams& gnnd,
                              const DiversifyParams& diversify_params, uint32_t* knn_ids, float* knn_dists,
                              const RunControl& control, std::unique_ptr<DeviceRows>* rows_left = nullptr) override {
+    PhaseTrace trace("build");
     activate();  // the memory the fit is judged by is the current device's
     if (!cuda::build_fits_on_device(data, gnnd, diversify_params)) {
       return Backend::build_tsdg_graph(data, metric, gnnd, diversify_params, knn_ids, knn_dists, control);
     }
     std::lock_guard<std::mutex> guard(mutex_);
+    trace.mark("device memory and lock");
     if (rows_left == nullptr) {
       return cuda::build_tsdg_graph(*ctx_, data, metric, gnnd, diversify_params, knn_ids, knn_dists, control, nullptr);
     }
