@@ -152,6 +152,9 @@ def main():
                    help="clusters of absolute size, as tsdg-bench --absolute-scale (the hard classes: "
                         "--clusters rows/500 --intrinsic-dim 16 --spread 1 or 4)")
     p.add_argument("--skip-cpu-build", action="store_true")
+    p.add_argument("--later-builds", default="",
+                   help="comma-separated max_parallel_maintenance_workers values: after the benchmark's own "
+                        "build and its recall, a GPU build of the table at each, dropped again")
     p.add_argument("--skip-cpu-batch", action="store_true",
                    help="batch functions and pgbench on the GPU worker only (the CPU's take minutes past 1M rows)")
     p.add_argument("--scan-workers", default="",
@@ -216,6 +219,15 @@ def main():
         "one_session_qps_gpu": qps_gpu1, "one_session_qps_cpu": qps_cpu1}
     print(json.dumps(results["gpu_built"]), flush=True)
     save()
+
+    for workers in [int(w) for w in args.later_builds.split(",") if w]:
+        step("CREATE INDEX on the GPU worker again, max_parallel_maintenance_workers %d" % workers)
+        seconds, _ = timed("CREATE INDEX items_again ON items USING tsdg (embedding vector_l2_ops)",
+                           dict(gpu, max_parallel_maintenance_workers=str(workers), **mwm))
+        results.setdefault("later_build_seconds", []).append({"workers": workers, "seconds": seconds})
+        print(json.dumps({"later_build_workers": workers, "build_seconds": seconds}), flush=True)
+        psql("DROP INDEX items_again")
+        save()
 
     step("a GPU build cancelled while the worker builds frees its GPU memory")
     before = status()
