@@ -1,20 +1,22 @@
 # The GPU worker's resident indexes: keyed by (database, index storage,
 # graph_version), loaded on first use by the session that asks, reloaded
 # after a merge or a REINDEX, evicted least recently used under
-# tsdg.gpu_memory_limit; the worker's answers, pending rows included, are the
-# CPU path's.
+# tsdg.gpu_memory_limit and dropped once their storage is gone (DROP,
+# TRUNCATE); the worker's answers, pending rows included, are the CPU path's.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 use TsdgTest;
 
 # room for one of the two indexes below (each about 1.1 MB of rows and graph)
 my $node = worker_node('worker_cache', 'tsdg.gpu_memory_limit = 1MB');
 wait_for_worker($node);
 
-# the indexes resident in the worker, once it is done with the last request:
+# the indexes resident in the worker ('gone' where no index of this database
+# has the storage), once it is done with the last request:
 # after answering a build it still computes the entry points and makes the
 # new graph resident (searching it once), marked busy
 sub resident
@@ -22,7 +24,8 @@ sub resident
 	$node->poll_query_until('postgres', "SELECT state = 'ready' FROM tsdg_gpu_status()")
 	  or die 'the worker did not become ready';
 	return $node->safe_psql('postgres', q{
-		SELECT coalesce(string_agg((c->>'index') || '@' || (c->>'graph_version'), ',' ORDER BY c->>'index'), '')
+		SELECT coalesce(string_agg(coalesce(c->>'index', 'gone') || '@' || (c->>'graph_version'), ','
+								   ORDER BY c->>'index'), '')
 		FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c});
 }
 
@@ -78,6 +81,29 @@ is(resident(), 'b_idx@2', 'the merged graph is resident');
 $node->safe_psql('postgres', 'REINDEX INDEX b_idx');
 is(resident(), 'b_idx@1', 'REINDEX builds a new graph');
 same_answers('b', 'after REINDEX');
+# storage that is gone (DROP, TRUNCATE, REINDEX) is never asked for again: its
+# copy goes within seconds, not when others need the room
+sub resident_soon
+{
+	my ($expected) = @_;
+	for (1 .. 100)
+	{
+		my $now = resident();
+		return $now if $now eq $expected;
+		usleep(100_000);
+	}
+	return resident();
+}
+$node->safe_psql('postgres', 'DROP INDEX a_idx');
+same_answers('b', 'before the TRUNCATE');
+is(resident_soon('b_idx@1'), 'b_idx@1', 'b resident');
+$node->safe_psql('postgres', 'CREATE TABLE c AS SELECT * FROM b; TRUNCATE b');
+is(resident_soon(''), '', 'TRUNCATE: the copy of the old storage goes');
+$node->safe_psql('postgres', 'INSERT INTO b SELECT * FROM c; REINDEX INDEX b_idx');
+is(resident_soon('b_idx@1'), 'b_idx@1', 'the rebuilt index is resident');
+$node->safe_psql('postgres', 'DROP TABLE b');
+is(resident_soon(''), '', 'DROP TABLE: the copy of its index goes');
+
 note('worker_cache: ' . worker_status($node, 'index_loads') . ' loads, '
 	  . worker_status($node, 'batches') . ' batches');
 

@@ -253,6 +253,19 @@ RecentlyActiveSessions(TimestampTz now)
  * Waits for the first request, then up to tsdg.batch_wait_us while fewer
  * requests are queued than sessions were active lately.
  */
+/* a stat() of each resident index's file, at most once a second, busy or idle */
+static void
+DropGoneIndexesEverySecond(void)
+{
+	static TimestampTz last_check = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!TimestampDifferenceExceeds(last_check, now, 1000))
+		return;
+	last_check = now;
+	TsdgDropGoneIndexes();
+}
+
 static void
 WaitForBatch(void)
 {
@@ -265,6 +278,7 @@ WaitForBatch(void)
 		/* idle: the device's memory may have changed under other processes */
 		if (TsdgDeviceBackend != NULL && pg_atomic_read_u32(&TsdgShared->queued) == 0)
 			TsdgPublishDeviceMemory();
+		DropGoneIndexesEverySecond();
 		TsdgReleaseIdleHostArrays();
 	}
 	if (TsdgServerShutdownRequested || TsdgShared->batch_wait_us <= 0)
@@ -430,6 +444,7 @@ TsdgGpuServerMain(void)
 		TsdgContinueSearchBatches();
 		/* also when searches keep the worker busy: spares are a merge's, not theirs */
 		TsdgReleaseIdleHostArrays();
+		DropGoneIndexesEverySecond();
 	}
 
 	TsdgFailSearchBatches("the GPU worker is shutting down");

@@ -163,6 +163,7 @@ extern void *TsdgCopyOut(const void *src, Size bytes);
 extern void TsdgDropOlderGraphs(const ResidentIndex *r);
 extern void TsdgEvictAll(const char *why);
 extern void TsdgEvictForBuild(int64 n, int dims, const TsdgBuildParams *params);
+extern void TsdgDropGoneIndexes(void);
 extern ResidentIndex *TsdgFindResident(const TsdgIndexKey *key);
 extern ResidentIndex *TsdgLeastRecentlyUsed(void);
 extern void TsdgPinListsOf(const TsdgIndexKey *key);

@@ -8,8 +8,10 @@
  */
 #include "postgres.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/relpath.h"
 #include "utils/timestamp.h"
 
 #include "tsdggpuserver.h"
@@ -175,6 +177,45 @@ TsdgEvictAll(const char *why)
 }
 
 /*
+ * Drops the resident copies of indexes whose storage is gone: DROP INDEX,
+ * DROP TABLE, TRUNCATE, REINDEX and VACUUM FULL leave the old storage's
+ * first file empty at their commit (and unlink it at the next checkpoint),
+ * and no search will ask for that storage again, so its copy would hold
+ * device and host memory until evicted for others. A live index's file
+ * always holds at least its metapage. Paths are relative to the data
+ * directory, this process's working directory.
+ */
+void
+TsdgDropGoneIndexes(void)
+{
+	bool		dropped = false;
+
+	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
+	{
+		RelFileNode node;
+		char	   *path;
+		struct stat st;
+		bool		gone;
+
+		if (!residents[i].used)
+			continue;
+		node.spcNode = residents[i].key.tablespace;
+		node.dbNode = residents[i].key.database;
+		node.relNode = residents[i].key.relfilenode;
+		path = relpathperm(node, MAIN_FORKNUM);
+		gone = stat(path, &st) != 0 ? errno == ENOENT : st.st_size == 0;
+		pfree(path);
+		if (gone)
+		{
+			FreeResident(&residents[i], "its index's storage is gone (dropped, truncated or rebuilt)");
+			dropped = true;
+		}
+	}
+	if (dropped)
+		PublishResidents();
+}
+
+/*
  * Drops least recently used indexes while a build of n rows lacks the
  * device memory that keeps its rows and lists on the device throughout,
  * when dropping them can give it that. Short of it the build takes its
@@ -184,10 +225,12 @@ TsdgEvictAll(const char *why)
 void
 TsdgEvictForBuild(int64 n, int dims, const TsdgBuildParams *params)
 {
-	size_t		shortfall = tsdg_build_device_shortfall(TsdgDeviceBackend, n, dims, params);
+	size_t		shortfall;
 	int64		resident = 0;
 	ResidentIndex *lru;
 
+	TsdgDropGoneIndexes();
+	shortfall = tsdg_build_device_shortfall(TsdgDeviceBackend, n, dims, params);
 	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
 		resident += residents[i].used ? residents[i].bytes : 0;
 	if (shortfall == 0 || (int64) shortfall > resident)
