@@ -104,6 +104,16 @@ is(resident_soon('b_idx@1'), 'b_idx@1', 'the rebuilt index is resident');
 $node->safe_psql('postgres', 'DROP TABLE b');
 is(resident_soon(''), '', 'DROP TABLE: the copy of its index goes');
 
+# a temporary index's storage is the session's own: its copy stays while it lives
+my $temp_resident = $node->safe_psql('postgres', qq{
+	CREATE TEMP TABLE t AS SELECT id, v FROM c WHERE id <= 1000;
+	CREATE INDEX t_idx ON t USING tsdg (v vector_l2_ops);
+	SELECT pg_sleep(2.5);
+	SELECT count(*) FROM tsdg_gpu_status(), jsonb_array_elements(cached_indexes) c
+	WHERE (c->>'relfilenode')::oid = pg_relation_filenode('t_idx');});
+is((split /\n/, $temp_resident)[-1], '1', 'a temporary index stays resident while its session lives');
+is(resident_soon(''), '', 'and goes with its session');
+
 note('worker_cache: ' . worker_status($node, 'index_loads') . ' loads, '
 	  . worker_status($node, 'batches') . ' batches');
 

@@ -416,7 +416,7 @@ bool
 TsdgIndexKeysEqual(const TsdgIndexKey *a, const TsdgIndexKey *b)
 {
 	return a->database == b->database && a->tablespace == b->tablespace &&
-		a->relfilenode == b->relfilenode &&
+		a->relfilenode == b->relfilenode && a->backend == b->backend &&
 		a->graph_version == b->graph_version && a->deleted_count == b->deleted_count &&
 		a->node_count == b->node_count && a->last_merge == b->last_merge;
 }

@@ -28,6 +28,7 @@
 #include <semaphore.h>
 
 #include "port/atomics.h"
+#include "storage/backendid.h"
 #include "storage/dsm_impl.h"
 #include "storage/itemptr.h"
 #include "storage/latch.h"
@@ -102,6 +103,7 @@ typedef struct TsdgIndexKey
 	Oid			database;
 	Oid			tablespace;
 	Oid			relfilenode;
+	BackendId	backend;		/* a temporary index's backend, else InvalidBackendId */
 	uint64		graph_version;
 	uint32		deleted_count;
 	uint32		node_count;

@@ -143,6 +143,7 @@ TsdgIndexKeyOf(Relation index, const TsdgMetaPageData *meta, TsdgIndexKey *key)
 	key->database = MyDatabaseId;
 	key->tablespace = index->rd_node.spcNode;
 	key->relfilenode = index->rd_node.relNode;
+	key->backend = index->rd_backend;
 	key->graph_version = meta->graph_version;
 	key->deleted_count = meta->deleted_count;
 	key->node_count = meta->node_count;

@@ -264,6 +264,7 @@ TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
 	slot->args.build.key.database = MyDatabaseId;
 	slot->args.build.key.tablespace = index->rd_node.spcNode;
 	slot->args.build.key.relfilenode = index->rd_node.relNode;
+	slot->args.build.key.backend = index->rd_backend;
 	slot->args.build.key.graph_version = 1;
 	slot->args.build.key.node_count = (uint32) n;
 	slot->args.build.n = n;

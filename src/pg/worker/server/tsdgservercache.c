@@ -202,7 +202,7 @@ TsdgDropGoneIndexes(void)
 		node.spcNode = residents[i].key.tablespace;
 		node.dbNode = residents[i].key.database;
 		node.relNode = residents[i].key.relfilenode;
-		path = relpathperm(node, MAIN_FORKNUM);
+		path = relpathbackend(node, residents[i].key.backend, MAIN_FORKNUM);
 		gone = stat(path, &st) != 0 ? errno == ENOENT : st.st_size == 0;
 		pfree(path);
 		if (gone)
@@ -325,6 +325,7 @@ TsdgAddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndex
 		if (residents[i].used && residents[i].key.database == key->database &&
 			residents[i].key.tablespace == key->tablespace &&
 			residents[i].key.relfilenode == key->relfilenode &&
+			residents[i].key.backend == key->backend &&
 			(keep == NULL || !TsdgIndexKeysEqual(&residents[i].key, keep)))
 			FreeResident(&residents[i], "a newer graph of the index replaces it");
 	EvictFor(estimate);
@@ -458,6 +459,7 @@ TsdgDropOlderGraphs(const ResidentIndex *r)
 			residents[i].key.database == r->key.database &&
 			residents[i].key.tablespace == r->key.tablespace &&
 			residents[i].key.relfilenode == r->key.relfilenode &&
+			residents[i].key.backend == r->key.backend &&
 			residents[i].key.graph_version < r->key.graph_version)
 		{
 			FreeResident(&residents[i], "the index moved on to a newer graph");
