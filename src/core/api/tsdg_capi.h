@@ -504,6 +504,34 @@ TsdgStatus	tsdg_unreached_job_finish_repairing(TsdgUnreachedJob *job, uint32_t *
 												TsdgError *error);
 
 /*
+ * The search profile of a graph held in memory, as a scan of its pages
+ * measures it: each of the sample_count rows of samples is searched for its
+ * own vector at ef first_ef, twice that, and so on (steps values), by the
+ * walk of the pages' scans (tsdg_search_* with lambda_limit and no stop
+ * rule, the navigating set's navigating_count ids offered first, in their
+ * order, each list read up to its first TSDG_INVALID_ID). Found on threads
+ * of its own, so that the caller writes its pages meanwhile: returns at once
+ * (NULL and error when it cannot start). The arrays must stay as they are
+ * until the job is finished or cancelled; navigating and samples are
+ * copied. tsdg_profile_job_finish waits, writes to scored[step] the nodes
+ * the searches at that ef scored, over all samples, and to *seconds the
+ * time the job took, and frees the job (a node id past n: the job fails
+ * with TSDG_ERR_INVALID_ARGUMENT). tsdg_profile_job_cancel stops the job
+ * within a node's list, waits for its threads and frees it (NULL: nothing).
+ */
+typedef struct TsdgProfileJob TsdgProfileJob;
+
+TsdgProfileJob *tsdg_profile_job_start(const float *rows, int64_t n, int dim, TsdgMetric metric,
+									   const uint32_t *neighbors, const uint8_t *lambdas,
+									   int degree, int lambda_limit, const uint32_t *navigating,
+									   int navigating_count, const uint32_t *samples,
+									   int sample_count, int first_ef, int steps,
+									   TsdgError *error);
+TsdgStatus	tsdg_profile_job_finish(TsdgProfileJob *job, int64_t *scored, double *seconds,
+									TsdgError *error);
+void		tsdg_profile_job_cancel(TsdgProfileJob *job);
+
+/*
  * What the metapage needs of a resident index's graph: the count entry points
  * its searches start from (those of tsdg_select_entry_points for its rows and
  * graph), padded with TSDG_INVALID_ID, and d_nn1+ (tsdg_graph_nn1_bound). An

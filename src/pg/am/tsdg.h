@@ -505,6 +505,20 @@ extern void tsdgbuildempty(Relation index);
 /* tsdgprofile.c */
 extern void TsdgMeasureSearchProfile(Relation index);
 
+/*
+ * The profile of a build's graph, computed from its arrays (the rows,
+ * lists and entry points of meta, which must stay as they are until it is
+ * finished or stopped) on threads of the core while the session writes its
+ * pages: false when it could not start. TsdgFinishArrayProfile waits for it
+ * and puts it into meta, with the seconds its threads took; false when it
+ * failed, and the pages are then measured. TsdgStopArrayProfile stops it
+ * and waits, on an error of the build.
+ */
+extern bool TsdgStartArrayProfile(const TsdgMetaPageData *meta, TsdgMetric metric,
+								  const float *rows, const uint32 *neighbors, const uint8 *lambdas);
+extern bool TsdgFinishArrayProfile(TsdgMetaPageData *meta, double *seconds);
+extern void TsdgStopArrayProfile(void);
+
 /* tsdgcost.c */
 struct PlannerInfo;
 struct IndexPath;

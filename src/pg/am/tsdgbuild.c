@@ -230,6 +230,54 @@ TsdgGraphSummary(TsdgBuildState *bs, TsdgMetaPageData *meta, const uint32 *neigh
 	TsdgReportCoreError(status, &error, "graph statistics");
 }
 
+/*
+ * The metapage's entry points: computed here after a graph of the CPU's,
+ * waited for when the worker computes them after its answer (and computed
+ * here when it did not).
+ */
+static void
+TsdgBuildEntryPoints(TsdgBuildState *bs, TsdgMetaPageData *meta, const uint32 *neighbors,
+					 bool on_worker)
+{
+	if (on_worker && TsdgWorkerBuildSummary(&bs->segment, meta))
+		return;
+	if (on_worker)
+		ereport(LOG,
+				(errmsg("tsdg index \"%s\": the GPU worker did not compute the entry points, computing them here",
+						RelationGetRelationName(bs->index))));
+	TsdgGraphSummary(bs, meta, neighbors);
+}
+
+/*
+ * The pages of the graph, while threads of the core compute the search
+ * profile from the same arrays (when they could start), then the wait for
+ * them: *profiled says whether meta holds the profile, *profile_seconds the
+ * time the threads took. An error on the way stops the threads before the
+ * arrays go.
+ */
+static void
+TsdgWritePagesBesideProfile(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout *layout,
+							const uint32 *neighbors, const uint8 *lambdas,
+							TimestampTz *pages_at, bool *profiled, double *profile_seconds)
+{
+	bool		started = TsdgStartArrayProfile(meta, bs->metric, bs->rows, neighbors, lambdas);
+
+	PG_TRY();
+	{
+		/* a builder that returns no k-NN lists leaves the first one empty */
+		TsdgWriteGraphPages(bs, meta, layout, neighbors, lambdas,
+							bs->knn_written || bs->count == 1 || bs->knn_ids[0] != TSDG_INVALID_ID);
+		*pages_at = GetCurrentTimestamp();
+		*profiled = started && TsdgFinishArrayProfile(meta, profile_seconds);
+	}
+	PG_CATCH();
+	{
+		TsdgStopArrayProfile();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
 /* where the heap scan put the rows, and with whom, for the LOG line */
 static char *
 TsdgHeapScanNote(const TsdgBuildState *bs)
@@ -274,8 +322,11 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 				graph_at = 0,
 				summary_at = 0,
 				pages_at = 0,
-				summary_wait_at = 0,
+				profile_at = 0,
 				wal_at;
+	bool		on_worker = false;
+	bool		profiled = false;
+	double		profile_seconds = 0;
 
 	if (RelationGetNumberOfBlocks(index) != 0)
 		elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
@@ -309,8 +360,6 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 
 	if (bs.count > 0)
 	{
-		bool		on_worker;
-
 		/* the row pages are written while the worker builds the graph */
 		bs.meta = &meta;
 		bs.layout = &layout;
@@ -348,22 +397,11 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		TsdgFindBuildDuplicates(&bs);
 		TsdgLinkDuplicates(bs.duplicates, neighbors, lambdas, bs.params.degree);
 		graph_at = GetCurrentTimestamp();
-		/* the worker computes the summary while the pages are written */
-		if (!on_worker)
-			TsdgGraphSummary(&bs, &meta, neighbors);
+		TsdgBuildEntryPoints(&bs, &meta, neighbors, on_worker);
 		summary_at = GetCurrentTimestamp();
-		/* a builder that returns no k-NN lists leaves the first one empty */
-		TsdgWriteGraphPages(&bs, &meta, &layout, neighbors, lambdas,
-							bs.knn_written || bs.count == 1 || bs.knn_ids[0] != TSDG_INVALID_ID);
-		pages_at = GetCurrentTimestamp();
-		if (on_worker && !TsdgWorkerBuildSummary(&bs.segment, &meta))
-		{
-			ereport(LOG,
-					(errmsg("tsdg index \"%s\": the GPU worker did not compute the entry points, computing them here",
-							RelationGetRelationName(index))));
-			TsdgGraphSummary(&bs, &meta, neighbors);
-		}
-		summary_wait_at = GetCurrentTimestamp();
+		TsdgWritePagesBesideProfile(&bs, &meta, &layout, neighbors, lambdas, &pages_at, &profiled,
+									&profile_seconds);
+		profile_at = GetCurrentTimestamp();
 	}
 	TsdgBuildSegmentRelease(&bs.segment);
 	if (bs.rows_segment != NULL)
@@ -381,14 +419,14 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	if (RelationNeedsWAL(index))
 		log_newpage_range(index, MAIN_FORKNUM, TSDG_METAPAGE_BLKNO, TSDG_METAPAGE_BLKNO + 1, true);
 	wal_at = GetCurrentTimestamp();
-	TsdgMeasureSearchProfile(index);
+	if (!profiled)
+		TsdgMeasureSearchProfile(index);
 
 	if (bs.count > 0)
 		ereport(LOG,
 				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s%s, "
-						"identical rows %.3f s (%lld in %lld groups)%s, entry points and statistics %.3f s, "
-						"%s pages %.3f s%s, waiting for the worker's entry points %.3f s, metapage %.3f s, "
-						"search profile %.3f s",
+						"identical rows %.3f s (%lld in %lld groups)%s, entry points and statistics %.3f s%s, "
+						"%s pages %.3f s%s, metapage %.3f s, search profile %.3f s (%s)",
 						RelationGetRelationName(index), (long long) bs.count,
 						SECS(started_at, GetCurrentTimestamp()), SECS(started_at, scanned_at),
 						TsdgHeapScanNote(&bs),
@@ -405,13 +443,17 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 						(long long) (bs.duplicates ? bs.duplicates->groups : 0),
 						bs.rows_written ? " meanwhile" : "",
 						SECS(graph_at, summary_at),
+						on_worker ? " (waiting for the worker's)" : "",
 						bs.knn_written ? "list" : bs.rows_written ? "list and k-NN" : "row, list and k-NN",
 						SECS(summary_at, pages_at),
 						bs.list_pages_written == 0 ? "" :
 						psprintf(" (%u of %u: changed since or left)", bs.list_pages_after,
 								 TsdgPagesFor(bs.count, layout.lists_per_page)),
-						SECS(pages_at, summary_wait_at),
-						SECS(summary_wait_at, wal_at), SECS(wal_at, GetCurrentTimestamp()))));
+						SECS(profile_at, wal_at),
+						profiled ? SECS(pages_at, profile_at) : SECS(wal_at, GetCurrentTimestamp()),
+						profiled ?
+						psprintf("waited for after the pages; computed beside them in %.3f s", profile_seconds) :
+						"measured on the pages after the metapage")));
 
 	result = palloc(sizeof(IndexBuildResult));
 	result->heap_tuples = reltuples;

@@ -14,12 +14,19 @@
  * tsdg_merge() measure it again, so that it follows the graph as merges and
  * deletions change it.
  * The planner reads it with the metapage, which it reads anyway.
+ *
+ * CREATE INDEX still holds its graph in memory while it writes the pages,
+ * so it computes the profile from its arrays instead, on threads of the
+ * core beside the page writes (tsdg_profile_job_start), by the same walk:
+ * the same samples, navigating set, search and distance kernel, so that the
+ * counts are those a walk of the pages would store.
  */
 #include "postgres.h"
 
 #include "access/generic_xlog.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
+#include "storage/ipc.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
@@ -27,6 +34,37 @@
 
 /* enough rows for a mean within a few percent, each search a small share of a build */
 #define TSDG_PROFILE_SAMPLES	16
+
+/*
+ * The build's profile job, while its threads read the build's arrays. An
+ * error of the build stops it before the arrays go (TsdgStopArrayProfile);
+ * so does the exit of a backend that a FATAL error ends meanwhile, before
+ * its shared memory segments are unmapped under the threads.
+ */
+static TsdgProfileJob *running_profile = NULL;
+static uint32 running_profile_nodes = 0;
+static int	running_profile_samples = 0;
+static bool profile_exit_hook_set = false;
+
+/* the sample rows: the middle of each of the runs of node ids, as many as samples; returns how many */
+static int
+TsdgProfileSampleIds(uint32 node_count, uint32 *ids)
+{
+	int			samples = (int) Min((uint32) TSDG_PROFILE_SAMPLES, node_count);
+
+	for (int s = 0; s < samples; s++)
+		ids[s] = (uint32) (((uint64) node_count * (2 * s + 1)) / (2 * samples));
+	return samples;
+}
+
+/* the profile's means, as the metapage keeps them */
+static void
+TsdgStoreProfile(TsdgMetaPageData *meta, uint32 node_count, const double *scored, int samples)
+{
+	meta->profile_nodes = node_count;
+	for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
+		meta->profile_scored[step] = (float4) (scored[step] / samples);
+}
 
 /* a copy of the vector of node id, read from its row page */
 static float *
@@ -78,6 +116,7 @@ TsdgMeasureSearchProfile(Relation index)
 	TsdgMetaPage stored;
 	uint32	   *navigating_ids;
 	float	   *navigating_dists;
+	uint32		sample_ids[TSDG_PROFILE_SAMPLES];
 
 	TsdgReadMeta(index, &meta);
 	if (meta.node_count == 0)
@@ -92,16 +131,14 @@ TsdgMeasureSearchProfile(Relation index)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not start a tsdg search: %s", error.message)));
-	samples = (int) Min((uint32) TSDG_PROFILE_SAMPLES, meta.node_count);
+	samples = TsdgProfileSampleIds(meta.node_count, sample_ids);
 	navigating_ids = palloc(sizeof(uint32) * TsdgNavigatingSetMost(&meta));
 	navigating_dists = palloc(sizeof(float) * TsdgNavigatingSetMost(&meta));
 	PG_TRY();
 	{
 		for (int s = 0; s < samples; s++)
 		{
-			/* the middle of each of samples equal runs of node ids */
-			uint32		id = (uint32) (((uint64) meta.node_count * (2 * s + 1)) / (2 * samples));
-			float	   *query = TsdgReadNodeVector(index, &layout, id);
+			float	   *query = TsdgReadNodeVector(index, &layout, sample_ids[s]);
 			TsdgPageWalk walk;
 			int			navigating;
 
@@ -128,13 +165,85 @@ TsdgMeasureSearchProfile(Relation index)
 	state = GenericXLogStart(index);
 	page = GenericXLogRegisterBuffer(state, buf, 0);
 	stored = TsdgPageGetMeta(page);
-	stored->profile_nodes = meta.node_count;
-	for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
-		stored->profile_scored[step] = (float4) (scored[step] / samples);
+	TsdgStoreProfile(stored, meta.node_count, scored, samples);
 	TsdgCoverMeta(page);
 	GenericXLogFinish(state);
 	UnlockReleaseBuffer(buf);
 
 	MemoryContextSwitchTo(old_ctx);
 	MemoryContextDelete(ctx);
+}
+
+static void
+TsdgStopProfileAtExit(int code, Datum arg)
+{
+	TsdgStopArrayProfile();
+}
+
+bool
+TsdgStartArrayProfile(const TsdgMetaPageData *meta, TsdgMetric metric, const float *rows,
+					  const uint32 *neighbors, const uint8 *lambdas)
+{
+	uint32		sample_ids[TSDG_PROFILE_SAMPLES];
+	uint32	   *navigating_ids;
+	int			navigating;
+	int			samples;
+	TsdgError	error;
+
+	if (meta->node_count == 0 || running_profile != NULL)
+		return false;
+	if (!profile_exit_hook_set)
+	{
+		before_shmem_exit(TsdgStopProfileAtExit, (Datum) 0);
+		profile_exit_hook_set = true;
+	}
+	samples = TsdgProfileSampleIds(meta->node_count, sample_ids);
+	navigating_ids = palloc(sizeof(uint32) * TsdgNavigatingSetMost(meta));
+	navigating = tsdg_navigating_set(meta->entry_points, meta->entry_count, meta->node_count,
+									 navigating_ids);
+	running_profile = tsdg_profile_job_start(rows, meta->node_count, meta->dims, metric, neighbors,
+											 lambdas, meta->degree, TSDG_LAMBDA_LIMIT_ALL,
+											 navigating_ids, navigating, sample_ids, samples,
+											 TSDG_PROFILE_FIRST_EF, TSDG_PROFILE_STEPS, &error);
+	pfree(navigating_ids);
+	if (running_profile == NULL)
+	{
+		elog(DEBUG1, "tsdg search profile: no thread, measured on the pages: %s", error.message);
+		return false;
+	}
+	running_profile_nodes = meta->node_count;
+	running_profile_samples = samples;
+	return true;
+}
+
+bool
+TsdgFinishArrayProfile(TsdgMetaPageData *meta, double *seconds)
+{
+	TsdgProfileJob *job = running_profile;
+	int64		scored[TSDG_PROFILE_STEPS];
+	double		means[TSDG_PROFILE_STEPS];
+	TsdgError	error;
+	TsdgStatus	status;
+
+	Assert(job != NULL);
+	running_profile = NULL;
+	status = tsdg_profile_job_finish(job, scored, seconds, &error);
+	if (status != TSDG_OK)
+	{
+		elog(DEBUG1, "tsdg search profile: measured on the pages: %s", error.message);
+		return false;
+	}
+	for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
+		means[step] = (double) scored[step];
+	TsdgStoreProfile(meta, running_profile_nodes, means, running_profile_samples);
+	return true;
+}
+
+void
+TsdgStopArrayProfile(void)
+{
+	TsdgProfileJob *job = running_profile;
+
+	running_profile = NULL;
+	tsdg_profile_job_cancel(job);
 }
