@@ -56,7 +56,7 @@ sub check_build
 	my ($line) = $log =~ /(tsdg index "$index" built from .*)/;
 	like(
 		$line // 'no LOG line',
-		qr/search profile [0-9.]+ s \(waited for after the pages; computed beside them in [0-9.]+ s\)/,
+		qr/search profile [0-9.]+ s \(waited for after the pages; computed beside them in [0-9.]+ s(, started (after them|between the list pages))?\)/,
 		"$index: the build computed the profile beside its pages");
 	like("$notices\n$log", $where, "$index: built where it should be") if defined $where;
 	my $built = stored_profile($index);

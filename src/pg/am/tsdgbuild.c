@@ -230,48 +230,95 @@ TsdgGraphSummary(TsdgBuildState *bs, TsdgMetaPageData *meta, const uint32 *neigh
 	TsdgReportCoreError(status, &error, "graph statistics");
 }
 
-/*
- * The metapage's entry points: computed here after a graph of the CPU's,
- * waited for when the worker computes them after its answer (and computed
- * here when it did not).
- */
-static void
-TsdgBuildEntryPoints(TsdgBuildState *bs, TsdgMetaPageData *meta, const uint32 *neighbors,
-					 bool on_worker)
+/* what starts the search profile once the build's entry points are in meta */
+typedef struct TsdgProfileStart
 {
-	if (on_worker && TsdgWorkerBuildSummary(&bs->segment, meta))
-		return;
-	if (on_worker)
-		ereport(LOG,
-				(errmsg("tsdg index \"%s\": the GPU worker did not compute the entry points, computing them here",
-						RelationGetRelationName(bs->index))));
-	TsdgGraphSummary(bs, meta, neighbors);
+	TsdgBuildState *bs;
+	TsdgMetaPageData *meta;
+	const uint32 *neighbors;
+	const uint8 *lambdas;
+	bool		entry_points_in;
+	bool		started;
+} TsdgProfileStart;
+
+static void
+TsdgStartProfile(TsdgProfileStart *start)
+{
+	start->started = TsdgStartArrayProfile(start->meta, start->bs->metric, start->bs->rows,
+										   start->neighbors, start->lambdas);
 }
+
+/* between list pages: the profile starts as soon as the worker's entry points are in */
+static void
+TsdgStartProfileOnceEntryPointsIn(void *arg)
+{
+	TsdgProfileStart *start = (TsdgProfileStart *) arg;
+
+	if (!TsdgWorkerBuildSummaryIn(&start->bs->segment, start->meta))
+		return;
+	start->bs->between_list_pages = NULL;
+	start->entry_points_in = true;
+	TsdgStartProfile(start);
+}
+
+/* when the pages and the profile were done, for the LOG line */
+typedef struct TsdgPagesAndProfile
+{
+	TimestampTz pages_at;		/* the pages written */
+	TimestampTz summary_wait_at;	/* the worker's entry points waited for after them */
+	bool		profiled;		/* meta holds the profile */
+	bool		started_after_pages;	/* the worker's entry points came after the pages */
+	double		profile_seconds;	/* the time its threads took */
+} TsdgPagesAndProfile;
 
 /*
  * The pages of the graph, while threads of the core compute the search
- * profile from the same arrays (when they could start), then the wait for
- * them: *profiled says whether meta holds the profile, *profile_seconds the
- * time the threads took. An error on the way stops the threads before the
- * arrays go.
+ * profile from the same arrays, then the wait for them. The profile starts once the entry points are in meta: at once after
+ * a graph of the CPU's, whose entry points are computed before; on the
+ * worker, which computes them after its answer, between the list pages as
+ * soon as they are in, else after the pages, once waited for (and computed
+ * here when the worker did not). An error on the way stops the threads
+ * before the arrays go.
  */
 static void
 TsdgWritePagesBesideProfile(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout *layout,
-							const uint32 *neighbors, const uint8 *lambdas,
-							TimestampTz *pages_at, bool *profiled, double *profile_seconds)
+							const uint32 *neighbors, const uint8 *lambdas, bool on_worker,
+							TsdgPagesAndProfile *done)
 {
-	bool		started = TsdgStartArrayProfile(meta, bs->metric, bs->rows, neighbors, lambdas);
+	TsdgProfileStart start = {bs, meta, neighbors, lambdas, !on_worker, false};
 
+	if (start.entry_points_in)
+		TsdgStartProfile(&start);
+	else
+	{
+		bs->between_list_pages = TsdgStartProfileOnceEntryPointsIn;
+		bs->between_arg = &start;
+	}
 	PG_TRY();
 	{
 		/* a builder that returns no k-NN lists leaves the first one empty */
 		TsdgWriteGraphPages(bs, meta, layout, neighbors, lambdas,
 							bs->knn_written || bs->count == 1 || bs->knn_ids[0] != TSDG_INVALID_ID);
-		*pages_at = GetCurrentTimestamp();
-		*profiled = started && TsdgFinishArrayProfile(meta, profile_seconds);
+		bs->between_list_pages = NULL;
+		done->pages_at = GetCurrentTimestamp();
+		done->started_after_pages = !start.entry_points_in;
+		if (!start.entry_points_in)
+		{
+			if (!TsdgWorkerBuildSummary(&bs->segment, meta))
+			{
+				ereport(LOG,
+						(errmsg("tsdg index \"%s\": the GPU worker did not compute the entry points, computing them here",
+								RelationGetRelationName(bs->index))));
+				TsdgGraphSummary(bs, meta, neighbors);
+			}
+			TsdgStartProfile(&start);
+		}
+		done->summary_wait_at = GetCurrentTimestamp();
+		done->profiled = start.started && TsdgFinishArrayProfile(meta, &done->profile_seconds);
 	}
 	PG_CATCH();
 	{
+		bs->between_list_pages = NULL;
 		TsdgStopArrayProfile();
 		PG_RE_THROW();
 	}
@@ -321,12 +368,10 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	TimestampTz scanned_at,
 				graph_at = 0,
 				summary_at = 0,
-				pages_at = 0,
 				profile_at = 0,
 				wal_at;
 	bool		on_worker = false;
-	bool		profiled = false;
-	double		profile_seconds = 0;
+	TsdgPagesAndProfile done = {0};
 
 	if (RelationGetNumberOfBlocks(index) != 0)
 		elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
@@ -397,10 +442,11 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		TsdgFindBuildDuplicates(&bs);
 		TsdgLinkDuplicates(bs.duplicates, neighbors, lambdas, bs.params.degree);
 		graph_at = GetCurrentTimestamp();
-		TsdgBuildEntryPoints(&bs, &meta, neighbors, on_worker);
+		/* the worker computes the summary while the pages are written */
+		if (!on_worker)
+			TsdgGraphSummary(&bs, &meta, neighbors);
 		summary_at = GetCurrentTimestamp();
-		TsdgWritePagesBesideProfile(&bs, &meta, &layout, neighbors, lambdas, &pages_at, &profiled,
-									&profile_seconds);
+		TsdgWritePagesBesideProfile(&bs, &meta, &layout, neighbors, lambdas, on_worker, &done);
 		profile_at = GetCurrentTimestamp();
 	}
 	TsdgBuildSegmentRelease(&bs.segment);
@@ -419,14 +465,15 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	if (RelationNeedsWAL(index))
 		log_newpage_range(index, MAIN_FORKNUM, TSDG_METAPAGE_BLKNO, TSDG_METAPAGE_BLKNO + 1, true);
 	wal_at = GetCurrentTimestamp();
-	if (!profiled)
+	if (!done.profiled)
 		TsdgMeasureSearchProfile(index);
 
 	if (bs.count > 0)
 		ereport(LOG,
 				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s%s, "
-						"identical rows %.3f s (%lld in %lld groups)%s, entry points and statistics %.3f s%s, "
-						"%s pages %.3f s%s, metapage %.3f s, search profile %.3f s (%s)",
+						"identical rows %.3f s (%lld in %lld groups)%s, entry points and statistics %.3f s, "
+						"%s pages %.3f s%s, waiting for the worker's entry points %.3f s, metapage %.3f s, "
+						"search profile %.3f s (%s)",
 						RelationGetRelationName(index), (long long) bs.count,
 						SECS(started_at, GetCurrentTimestamp()), SECS(started_at, scanned_at),
 						TsdgHeapScanNote(&bs),
@@ -443,17 +490,19 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 						(long long) (bs.duplicates ? bs.duplicates->groups : 0),
 						bs.rows_written ? " meanwhile" : "",
 						SECS(graph_at, summary_at),
-						on_worker ? " (waiting for the worker's)" : "",
 						bs.knn_written ? "list" : bs.rows_written ? "list and k-NN" : "row, list and k-NN",
-						SECS(summary_at, pages_at),
+						SECS(summary_at, done.pages_at),
 						bs.list_pages_written == 0 ? "" :
 						psprintf(" (%u of %u: changed since or left)", bs.list_pages_after,
 								 TsdgPagesFor(bs.count, layout.lists_per_page)),
-						SECS(profile_at, wal_at),
-						profiled ? SECS(pages_at, profile_at) : SECS(wal_at, GetCurrentTimestamp()),
-						profiled ?
-						psprintf("waited for after the pages; computed beside them in %.3f s", profile_seconds) :
-						"measured on the pages after the metapage")));
+						SECS(done.pages_at, done.summary_wait_at), SECS(profile_at, wal_at),
+						done.profiled ? SECS(done.summary_wait_at, profile_at) :
+						SECS(wal_at, GetCurrentTimestamp()),
+						!done.profiled ? "measured on the pages after the metapage" :
+						psprintf("waited for after the pages; computed beside them in %.3f s%s",
+								 done.profile_seconds,
+								 !on_worker ? "" : done.started_after_pages ?
+								 ", started after them" : ", started between the list pages"))));
 
 	result = palloc(sizeof(IndexBuildResult));
 	result->heap_tuples = reltuples;

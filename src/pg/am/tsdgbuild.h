@@ -66,6 +66,14 @@ typedef struct TsdgBuildState
 	double		lists_seconds;
 	BlockNumber list_pages_after;	/* written after the answer: changed or left */
 
+	/*
+	 * called between runs of the list pages written after the graph, while
+	 * set: the search profile's start once the worker's entry points are in
+	 * (it clears it then)
+	 */
+	void		(*between_list_pages) (void *arg);
+	void	   *between_arg;
+
 	/* the groups of identical rows, found once the rows are all read */
 	bool		duplicates_found;
 	TsdgDuplicateGroups *duplicates;

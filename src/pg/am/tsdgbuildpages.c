@@ -111,6 +111,29 @@ TsdgWriteBuildLists(void *arg, int64 rows)
 	bs->lists_seconds += SECS(start, GetCurrentTimestamp());
 }
 
+/* the pages of the region a run between two calls of between_list_pages holds */
+#define TSDG_LIST_PAGES_RUN		1024
+
+static void
+TsdgBetweenListPages(TsdgBuildState *bs)
+{
+	if (bs->between_list_pages != NULL)
+		bs->between_list_pages(bs->between_arg);
+}
+
+/* the pages [first, end) of the region, in runs with between_list_pages after each */
+static void
+TsdgWriteRegionRuns(TsdgBuildState *bs, const TsdgGraphArrays *arrays, BlockNumber first,
+					BlockNumber end)
+{
+	for (BlockNumber run = first; run < end; run += TSDG_LIST_PAGES_RUN)
+	{
+		TsdgWritePages(bs->index, bs->meta->list_start, run, Min(end, run + TSDG_LIST_PAGES_RUN),
+					   TsdgFillRegionPage, (void *) arrays);
+		TsdgBetweenListPages(bs);
+	}
+}
+
 /* whether a list on list page `page` is marked in changed */
 static bool
 TsdgListPageChanged(const TsdgBuildState *bs, const uint8 *changed, BlockNumber page)
@@ -148,8 +171,7 @@ TsdgWriteChangedListPages(TsdgBuildState *bs, const TsdgGraphArrays *arrays)
 			run_start = page;
 		else if (!again && run_start != InvalidBlockNumber)
 		{
-			TsdgWritePages(bs->index, bs->meta->list_start, run_start, page, TsdgFillRegionPage,
-						   (void *) arrays);
+			TsdgWriteRegionRuns(bs, arrays, run_start, page);
 			rewritten += page - run_start;
 			run_start = InvalidBlockNumber;
 		}
@@ -185,10 +207,9 @@ TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout
 	if (bs->list_pages_written > 0)
 		bs->list_pages_after = TsdgWriteChangedListPages(bs, &arrays);
 	bs->list_pages_after += TsdgPagesFor(bs->count, layout->lists_per_page) - bs->list_pages_written;
-	TsdgWritePages(bs->index, meta->list_start, bs->list_pages_written,
-				   bs->knn_written ? TsdgPagesFor(bs->count, layout->lists_per_page) :
-				   TsdgRegionPages(&arrays),
-				   TsdgFillRegionPage, &arrays);
+	TsdgWriteRegionRuns(bs, &arrays, bs->list_pages_written,
+						bs->knn_written ? TsdgPagesFor(bs->count, layout->lists_per_page) :
+						TsdgRegionPages(&arrays));
 	if (with_knn)
 	{
 		meta->knn_k = bs->params.build_k;

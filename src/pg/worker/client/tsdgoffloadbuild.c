@@ -308,6 +308,20 @@ TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n, int dims,
 	return true;
 }
 
+/* a summary the worker has published READY, into meta */
+static void
+TsdgCopySummary(const TsdgBuildSummary *summary, TsdgMetaPageData *meta)
+{
+	StaticAssertStmt(TSDG_SUMMARY_MAX_UNREACHED == TSDG_MAX_UNREACHED,
+					 "a summary lists as many unreached rows as the metapage");
+	pg_read_barrier();
+	meta->entry_count = summary->entry_count;
+	memcpy(meta->entry_points, summary->entry_points, sizeof(uint32) * summary->entry_count);
+	meta->nn1_bound = summary->nn1_bound;
+	meta->unreached_count = (int32) Min(summary->unreached_count, TSDG_MAX_UNREACHED);
+	memcpy(meta->unreached, summary->unreached, sizeof(uint32) * meta->unreached_count);
+}
+
 /*
  * Waits for the summary the worker of pid computes and copies it into meta;
  * false when it failed or died.
@@ -317,8 +331,6 @@ TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, TsdgMetaPageData *meta)
 {
 	uint32		state;
 
-	StaticAssertStmt(TSDG_SUMMARY_MAX_UNREACHED == TSDG_MAX_UNREACHED,
-					 "a summary lists as many unreached rows as the metapage");
 	/* the worker sets this backend's latch when it is done; the ticks watch for its death */
 	while ((state = pg_atomic_read_u32(&summary->state)) == TSDG_SUMMARY_PENDING &&
 		   TsdgServerPid() == pid)
@@ -330,12 +342,7 @@ TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, TsdgMetaPageData *meta)
 	}
 	if (state != TSDG_SUMMARY_READY)
 		return false;
-	pg_read_barrier();
-	meta->entry_count = summary->entry_count;
-	memcpy(meta->entry_points, summary->entry_points, sizeof(uint32) * summary->entry_count);
-	meta->nn1_bound = summary->nn1_bound;
-	meta->unreached_count = (int32) Min(summary->unreached_count, TSDG_MAX_UNREACHED);
-	memcpy(meta->unreached, summary->unreached, sizeof(uint32) * meta->unreached_count);
+	TsdgCopySummary(summary, meta);
 	return true;
 }
 
@@ -343,4 +350,13 @@ bool
 TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, TsdgMetaPageData *meta)
 {
 	return TsdgWaitSummary(bseg->summary, bseg->builder_pid, meta);
+}
+
+bool
+TsdgWorkerBuildSummaryIn(TsdgBuildSegment *bseg, TsdgMetaPageData *meta)
+{
+	if (pg_atomic_read_u32(&bseg->summary->state) != TSDG_SUMMARY_READY)
+		return false;
+	TsdgCopySummary(bseg->summary, meta);
+	return true;
 }

@@ -223,6 +223,8 @@ extern bool TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n
  * them itself.
  */
 extern bool TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, TsdgMetaPageData *meta);
+/* the same without waiting: false while the worker computes them (or failed) */
+extern bool TsdgWorkerBuildSummaryIn(TsdgBuildSegment *bseg, TsdgMetaPageData *meta);
 
 /*
  * The shared memory segment of a merge on the worker, made before the merge
