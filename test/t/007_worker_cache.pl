@@ -86,7 +86,7 @@ same_answers('b', 'after REINDEX');
 sub resident_soon
 {
 	my ($expected) = @_;
-	for (1 .. 100)
+	for (1 .. 300)
 	{
 		my $now = resident();
 		return $now if $now eq $expected;
