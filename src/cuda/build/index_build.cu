@@ -22,10 +22,6 @@ size_t build_bytes(MatrixView data, int k, int samples, const DiversifyParams& d
          n * width * (16 + 16) + n * 24;
 }
 
-}  // namespace
-
-namespace {
-
 bool build_shape_fits(MatrixView data, const GnndParams& gnnd) {
   return data.rows > 4 * static_cast<int64_t>(gnnd.k) && data.rows < static_cast<int64_t>(kIdMask);
 }

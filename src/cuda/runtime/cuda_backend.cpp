@@ -8,11 +8,11 @@
 #include <string>
 
 #include "backend.h"
-#include "phase_trace.h"
 #include "device_memory.h"
 #include "exact_set.h"
 #include "gpu_algorithms.h"
 #include "long_range.h"
+#include "phase_trace.h"
 #include "search_index.h"
 
 namespace tsdg::cuda {

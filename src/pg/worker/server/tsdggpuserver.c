@@ -249,10 +249,6 @@ RecentlyActiveSessions(TimestampTz now)
 	return active;
 }
 
-/*
- * Waits for the first request, then up to tsdg.batch_wait_us while fewer
- * requests are queued than sessions were active lately.
- */
 /* a stat() of each resident index's file, at most once a second, busy or idle */
 static void
 DropGoneIndexesEverySecond(void)
@@ -266,6 +262,10 @@ DropGoneIndexesEverySecond(void)
 	TsdgDropGoneIndexes();
 }
 
+/*
+ * Waits for the first request, then up to tsdg.batch_wait_us while fewer
+ * requests are queued than sessions were active lately.
+ */
 static void
 WaitForBatch(void)
 {

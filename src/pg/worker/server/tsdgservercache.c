@@ -20,6 +20,14 @@ static ResidentIndex residents[TSDG_MAX_RESIDENT_INDEXES];
 
 /* ---- the resident indexes ---- */
 
+/* whether two keys name one index's storage, whatever graph of it they hold */
+static bool
+SameStorage(const TsdgIndexKey *a, const TsdgIndexKey *b)
+{
+	return a->database == b->database && a->tablespace == b->tablespace &&
+		a->relfilenode == b->relfilenode && a->backend == b->backend;
+}
+
 /* a resident index's memory: its graph's and its pending rows' copy */
 static int64
 ResidentBytes(const ResidentIndex *r)
@@ -322,10 +330,7 @@ TsdgAddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndex
 	ItemPointerData no_tid;
 
 	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
-		if (residents[i].used && residents[i].key.database == key->database &&
-			residents[i].key.tablespace == key->tablespace &&
-			residents[i].key.relfilenode == key->relfilenode &&
-			residents[i].key.backend == key->backend &&
+		if (residents[i].used && SameStorage(&residents[i].key, key) &&
 			(keep == NULL || !TsdgIndexKeysEqual(&residents[i].key, keep)))
 			FreeResident(&residents[i], "a newer graph of the index replaces it");
 	EvictFor(estimate);
@@ -455,11 +460,7 @@ TsdgDropOlderGraphs(const ResidentIndex *r)
 	bool		dropped = false;
 
 	for (int i = 0; i < TSDG_MAX_RESIDENT_INDEXES; i++)
-		if (residents[i].used && &residents[i] != r &&
-			residents[i].key.database == r->key.database &&
-			residents[i].key.tablespace == r->key.tablespace &&
-			residents[i].key.relfilenode == r->key.relfilenode &&
-			residents[i].key.backend == r->key.backend &&
+		if (residents[i].used && &residents[i] != r && SameStorage(&residents[i].key, &r->key) &&
 			residents[i].key.graph_version < r->key.graph_version)
 		{
 			FreeResident(&residents[i], "the index moved on to a newer graph");
