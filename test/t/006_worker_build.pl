@@ -313,7 +313,8 @@ $node->safe_psql('postgres', qq{
 $from = -s $node->logfile;
 $node->safe_psql('postgres', 'CREATE INDEX copies_idx ON copies USING tsdg (v vector_l2_ops)');
 like(log_since($from), qr/tsdg index "copies_idx" built on the GPU worker/, 'the worker built copies_idx');
-like(log_since($from), qr/tsdg index "copies_idx" built from 3240 rows.*identical rows [0-9.]+ s \(240 in 2 groups\) meanwhile/,
+like(log_since($from),
+	qr/tsdg index "copies_idx" built from 3240 rows.*the row pages written meanwhile.*identical rows [0-9.]+ s on threads, waited for [0-9.]+ s \(240 in 2 groups\)/,
 	'the session found both groups of identical rows while the worker built');
 for my $copy (['[2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2]', 200], ['[0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1]', 40])
 {

@@ -1,7 +1,6 @@
-// What the files of the C interface (capi.cpp, capi_build.cpp,
-// capi_unreached.cpp) share: the handles that cross them, the turning of
-// exceptions into a TsdgStatus, argument checks, and the settings of the
-// resident-index searches.
+// What the files of the C interface (capi*.cpp) share: the handles that
+// cross them, the turning of exceptions into a TsdgStatus, argument checks,
+// and the settings of the resident-index searches.
 #pragma once
 
 #include <cstdint>

@@ -532,6 +532,30 @@ TsdgStatus	tsdg_profile_job_finish(TsdgProfileJob *job, int64_t *scored, double 
 void		tsdg_profile_job_cancel(TsdgProfileJob *job);
 
 /*
+ * The groups of identical rows among n rows (byte for byte), found on
+ * threads of their own so that the caller does other work meanwhile:
+ * tsdg_identical_rows_job_start returns at once (NULL and error when it
+ * cannot start); rows must stay as they are until the job is taken or
+ * cancelled. tsdg_identical_rows_job_done tells whether it has finished.
+ * tsdg_identical_rows_job_wait waits and gives the number of groups and of
+ * their rows, and *seconds the time the job took; after an error the job is
+ * freed. tsdg_identical_rows_job_take then copies the groups' rows, group
+ * after group and ascending within a group, to ids (group_rows of them) and
+ * each group's end in ids to ends (groups of them), and frees the job.
+ * tsdg_identical_rows_job_cancel stops it, waits for its threads and frees
+ * it (NULL: nothing).
+ */
+typedef struct TsdgIdenticalRowsJob TsdgIdenticalRowsJob;
+
+TsdgIdenticalRowsJob *tsdg_identical_rows_job_start(const float *rows, int64_t n, int dim,
+													 TsdgError *error);
+bool		tsdg_identical_rows_job_done(const TsdgIdenticalRowsJob *job);
+TsdgStatus	tsdg_identical_rows_job_wait(TsdgIdenticalRowsJob *job, int64_t *groups,
+										 int64_t *group_rows, double *seconds, TsdgError *error);
+void		tsdg_identical_rows_job_take(TsdgIdenticalRowsJob *job, uint32_t *ids, int64_t *ends);
+void		tsdg_identical_rows_job_cancel(TsdgIdenticalRowsJob *job);
+
+/*
  * What the metapage needs of a resident index's graph: the count entry points
  * its searches start from (those of tsdg_select_entry_points for its rows and
  * graph), padded with TSDG_INVALID_ID, and d_nn1+ (tsdg_graph_nn1_bound). An

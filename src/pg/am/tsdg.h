@@ -541,10 +541,10 @@ typedef struct TsdgDuplicateGroups
 	int64		groups;
 	uint32	   *ids;			/* the rows of each group in id order, group after group */
 	int64	   *ends;			/* where each group ends in ids */
-	int64		id_capacity;
-	int64		group_capacity;
 } TsdgDuplicateGroups;
-extern TsdgDuplicateGroups *TsdgFindDuplicates(const float *rows, int64 n, int dims);
+extern void TsdgStartFindingDuplicates(const float *rows, int64 n, int dims);
+extern TsdgDuplicateGroups *TsdgFinishFindingDuplicates(double *seconds);
+extern void TsdgStopFindingDuplicates(void);
 extern void TsdgLinkDuplicates(const TsdgDuplicateGroups *groups, uint32 *neighbors,
 							   uint8 *lambdas, int degree);
 

@@ -195,6 +195,16 @@ TsdgFillMeta(TsdgMetaPageData *meta, const TsdgBuildState *bs, const TsdgLayout 
 	meta->graph_version = bs->count > 0 ? 1 : 0;
 }
 
+/* starts finding the groups of identical rows, unless started */
+void
+TsdgStartBuildDuplicates(TsdgBuildState *bs)
+{
+	if (bs->duplicates_started)
+		return;
+	TsdgStartFindingDuplicates(bs->rows, bs->count, bs->dims);
+	bs->duplicates_started = true;
+}
+
 /* the groups of identical rows, unless found */
 void
 TsdgFindBuildDuplicates(TsdgBuildState *bs)
@@ -203,9 +213,33 @@ TsdgFindBuildDuplicates(TsdgBuildState *bs)
 
 	if (bs->duplicates_found)
 		return;
-	bs->duplicates = TsdgFindDuplicates(bs->rows, bs->count, bs->dims);
+	TsdgStartBuildDuplicates(bs);
+	bs->duplicates = TsdgFinishFindingDuplicates(&bs->duplicates_seconds);
 	bs->duplicates_found = true;
-	bs->duplicates_seconds = SECS(start, GetCurrentTimestamp());
+	bs->duplicates_wait_seconds = SECS(start, GetCurrentTimestamp());
+}
+
+/*
+ * The graph, and the groups of identical rows; the threads that find the
+ * groups read the rows, so they stop before an error frees them.
+ */
+static bool
+TsdgComputeGraphAndDuplicates(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
+{
+	volatile bool on_worker = false;
+
+	PG_TRY();
+	{
+		on_worker = TsdgComputeGraph(bs, neighbors, lambdas);
+		TsdgFindBuildDuplicates(bs);
+	}
+	PG_CATCH();
+	{
+		TsdgStopFindingDuplicates();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	return on_worker;
 }
 
 /* the metapage's navigating set and the stop rule's d_nn1+ statistic */
@@ -438,8 +472,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 			}
 		}
 		bs.knn_ids[0] = TSDG_INVALID_ID;
-		on_worker = TsdgComputeGraph(&bs, neighbors, lambdas);
-		TsdgFindBuildDuplicates(&bs);
+		on_worker = TsdgComputeGraphAndDuplicates(&bs, neighbors, lambdas);
 		TsdgLinkDuplicates(bs.duplicates, neighbors, lambdas, bs.params.degree);
 		graph_at = GetCurrentTimestamp();
 		/* the worker computes the summary while the pages are written */
@@ -471,7 +504,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 	if (bs.count > 0)
 		ereport(LOG,
 				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s%s, "
-						"identical rows %.3f s (%lld in %lld groups)%s, entry points and statistics %.3f s, "
+						"identical rows %.3f s on threads, waited for %.3f s (%lld in %lld groups), entry points and statistics %.3f s, "
 						"%s pages %.3f s%s, waiting for the worker's entry points %.3f s, metapage %.3f s, "
 						"search profile %.3f s (%s)",
 						RelationGetRelationName(index), (long long) bs.count,
@@ -485,10 +518,9 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 								 bs.list_pages_written > 0 ?
 								 psprintf(", %u list pages meanwhile in %.3f s",
 										  bs.list_pages_written, bs.lists_seconds) : ""),
-						bs.duplicates_seconds,
+						bs.duplicates_seconds, bs.duplicates_wait_seconds,
 						(long long) (bs.duplicates ? bs.duplicates->rows : 0),
 						(long long) (bs.duplicates ? bs.duplicates->groups : 0),
-						bs.rows_written ? " meanwhile" : "",
 						SECS(graph_at, summary_at),
 						bs.knn_written ? "list" : bs.rows_written ? "list and k-NN" : "row, list and k-NN",
 						SECS(summary_at, done.pages_at),

@@ -75,9 +75,11 @@ typedef struct TsdgBuildState
 	void	   *between_arg;
 
 	/* the groups of identical rows, found once the rows are all read */
+	bool		duplicates_started;
 	bool		duplicates_found;
 	TsdgDuplicateGroups *duplicates;
-	double		duplicates_seconds;
+	double		duplicates_seconds; /* the threads' time */
+	double		duplicates_wait_seconds;
 
 	Size		memory_limit;	/* maintenance_work_mem in bytes */
 	bool		past_memory_limit;	/* the NOTICE was raised */
@@ -106,6 +108,7 @@ extern bool TsdgParallelHeapScan(TsdgBuildState *bs, IndexInfo *indexInfo, int n
 								 double *reltuples);
 
 /* tsdgbuild.c */
+extern void TsdgStartBuildDuplicates(TsdgBuildState *bs);
 extern void TsdgFindBuildDuplicates(TsdgBuildState *bs);
 
 /* tsdgbuildpages.c */

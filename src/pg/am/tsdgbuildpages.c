@@ -30,9 +30,9 @@ TsdgFillBuildRowPage(void *arg, Page page, BlockNumber page_no)
 
 /*
  * The row pages, in the blocks after the metapage (logged as they are
- * written), and the groups of identical rows: the worker's build calls it
- * while it waits (neither needs the graph), the others write the row pages
- * before the region.
+ * written), and the groups of identical rows, found on threads meanwhile:
+ * the worker's build calls it while it waits (neither needs the graph), the
+ * others write the row pages before the region.
  */
 void
 TsdgWriteBuildRows(void *arg)
@@ -45,6 +45,7 @@ TsdgWriteBuildRows(void *arg)
 	BlockNumber first = TsdgAppendBlocks(bs->index, row_pages);
 
 	Assert(first == bs->meta->row_extents[0].start);
+	TsdgStartBuildDuplicates(bs);
 	TsdgWritePages(bs->index, first, 0, row_pages, TsdgFillRowRunPage, &rows);
 	bs->rows_written = true;
 	bs->rows_seconds = SECS(start, GetCurrentTimestamp());
