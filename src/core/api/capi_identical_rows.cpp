@@ -2,28 +2,20 @@
 // (identical_rows.h), on a job thread, so that an index build writes its row
 // pages while they are found.
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <exception>
 #include <memory>
 #include <thread>
 
 #include "capi_internal.h"
+#include "capi_job.h"
 #include "identical_rows.h"
-#include "thread_pool.h"
 #include "tsdg_capi.h"
 
 using namespace tsdg::detail;
 
 struct TsdgIdenticalRowsJob {
   tsdg::MatrixView rows;
-  std::unique_ptr<tsdg::ThreadPool> pool;
-  std::atomic<bool> cancel{false};
-  std::atomic<bool> done{false};
-  std::thread thread;
   tsdg::IdenticalRowGroups groups;
-  double seconds = 0.0;
-  std::exception_ptr failure;
+  JobThread thread;  // last: stopped before what it reads goes
 };
 
 namespace {
@@ -42,20 +34,9 @@ TsdgIdenticalRowsJob* tsdg_identical_rows_job_start(const float* rows, int64_t n
     validate_rows(rows, n, dim);
     auto job = std::make_unique<TsdgIdenticalRowsJob>();
     job->rows = tsdg::MatrixView{rows, n, dim};
-    job->pool = std::make_unique<tsdg::ThreadPool>(identical_rows_threads());
     TsdgIdenticalRowsJob* running = job.get();
-    job->thread = std::thread([running] {
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        tsdg::RunControl control;
-        control.pool = running->pool.get();
-        control.cancel = &running->cancel;
-        running->groups = tsdg::find_identical_rows(running->rows, control);
-      } catch (...) {
-        running->failure = std::current_exception();
-      }
-      running->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      running->done.store(true, std::memory_order_release);
+    job->thread.start(identical_rows_threads(), [running](const tsdg::RunControl& control) {
+      running->groups = tsdg::find_identical_rows(running->rows, control);
     });
     set_message(error, "");
     return job.release();
@@ -66,18 +47,18 @@ TsdgIdenticalRowsJob* tsdg_identical_rows_job_start(const float* rows, int64_t n
 }
 
 bool tsdg_identical_rows_job_done(const TsdgIdenticalRowsJob* job) {
-  return job == nullptr || job->done.load(std::memory_order_acquire);
+  return job == nullptr || job->thread.done();
 }
 
 TsdgStatus tsdg_identical_rows_job_wait(TsdgIdenticalRowsJob* job, int64_t* groups, int64_t* group_rows,
                                         double* seconds, TsdgError* error) {
-  if (job != nullptr && job->thread.joinable()) job->thread.join();
+  if (job != nullptr) job->thread.join();
   const TsdgStatus status = guarded(error, [&] {
     require(job != nullptr, "job must not be NULL");
     require(groups != nullptr && group_rows != nullptr && seconds != nullptr,
             "groups, group_rows and seconds must not be NULL");
-    *seconds = job->seconds;
-    if (job->failure) std::rethrow_exception(job->failure);
+    *seconds = job->thread.seconds();
+    job->thread.rethrow_failure();
     *groups = static_cast<int64_t>(job->groups.ends.size());
     *group_rows = static_cast<int64_t>(job->groups.ids.size());
   });
@@ -88,16 +69,14 @@ TsdgStatus tsdg_identical_rows_job_wait(TsdgIdenticalRowsJob* job, int64_t* grou
 void tsdg_identical_rows_job_take(TsdgIdenticalRowsJob* job, uint32_t* ids, int64_t* ends) {
   std::unique_ptr<TsdgIdenticalRowsJob> owned(job);
   if (job == nullptr) return;
-  if (job->thread.joinable()) job->thread.join();
+  job->thread.join();
   std::copy(job->groups.ids.begin(), job->groups.ids.end(), ids);
   std::copy(job->groups.ends.begin(), job->groups.ends.end(), ends);
 }
 
 void tsdg_identical_rows_job_cancel(TsdgIdenticalRowsJob* job) {
   std::unique_ptr<TsdgIdenticalRowsJob> owned(job);
-  if (job == nullptr) return;
-  job->cancel.store(true, std::memory_order_relaxed);
-  if (job->thread.joinable()) job->thread.join();
+  if (job != nullptr) job->thread.cancel();
 }
 
 }  // extern "C"

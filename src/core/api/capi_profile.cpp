@@ -2,28 +2,21 @@
 // memory (profile.h), on a job thread, so that an index build writes its
 // pages while the searches run.
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <exception>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "capi_internal.h"
+#include "capi_job.h"
 #include "profile.h"
-#include "thread_pool.h"
 #include "tsdg_capi.h"
 
 using namespace tsdg::detail;
 
 struct TsdgProfileJob {
   tsdg::SearchProfileInput input;
-  std::unique_ptr<tsdg::ThreadPool> pool;
-  std::atomic<bool> cancel{false};
-  std::thread thread;
   std::vector<int64_t> scored;
-  double seconds = 0.0;
-  std::exception_ptr failure;
+  JobThread thread;  // last: stopped before what it reads goes
 };
 
 namespace {
@@ -62,19 +55,9 @@ TsdgProfileJob* tsdg_profile_job_start(const float* rows, int64_t n, int dim, Ts
     job->input.navigating.assign(navigating, navigating + navigating_count);
     job->input.samples.assign(samples, samples + sample_count);
     for (int step = 0; step < steps; ++step) job->input.efs.push_back(first_ef << step);
-    job->pool = std::make_unique<tsdg::ThreadPool>(profile_threads(sample_count));
     TsdgProfileJob* running = job.get();
-    job->thread = std::thread([running] {
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        tsdg::RunControl control;
-        control.pool = running->pool.get();
-        control.cancel = &running->cancel;
-        running->scored = tsdg::search_profile(running->input, control);
-      } catch (...) {
-        running->failure = std::current_exception();
-      }
-      running->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    job->thread.start(profile_threads(sample_count), [running](const tsdg::RunControl& control) {
+      running->scored = tsdg::search_profile(running->input, control);
     });
     set_message(error, "");
     return job.release();
@@ -91,17 +74,15 @@ TsdgStatus tsdg_profile_job_finish(TsdgProfileJob* job, int64_t* scored, double*
     require(job != nullptr, "job must not be NULL");
     require(job->input.efs.empty() || scored != nullptr, "scored must not be NULL");
     require(seconds != nullptr, "seconds must not be NULL");
-    *seconds = job->seconds;
-    if (job->failure) std::rethrow_exception(job->failure);
+    *seconds = job->thread.seconds();
+    job->thread.rethrow_failure();
     std::copy(job->scored.begin(), job->scored.end(), scored);
   });
 }
 
 void tsdg_profile_job_cancel(TsdgProfileJob* job) {
   std::unique_ptr<TsdgProfileJob> owned(job);
-  if (job == nullptr) return;
-  job->cancel.store(true, std::memory_order_relaxed);
-  job->thread.join();
+  if (job != nullptr) job->thread.cancel();
 }
 
 }  // extern "C"

@@ -4,13 +4,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <exception>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "backend.h"
 #include "capi_internal.h"
+#include "capi_job.h"
 #include "distance.h"
 #include "diversify.h"
 #include "entry_points.h"
@@ -24,9 +23,7 @@ using namespace tsdg::detail;
 
 struct TsdgUnreachedJob {
   std::unique_ptr<tsdg::RepairChecks> checks;
-  std::unique_ptr<tsdg::ThreadPool> pool;
-  std::thread thread;
-  std::exception_ptr failure;
+  JobThread thread;  // last: stopped before what it reads goes
 };
 
 namespace {
@@ -95,17 +92,8 @@ TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim
         tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, to_metric(metric), entry_ids,
         entry_count, rows_to_check(first, n, recheck), ef, lambda_limit,
         record_bytes / (2 * static_cast<int64_t>(sizeof(uint32_t))));
-    job->pool = std::make_unique<tsdg::ThreadPool>(0);
     TsdgUnreachedJob* running = job.get();
-    job->thread = std::thread([running] {
-      try {
-        tsdg::RunControl control;
-        control.pool = running->pool.get();
-        running->checks->run(control);
-      } catch (...) {
-        running->failure = std::current_exception();
-      }
-    });
+    job->thread.start(0, [running](const tsdg::RunControl& control) { running->checks->run(control); });
     set_message(error, "");
     return job.release();
   } catch (...) {
@@ -122,7 +110,7 @@ TsdgStatus tsdg_unreached_job_finish(TsdgUnreachedJob* job, uint32_t* rows_out, 
     require(job != nullptr, "job must not be NULL");
     require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
     require(count != nullptr, "count must not be NULL");
-    if (job->failure) std::rethrow_exception(job->failure);
+    job->thread.rethrow_failure();
     copy_unreached(job->checks->wide->unreached(), rows_out, max_rows, count);
   });
 }
@@ -138,9 +126,9 @@ TsdgStatus tsdg_unreached_job_finish_repairing(TsdgUnreachedJob* job, uint32_t* 
     require(max_rows >= 0 && (max_rows == 0 || rows_out != nullptr), "rows_out must not be NULL");
     require(count != nullptr && lists_changed != nullptr, "count and lists_changed must not be NULL");
     require(changed != nullptr, "changed must not be NULL");
-    if (job->failure) std::rethrow_exception(job->failure);
+    job->thread.rethrow_failure();
     tsdg::RunControl control;
-    control.pool = job->pool.get();
+    control.pool = job->thread.pool();
     const int64_t n = job->checks->wide->nodes();
     const std::vector<uint32_t> repaired = job->checks->repair(tsdg::GraphSpan{neighbors, lambdas, n, degree},
                                                                control, marking_repaired(changed));
