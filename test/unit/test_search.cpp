@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "bruteforce.h"
@@ -382,6 +383,42 @@ TEST(Search, ChangedListsGiveTheEntryPointsOfTheChangedGraph) {
   EXPECT_EQ(index.entry_points(params, RunControl{}), before);  // not told yet
   index.lists_changed(changed);
   EXPECT_EQ(index.entry_points(params, RunControl{}), expected);
+}
+
+// The cache computes the set again only for new params or changed lists,
+// each time the set navigating_set gives for them.
+TEST(Search, NavigatingSetCacheFollowsParamsAndLists) {
+  const Fixture f = make_fixture(2000, 16, 6, 10);
+  TsdgGraph graph(f.graph.nodes, f.graph.degree);
+  std::copy(f.graph.neighbors.begin(), f.graph.neighbors.end(), graph.neighbors.begin());
+  std::copy(f.graph.lambdas.begin(), f.graph.lambdas.end(), graph.lambdas.begin());
+  SearchParams params;
+  params.entry_samples = 16;
+  NavigatingSetCache cache;
+  EXPECT_TRUE(cache.refresh(f.data.view(), GraphView::of(graph), params, RunControl{}));
+  EXPECT_EQ(cache.entries(), navigating_set(f.data.view(), GraphView::of(graph), params));
+  EXPECT_FALSE(cache.refresh(f.data.view(), GraphView::of(graph), params, RunControl{}));
+
+  for (int64_t u = 0; u < graph.nodes; ++u) {
+    uint32_t* list = graph.neighbors.data() + u * graph.degree;
+    std::rotate(list, list + 1, list + graph.degree);
+  }
+  cache.lists_changed();
+  EXPECT_TRUE(cache.refresh(f.data.view(), GraphView::of(graph), params, RunControl{}));
+  EXPECT_EQ(cache.entries(), navigating_set(f.data.view(), GraphView::of(graph), params));
+
+  for (const auto& [samples, stride, seed] : {std::tuple{24, int64_t{-1}, uint64_t{42}},
+                                              std::tuple{24, int64_t{100}, uint64_t{42}},
+                                              std::tuple{24, int64_t{100}, uint64_t{7}}}) {
+    params.entry_samples = samples;
+    params.entry_stride = stride;
+    params.seed = seed;
+    EXPECT_TRUE(cache.refresh(f.data.view(), GraphView::of(graph), params, RunControl{}));
+    EXPECT_EQ(cache.entries(), navigating_set(f.data.view(), GraphView::of(graph), params))
+        << samples << " " << stride << " " << seed;
+  }
+  EXPECT_EQ(entry_points_toward(f.data.view(), GraphView::of(graph), entry_targets(f.data.view(), 24, 7)),
+            select_entry_points(f.data.view(), GraphView::of(graph), 24, 7));
 }
 
 TEST(Search, NavigatingSetAddsEachStridedNodeOnce) {

@@ -8,6 +8,7 @@
 #include "bruteforce.h"
 #include "distance.h"
 #include "huge_pages.h"
+#include "search.h"
 #include "thread_pool.h"
 
 namespace tsdg {
@@ -85,50 +86,60 @@ Matrix kmeans_centers(MatrixView sampled, int centers, std::mt19937_64& rng, Dis
 
 }  // namespace
 
-std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int count,
-                                          uint64_t seed, const RunControl& control) {
-  std::vector<uint32_t> entries;
-  if (count <= 0 || data.rows == 0) return entries;
-  if (data.rows <= count) {
-    for (int64_t i = 0; i < data.rows; ++i) entries.push_back(static_cast<uint32_t>(i));
-    return entries;
-  }
+EntryTargets entry_targets(MatrixView data, int count, uint64_t seed, const RunControl& control) {
+  EntryTargets result;
+  result.count = count;
+  if (count <= 0 || data.rows <= count) return result;
   const DistanceFn l2 = distance_kernels().l2_squared;
   const int dim = data.dim;
   std::mt19937_64 rng(seed);
   const int64_t sample_size =
       std::min<int64_t>(data.rows, std::max<int64_t>(kMinSample, int64_t{kSamplesPerEntry} * count));
-  std::vector<uint32_t> sample(sample_size);
-  for (auto& row : sample) row = static_cast<uint32_t>(rng() % data.rows);
+  result.sample.resize(sample_size);
+  for (auto& row : result.sample) row = static_cast<uint32_t>(rng() % data.rows);
 
   // through the huge-page allocator, so that a build past its memory budget
   // keeps the sample in a temporary file too (spill_files.h): it holds up to
   // kSamplesPerEntry rows for each entry point, whatever their dimensions
   HugePageArray<float> sampled_values(static_cast<size_t>(sample_size) * dim, HugePageArray<float>::Unfilled{});
   for (int64_t s = 0; s < sample_size; ++s) {
-    std::copy(data.row(sample[s]), data.row(sample[s]) + dim, sampled_values.data() + s * dim);
+    std::copy(data.row(result.sample[s]), data.row(result.sample[s]) + dim, sampled_values.data() + s * dim);
   }
   const MatrixView sampled{sampled_values.data(), sample_size, dim};
 
-  Matrix targets(count, dim);  // the mean first, then the centers
+  result.targets = Matrix(count, dim);  // the mean first, then the centers
   {
     std::vector<double> mean(dim, 0.0);
     for (int64_t s = 0; s < sample_size; ++s) {
       for (int j = 0; j < dim; ++j) mean[j] += sampled.row(s)[j];
     }
-    for (int j = 0; j < dim; ++j) targets.row(0)[j] = static_cast<float>(mean[j] / sample_size);
+    for (int j = 0; j < dim; ++j) result.targets.row(0)[j] = static_cast<float>(mean[j] / sample_size);
   }
   if (count > 1) {
     const Matrix centers = kmeans_centers(sampled, count - 1, rng, l2, control);
-    std::copy(centers.values.begin(), centers.values.end(), targets.row(1));
+    std::copy(centers.values.begin(), centers.values.end(), result.targets.row(1));
   }
-  const std::vector<uint32_t> nearest_sample = nearest_rows(sampled, targets.view(), control);
+  result.nearest_sample = nearest_rows(sampled, result.targets.view(), control);
+  return result;
+}
+
+std::vector<uint32_t> entry_points_toward(MatrixView data, GraphView graph, const EntryTargets& targets,
+                                          const RunControl& control) {
+  std::vector<uint32_t> entries;
+  const int count = targets.count;
+  if (count <= 0 || data.rows == 0) return entries;
+  if (data.rows <= count) {
+    for (int64_t i = 0; i < data.rows; ++i) entries.push_back(static_cast<uint32_t>(i));
+    return entries;
+  }
+  const DistanceFn l2 = distance_kernels().l2_squared;
+  const std::vector<uint32_t>& sample = targets.sample;
   std::vector<uint32_t> descended(count);
   parallel_for(control, count, 1, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
-      descended[t] = sample[nearest_sample[t]];
+      descended[t] = sample[targets.nearest_sample[t]];
       if (graph.nodes == data.rows && graph.degree > 0) {
-        descended[t] = greedy_descent(data, graph, targets.row(t), descended[t], l2);
+        descended[t] = greedy_descent(data, graph, targets.targets.row(t), descended[t], l2);
       }
     }
   });
@@ -148,6 +159,11 @@ std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int 
   }
   for (uint32_t node = 0; entries.size() < static_cast<size_t>(count); ++node) add_if_new(node);
   return entries;
+}
+
+std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int count,
+                                          uint64_t seed, const RunControl& control) {
+  return entry_points_toward(data, graph, entry_targets(data, count, seed, control), control);
 }
 
 int64_t navigating_stride(int64_t nodes) {
@@ -172,9 +188,27 @@ std::vector<uint32_t> with_strided_entries(std::vector<uint32_t> entries, int64_
 
 std::vector<uint32_t> navigating_set(MatrixView data, GraphView graph, const SearchParams& params,
                                      const RunControl& control) {
+  NavigatingSetCache cache;
+  cache.refresh(data, graph, params, control);
+  return cache.entries();
+}
+
+bool NavigatingSetCache::refresh(MatrixView data, GraphView graph, const SearchParams& params,
+                                 const RunControl& control) {
+  if (current_ && params.entry_samples == targets_.count && params.seed == targets_seed_ &&
+      params.entry_stride == stride_) {
+    return false;
+  }
+  if (targets_.count != params.entry_samples || params.seed != targets_seed_ || !targets_known_) {
+    targets_ = entry_targets(data, params.entry_samples, params.seed, control);
+    targets_seed_ = params.seed;
+    targets_known_ = true;
+  }
   const int64_t stride = params.entry_stride < 0 ? navigating_stride(data.rows) : params.entry_stride;
-  return with_strided_entries(select_entry_points(data, graph, params.entry_samples, params.seed, control),
-                              data.rows, stride);
+  entries_ = with_strided_entries(entry_points_toward(data, graph, targets_, control), data.rows, stride);
+  stride_ = params.entry_stride;
+  current_ = true;
+  return true;
 }
 
 }  // namespace tsdg

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "run_control.h"
-#include "search.h"
+#include "params.h"
 #include "types.h"
 
 namespace tsdg {
@@ -20,6 +20,21 @@ namespace tsdg {
 // of control's.
 std::vector<uint32_t> select_entry_points(MatrixView data, GraphView graph, int count,
                                           uint64_t seed, const RunControl& control = RunControl{});
+
+// What select_entry_points finds without the graph: the sampled rows, the
+// targets (the data mean, then the k-means centers) and each target's
+// nearest sampled row, where a descent starts. Empty where count <= 0 or
+// the data has at most count rows.
+struct EntryTargets {
+  int count = 0;
+  std::vector<uint32_t> sample;
+  Matrix targets;
+  std::vector<uint32_t> nearest_sample;
+};
+EntryTargets entry_targets(MatrixView data, int count, uint64_t seed, const RunControl& control = RunControl{});
+// select_entry_points from its targets: the greedy descents on graph.
+std::vector<uint32_t> entry_points_toward(MatrixView data, GraphView graph, const EntryTargets& targets,
+                                          const RunControl& control = RunControl{});
 
 // The spacing of the strided part of the navigating set of a graph of
 // `nodes` nodes: every kRowsPerStridedEntry-th node up to
@@ -46,5 +61,25 @@ std::vector<uint32_t> with_strided_entries(std::vector<uint32_t> entries, int64_
 // seed, then the strided nodes of entry_stride.
 std::vector<uint32_t> navigating_set(MatrixView data, GraphView graph, const SearchParams& params,
                                      const RunControl& control = RunControl{});
+
+// A search index's navigating set for the params of its searches, computed
+// again only when they change or its lists did (lists_changed). Since only
+// the greedy descents follow the graph, changed lists cost the descents,
+// not the sample and its k-means again.
+class NavigatingSetCache {
+ public:
+  // Whether the set was computed again.
+  bool refresh(MatrixView data, GraphView graph, const SearchParams& params, const RunControl& control);
+  void lists_changed() { current_ = false; }
+  const std::vector<uint32_t>& entries() const { return entries_; }
+
+ private:
+  EntryTargets targets_;
+  uint64_t targets_seed_ = 0;
+  bool targets_known_ = false;
+  int64_t stride_ = 0;
+  bool current_ = false;
+  std::vector<uint32_t> entries_;
+};
 
 }  // namespace tsdg

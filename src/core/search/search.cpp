@@ -339,11 +339,8 @@ void CpuSearchIndex::release_scratch(std::unique_ptr<Scratch> scratch) {
 
 void CpuSearchIndex::prepare_entry_points(const SearchParams& params, const RunControl& control) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (entries_count_ == params.entry_samples && entries_stride_ == params.entry_stride &&
-      entries_seed_ == params.seed) {
-    return;
-  }
-  entries_ = navigating_set(data_, graph_, params, control);
+  if (!navigating_.refresh(data_, graph_, params, control)) return;
+  entries_ = navigating_.entries();
   entry_rows_ = Matrix(static_cast<int64_t>(entries_.size()), data_.dim);
   for (size_t i = 0; i < entries_.size(); ++i) {
     std::copy(data_.row(entries_[i]), data_.row(entries_[i]) + data_.dim, entry_rows_.row(i));
@@ -355,15 +352,12 @@ void CpuSearchIndex::prepare_entry_points(const SearchParams& params, const RunC
     entry_norms_.resize(entries_.size());
     row_norms_squared(entry_rows_.view(), entry_norms_.data());
   }
-  entries_count_ = params.entry_samples;
-  entries_stride_ = params.entry_stride;
-  entries_seed_ = params.seed;
 }
 
 void CpuSearchIndex::lists_changed(const std::vector<uint32_t>& nodes) {
   if (nodes.empty()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  entries_count_ = -1;
+  navigating_.lists_changed();
 }
 
 void CpuSearchIndex::score_entries(const float* const* queries, int count, Scratch& scratch) const {

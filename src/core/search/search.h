@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #include "distance.h"
+#include "entry_points.h"
 #include "params.h"
 #include "run_control.h"
 #include "types.h"
@@ -359,8 +360,7 @@ class GraphSearch {
 
 // The in-memory search over rows and a graph held in memory (the CPU
 // backend's SearchIndex). Entry points: the navigating set of params
-// (navigating_set), computed once per (entry_samples, entry_stride, seed) and
-// scanned in full by every query.
+// (NavigatingSetCache), scanned in full by every query.
 // Thread-safe.
 class CpuSearchIndex : public SearchIndex {
  public:
@@ -413,9 +413,7 @@ class CpuSearchIndex : public SearchIndex {
   // one matrix product.
   std::vector<float> entry_panels_;
   std::vector<float> entry_norms_;
-  int entries_count_ = -1;
-  int64_t entries_stride_ = 0;
-  uint64_t entries_seed_ = 0;
+  NavigatingSetCache navigating_;
 
   std::atomic<int64_t> distance_computations_{0};
 };

@@ -195,7 +195,7 @@ void CudaSearchIndex::lists_changed(const std::vector<uint32_t>& nodes) {
       neighbors_.data(), lambdas_.data());
   check_launch("scatter_lists_kernel");
   ctx_->stream.synchronize();
-  entries_for_count_ = -1;
+  navigating_.lists_changed();
 }
 
 // On the device rather than the host: a merge waits for the upload, and a
@@ -249,11 +249,8 @@ void CudaSearchIndex::reserve_batch(int64_t rows, int k, int walk_k) {
 }
 
 void CudaSearchIndex::prepare_entries(const SearchParams& params, const RunControl& control) {
-  if (params.entry_samples == entries_for_count_ && params.entry_stride == entries_for_stride_ &&
-      params.seed == entries_for_seed_) {
-    return;
-  }
-  host_entries_ = navigating_set(host_data_, host_graph_, params, control);
+  if (!navigating_.refresh(host_data_, host_graph_, params, control)) return;
+  host_entries_ = navigating_.entries();
   cudaStream_t stream = ctx_->stream.get();
   const auto count = static_cast<int64_t>(host_entries_.size());
   entries_.allocate(std::max<size_t>(host_entries_.size(), 1));
@@ -264,9 +261,6 @@ void CudaSearchIndex::prepare_entries(const SearchParams& params, const RunContr
   if (metric_ == Metric::L2) compute_squared_norms(entry_rows_.data(), count, dim_, entry_norms_.data(), stream);
   ctx_->stream.synchronize();
   entry_count_ = static_cast<int>(host_entries_.size());
-  entries_for_count_ = params.entry_samples;
-  entries_for_stride_ = params.entry_stride;
-  entries_for_seed_ = params.seed;
 }
 
 bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& params,

@@ -90,9 +90,7 @@ class CudaSearchIndex final : public SearchIndex {
   DeviceBuffer<uint32_t> entry_pick_ids_;
   DeviceBuffer<float> entry_pick_dists_;
   int entry_count_ = 0;
-  int entries_for_count_ = -1;
-  int64_t entries_for_stride_ = 0;
-  uint64_t entries_for_seed_ = 0;
+  NavigatingSetCache navigating_;
   // Per-batch buffers, grown on demand.
   DeviceBuffer<float> queries_;
   DeviceBuffer<uint32_t> walk_ids_;  // the walks' candidates, before the exact rerank
