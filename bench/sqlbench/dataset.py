@@ -138,7 +138,10 @@ def _exact_neighbors_torch(torch, base, queries, k, progress):
     b = torch.from_numpy(base).to(device, dtype=torch.float64)
     base_sq = (b * b).sum(dim=1)
     result = np.empty((queries.shape[0], k), dtype=np.int64)
-    block = 1024
+    # A block's distances and the product's temporaries are block x rows
+    # float64 arrays each: about 2 GiB apiece, so that 10M rows fit on the
+    # device beside their own float64 copy.
+    block = max(1, min(1024, (2 << 30) // (8 * base.shape[0])))
     for q0 in range(0, queries.shape[0], block):
         q = torch.from_numpy(queries[q0:q0 + block]).to(device, dtype=torch.float64)
         dist = base_sq[None, :] - 2.0 * (q @ b.T)
