@@ -316,12 +316,19 @@ like(log_since($from), qr/tsdg index "copies_idx" built on the GPU worker/, 'the
 like(log_since($from),
 	qr/tsdg index "copies_idx" built from 3240 rows.*the row pages written meanwhile.*identical rows [0-9.]+ s on threads, waited for [0-9.]+ s \(240 in 2 groups\)/,
 	'the session found both groups of identical rows while the worker built');
-for my $copy (['[2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2]', 200], ['[0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1]', 40])
+# the worker reads the lists for its summary and its resident copy only once
+# the session has linked the rings into them
+like(log_since($from), qr/GPU worker: index \d+\/\d+: the session linked its rings of identical rows [0-9.]+ s after the answer/,
+	'the worker waited for the rings before it read the lists again');
+for my $device ('cpu', 'gpu')
 {
-	my ($vector, $count) = @$copy;
-	is($node->safe_psql('postgres', qq{SET enable_seqscan = off; SET tsdg.device = cpu; SET tsdg.ef_search = 10;
-		SELECT count(*) FROM (SELECT v FROM copies ORDER BY v <-> '$vector' LIMIT $count) s WHERE v = '$vector'}),
-		$count, "all $count copies of $vector come first through the index");
+	for my $copy (['[2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2]', 200], ['[0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1]', 40])
+	{
+		my ($vector, $count) = @$copy;
+		is($node->safe_psql('postgres', qq{SET enable_seqscan = off; SET tsdg.device = $device; SET tsdg.ef_search = 10;
+			SELECT count(*) FROM (SELECT v FROM copies ORDER BY v <-> '$vector' LIMIT $count) s WHERE v = '$vector'}),
+			$count, "all $count copies of $vector come first through the index ($device)");
+	}
 }
 
 done_testing();

@@ -236,6 +236,7 @@ TsdgComputeGraphAndDuplicates(TsdgBuildState *bs, uint32 *neighbors, uint8 *lamb
 	PG_CATCH();
 	{
 		TsdgStopFindingDuplicates();
+		TsdgBuildSegmentRingsLinked(&bs->segment, false);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -474,6 +475,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		bs.knn_ids[0] = TSDG_INVALID_ID;
 		on_worker = TsdgComputeGraphAndDuplicates(&bs, neighbors, lambdas);
 		TsdgLinkDuplicates(bs.duplicates, neighbors, lambdas, bs.params.degree);
+		TsdgBuildSegmentRingsLinked(&bs.segment, bs.duplicates != NULL);
 		graph_at = GetCurrentTimestamp();
 		/* the worker computes the summary while the pages are written */
 		if (!on_worker)

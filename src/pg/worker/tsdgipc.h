@@ -298,6 +298,20 @@ typedef enum TsdgSummaryState
 	TSDG_SUMMARY_FAILED			/* the session computes it itself */
 } TsdgSummaryState;
 
+/*
+ * Where a build's rings of identical rows stand (tsdgduplicates.c): the
+ * session links them into the segment's lists once it has the answer, and
+ * the worker waits for that before it reads the lists again for the summary
+ * and its resident copy.
+ */
+typedef enum TsdgRingsState
+{
+	TSDG_RINGS_UNKNOWN = 0,		/* the session has not found the groups yet */
+	TSDG_RINGS_NONE,			/* no groups, or the session gave the build up */
+	TSDG_RINGS_PENDING,			/* groups found, to be linked after the answer */
+	TSDG_RINGS_LINKED
+} TsdgRingsState;
+
 #define TSDG_SUMMARY_MAX_ENTRIES	256 /* TSDG_MAX_ENTRY_POINTS of the metapage */
 #define TSDG_SUMMARY_MAX_UNREACHED	1560	/* TSDG_MAX_UNREACHED of the metapage */
 
@@ -324,6 +338,8 @@ typedef struct TsdgBuildSummary
 	 * TSDG_CHANGED_LINK; the session's latch is set at each step)
 	 */
 	pg_atomic_uint64 lists_ready;
+	/* a build's TsdgRingsState, set by the session */
+	pg_atomic_uint32 rings;
 	int32		entry_count;
 	float		nn1_bound;
 	uint32		entry_points[TSDG_SUMMARY_MAX_ENTRIES];

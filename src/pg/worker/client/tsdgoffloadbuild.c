@@ -132,6 +132,7 @@ TsdgBuildSegmentMake(TsdgBuildSegment *bseg, int64 capacity, int dims,
 	pg_atomic_init_u32(&bseg->summary->state, TSDG_SUMMARY_PENDING);
 	pg_atomic_init_u32(&bseg->summary->knn_ready, 0);
 	pg_atomic_init_u64(&bseg->summary->lists_ready, 0);
+	pg_atomic_init_u32(&bseg->summary->rings, TSDG_RINGS_UNKNOWN);
 	bseg->parts = TsdgBulkArray(base, header.parts);
 	if (bseg->parts != NULL)
 		TsdgInitPartTurns(bseg->parts);
@@ -350,6 +351,28 @@ bool
 TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, TsdgMetaPageData *meta)
 {
 	return TsdgWaitSummary(bseg->summary, bseg->builder_pid, meta);
+}
+
+static void
+TsdgBuildSegmentSetRings(TsdgBuildSegment *bseg, TsdgRingsState state)
+{
+	if (bseg->seg == NULL || bseg->parts != NULL || bseg->summary == NULL)
+		return;
+	/* the linked lists before the state that tells the worker to read them */
+	pg_write_barrier();
+	pg_atomic_write_u32(&bseg->summary->rings, state);
+}
+
+void
+TsdgBuildSegmentRingsFound(TsdgBuildSegment *bseg, bool any)
+{
+	TsdgBuildSegmentSetRings(bseg, any ? TSDG_RINGS_PENDING : TSDG_RINGS_NONE);
+}
+
+void
+TsdgBuildSegmentRingsLinked(TsdgBuildSegment *bseg, bool any)
+{
+	TsdgBuildSegmentSetRings(bseg, any ? TSDG_RINGS_LINKED : TSDG_RINGS_NONE);
 }
 
 bool

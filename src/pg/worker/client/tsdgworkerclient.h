@@ -225,6 +225,16 @@ extern bool TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n
 extern bool TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, TsdgMetaPageData *meta);
 /* the same without waiting: false while the worker computes them (or failed) */
 extern bool TsdgWorkerBuildSummaryIn(TsdgBuildSegment *bseg, TsdgMetaPageData *meta);
+/*
+ * Tell the worker about the build's rings of identical rows, which it waits
+ * for after its answer before it reads the lists again (for the summary and
+ * its resident copy): once the groups are found, whether there are any to
+ * link; then whether rings were linked (none where the session gives the
+ * build up). Nothing for a build in parts, whose lists the worker holds
+ * apart.
+ */
+extern void TsdgBuildSegmentRingsFound(TsdgBuildSegment *bseg, bool any);
+extern void TsdgBuildSegmentRingsLinked(TsdgBuildSegment *bseg, bool any);
 
 /*
  * The shared memory segment of a merge on the worker, made before the merge

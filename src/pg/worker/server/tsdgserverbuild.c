@@ -147,6 +147,39 @@ ComputeSummary(TsdgBuildSummary *summary, const float *rows, int64 n, int dims,
 	return ok;
 }
 
+/*
+ * Waits for the session to link the build's rings of identical rows into the
+ * segment's lists, which it does once it has the answer, so that the summary
+ * and the resident copy read the lists it writes to its pages. Gives up when
+ * the session is gone (its latch has another owner) or the server stops.
+ */
+static void
+AwaitRings(TakenRequest *t, TsdgBuildSummary *summary, const TsdgIndexKey *key)
+{
+	Latch	   *latch = t->copy.requester_latch;
+	int			owner = latch != NULL ? latch->owner_pid : 0;
+	TimestampTz start = GetCurrentTimestamp();
+	uint32		state;
+
+	while ((state = pg_atomic_read_u32(&summary->rings)) == TSDG_RINGS_UNKNOWN ||
+		   state == TSDG_RINGS_PENDING)
+	{
+		if (latch == NULL || latch->owner_pid != owner || TsdgServerShutdownRequested)
+		{
+			ereport(LOG,
+					(errmsg("pg_tsdg GPU worker: index %u/%u: the session left before linking its identical rows",
+							key->database, key->relfilenode)));
+			return;
+		}
+		pg_usleep(1000L);
+	}
+	pg_read_barrier();
+	if (state == TSDG_RINGS_LINKED)
+		ereport(LOG,
+				(errmsg("pg_tsdg GPU worker: index %u/%u: the session linked its rings of identical rows %.3f s after the answer",
+						key->database, key->relfilenode, TsdgSecondsSince(start))));
+}
+
 /* The summary is ready (or failed): the session waiting for it goes on. */
 void
 TsdgPublishSummary(TakenRequest *t, TsdgBuildSummary *summary, bool ok)
@@ -365,6 +398,8 @@ TsdgServeBuild(TakenRequest *t)
 		{
 			TsdgBuildSummary *summary = TsdgBulkArray(map.address, header->summary);
 
+			if (!args->in_parts)
+				AwaitRings(t, summary, &args->key);
 			TsdgPublishSummary(t, summary,
 							   ComputeSummary(summary, arrays.rows, args->n, args->dims, args->metric,
 											  arrays.neighbors, args->params.degree,
