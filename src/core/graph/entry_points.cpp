@@ -199,10 +199,10 @@ bool NavigatingSetCache::refresh(MatrixView data, GraphView graph, const SearchP
       params.entry_stride == stride_) {
     return false;
   }
-  if (targets_.count != params.entry_samples || params.seed != targets_seed_ || !targets_known_) {
+  // the empty targets a cache starts with are those of no entry samples
+  if (targets_.count != params.entry_samples || params.seed != targets_seed_) {
     targets_ = entry_targets(data, params.entry_samples, params.seed, control);
     targets_seed_ = params.seed;
-    targets_known_ = true;
   }
   const int64_t stride = params.entry_stride < 0 ? navigating_stride(data.rows) : params.entry_stride;
   entries_ = with_strided_entries(entry_points_toward(data, graph, targets_, control), data.rows, stride);

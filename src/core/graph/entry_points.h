@@ -76,7 +76,6 @@ class NavigatingSetCache {
  private:
   EntryTargets targets_;
   uint64_t targets_seed_ = 0;
-  bool targets_known_ = false;
   int64_t stride_ = 0;
   bool current_ = false;
   std::vector<uint32_t> entries_;

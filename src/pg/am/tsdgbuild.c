@@ -205,7 +205,10 @@ TsdgStartBuildDuplicates(TsdgBuildState *bs)
 	bs->duplicates_started = true;
 }
 
-/* the groups of identical rows, unless found */
+/*
+ * the groups of identical rows, unless found; the worker learns whether it
+ * is to wait for their rings after its answer
+ */
 void
 TsdgFindBuildDuplicates(TsdgBuildState *bs)
 {
@@ -217,6 +220,7 @@ TsdgFindBuildDuplicates(TsdgBuildState *bs)
 	bs->duplicates = TsdgFinishFindingDuplicates(&bs->duplicates_seconds);
 	bs->duplicates_found = true;
 	bs->duplicates_wait_seconds = SECS(start, GetCurrentTimestamp());
+	TsdgBuildSegmentRingsFound(&bs->segment, bs->duplicates != NULL);
 }
 
 /*

@@ -50,7 +50,6 @@ TsdgWriteBuildRows(void *arg)
 	bs->rows_written = true;
 	bs->rows_seconds = SECS(start, GetCurrentTimestamp());
 	TsdgFindBuildDuplicates(bs);
-	TsdgBuildSegmentRingsFound(&bs->segment, bs->duplicates != NULL);
 }
 
 /*
