@@ -181,9 +181,23 @@ double graph_recall(const KnnGraph& graph, const GraphTruth& truth) {
 
 struct SweepPoint {
   double recall = 0;
+  // Queries none of whose k true neighbors were found: on clustered data a
+  // walk that never entered the query's cluster.
+  int64_t queries_without_hit = 0;
   double qps = 0;
   double distances_per_query = 0;
 };
+
+int64_t queries_without_hit(const std::vector<uint32_t>& found, const std::vector<uint32_t>& truth, int64_t queries,
+                            int k) {
+  int64_t without = 0;
+  for (int64_t i = 0; i < queries; ++i) {
+    const uint32_t* t = truth.data() + i * k;
+    const uint32_t* f = found.data() + i * k;
+    without += std::none_of(f, f + k, [&](uint32_t id) { return std::find(t, t + k, id) != t + k; });
+  }
+  return without;
+}
 
 // Runs search(first, count, ids) over all queries in batches until at least
 // min_seconds have passed; counts distances through count_distances().
@@ -207,6 +221,7 @@ SweepPoint measure(int64_t queries, int k, int64_t batch, const std::vector<uint
   } while (elapsed < min_seconds);
   SweepPoint point;
   point.recall = recall_at(ids.data(), k, truth.data(), k, queries, k);
+  point.queries_without_hit = queries_without_hit(ids, truth, queries, k);
   point.qps = static_cast<double>(passes * queries) / elapsed;
   point.distances_per_query =
       static_cast<double>(count_distances() - distances_before) / (passes * queries);
@@ -407,7 +422,6 @@ int run(const BenchOptions& o) {
             params.lambda_limit = lambda_limit;
             params.slack = slack;
             params.entry_samples = o.entry_samples;
-      params.entry_stride = o.entry_stride;
             params.entry_stride = o.entry_stride;
             params.gpu_kernel = gpu_kernel;
             params.gpu_search_width = o.gpu_search_width;
@@ -428,6 +442,7 @@ int run(const BenchOptions& o) {
                             .add("gpu_kernel", gpu_kernel)
                             .add("batch", batch > 0 ? batch : queries.rows)
                             .add("recall", p.recall)
+                            .add("without_hit", p.queries_without_hit)
                             .add("qps", p.qps, 6)
                             .add("dist_per_query", p.distances_per_query, 5));
           }
@@ -473,6 +488,7 @@ int run(const BenchOptions& o) {
                       .add("ef", ef)
                       .add("batch", queries.rows)
                       .add("recall", p.recall)
+                      .add("without_hit", p.queries_without_hit)
                       .add("qps", p.qps, 6)
                       .add("dist_per_query", p.distances_per_query, 5));
     }
@@ -505,6 +521,7 @@ int run(const BenchOptions& o) {
       report.emit(Record("hnsw_search")
                       .add("ef", ef)
                       .add("recall", p.recall)
+                      .add("without_hit", p.queries_without_hit)
                       .add("qps", p.qps, 6)
                       .add("dist_per_query", p.distances_per_query, 5));
     }
