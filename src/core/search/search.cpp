@@ -310,7 +310,7 @@ CpuSearchIndex::~CpuSearchIndex() = default;
 
 size_t CpuSearchIndex::memory_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  size_t bytes = sizeof(*this) + entries_.size() * sizeof(uint32_t) +
+  size_t bytes = sizeof(*this) + navigating_.entries().size() * sizeof(uint32_t) +
                  (entry_rows_.values.size() + entry_panels_.size() + entry_norms_.size()) * sizeof(float) +
                  payload_values_.size() + payload_flags_.size();
   for (const auto& scratch : free_scratch_) {
@@ -340,16 +340,16 @@ void CpuSearchIndex::release_scratch(std::unique_ptr<Scratch> scratch) {
 void CpuSearchIndex::prepare_entry_points(const SearchParams& params, const RunControl& control) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!navigating_.refresh(data_, graph_, params, control)) return;
-  entries_ = navigating_.entries();
-  entry_rows_ = Matrix(static_cast<int64_t>(entries_.size()), data_.dim);
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    std::copy(data_.row(entries_[i]), data_.row(entries_[i]) + data_.dim, entry_rows_.row(i));
+  const std::vector<uint32_t>& entries = navigating_.entries();
+  entry_rows_ = Matrix(static_cast<int64_t>(entries.size()), data_.dim);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    std::copy(data_.row(entries[i]), data_.row(entries[i]) + data_.dim, entry_rows_.row(i));
   }
   if (scores_entries_by_product()) {
-    const auto count = static_cast<int64_t>(entries_.size());
+    const auto count = static_cast<int64_t>(entries.size());
     entry_panels_.assign(static_cast<size_t>(packed_panels_size(count, data_.dim)), 0.0f);
     pack_panels(entry_rows_.values.data(), nullptr, count, data_.dim, entry_panels_.data());
-    entry_norms_.resize(entries_.size());
+    entry_norms_.resize(entries.size());
     row_norms_squared(entry_rows_.view(), entry_norms_.data());
   }
 }
@@ -361,7 +361,7 @@ void CpuSearchIndex::lists_changed(const std::vector<uint32_t>& nodes) {
 }
 
 void CpuSearchIndex::score_entries(const float* const* queries, int count, Scratch& scratch) const {
-  const auto entry_count = static_cast<int64_t>(entries_.size());
+  const auto entry_count = static_cast<int64_t>(navigating_.entries().size());
   float* entry_dists = scratch.entry_dists.data();
   if (!scores_entries_by_product()) {
     for (int64_t i = 0; i < entry_count; ++i) {
@@ -404,10 +404,11 @@ int64_t CpuSearchIndex::search_one(const float* query, const float* entry_dists,
   visited.next_query();
   pool.reset(std::max(params.ef, params.k));
 
-  const int64_t entry_count = static_cast<int64_t>(entries_.size());
+  const std::vector<uint32_t>& entries = navigating_.entries();
+  const auto entry_count = static_cast<int64_t>(entries.size());
   for (int64_t i = 0; i < entry_count; ++i) {
-    visited.mark(entries_[i]);
-    pool.push(entries_[i], entry_dists[i]);
+    visited.mark(entries[i]);
+    pool.push(entries[i], entry_dists[i]);
   }
   int64_t computed = entry_count;
   if (scores_entries_by_product()) {
@@ -482,7 +483,7 @@ void CpuSearchIndex::search(MatrixView queries, const SearchParams& params, uint
   control.set_total(queries.rows);
   parallel_for(control, queries.rows, chunk, [&](int64_t begin, int64_t end, int) {
     std::unique_ptr<Scratch> scratch = acquire_scratch();
-    const auto entry_count = static_cast<int64_t>(entries_.size());
+    const auto entry_count = static_cast<int64_t>(navigating_.entries().size());
     scratch->entry_dists.resize(static_cast<size_t>(kEntryBlock * entry_count));
     int64_t computed = 0;
     for (int64_t first = begin; first < end; first += kEntryBlock) {
@@ -515,8 +516,8 @@ std::vector<uint32_t> CpuSearchIndex::unreached_rows(int64_t first, int64_t end,
                                                      const RunControl& control) {
   validate_search_params(params);
   prepare_entry_points(params, control);
-  return tsdg::unreached_rows(data_, graph_, metric_, entries_.data(),
-                              static_cast<int>(entries_.size()), first, end, params.ef,
+  return tsdg::unreached_rows(data_, graph_, metric_, navigating_.entries().data(),
+                              static_cast<int>(navigating_.entries().size()), first, end, params.ef,
                               params.lambda_limit, control);
 }
 
@@ -524,7 +525,7 @@ std::vector<uint32_t> CpuSearchIndex::entry_points(const SearchParams& params,
                                                    const RunControl& control) {
   prepare_entry_points(params, control);
   std::lock_guard<std::mutex> lock(mutex_);
-  return entries_;
+  return navigating_.entries();
 }
 
 }  // namespace tsdg

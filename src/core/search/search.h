@@ -406,7 +406,6 @@ class CpuSearchIndex : public SearchIndex {
 
   mutable std::mutex mutex_;  // guards the two caches below
   std::vector<std::unique_ptr<Scratch>> free_scratch_;
-  std::vector<uint32_t> entries_;
   Matrix entry_rows_;  // the entries' rows side by side, so scanning them stays in cache
   // For L2 and inner product: the entries' rows packed for dot_tiles, and
   // their squared norms (L2), so that a block of queries scores them all by

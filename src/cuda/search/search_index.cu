@@ -250,17 +250,17 @@ void CudaSearchIndex::reserve_batch(int64_t rows, int k, int walk_k) {
 
 void CudaSearchIndex::prepare_entries(const SearchParams& params, const RunControl& control) {
   if (!navigating_.refresh(host_data_, host_graph_, params, control)) return;
-  host_entries_ = navigating_.entries();
+  const std::vector<uint32_t>& entries = navigating_.entries();
   cudaStream_t stream = ctx_->stream.get();
-  const auto count = static_cast<int64_t>(host_entries_.size());
-  entries_.allocate(std::max<size_t>(host_entries_.size(), 1));
-  copy_to_device(entries_.data(), host_entries_.data(), host_entries_.size(), stream);
+  const auto count = static_cast<int64_t>(entries.size());
+  entries_.allocate(std::max<size_t>(entries.size(), 1));
+  copy_to_device(entries_.data(), entries.data(), entries.size(), stream);
   entry_rows_.allocate(std::max<size_t>(static_cast<size_t>(count) * dim_, 1));
   gather_rows(data_.data(), dim_, entries_.data(), count, entry_rows_.data(), stream);
-  entry_norms_.allocate(metric_ == Metric::L2 ? std::max<size_t>(host_entries_.size(), 1) : 0);
+  entry_norms_.allocate(metric_ == Metric::L2 ? std::max<size_t>(entries.size(), 1) : 0);
   if (metric_ == Metric::L2) compute_squared_norms(entry_rows_.data(), count, dim_, entry_norms_.data(), stream);
   ctx_->stream.synchronize();
-  entry_count_ = static_cast<int>(host_entries_.size());
+  entry_count_ = static_cast<int>(entries.size());
 }
 
 bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& params,
@@ -416,7 +416,7 @@ std::vector<uint32_t> CudaSearchIndex::entry_points(const SearchParams& params,
   std::lock_guard<std::mutex> guard(mutex_);
   TSDG_CUDA_CHECK(cudaSetDevice(device_));
   prepare_entries(params, control);
-  return host_entries_;
+  return navigating_.entries();
 }
 
 std::vector<uint32_t> CudaSearchIndex::unreached_rows(int64_t first, int64_t end,

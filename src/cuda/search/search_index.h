@@ -80,7 +80,6 @@ class CudaSearchIndex final : public SearchIndex {
   DeviceBuffer<uint32_t> neighbors_;
   DeviceBuffer<uint8_t> lambdas_;
   DeviceBuffer<uint32_t> entries_;
-  std::vector<uint32_t> host_entries_;  // the same, for the CPU's walk
   // The entries' rows (and squared norms for L2) side by side, so that each
   // batch picks its queries' best entries with one exact search (a matrix
   // product) instead of every query reading every entry's row.
