@@ -612,9 +612,13 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
       if (changed.empty() || pass + 1 == kBuildCheckPasses) break;
       index->lists_changed(changed);
       trace.mark("lists changed", static_cast<long long>(changed.size()));
-      // The walks a pass can have changed are those of the rows it missed
-      // and of the rows that lost an edge; new edges elsewhere seldom turn
-      // a walk that reached its row away.
+      // The next pass walks the rows this one missed and those that lost
+      // an edge. The new edges also turn some walks that reached their rows
+      // away (on data of many small clusters nearly as many as they
+      // repair), which only a walk of every row would find; but edges to
+      // single rows do not make a region reachable for the queries near
+      // them either, so passes over every row would cost more than they
+      // give.
       checked = sorted_union(misses.rows, sorted_rows(std::move(dropped), data.rows));
     }
   } catch (const Error& e) {
