@@ -230,9 +230,12 @@ constexpr int64_t kBuildCheckRows = 1000000;
 // k-NN graph is only as navigable as its long edges make it; the closer
 // GNND's lists come to the exact ones, the more of those edges it replaces
 // with near ones, and a search that starts in the wrong region stays there.
-// Routes checked row by row do not depend on that: the check is the
-// search-based construction of NSG (Fu et al., 2019) and Vamana (Subramanya
-// et al., 2019) reduced to the routes that fail. The walks run on a search
+// Routes checked row by row put back the routes to the rows themselves: the
+// check is the search-based construction of NSG (Fu et al., 2019) and
+// Vamana (Subramanya et al., 2019) reduced to the routes that fail. A query
+// beside a linked row may still start in a region without such a route,
+// which is why a more accurate k-NN graph can still search worse at low ef
+// (docs/design.md, the navigating set). The walks run on a search
 // index of backend's. Returns the rows that got an edge: none under inner
 // product, and none past the pass at which the device had no room for the
 // index. max_rows: kBuildCheckRows, or another bound in a test.
