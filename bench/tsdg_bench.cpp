@@ -181,8 +181,8 @@ double graph_recall(const KnnGraph& graph, const GraphTruth& truth) {
 
 struct SweepPoint {
   double recall = 0;
-  // Queries none of whose k true neighbors were found: on clustered data a
-  // walk that never entered the query's cluster.
+  // Queries none of whose k true neighbors were found: on clustered data,
+  // mostly walks that ended in another cluster than the query's.
   int64_t queries_without_hit = 0;
   double qps = 0;
   double distances_per_query = 0;
