@@ -141,6 +141,24 @@ struct MergeCase {
   MergeCase& operator=(const MergeCase&) = delete;
 };
 
+// A merge's graphs, in arrays as a caller hands them over.
+struct Merged {
+  KnnGraph knn;
+  TsdgGraph search;
+  std::vector<uint8_t> knn_change, search_changed;
+  MergeOutput out;
+  Merged(int64_t n, int k, int degree) : knn(n, k), search(n, degree), knn_change(n, 255), search_changed(n, 255) {
+    out.knn_ids = knn.ids.data();
+    out.knn_dists = knn.dists.data();
+    out.neighbors = search.neighbors.data();
+    out.lambdas = search.lambdas.data();
+    out.knn_change = knn_change.data();
+    out.search_changed = search_changed.data();
+  }
+  Merged(const Merged&) = delete;
+  Merged& operator=(const Merged&) = delete;
+};
+
 // A merge of a batch (5%) into an indexed set on the device (merge.h,
 // index_merge.cu), against the CPU's merge of the same graphs: k-NN lists as
 // good, the old lists that took no batch row exactly as they were, the
@@ -162,22 +180,6 @@ TEST(GpuMerge, MatchesTheCpuMerge) {
   const KnnGraph& old_knn = merge_case.old_knn;
   const TsdgGraph& old_search = merge_case.old_search;
   const MergeInput& in = merge_case.in;
-  // The merged graphs, in arrays as a caller hands them over.
-  struct Merged {
-    KnnGraph knn;
-    TsdgGraph search;
-    std::vector<uint8_t> knn_change, search_changed;
-    MergeOutput out;
-    Merged(int64_t n, int k, int degree)
-        : knn(n, k), search(n, degree), knn_change(n, 255), search_changed(n, 255) {
-      out.knn_ids = knn.ids.data();
-      out.knn_dists = knn.dists.data();
-      out.neighbors = search.neighbors.data();
-      out.lambdas = search.lambdas.data();
-      out.knn_change = knn_change.data();
-      out.search_changed = search_changed.data();
-    }
-  };
   Merged on_gpu(rows, params.k, diversify.degree);
   Merged on_cpu(rows, params.k, diversify.degree);
   Merged from_resident(rows, params.k, diversify.degree);
@@ -254,6 +256,35 @@ TEST(GpuMerge, MatchesTheCpuMerge) {
   EXPECT_GE(resident_knn, cpu_knn - 0.01);
   EXPECT_GE(resident_search, cpu_search - 0.01);
   EXPECT_LT(changed, split);
+}
+
+// A batch of at most a hundredth of the indexed rows takes the CPU's
+// incremental merge on the GPU backend too (the same lists as
+// merge_graph_incremental's), which leaves the search lists the batch does
+// not reach as they were: the device's merge of the whole graph would
+// change most of them, and the index would write and check them all again.
+TEST(GpuMerge, SmallBatchesLeaveTheListsTheyDoNotReach) {
+  TSDG_REQUIRE_GPU();
+  const int64_t split = 40000;
+  const int64_t rows = 40200;
+  const Matrix all = make_clustered(clustered_spec(rows, 48, 40, 9));
+  const MergeCase merge_case(all.view(), split);
+  const GnndParams& params = merge_case.params;
+  const DiversifyParams& diversify = merge_case.diversify;
+  Merged on_gpu(rows, params.k, diversify.degree);
+  Merged on_cpu(rows, params.k, diversify.degree);
+  gpu_backend.merge_graph(merge_case.in, on_gpu.out, Metric::L2, params, diversify, cpu_control());
+  merge_graph_incremental(merge_case.in, on_cpu.out, Metric::L2, params, diversify, cpu_control());
+  EXPECT_TRUE(std::equal(on_gpu.knn.ids.begin(), on_gpu.knn.ids.end(), on_cpu.knn.ids.begin()));
+  EXPECT_TRUE(std::equal(on_gpu.search.neighbors.begin(), on_gpu.search.neighbors.end(),
+                         on_cpu.search.neighbors.begin()));
+  EXPECT_TRUE(std::equal(on_gpu.search.lambdas.begin(), on_gpu.search.lambdas.end(), on_cpu.search.lambdas.begin()));
+  EXPECT_EQ(on_gpu.search_changed, on_cpu.search_changed);
+  int64_t changed = 0;
+  for (int64_t u = 0; u < split; ++u) changed += on_gpu.search_changed[u];
+  std::printf("merge of %lld rows into %lld on the GPU backend: %lld old search lists changed\n",
+              static_cast<long long>(rows - split), static_cast<long long>(split), static_cast<long long>(changed));
+  EXPECT_LT(changed, split / 10);
 }
 
 // A merge on the device writes its search lists out in Phase::Link, its

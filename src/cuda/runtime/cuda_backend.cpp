@@ -59,10 +59,20 @@ class CudaBackend final : public Backend {
     return cuda::ggm_merge(*ctx_, data, split, first, second, metric, params, control);
   }
 
+  // The device's merge runs both TSDG stages over the whole graph, so that
+  // even a handful of new rows changes most stored lists (near-ties and the
+  // build check's edges come out otherwise), and the index writes those
+  // lists again and checks their rows' routes again. A batch up to this
+  // fraction of the indexed rows takes the CPU's incremental merge instead,
+  // which leaves the lists the batch does not reach as they were.
+  static constexpr int64_t kIncrementalMergeFraction = 100;
+
   void merge_graph(const MergeInput& in, const MergeOutput& out, Metric metric, const GnndParams& params,
                    const DiversifyParams& diversify, const RunControl& control) override {
     activate();  // the memory the fit is judged by is the current device's
-    if (in.split == 0 || in.split == in.data.rows || !cuda::merge_fits_on_device(in.data, params)) {
+    const int64_t batch = in.data.rows - in.split;
+    if (in.split == 0 || batch == 0 || batch * kIncrementalMergeFraction <= in.split ||
+        !cuda::merge_fits_on_device(in.data, params)) {
       Backend::merge_graph(in, out, metric, params, diversify, control);
       return;
     }

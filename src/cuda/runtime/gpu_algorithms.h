@@ -134,7 +134,8 @@ TsdgGraph diversify_with_long_range(DeviceContext& ctx, MatrixView data, Metric 
 // index_merge.cu: a merge's computation (merge.h) with the rows and the
 // lists on the device from the old lists' distances through GGM and both
 // TSDG stages over the whole graph; only for merges merge_fits_on_device
-// accepts (the others run Backend::merge_graph's CPU steps).
+// accepts and of batches above a hundredth of the indexed rows (the others
+// run Backend::merge_graph's CPU steps).
 bool merge_fits_on_device(MatrixView data, const GnndParams& gnnd);
 void merge_graph(DeviceContext& ctx, const MergeInput& in, const MergeOutput& out, Metric metric,
                  const GnndParams& params, const DiversifyParams& diversify, const RunControl& control);
