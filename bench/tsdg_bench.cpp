@@ -190,6 +190,14 @@ struct SweepPoint {
   double distances_per_query = 0;
 };
 
+// record with the figures of a sweep point after its own.
+Record& add_point(Record& record, const SweepPoint& p) {
+  return record.add("recall", p.recall)
+      .add("without_hit", p.queries_without_hit)
+      .add("qps", p.qps, 6)
+      .add("dist_per_query", p.distances_per_query, 5);
+}
+
 int64_t queries_without_hit(const std::vector<uint32_t>& found, const std::vector<uint32_t>& truth, int64_t queries,
                             int k) {
   int64_t without = 0;
@@ -307,13 +315,9 @@ void layer_searches(const BenchOptions& o, MatrixView data, MatrixView queries, 
           });
         },
         [&]() { return walk_distances.load() + layer_index.distance_computations(); });
-    report.emit(Record("layer_search")
-                    .add("ef", ef)
-                    .add("layer_ef", layer_params.ef)
-                    .add("recall", p.recall)
-                    .add("without_hit", p.queries_without_hit)
-                    .add("qps", p.qps, 6)
-                    .add("dist_per_query", p.distances_per_query, 5));
+    report.emit(add_point(Record("layer_search")
+                          .add("ef", ef)
+                          .add("layer_ef", layer_params.ef), p));
   }
 }
 
@@ -512,16 +516,12 @@ int run(const BenchOptions& o) {
             if (batch == o.batch_sizes.front() && slack == o.slacks.front() && gpu_kernel == gpu_kernels.front()) {
               tsdg_best.offer(p, ef);
             }
-            report.emit(Record("tsdg_search")
-                            .add("ef", ef)
-                            .add("lambda_limit", lambda_limit)
-                            .add("slack", slack)
-                            .add("gpu_kernel", gpu_kernel)
-                            .add("batch", batch > 0 ? batch : queries.rows)
-                            .add("recall", p.recall)
-                            .add("without_hit", p.queries_without_hit)
-                            .add("qps", p.qps, 6)
-                            .add("dist_per_query", p.distances_per_query, 5));
+            report.emit(add_point(Record("tsdg_search")
+                                  .add("ef", ef)
+                                  .add("lambda_limit", lambda_limit)
+                                  .add("slack", slack)
+                                  .add("gpu_kernel", gpu_kernel)
+                                  .add("batch", batch > 0 ? batch : queries.rows), p));
           }
         }
       }
@@ -561,13 +561,9 @@ int run(const BenchOptions& o) {
             cpu.search(queries.slice(first, count), params, ids, dists.data() + first * k, control);
           },
           [&] { return cpu.distance_computations(); });
-      report.emit(Record("cpu_search")
-                      .add("ef", ef)
-                      .add("batch", queries.rows)
-                      .add("recall", p.recall)
-                      .add("without_hit", p.queries_without_hit)
-                      .add("qps", p.qps, 6)
-                      .add("dist_per_query", p.distances_per_query, 5));
+      report.emit(add_point(Record("cpu_search")
+                            .add("ef", ef)
+                            .add("batch", queries.rows), p));
     }
   }
 
@@ -595,12 +591,7 @@ int run(const BenchOptions& o) {
           },
           [&] { return hnsw_distances; });
       hnsw_best.offer(p, ef);
-      report.emit(Record("hnsw_search")
-                      .add("ef", ef)
-                      .add("recall", p.recall)
-                      .add("without_hit", p.queries_without_hit)
-                      .add("qps", p.qps, 6)
-                      .add("dist_per_query", p.distances_per_query, 5));
+      report.emit(add_point(Record("hnsw_search").add("ef", ef), p));
     }
     summary.add("hnsw_build_s", hnsw_build_seconds)
         .add("hnsw_qps_at_0.95", hnsw_best.qps, 6)

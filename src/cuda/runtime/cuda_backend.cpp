@@ -59,12 +59,12 @@ class CudaBackend final : public Backend {
     return cuda::ggm_merge(*ctx_, data, split, first, second, metric, params, control);
   }
 
-  // The device's merge runs both TSDG stages over the whole graph, so that
-  // even a handful of new rows changes most stored lists (near-ties and the
-  // build check's edges come out otherwise), and the index writes those
-  // lists again and checks their rows' routes again. A batch up to this
-  // fraction of the indexed rows takes the CPU's incremental merge instead,
-  // which leaves the lists the batch does not reach as they were.
+  // The device's merge runs both TSDG stages over the whole graph, and its
+  // lists come out unlike the stored ones for most rows even where a
+  // handful of rows is merged, so that the index writes those lists again
+  // and checks their rows' routes again. A batch up to this fraction of the
+  // indexed rows takes the CPU's incremental merge instead, which leaves
+  // the lists the batch does not reach as they were.
   static constexpr int64_t kIncrementalMergeFraction = 100;
 
   void merge_graph(const MergeInput& in, const MergeOutput& out, Metric metric, const GnndParams& params,
