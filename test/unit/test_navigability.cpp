@@ -179,6 +179,29 @@ TEST(Navigability, TheBuildCheckLinksTheRowsNarrowWalksMissOnAConvergedKnnGraph)
   EXPECT_GT(linked_sampled, 0);
   EXPECT_LT(linked_sampled, linked);
   EXPECT_LT(rows_missed_by_narrow_walks(d, sampled, control), missed_before);
+  // only_rows: the check walks those rows alone (a merge's on the host)
+  TsdgGraph partial = diversify_tsdg(d.data.view(), Metric::L2, knn, DiversifyParams{}, control);
+  SearchParams narrow;
+  narrow.ef = kBuildCheckEf;
+  const std::vector<uint32_t> missed =
+      CpuSearchIndex(d.data.view(), GraphView::of(partial), Metric::L2).unreached_rows(0, d.data.rows, narrow, control);
+  const std::vector<uint32_t> none;
+  const TsdgGraph unchecked = partial;
+  EXPECT_EQ(link_rows_missed_by_narrow_walks(*cpu, d.data.view(), Metric::L2, GraphSpan::of(partial), control,
+                                             kBuildCheckRows, {}, nullptr, &none),
+            0);
+  EXPECT_EQ(partial.neighbors, unchecked.neighbors);
+  const std::vector<uint32_t> half(missed.begin(), missed.begin() + static_cast<std::ptrdiff_t>(missed.size() / 2));
+  const int64_t linked_half = link_rows_missed_by_narrow_walks(*cpu, d.data.view(), Metric::L2, GraphSpan::of(partial),
+                                                               control, kBuildCheckRows, {}, nullptr, &half);
+  EXPECT_GT(linked_half, 0);
+  EXPECT_LT(linked_half, linked);
+  const std::vector<uint32_t> missed_after =
+      CpuSearchIndex(d.data.view(), GraphView::of(partial), Metric::L2).unreached_rows(0, d.data.rows, narrow, control);
+  const auto half_still_missed = std::count_if(half.begin(), half.end(), [&](uint32_t row) {
+    return std::binary_search(missed_after.begin(), missed_after.end(), row);
+  });
+  EXPECT_LE(half_still_missed, static_cast<std::ptrdiff_t>(half.size() / 4));
   // under inner product a row need not answer its own vector: no check
   TsdgGraph under_ip = sampled;
   EXPECT_EQ(link_rows_missed_by_narrow_walks(*cpu, d.data.view(), Metric::InnerProduct, under_ip, control), 0);

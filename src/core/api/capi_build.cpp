@@ -535,10 +535,23 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  if (old_rows_copied.valid()) old_rows_copied.get();
                  // The build's check, over the merged graph: the merge's lists
                  // lose long edges as a build's do, and an index grown by merges
-                 // must route as a fresh build of its rows does.
+                 // must route as a fresh build of its rows does. The device
+                 // walks every row, which costs it little. On the host a walk
+                 // of every row would cost a small merge more than the rest of
+                 // it, so the check walks the rows whose routes the merge can
+                 // have changed: the new rows, the nodes whose lists changed
+                 // and the rows those lists no longer point to.
+                 const bool on_host = std::strcmp(b.name(), "cpu") == 0;
+                 std::vector<uint32_t> check_rows;
+                 if (on_host) {
+                   check_rows = tsdg::rows_losing_in_edges(in, out, n_old, control);
+                   for (int64_t u = 0; u < n; ++u) {
+                     if (u >= n_old || search_changed[u]) check_rows.push_back(static_cast<uint32_t>(u));
+                   }
+                 }
                  tsdg::link_rows_missed_by_narrow_walks(
                      b, data, m, tsdg::GraphSpan{neighbors, lambdas, n, degree}, control, tsdg::kBuildCheckRows,
-                     [&](uint32_t node) { relinked[node] = 1; });
+                     [&](uint32_t node) { relinked[node] = 1; }, nullptr, on_host ? &check_rows : nullptr);
                  for (int64_t u = 0; u < n; ++u) {
                    if (relinked[u] && !search_changed[u]) {
                      search_changed[u] =
@@ -546,7 +559,6 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                    }
                  }
                  std::vector<uint8_t> recheck(n, 0);
-                 const bool on_host = std::strcmp(b.name(), "cpu") == 0;
                  const int64_t lost_budget =
                      on_host ? kRecheckedPerCheckedRow * (n_new + caller_rechecks) : n_old;
                  for (const uint32_t v : tsdg::rows_losing_in_edges(in, out, lost_budget, control)) recheck[v] = 1;

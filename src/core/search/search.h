@@ -241,11 +241,14 @@ constexpr int64_t kBuildCheckRows = 1000000;
 // index. max_rows: kBuildCheckRows, or another bound in a test.
 // before_change sees each node before its list changes (a merge marks the
 // lists it has to write again). rows: what the build left of data on the
-// backend's device, if anything, for the index to take over.
+// backend's device, if anything, for the index to take over. only_rows:
+// null, or the rows to check instead of every row (every m-th of them past
+// max_rows).
 int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, GraphSpan graph,
                                          const RunControl& control, int64_t max_rows = kBuildCheckRows,
                                          const BeforeListChange& before_change = {},
-                                         std::unique_ptr<DeviceRows> rows = nullptr);
+                                         std::unique_ptr<DeviceRows> rows = nullptr,
+                                         const std::vector<uint32_t>* only_rows = nullptr);
 inline int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, TsdgGraph& graph,
                                                 const RunControl& control, int64_t max_rows = kBuildCheckRows,
                                                 std::unique_ptr<DeviceRows> rows = nullptr) {

@@ -583,7 +583,7 @@ std::vector<uint32_t> link_missed_rows(MatrixView data, DistanceFn distance, Gra
 int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, GraphSpan graph,
                                          const RunControl& control, int64_t max_rows,
                                          const BeforeListChange& before_change,
-                                         std::unique_ptr<DeviceRows> rows) {
+                                         std::unique_ptr<DeviceRows> rows, const std::vector<uint32_t>* only_rows) {
   if (data.rows != graph.nodes) {
     throw Error(Status::InvalidArgument, "build check: row count and node count differ");
   }
@@ -592,9 +592,13 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
   // vector (a row of larger norm in its direction outranks it), so a missed
   // row marks no weak route there.
   if (graph.nodes == 0 || metric == Metric::InnerProduct) return 0;
-  const int64_t stride = (data.rows + max_rows - 1) / max_rows;
+  const std::vector<uint32_t> candidates =
+      only_rows != nullptr ? sorted_rows(*only_rows, data.rows) : row_range(0, data.rows);
+  if (candidates.empty()) return 0;
+  const auto count = static_cast<int64_t>(candidates.size());
+  const int64_t stride = (count + max_rows - 1) / max_rows;
   std::vector<uint32_t> checked;
-  for (int64_t row = 0; row < data.rows; row += stride) checked.push_back(static_cast<uint32_t>(row));
+  for (int64_t i = 0; i < count; i += stride) checked.push_back(candidates[i]);
   const DistanceFn distance = metric_distance_fn(metric);
   std::vector<uint32_t> linked_rows;
   try {
