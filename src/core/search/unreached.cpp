@@ -592,13 +592,14 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
   // vector (a row of larger norm in its direction outranks it), so a missed
   // row marks no weak route there.
   if (graph.nodes == 0 || metric == Metric::InnerProduct) return 0;
-  const std::vector<uint32_t> candidates =
-      only_rows != nullptr ? sorted_rows(*only_rows, data.rows) : row_range(0, data.rows);
-  if (candidates.empty()) return 0;
-  const auto count = static_cast<int64_t>(candidates.size());
+  const std::vector<uint32_t> given = only_rows != nullptr ? sorted_rows(*only_rows, data.rows) : std::vector<uint32_t>();
+  const int64_t count = only_rows != nullptr ? static_cast<int64_t>(given.size()) : data.rows;
+  if (count == 0) return 0;
   const int64_t stride = (count + max_rows - 1) / max_rows;
   std::vector<uint32_t> checked;
-  for (int64_t i = 0; i < count; i += stride) checked.push_back(candidates[i]);
+  for (int64_t i = 0; i < count; i += stride) {
+    checked.push_back(only_rows != nullptr ? given[i] : static_cast<uint32_t>(i));
+  }
   const DistanceFn distance = metric_distance_fn(metric);
   std::vector<uint32_t> linked_rows;
   try {
