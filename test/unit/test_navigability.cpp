@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "diversify.h"
 #include "gnnd.h"
 #include "long_range.h"
+#include "navigating_layer.h"
 #include "search.h"
 #include "synthetic.h"
 #include "thread_pool.h"
@@ -145,6 +147,69 @@ TEST(Navigability, SeparatedClustersReach099AndStridedEntriesAddRecall) {
   for (size_t i = 0; i < by_default.size(); ++i) {
     EXPECT_GE(strided[i], by_default[i] - 0.005) << "ef " << kEfs[i];
   }
+}
+
+// recall@10 at each ef of efs of graph searched from the index's navigating
+// set, or from its navigating layer.
+std::vector<double> index_recalls(const HardData& d, const TsdgGraph& graph, bool layered,
+                                  const std::vector<int>& efs, const RunControl& control) {
+  CpuSearchIndex index(d.data.view(), GraphView::of(graph), Metric::L2);
+  if (layered) {
+    const std::unique_ptr<Backend> cpu = make_cpu_backend();
+    const TsdgGraph layer = build_navigating_layer(*cpu, d.data.view(), Metric::L2, DiversifyParams{}, 1, control);
+    EXPECT_EQ(layer.nodes, layer_node_count(d.data.rows));
+    index.set_layer(GraphView::of(layer));
+  }
+  std::vector<double> out;
+  for (int ef : efs) {
+    SearchParams params;
+    params.k = kK;
+    params.ef = ef;
+    std::vector<uint32_t> ids(d.queries.rows * kK);
+    std::vector<float> dists(ids.size());
+    index.search(d.queries.view(), params, ids.data(), dists.data(), control);
+    int64_t hits = 0;
+    for (int64_t q = 0; q < d.queries.rows; ++q) {
+      const uint32_t* truth = d.truth.data() + q * kK;
+      for (int j = 0; j < kK; ++j) hits += std::count(truth, truth + kK, ids[q * kK + j]);
+    }
+    out.push_back(static_cast<double>(hits) / static_cast<double>(ids.size()));
+  }
+  return out;
+}
+
+// Clusters of 100 rows, more of them than the navigating set holds nodes
+// (400 against 412, most clusters without one): a converged k-NN graph links
+// each cluster to itself. From the layer (every 16th node, six a cluster)
+// a search reaches the query's cluster, and the more accurate graph
+// searches as well as the rougher one at every ef.
+TEST(Navigability, FromTheLayerAConvergedKnnGraphSearchesAsWellAsARougherOne) {
+  ThreadPool pool(0);
+  RunControl control;
+  control.pool = &pool;
+  const HardData d = hard_data(1.0f, control, 40000, 64, 400);
+  const std::vector<int> efs = {10, 16, 32, 64};
+  GnndParams converged = index_gnnd();
+  converged.iterations = 30;
+  converged.samples = 32;
+  double converged_knn = 0;
+  const KnnGraph accurate = gnnd_build(d.data.view(), Metric::L2, converged, control);
+  converged_knn = knn_recall(d, accurate, control);
+  EXPECT_GE(converged_knn, 0.99);
+  const TsdgGraph accurate_graph = diversify_tsdg(d.data.view(), Metric::L2, accurate, DiversifyParams{}, control);
+  const TsdgGraph rough_graph = diversify_tsdg(
+      d.data.view(), Metric::L2, gnnd_build(d.data.view(), Metric::L2, index_gnnd(), control), DiversifyParams{},
+      control);
+  const std::vector<double> accurate_set = index_recalls(d, accurate_graph, false, efs, control);
+  const std::vector<double> accurate_layer = index_recalls(d, accurate_graph, true, efs, control);
+  const std::vector<double> rough_layer = index_recalls(d, rough_graph, true, efs, control);
+  for (size_t i = 0; i < efs.size(); ++i) {
+    std::printf("ef %d: converged from the set %.4f, from the layer %.4f; index GNND from the layer %.4f\n",
+                efs[i], accurate_set[i], accurate_layer[i], rough_layer[i]);
+    EXPECT_GE(accurate_layer[i], accurate_set[i]) << "ef " << efs[i];
+    EXPECT_GE(accurate_layer[i], rough_layer[i] - 0.002) << "ef " << efs[i];
+  }
+  EXPECT_GE(accurate_layer.back(), 0.99);
 }
 
 // The rows a walk with the build check's pool misses, from the entries a

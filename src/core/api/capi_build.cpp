@@ -22,6 +22,7 @@
 #include "entry_points.h"
 #include "ggm.h"
 #include "host_memory.h"
+#include "navigating_layer.h"
 #include "phase_trace.h"
 #include "search.h"
 #include "spill_files.h"
@@ -92,36 +93,13 @@ tsdg::DiversifyParams diversify_params(const TsdgBuildParams& params) {
   return diversify;
 }
 
-// The exact k-NN graph through the backend's brute force (self excluded,
-// padded when there are fewer than k other rows).
-tsdg::KnnGraph exact_graph(tsdg::Backend& backend, tsdg::MatrixView data, tsdg::Metric metric,
-                           int k, const tsdg::RunControl& control) {
-  tsdg::KnnGraph graph(data.rows, k);
-  if (data.rows == 0) return graph;
-  const int width = static_cast<int>(std::min<int64_t>(k + 1, data.rows));
-  std::vector<uint32_t> ids(static_cast<size_t>(data.rows) * width);
-  std::vector<float> dists(ids.size());
-  backend.exact_knn(data, data, metric, width, ids.data(), dists.data(), control);
-  for (int64_t row = 0; row < data.rows; ++row) {
-    int out = 0;
-    for (int j = 0; j < width && out < k; ++j) {
-      const uint32_t id = ids[row * width + j];
-      if (id == row || id == tsdg::kInvalidId) continue;
-      graph.ids[row * k + out] = id;
-      graph.dists[row * k + out] = dists[row * width + j];
-      ++out;
-    }
-  }
-  return graph;
-}
-
 bool wants_exact_graph(tsdg::MatrixView data, const tsdg::GnndParams& params) {
   return data.rows <= std::max<int64_t>(kExactGraphRows, 4 * int64_t{params.k});
 }
 
 tsdg::KnnGraph knn_graph(tsdg::Backend& backend, tsdg::MatrixView data, tsdg::Metric metric,
                          const tsdg::GnndParams& params, const tsdg::RunControl& control) {
-  if (wants_exact_graph(data, params)) return exact_graph(backend, data, metric, params.k, control);
+  if (wants_exact_graph(data, params)) return tsdg::exact_knn_graph_of(backend, data, metric, params.k, control);
   return backend.build_knn_graph(data, metric, params, control);
 }
 
@@ -334,7 +312,7 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                  tsdg::TsdgGraph graph;
                  std::unique_ptr<tsdg::DeviceRows> rows_left;
                  if (wants_exact_graph(data, gnnd)) {
-                   const tsdg::KnnGraph knn = exact_graph(b, data, m, gnnd.k, control);
+                   const tsdg::KnnGraph knn = tsdg::exact_knn_graph_of(b, data, m, gnnd.k, control);
                    copy_knn_out(knn, params->build_k, knn_ids, knn_dists);
                    control.set_phase(tsdg::Phase::Diversify);
                    graph = b.diversify(data, m, knn, diversify, control);
@@ -491,7 +469,7 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                  phase.store(TSDG_PHASE_KNN_GRAPH);
                  const tsdg::MatrixView batch = data.slice(n_old, n_new);
                  const tsdg::KnnGraph batch_graph =
-                     n_new <= kExactBatchGraphRows ? exact_graph(b, batch, m, gnnd.k, control)
+                     n_new <= kExactBatchGraphRows ? tsdg::exact_knn_graph_of(b, batch, m, gnnd.k, control)
                                                    : knn_graph(b, batch, m, gnnd, control);
                  tsdg::MergeInput in;
                  in.data = data;
@@ -572,6 +550,26 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                                                      (recheck[u] ? TSDG_CHANGED_RECHECK : 0));
                  }
                });
+  });
+}
+
+TsdgStatus tsdg_build_layer(TsdgBackend* backend, const float* rows, int64_t n, int dim, TsdgMetric metric,
+                            const TsdgBuildParams* params, uint32_t* ids, uint8_t* lambdas, TsdgPollFn poll,
+                            void* poll_arg, TsdgError* error) {
+  return guarded(error, [&] {
+    validate_rows(rows, n, dim);
+    validate_build_params(params);
+    const int64_t layer_nodes = tsdg::layer_node_count(n);
+    if (layer_nodes == 0) return;
+    require(ids != nullptr && lambdas != nullptr, "ids and lambdas must not be NULL");
+    tsdg::Backend& b = backend_of(backend);
+    const tsdg::Metric m = backend_metric(b, metric);
+    const tsdg::DiversifyParams diversify = diversify_params(*params);
+    run_polled(params->threads, poll, poll_arg, [&](const tsdg::RunControl& control, std::atomic<int>&) {
+      const tsdg::TsdgGraph layer =
+          tsdg::build_navigating_layer(b, tsdg::MatrixView{rows, n, dim}, m, diversify, params->seed, control);
+      copy_graph_out(layer, params->degree, ids, lambdas);
+    });
   });
 }
 

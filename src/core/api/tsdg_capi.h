@@ -334,6 +334,60 @@ TsdgStatus	tsdg_index_search_payload(TsdgResidentIndex *index, const float *quer
 size_t		tsdg_index_memory_bytes(const TsdgResidentIndex *index);
 void		tsdg_index_free(TsdgResidentIndex *index);
 
+/* ---- the navigating layer ----
+ *
+ * Graphs of at least TSDG_LAYER_MIN_NODES nodes have a layer: every
+ * TSDG_LAYER_STRIDE-th node (node i * TSDG_LAYER_STRIDE is layer node i),
+ * linked by a graph of its own, whose ids are layer nodes. A search walks
+ * the layer first, at tsdg_layer_entry_count(ef), and starts its walk on
+ * the index's graph from what it found, instead of from the navigating set
+ * scored whole. The checks of unreached rows keep the navigating set.
+ */
+#define TSDG_LAYER_STRIDE 16
+#define TSDG_LAYER_MIN_NODES 16384
+
+/* The layer nodes of a graph of n nodes: 0 when it has none. */
+int64_t		tsdg_layer_node_count(int64_t n);
+/* The entries a search of ef takes from the layer. */
+int			tsdg_layer_entry_count(int ef);
+
+/*
+ * The layer's lists for rows (the index's n rows): ids local to the layer and
+ * lambdas, tsdg_layer_node_count(n) * params->degree each, diversified as the
+ * index's graph is. Nothing is written when the graph has no layer.
+ */
+TsdgStatus	tsdg_build_layer(TsdgBackend *backend, const float *rows, int64_t n, int dim,
+							 TsdgMetric metric, const TsdgBuildParams *params, uint32_t *ids,
+							 uint8_t *lambdas, TsdgPollFn poll, void *poll_arg, TsdgError *error);
+
+/*
+ * The layer of a resident index's graph (layer_nodes ==
+ * tsdg_layer_node_count of its nodes, degree the layer's), copied: its
+ * searches then start from the layer. layer_nodes 0 drops the layer.
+ */
+TsdgStatus	tsdg_index_set_layer(TsdgResidentIndex *index, const uint32_t *ids,
+								 const uint8_t *lambdas, int64_t layer_nodes, int degree,
+								 TsdgError *error);
+
+/*
+ * A layer searched on its own, on the calling thread, for a caller that walks
+ * the index's graph itself (the scans): layer_rows are the rows of the layer
+ * nodes in layer order. Everything is copied.
+ */
+typedef struct TsdgLayerSearch TsdgLayerSearch;
+
+TsdgLayerSearch *tsdg_layer_search_create(const float *layer_rows, int64_t layer_nodes, int dim,
+										  TsdgMetric metric, const uint32_t *ids,
+										  const uint8_t *lambdas, int degree, TsdgError *error);
+/*
+ * The entries of one query into the index's graph: tsdg_layer_entry_count(ef)
+ * node ids and distances, ascending, padded with TSDG_INVALID_ID / +inf.
+ */
+TsdgStatus	tsdg_layer_search_entries(TsdgLayerSearch *layer, const float *query, int ef,
+									  uint32_t *ids, float *dists, TsdgError *error);
+size_t		tsdg_layer_search_memory_bytes(const TsdgLayerSearch *layer);
+void		tsdg_layer_search_free(TsdgLayerSearch *layer);
+
 /* ---- exact sets: rows a backend keeps and searches exactly ----
  *
  * For the rows inserted into an index since its last merge: appended as they

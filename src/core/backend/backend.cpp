@@ -40,6 +40,27 @@ class HostExactSet final : public ExactSet {
 
 }  // namespace
 
+KnnGraph exact_knn_graph_of(Backend& backend, MatrixView data, Metric metric, int k,
+                            const RunControl& control) {
+  KnnGraph graph(data.rows, k);
+  if (data.rows == 0) return graph;
+  const int width = static_cast<int>(std::min<int64_t>(k + 1, data.rows));
+  std::vector<uint32_t> ids(static_cast<size_t>(data.rows) * width);
+  std::vector<float> dists(ids.size());
+  backend.exact_knn(data, data, metric, width, ids.data(), dists.data(), control);
+  for (int64_t row = 0; row < data.rows; ++row) {
+    int out = 0;
+    for (int j = 0; j < width && out < k; ++j) {
+      const uint32_t id = ids[row * width + j];
+      if (id == row || id == kInvalidId) continue;
+      graph.ids[row * k + out] = id;
+      graph.dists[row * k + out] = dists[row * width + j];
+      ++out;
+    }
+  }
+  return graph;
+}
+
 void ExactSet::check_append(MatrixView rows, int dim, int64_t size) {
   if (rows.dim != dim) {
     throw Error(Status::InvalidArgument, "rows of dimension " + std::to_string(rows.dim) +

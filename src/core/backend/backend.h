@@ -45,6 +45,13 @@ class SearchIndex {
   // arrays, which it only views. Either picks its navigating set again at
   // its next search, on the changed lists, as an index made from them would.
   virtual void lists_changed(const std::vector<uint32_t>& nodes) { (void)nodes; }
+  // The index's navigating layer (navigating_layer.h): the lists of its
+  // nodes, ids local to the layer, layer.nodes == layer_node_count of the
+  // index's nodes; copied. Its searches then start from the layer's walk
+  // instead of the navigating set scored whole; an empty layer (0 nodes)
+  // goes back to that. The checks of unreached rows and entry_points keep
+  // the navigating set.
+  virtual void set_layer(GraphView layer) = 0;
 
   // Per-node values that searches can answer with instead of node ids (for
   // PostgreSQL each row's heap TID): value_size bytes per node (at most
@@ -207,6 +214,11 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+
+// The exact k-NN graph of data through backend's brute force (self
+// excluded, padded when there are fewer than k other rows).
+KnnGraph exact_knn_graph_of(Backend& backend, MatrixView data, Metric metric, int k,
+                            const RunControl& control);
 
 }  // namespace tsdg
 

@@ -290,6 +290,8 @@ struct CpuSearchIndex::Scratch {
   std::vector<float> entry_dists;  // the block's distances to the entries, a query's after another
   std::vector<float> entry_dots;   // the block's dot products with the packed entries
   std::vector<CandidatePool::Entry> kept_entries;
+  std::vector<uint32_t> layer_ids;  // the layer's entries for a block of queries
+  std::vector<float> layer_dists;
 };
 
 CpuSearchIndex::CpuSearchIndex(MatrixView data, GraphView graph, Metric metric)
@@ -396,11 +398,8 @@ int64_t CpuSearchIndex::search_one(const float* query, const float* entry_dists,
                                    const SlackRule& slack, Scratch& scratch, uint32_t* ids,
                                    float* dists) const {
   const int dim = data_.dim;
-  const int degree = graph_.degree;
-  const int lambda_limit = params.lambda_limit;
   VisitedTable& visited = scratch.visited;
   CandidatePool& pool = scratch.pool;
-  uint32_t* fresh = scratch.fresh.data();
   visited.next_query();
   pool.reset(std::max(params.ef, params.k));
 
@@ -420,7 +419,30 @@ int64_t CpuSearchIndex::search_one(const float* query, const float* entry_dists,
     for (const CandidatePool::Entry& entry : kept) pool.push(entry.id, distance_(query, data_.row(entry.id), dim));
     computed += static_cast<int64_t>(kept.size());
   }
+  return computed + walk(query, params, slack, scratch, ids, dists);
+}
 
+int64_t CpuSearchIndex::search_from(const float* query, const uint32_t* entry_ids, const float* entry_dists,
+                                    int count, const SearchParams& params, const SlackRule& slack,
+                                    Scratch& scratch, uint32_t* ids, float* dists) const {
+  scratch.visited.next_query();
+  scratch.pool.reset(std::max(params.ef, params.k));
+  for (int i = 0; i < count && entry_ids[i] != kInvalidId; ++i) {
+    scratch.visited.mark(entry_ids[i]);
+    scratch.pool.push(entry_ids[i], entry_dists[i]);
+  }
+  return walk(query, params, slack, scratch, ids, dists);
+}
+
+int64_t CpuSearchIndex::walk(const float* query, const SearchParams& params, const SlackRule& slack,
+                             Scratch& scratch, uint32_t* ids, float* dists) const {
+  const int dim = data_.dim;
+  const int degree = graph_.degree;
+  const int lambda_limit = params.lambda_limit;
+  VisitedTable& visited = scratch.visited;
+  CandidatePool& pool = scratch.pool;
+  uint32_t* fresh = scratch.fresh.data();
+  int64_t computed = 0;
   uint32_t node;
   while ((node = pool.pop_nearest_unexpanded(slack)) != kInvalidId) {
     const uint32_t* list = graph_.list(node);
@@ -476,8 +498,12 @@ void CpuSearchIndex::search(MatrixView queries, const SearchParams& params, uint
     std::fill(dists, dists + queries.rows * k, std::numeric_limits<float>::infinity());
     return;
   }
-  prepare_entry_points(params);
   const SlackRule slack = slack_rule_for(metric_, params.slack, k, nn1_bound_);
+  if (std::shared_ptr<NavigatingLayer> layer = current_layer()) {
+    search_through_layer(*layer, queries, params, slack, ids, dists, control);
+    return;
+  }
+  prepare_entry_points(params);
   const int workers = worker_count(control);
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, queries.rows / (4 * workers)));
   control.set_total(queries.rows);
@@ -503,6 +529,66 @@ void CpuSearchIndex::search(MatrixView queries, const SearchParams& params, uint
         const int64_t q = first + b;
         computed += search_one(block[b], scratch->entry_dists.data() + b * entry_count, params, slack, *scratch,
                                ids + q * k, dists + q * k);
+      }
+    }
+    distance_computations_.fetch_add(computed, std::memory_order_relaxed);
+    control.add_done(end - begin);
+    release_scratch(std::move(scratch));
+  });
+}
+
+int64_t CpuSearchIndex::distance_computations() const {
+  const std::shared_ptr<NavigatingLayer> layer = current_layer();
+  return distance_computations_.load() + (layer ? layer->distance_computations() : 0);
+}
+
+std::shared_ptr<NavigatingLayer> CpuSearchIndex::current_layer() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return layer_;
+}
+
+void CpuSearchIndex::set_layer(GraphView layer) {
+  if (layer.nodes != 0 && layer.nodes != layer_node_count(graph_.nodes)) {
+    throw Error(Status::InvalidArgument, "search index: the layer's node count does not match the graph's");
+  }
+  std::shared_ptr<NavigatingLayer> made;
+  if (layer.nodes > 0) made = std::make_shared<NavigatingLayer>(gather_layer_rows(data_).view(), layer, metric_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  layer_ = std::move(made);
+}
+
+void CpuSearchIndex::search_through_layer(NavigatingLayer& layer, MatrixView queries, const SearchParams& params,
+                                          const SlackRule& slack, uint32_t* ids, float* dists,
+                                          const RunControl& control) {
+  const int k = params.k;
+  const int width = NavigatingLayer::width(params.ef);
+  const int workers = worker_count(control);
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, queries.rows / (4 * workers)));
+  control.set_total(queries.rows);
+  parallel_for(control, queries.rows, chunk, [&](int64_t begin, int64_t end, int) {
+    std::unique_ptr<Scratch> scratch = acquire_scratch();
+    // the layer's walks of this chunk's queries, on this thread
+    RunControl inline_control;
+    inline_control.cancel = control.cancel;
+    std::vector<uint32_t>& entry_ids = scratch->layer_ids;
+    std::vector<float>& entry_dists = scratch->layer_dists;
+    int64_t computed = 0;
+    for (int64_t first = begin; first < end; first += kEntryBlock) {
+      const int64_t count = std::min<int64_t>(kEntryBlock, end - first);
+      entry_ids.resize(static_cast<size_t>(count) * width);
+      entry_dists.resize(entry_ids.size());
+      layer.entries(queries.slice(first, count), params.ef, entry_ids.data(), entry_dists.data(), inline_control);
+      for (int64_t b = 0; b < count; ++b) {
+        const int64_t q = first + b;
+        const float* query = queries.row(q);
+        if (metric_ == Metric::Cosine) {
+          float* normalized = scratch->queries.data();
+          std::copy(query, query + queries.dim, normalized);
+          normalize_rows(normalized, 1, queries.dim);
+          query = normalized;
+        }
+        computed += search_from(query, entry_ids.data() + b * width, entry_dists.data() + b * width, width,
+                                params, slack, *scratch, ids + q * k, dists + q * k);
       }
     }
     distance_computations_.fetch_add(computed, std::memory_order_relaxed);

@@ -19,6 +19,7 @@
 #include "backend.h"
 #include "distance.h"
 #include "entry_points.h"
+#include "navigating_layer.h"
 #include "params.h"
 #include "run_control.h"
 #include "types.h"
@@ -382,9 +383,10 @@ class CpuSearchIndex : public SearchIndex {
   std::vector<uint32_t> unreached_rows(int64_t first, int64_t end, const SearchParams& params,
                                        const RunControl& control) override;
   void lists_changed(const std::vector<uint32_t>& nodes) override;
+  void set_layer(GraphView layer) override;
 
-  // Distance computations of every search so far.
-  int64_t distance_computations() const { return distance_computations_.load(); }
+  // Distance computations of every search so far, the layer's walks included.
+  int64_t distance_computations() const;
   // d_nn1+ of the graph: the largest distance from a node to its nearest kept neighbor.
   float nn1_bound() const override { return nn1_bound_; }
 
@@ -403,6 +405,17 @@ class CpuSearchIndex : public SearchIndex {
   // The search of one query from its distances to the entries.
   int64_t search_one(const float* query, const float* entry_dists, const SearchParams& params,
                      const SlackRule& slack, Scratch& scratch, uint32_t* ids, float* dists) const;
+  // The search of one query from the layer's entries for it (count of them).
+  int64_t search_from(const float* query, const uint32_t* entry_ids, const float* entry_dists, int count,
+                      const SearchParams& params, const SlackRule& slack, Scratch& scratch, uint32_t* ids,
+                      float* dists) const;
+  // The walk from the pool of scratch, its entries in it.
+  int64_t walk(const float* query, const SearchParams& params, const SlackRule& slack, Scratch& scratch,
+               uint32_t* ids, float* dists) const;
+  // search() through the layer.
+  void search_through_layer(NavigatingLayer& layer, MatrixView queries, const SearchParams& params,
+                            const SlackRule& slack, uint32_t* ids, float* dists, const RunControl& control);
+  std::shared_ptr<NavigatingLayer> current_layer() const;
 
   MatrixView data_;
   GraphView graph_;
@@ -419,6 +432,7 @@ class CpuSearchIndex : public SearchIndex {
   std::vector<float> entry_panels_;
   std::vector<float> entry_norms_;
   NavigatingSetCache navigating_;
+  std::shared_ptr<NavigatingLayer> layer_;  // null: the navigating set scored whole
 
   std::atomic<int64_t> distance_computations_{0};
 };
