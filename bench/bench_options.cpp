@@ -60,10 +60,8 @@ search
   --entry-samples N      navigating-set size (nodes nearest k-means centers)
   --entry-stride N       and every N-th node besides (default -1: by the row
                          count, 0: none)
-  --layer-stride N       also search from a navigating layer of every N-th
-                         node, itself searched as a graph (CPU, per ef):
-                         --layer-k K (its k-NN lists, default 32),
-                         --layer-ef-factor F (its ef: F times ef, default 4)
+  --no-layer             start from the navigating set scored whole instead of
+                         the navigating layer (graphs of 16,384 rows or more)
   --gpu-kernels LIST     GPU search kernels to sweep: 0 by batch size (default),
                          1 small-batch, 2 large-batch
   --gpu-search-width N   nodes the small-batch kernel expands a step (0: default)
@@ -146,9 +144,6 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--batch-sizes", [&](auto& f, auto& v) { o.batch_sizes = parse_list<int64_t>(f, v); }},
       {"--entry-samples", [&](auto& f, auto& v) { o.entry_samples = parse_number<int>(f, v); }},
       {"--entry-stride", [&](auto& f, auto& v) { o.entry_stride = parse_number<int64_t>(f, v); }},
-      {"--layer-stride", [&](auto& f, auto& v) { o.layer_stride = parse_number<int64_t>(f, v); }},
-      {"--layer-k", [&](auto& f, auto& v) { o.layer_k = parse_number<int>(f, v); }},
-      {"--layer-ef-factor", [&](auto& f, auto& v) { o.layer_ef_factor = parse_number<int>(f, v); }},
       {"--gpu-kernels", [&](auto& f, auto& v) { o.gpu_kernels = parse_list<int>(f, v); }},
       {"--gpu-search-width", [&](auto& f, auto& v) { o.gpu_search_width = parse_number<int>(f, v); }},
       {"--min-seconds", [&](auto& f, auto& v) { o.min_seconds = parse_number<double>(f, v); }},
@@ -171,6 +166,7 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--one-call-build", [&] { o.one_call_build = true; }},
       {"--no-hnsw", [&] { o.hnsw = false; }},
       {"--no-build-check", [&] { o.build_check = false; }},
+      {"--no-layer", [&] { o.layer = false; }},
       {"--no-merge-check", [&] { o.merge_check = false; }},
       {"--help", [&] {
          std::fputs(kUsage, stdout);
@@ -193,9 +189,6 @@ BenchOptions parse_options(int argc, char** argv) {
   }
   for (int64_t b : o.batch_sizes) {
     if (b < 0) throw Error(Status::InvalidArgument, "batch sizes must be >= 0");
-  }
-  if (o.layer_stride < 0 || o.layer_k < 1 || o.layer_ef_factor < 1) {
-    throw Error(Status::InvalidArgument, "--layer-stride must be >= 0, --layer-k and --layer-ef-factor >= 1");
   }
   return o;
 }

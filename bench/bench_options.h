@@ -33,13 +33,9 @@ struct BenchOptions {
   int64_t entry_stride = SearchParams{}.entry_stride;
   std::vector<int> gpu_kernels{0};  // SearchParams::gpu_kernel values swept on the GPU
   int gpu_search_width = 0;
-  // A navigating layer searched as a graph, measured beside the index's own
-  // search (layer_searches): every layer_stride-th node (0: not measured),
-  // linked by the diversified exact k-NN graph of layer_k among them, and
-  // searched at layer_ef_factor times a point's ef for its entries.
-  int64_t layer_stride = 0;
-  int layer_k = 32;
-  int layer_ef_factor = 4;
+  // Searches start from the navigating layer, as the index's do; without
+  // it, from the navigating set scored whole.
+  bool layer = true;
   int threads = 0;
   double min_seconds = 0.5;  // each search point repeats until it ran this long
   int64_t recall_sample = 1000;

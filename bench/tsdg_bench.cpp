@@ -252,75 +252,6 @@ struct Best {
   }
 };
 
-// The search from a navigating layer that is itself searched, as the upper
-// layers of HNSW (Malkov, Yashunin, 2018) are: the layer is every
-// layer_stride-th node, linked among themselves by the diversified exact
-// k-NN graph of their rows and searched by a CpuSearchIndex (from its own
-// navigating set) at layer_ef_factor times ef; its results are the entries
-// of the walk on graph. Measured on the CPU whatever the backend, to show
-// what such a layer gives against the navigating set scored whole; the
-// distances a query count both walks.
-void layer_searches(const BenchOptions& o, MatrixView data, MatrixView queries, const TsdgGraph& graph,
-                    const std::vector<uint32_t>& truth, Report& report, const RunControl& control) {
-  const int k = o.k;
-  Clock::time_point start = Clock::now();
-  std::vector<uint32_t> layer;
-  for (int64_t node = 0; node < data.rows; node += o.layer_stride) layer.push_back(static_cast<uint32_t>(node));
-  Matrix layer_rows(static_cast<int64_t>(layer.size()), data.dim);
-  for (size_t i = 0; i < layer.size(); ++i) {
-    std::copy(data.row(layer[i]), data.row(layer[i]) + data.dim, layer_rows.row(static_cast<int64_t>(i)));
-  }
-  const KnnGraph layer_knn = exact_knn_graph(layer_rows.view(), o.metric, o.layer_k, control);
-  const TsdgGraph layer_graph = diversify_tsdg(layer_rows.view(), o.metric, layer_knn, o.diversify, control);
-  CpuSearchIndex layer_index(layer_rows.view(), GraphView::of(layer_graph), o.metric);
-  report.emit(Record("layer")
-                  .add("nodes", static_cast<int64_t>(layer.size()))
-                  .add("k", o.layer_k)
-                  .add("time_s", seconds_since(start)));
-  const DistanceFn distance = metric_distance_fn(o.metric);
-  const GraphView base = GraphView::of(graph);
-  std::atomic<int64_t> walk_distances{0};
-  std::vector<float> dists(static_cast<size_t>(queries.rows) * k);
-  for (int ef : o.ef_list) {
-    SearchParams layer_params;
-    layer_params.ef = ef * o.layer_ef_factor;
-    layer_params.k = layer_params.ef;
-    const SweepPoint p = measure(
-        queries.rows, k, 0, truth, o.min_seconds,
-        [&](int64_t first, int64_t count, uint32_t* ids) {
-          const int width = layer_params.k;
-          std::vector<uint32_t> layer_ids(static_cast<size_t>(count) * width);
-          std::vector<float> layer_dists(layer_ids.size());
-          layer_index.search(queries.slice(first, count), layer_params, layer_ids.data(), layer_dists.data(),
-                             control);
-          parallel_for(control, count, 16, [&](int64_t begin, int64_t end, int) {
-            GraphSearch walk(SearchParams{}.lambda_limit, 0.0f);
-            std::vector<uint32_t> fresh(base.degree);
-            int64_t computed = 0;
-            for (int64_t q = begin; q < end; ++q) {
-              const float* query = queries.row(first + q);
-              walk.begin(ef);
-              for (int j = 0; j < width; ++j) {
-                const uint32_t entry = layer_ids[q * width + j];
-                if (entry != kInvalidId) walk.offer(layer[entry], layer_dists[q * width + j]);
-              }
-              for (uint32_t node; (node = walk.next()) != kInvalidId;) {
-                const int n = walk.unvisited(base.list(node), base.list_lambdas(node), base.degree, fresh.data());
-                for (int j = 0; j < n; ++j) walk.offer(fresh[j], distance(query, data.row(fresh[j]), data.dim));
-                computed += n;
-              }
-              walk.results(ids + q * k, dists.data() + (first + q) * k, k);
-            }
-            walk_distances += computed;
-          });
-        },
-        [&]() { return walk_distances.load() + layer_index.distance_computations(); });
-    report.emit(add_point(Record("layer_search")
-                          .add("ef", ef)
-                          .add("layer_ef", layer_params.ef), p));
-  }
-}
-
 std::string today() {
   char text[32];
   const std::time_t now = std::time(nullptr);
@@ -475,6 +406,13 @@ int run(const BenchOptions& o) {
     index = backend->make_search_index(data, graph, o.metric);
   }
   report.emit(Record("index").add("time_s", seconds_since(start)));
+  TsdgGraph layer;
+  if (o.layer) {
+    start = Clock::now();
+    layer = build_navigating_layer(*backend, data, o.metric, o.diversify, o.gnnd.seed, control);
+    index->set_layer(GraphView::of(layer));
+    report.emit(Record("layer").add("nodes", layer.nodes).add("time_s", seconds_since(start)));
+  }
   {
     SearchParams params;
     params.entry_samples = o.entry_samples;
@@ -486,8 +424,6 @@ int run(const BenchOptions& o) {
   auto tsdg_distances = [&]() -> int64_t {
     return cpu_index ? cpu_index->distance_computations() : 0;
   };
-
-  if (o.layer_stride > 0) layer_searches(o, data, queries, graph, truth, report, control);
 
   Best tsdg_best;
   std::vector<float> dists(queries.rows * k);
@@ -549,6 +485,7 @@ int run(const BenchOptions& o) {
                       .add("qps", p.qps, 6));
     }
     CpuSearchIndex cpu(data, GraphView::of(graph), o.metric);
+    cpu.set_layer(GraphView::of(layer));
     for (int ef : o.ef_list) {
       SearchParams params;
       params.k = k;
