@@ -615,14 +615,17 @@ extern void TsdgWalkOffer(TsdgPageWalk *walk, TsdgSearch *search, const uint32 *
 /* expands candidates until the search has nothing better left to visit */
 extern void TsdgWalkExpand(TsdgPageWalk *walk, TsdgSearch *search);
 
-/* tsdgnavcache.c: the navigating set's rows, kept by the backend between scans */
+/* tsdgnavcache.c: the navigating layer or set's rows, kept by the backend between scans */
 #define TSDG_DEFAULT_NAVIGATING_CACHE_MEM	65536	/* kB */
 extern int	tsdg_navigating_cache_mem;
 /* whether a navigating set of count rows of dims is kept (tsdg.navigating_cache_mem) */
 extern bool TsdgNavigatingSetFits(int64 count, int dims);
-/* scores the navigating set of meta's graph and offers it to the search */
+/*
+ * offers a search of ef its entries: those its walk of meta's layer finds
+ * (kept by the backend), or the navigating set scored whole
+ */
 extern void TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search,
-								   const TsdgMetaPageData *meta);
+								   const TsdgMetaPageData *meta, int ef);
 /* the most nodes the navigating set of meta's graph holds */
 extern int64 TsdgNavigatingSetMost(const TsdgMetaPageData *meta);
 /*

@@ -1,9 +1,19 @@
 /*
- * The navigating set's rows, kept by the backend from one scan to the next.
+ * What a backend's scans start from, kept from one scan to the next: the
+ * graph's navigating layer, made searchable, or its navigating set's rows.
  *
- * Every search of the graph starts by scoring the whole navigating set
- * (tsdg_navigating_set: the metapage's entry points and every stride-th
- * node), tens of thousands of rows past a few million nodes. Read from the
+ * A graph of TSDG_LAYER_MIN_NODES nodes or more has a navigating layer
+ * (tsdglayer.c): every TSDG_LAYER_STRIDE-th node, linked by a graph of its
+ * own. A search walks it first, at tsdg_layer_entry_count(ef), and starts
+ * its walk on the index's graph from what that walk found. The first search
+ * of such a graph in a backend reads the layer's rows and lists into a
+ * TsdgLayerSearch; later searches walk it in memory. A layer larger than
+ * tsdg.navigating_cache_mem is not kept, and the searches start from the
+ * navigating set, as those of a graph without a layer do.
+ *
+ * The navigating set (tsdg_navigating_set: the metapage's entry points and
+ * every stride-th node) is scored whole by every search that starts from
+ * it, tens of thousands of rows past a few million nodes. Read from the
  * row pages, each row costs a buffer lookup, a pin and cache misses, and
  * every query of a session reads the same rows again. So the first search
  * of a graph in a backend copies those rows into one contiguous array, and
@@ -49,6 +59,7 @@ typedef struct TsdgNavigatingKey
 	uint64		merge_count;
 	int32		entry_count;
 	uint32		entry_points[TSDG_MAX_ENTRY_POINTS];
+	bool		layer;			/* a copy of the layer, not of the navigating set */
 } TsdgNavigatingKey;
 
 typedef struct TsdgNavigatingCopy
@@ -61,6 +72,7 @@ typedef struct TsdgNavigatingCopy
 	uint32	   *ids;			/* tsdg_navigating_set's order */
 	float	   *rows;			/* count x dims */
 	float	   *dists;			/* a search's distances to them */
+	TsdgLayerSearch *layer;		/* a copy of the layer: it alone, freed with ctx */
 	Size		bytes;
 	uint64		last_used;
 } TsdgNavigatingCopy;
@@ -70,7 +82,7 @@ static TsdgNavigatingCopy *copies = NULL;
 static uint64 navigating_clock = 0;
 
 static void
-TsdgNavigatingKeyOf(TsdgNavigatingKey *key, Relation index, const TsdgMetaPageData *meta)
+TsdgNavigatingKeyOf(TsdgNavigatingKey *key, Relation index, const TsdgMetaPageData *meta, bool layer)
 {
 	MemSet(key, 0, sizeof(TsdgNavigatingKey));
 	key->node = index->rd_node;
@@ -82,6 +94,7 @@ TsdgNavigatingKeyOf(TsdgNavigatingKey *key, Relation index, const TsdgMetaPageDa
 	key->merge_count = meta->merge_count;
 	key->entry_count = meta->entry_count;
 	memcpy(key->entry_points, meta->entry_points, sizeof(uint32) * meta->entry_count);
+	key->layer = layer;
 }
 
 /*
@@ -145,6 +158,18 @@ TsdgMakeRoom(Oid index_oid, const TsdgNavigatingKey *key, Size room)
 	}
 }
 
+/* a complete copy, moved under the backend's copies */
+static void
+TsdgKeepCopy(TsdgNavigatingCopy *copy)
+{
+	if (navigating_ctx == NULL)
+		navigating_ctx = AllocSetContextCreate(TopMemoryContext, "tsdg navigating sets",
+											   ALLOCSET_SMALL_SIZES);
+	MemoryContextSetParent(copy->ctx, navigating_ctx);
+	copy->next = copies;
+	copies = copy;
+}
+
 /*
  * Copies the rows of the navigating set ids from the pages. The copy's
  * context hangs under the caller's until it is complete, so that an error
@@ -166,6 +191,7 @@ TsdgCopyNavigatingSet(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const ui
 	copy->index_oid = RelationGetRelid(walk->index);
 	memcpy(&copy->key, key, sizeof(TsdgNavigatingKey));
 	copy->count = count;
+	copy->layer = NULL;
 	copy->bytes = TsdgNavigatingBytes(count, dims);
 	copy->ids = MemoryContextAllocHuge(ctx, sizeof(uint32) * Max(count, 1));
 	copy->rows = MemoryContextAllocHuge(ctx, sizeof(float) * dims * Max(count, 1));
@@ -193,12 +219,7 @@ TsdgCopyNavigatingSet(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const ui
 	if (BufferIsValid(buf))
 		UnlockReleaseBuffer(buf);
 
-	if (navigating_ctx == NULL)
-		navigating_ctx = AllocSetContextCreate(TopMemoryContext, "tsdg navigating sets",
-											   ALLOCSET_SMALL_SIZES);
-	MemoryContextSetParent(ctx, navigating_ctx);
-	copy->next = copies;
-	copies = copy;
+	TsdgKeepCopy(copy);
 	return copy;
 }
 
@@ -229,7 +250,7 @@ TsdgNavigatingCopyOf(TsdgPageWalk *walk, const TsdgMetaPageData *meta)
 	if (!TsdgNavigatingSetFits(TsdgNavigatingSetMost(meta), dims))
 		return NULL;
 
-	TsdgNavigatingKeyOf(&key, walk->index, meta);
+	TsdgNavigatingKeyOf(&key, walk->index, meta, false);
 	for (copy = copies; copy != NULL; copy = copy->next)
 		if (copy->index_oid == RelationGetRelid(walk->index) &&
 			memcmp(&copy->key, &key, sizeof(TsdgNavigatingKey)) == 0)
@@ -264,10 +285,156 @@ TsdgScoreCopy(TsdgPageWalk *walk, TsdgNavigatingCopy *copy)
 											  copy->rows + (Size) i * dims, dims);
 }
 
-void
-TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPageData *meta)
+/*
+ * what a copy of a layer of layer_nodes of dims holds: its rows, its lists,
+ * and its search's visited marks and navigating set
+ */
+static Size
+TsdgLayerBytes(int64 layer_nodes, int dims, int degree)
 {
-	TsdgNavigatingCopy *copy = TsdgNavigatingCopyOf(walk, meta);
+	return (Size) layer_nodes * (sizeof(float) * dims + (sizeof(uint32) + 1) * degree + 2 * sizeof(uint32)) +
+		(Size) TSDG_MAX_ENTRY_POINTS * sizeof(float) * (dims + 2);
+}
+
+static void
+TsdgFreeLayerSearch(void *arg)
+{
+	tsdg_layer_search_free((TsdgLayerSearch *) arg);
+}
+
+/*
+ * Reads meta's layer, its lists and its nodes' rows, into a TsdgLayerSearch,
+ * freed with the copy's context. The context hangs under the caller's until
+ * the copy is complete, as TsdgCopyNavigatingSet's does.
+ */
+static TsdgNavigatingCopy *
+TsdgCopyLayer(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const TsdgMetaPageData *meta)
+{
+	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "tsdg navigating layer",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old_ctx = MemoryContextSwitchTo(ctx);
+	const TsdgLayout *layout = walk->layout;
+	int			dims = layout->dims;
+	int64		layer_nodes = meta->layer_nodes;
+	TsdgNavigatingCopy *copy = palloc0(sizeof(TsdgNavigatingCopy));
+	float	   *rows = MemoryContextAllocHuge(ctx, sizeof(float) * dims * layer_nodes);
+	uint32	   *ids = MemoryContextAllocHuge(ctx, sizeof(uint32) * meta->degree * layer_nodes);
+	uint8	   *lambdas = MemoryContextAllocHuge(ctx, (Size) meta->degree * layer_nodes);
+	Buffer		buf = InvalidBuffer;
+	BlockNumber held = InvalidBlockNumber;
+	MemoryContextCallback *cb;
+	TsdgError	error;
+
+	copy->ctx = ctx;
+	copy->index_oid = RelationGetRelid(walk->index);
+	memcpy(&copy->key, key, sizeof(TsdgNavigatingKey));
+	copy->bytes = TsdgLayerBytes(layer_nodes, dims, meta->degree);
+	for (int64 i = 0; i < layer_nodes; i++)
+	{
+		uint32		node = (uint32) (i * TSDG_LAYER_STRIDE);
+		BlockNumber block;
+
+		TsdgCheckScanNode(walk->index, node, walk->node_count);
+		block = TsdgRowBlock(layout, node);
+		if (block != held)
+		{
+			if (BufferIsValid(buf))
+				UnlockReleaseBuffer(buf);
+			CHECK_FOR_INTERRUPTS();
+			buf = ReadBuffer(walk->index, block);
+			LockBuffer(buf, BUFFER_LOCK_SHARE);
+			held = block;
+		}
+		memcpy(rows + (Size) i * dims,
+			   TsdgRecordVector(TsdgRowRecord(layout, BufferGetPage(buf), node)),
+			   sizeof(float) * dims);
+	}
+	if (BufferIsValid(buf))
+		UnlockReleaseBuffer(buf);
+	TsdgReadLayer(walk->index, meta, ids, lambdas);
+
+	copy->layer = tsdg_layer_search_create(rows, layer_nodes, dims, walk->metric, ids, lambdas,
+										   meta->degree, &error);
+	if (copy->layer == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("could not read the navigating layer of tsdg index \"%s\": %s",
+						RelationGetRelationName(walk->index), error.message)));
+	cb = palloc(sizeof(MemoryContextCallback));
+	cb->func = TsdgFreeLayerSearch;
+	cb->arg = copy->layer;
+	MemoryContextRegisterResetCallback(ctx, cb);
+	pfree(rows);
+	pfree(ids);
+	pfree(lambdas);
+	MemoryContextSwitchTo(old_ctx);
+	TsdgKeepCopy(copy);
+	return copy;
+}
+
+/*
+ * The backend's copy of meta's layer, made from the pages if it has none;
+ * NULL when the graph has no layer or it is larger than
+ * tsdg.navigating_cache_mem.
+ */
+static TsdgNavigatingCopy *
+TsdgLayerCopyOf(TsdgPageWalk *walk, const TsdgMetaPageData *meta)
+{
+	TsdgNavigatingKey key;
+	TsdgNavigatingCopy *copy;
+	Size		bytes;
+
+	if (meta->layer_nodes == 0)
+		return NULL;
+	bytes = TsdgLayerBytes(meta->layer_nodes, walk->layout->dims, meta->degree);
+	if (bytes > (Size) tsdg_navigating_cache_mem * 1024)
+		return NULL;
+
+	TsdgNavigatingKeyOf(&key, walk->index, meta, true);
+	for (copy = copies; copy != NULL; copy = copy->next)
+		if (copy->index_oid == RelationGetRelid(walk->index) &&
+			memcmp(&copy->key, &key, sizeof(TsdgNavigatingKey)) == 0)
+			break;
+	if (copy == NULL)
+	{
+		TsdgMakeRoom(RelationGetRelid(walk->index), &key, bytes);
+		copy = TsdgCopyLayer(walk, &key, meta);
+	}
+	else
+		TsdgMakeRoom(RelationGetRelid(walk->index), &key, 0);
+	copy->last_used = ++navigating_clock;
+	return copy;
+}
+
+/*
+ * Offers a search of ef its entries: the layer's walk, or the navigating set
+ * scored whole.
+ */
+void
+TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPageData *meta, int ef)
+{
+	TsdgNavigatingCopy *copy = TsdgLayerCopyOf(walk, meta);
+
+	if (copy != NULL)
+	{
+		int			width = tsdg_layer_entry_count(ef);
+		uint32	   *ids = palloc(sizeof(uint32) * width);
+		float	   *dists = palloc(sizeof(float) * width);
+		int			count = 0;
+		TsdgError	error;
+
+		if (tsdg_layer_search_entries(copy->layer, walk->query, ef, ids, dists, &error) != TSDG_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("tsdg search of the navigating layer failed: %s", error.message)));
+		while (count < width && ids[count] != TSDG_INVALID_ID)
+			TsdgCheckScanNode(walk->index, ids[count++], walk->node_count);
+		tsdg_search_offer_many(search, ids, dists, count);
+		pfree(ids);
+		pfree(dists);
+		return;
+	}
+	copy = TsdgNavigatingCopyOf(walk, meta);
 
 	if (copy == NULL)
 	{

@@ -261,8 +261,9 @@ TsdgWorkerRound(Relation index, TsdgScanOpaque so)
 
 /*
  * One round of the graph search at so->ef: the first round starts from the
- * navigating set (the metapage's entry points and the strided nodes),
- * later ones widen the previous round.
+ * navigating layer's walk, or from the navigating set (the metapage's entry
+ * points and the strided nodes) where the graph has no layer; later ones
+ * widen the previous round.
  */
 static void
 TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
@@ -291,7 +292,7 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 		MemoryContextRegisterResetCallback(so->graph_ctx, cb);
 
 		tsdg_search_begin(so->search, so->ef);
-		TsdgOfferNavigatingSet(&so->walk, so->search, &so->meta);
+		TsdgOfferNavigatingSet(&so->walk, so->search, &so->meta, so->ef);
 	}
 	else
 		tsdg_search_widen(so->search, so->ef);
