@@ -23,6 +23,6 @@ for class in "$@"; do
     --intrinsic-dim 16 --spread "$spread" --noise 0.05 --absolute-scale --query-count "${queries:-1000}" \
     --ef "$efs" --hnsw-ef "$efs,384,512" --min-seconds 0.3 ${extra//,/ } >"$log" 2>&1 || echo "FAILED: $class"
   echo "== $class"
-  grep -E '^(gnnd|build_check|diversify|tsdg_search|cpu_search|layer|layer_search|hnsw_build|hnsw_search|summary) ' "$log" |
+  grep -E '^(gnnd|build_check|diversify|tsdg_search|cpu_search|layer|hnsw_build|hnsw_search|summary) ' "$log" |
     sed -E 's/ lambda_limit=255 slack=0 gpu_kernel=0//; s/ (avg_degree_lambda_le_[14]|samples|pivot_stride)=[^ ]*//g'
 done

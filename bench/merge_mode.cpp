@@ -182,10 +182,15 @@ IndexGraph merge(TsdgBackend* backend, MatrixView rows, int64_t n_old, const Ind
   return graph;
 }
 
-double search_recall(MatrixView data, const IndexGraph& graph, int degree, MatrixView queries,
-                     const std::vector<uint32_t>& truth, int k, int ef, const RunControl& control) {
+// Recall of the graph searched as the index searches it, from the layer of
+// the rows (which depends on the rows alone, so a merged and a fresh graph
+// of the same rows share it).
+double search_recall(MatrixView data, const IndexGraph& graph, int degree, const TsdgGraph& layer,
+                     MatrixView queries, const std::vector<uint32_t>& truth, int k, int ef,
+                     const RunControl& control) {
   CpuSearchIndex index(data, GraphView{graph.neighbors.data(), graph.lambdas.data(), data.rows, degree},
                        Metric::L2);
+  index.set_layer(GraphView::of(layer));
   SearchParams params;
   params.k = k;
   params.ef = ef;
@@ -329,9 +334,17 @@ int run_merge_benchmark(const BenchOptions& o) {
     rows = next;
   }
 
+  DiversifyParams layer_diversify;
+  layer_diversify.degree = params.degree;
+  layer_diversify.alpha = params.alpha;
+  layer_diversify.lambda0 = params.lambda0;
+  const TsdgGraph layer =
+      build_navigating_layer(*make_cpu_backend(), data.view(), Metric::L2, layer_diversify, params.seed, control);
   for (int ef : o.ef_list) {
-    const double fresh_recall = search_recall(data.view(), fresh, params.degree, queries.view(), truth, k, ef, control);
-    const double merged_recall = search_recall(data.view(), graph, params.degree, queries.view(), truth, k, ef, control);
+    const double fresh_recall =
+        search_recall(data.view(), fresh, params.degree, layer, queries.view(), truth, k, ef, control);
+    const double merged_recall =
+        search_recall(data.view(), graph, params.degree, layer, queries.view(), truth, k, ef, control);
     report.emit(Record("merge_recall")
                     .add("ef", ef)
                     .add("fresh", fresh_recall)
