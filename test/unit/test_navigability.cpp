@@ -15,6 +15,7 @@
 
 #include "backend.h"
 #include "bruteforce.h"
+#include "distance.h"
 #include "diversify.h"
 #include "gnnd.h"
 #include "long_range.h"
@@ -36,7 +37,8 @@ struct HardData {
   std::vector<uint32_t> truth;
 };
 
-HardData hard_data(float spread, const RunControl& control, int64_t rows = 50000, int dim = 64, int clusters = 100) {
+HardData hard_data(float spread, const RunControl& control, int64_t rows = 50000, int dim = 64, int clusters = 100,
+                   int64_t queries = 200) {
   SyntheticSpec spec;
   spec.rows = rows;
   spec.dim = dim;
@@ -48,7 +50,7 @@ HardData hard_data(float spread, const RunControl& control, int64_t rows = 50000
   spec.seed = 5;
   HardData d;
   d.data = make_clustered(spec);
-  d.queries = make_clustered_queries(spec, 200, 6);
+  d.queries = make_clustered_queries(spec, queries, 6);
   d.truth.resize(d.queries.rows * kK);
   std::vector<float> dists(d.truth.size());
   exact_knn(d.data.view(), d.queries.view(), Metric::L2, kK, d.truth.data(), dists.data(), control);
@@ -187,7 +189,7 @@ TEST(Navigability, FromTheLayerAConvergedKnnGraphSearchesAsWellAsARougherOne) {
   ThreadPool pool(0);
   RunControl control;
   control.pool = &pool;
-  const HardData d = hard_data(1.0f, control, 40000, 64, 400);
+  const HardData d = hard_data(1.0f, control, 40000, 128, 400, 2000);
   const std::vector<int> efs = {10, 16, 32, 64};
   GnndParams converged = index_gnnd();
   converged.iterations = 30;
@@ -210,6 +212,48 @@ TEST(Navigability, FromTheLayerAConvergedKnnGraphSearchesAsWellAsARougherOne) {
     EXPECT_GE(accurate_layer[i], rough_layer[i] - 0.002) << "ef " << efs[i];
   }
   EXPECT_GE(accurate_layer.back(), 0.99);
+}
+
+// The layer's entries are nodes of the index's graph (every 16th), and an
+// index takes only the layer of its own node count.
+TEST(Navigability, TheLayerGivesEveryStridedNodeAndFitsOnlyItsGraph) {
+  ThreadPool pool(0);
+  RunControl control;
+  control.pool = &pool;
+  const HardData d = hard_data(1.0f, control, kLayerMinNodes + 100, 16, 40);
+  EXPECT_EQ(layer_node_count(kLayerMinNodes - 1), 0);
+  EXPECT_EQ(layer_node_count(d.data.rows), (d.data.rows + kLayerStride - 1) / kLayerStride);
+  const std::unique_ptr<Backend> cpu = make_cpu_backend();
+  const TsdgGraph layer = build_navigating_layer(*cpu, d.data.view(), Metric::L2, DiversifyParams{}, 1, control);
+  ASSERT_EQ(layer.nodes, layer_node_count(d.data.rows));
+  for (uint32_t id : layer.neighbors) EXPECT_TRUE(id == kInvalidId || id < layer.nodes);
+  const Matrix rows = gather_layer_rows(d.data.view());
+  NavigatingLayer searchable(rows.view(), GraphView::of(layer), Metric::L2);
+  const int ef = 10;
+  const int width = NavigatingLayer::width(ef);
+  std::vector<uint32_t> ids(d.queries.rows * width);
+  std::vector<float> dists(ids.size());
+  searchable.entries(d.queries.view(), ef, ids.data(), dists.data(), control);
+  for (int64_t q = 0; q < d.queries.rows; ++q) {
+    for (int j = 0; j < width; ++j) {
+      const uint32_t id = ids[q * width + j];
+      ASSERT_NE(id, kInvalidId);
+      EXPECT_EQ(id % kLayerStride, 0u);
+      EXPECT_FLOAT_EQ(dists[q * width + j], distance_kernels().l2_squared(d.queries.row(q), d.data.row(id), d.data.dim));
+      if (j > 0) {
+        EXPECT_LE(dists[q * width + j - 1], dists[q * width + j]);
+      }
+    }
+  }
+  const TsdgGraph graph = diversify_tsdg(d.data.view(), Metric::L2,
+                                         gnnd_build(d.data.view(), Metric::L2, index_gnnd(), control),
+                                         DiversifyParams{}, control);
+  CpuSearchIndex index(d.data.view(), GraphView::of(graph), Metric::L2);
+  GraphView short_layer = GraphView::of(layer);
+  short_layer.nodes -= 1;
+  EXPECT_THROW(index.set_layer(short_layer), Error);
+  index.set_layer(GraphView::of(layer));
+  index.set_layer(GraphView{});
 }
 
 // The rows a walk with the build check's pool misses, from the entries a

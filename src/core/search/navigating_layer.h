@@ -11,6 +11,7 @@
 // navigating set).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -31,8 +32,12 @@ inline constexpr int64_t kLayerStride = 16;
 // diversified from.
 inline constexpr int kLayerKnn = 32;
 // A search of ef takes kLayerEfFactor * ef entries from the layer's walk,
-// which walks at that width: a narrower walk misses clusters at low ef.
+// which walks at that width: a narrower walk misses clusters at low ef. At
+// most kLayerMaxWidth: from that many entries a wide search finds its
+// clusters, and a wider walk of the layer would cost more than the
+// navigating set scored whole.
 inline constexpr int kLayerEfFactor = 4;
+inline constexpr int kLayerMaxWidth = 256;
 // Graphs of fewer nodes have no layer: their navigating set (every 256th
 // node and the selected entry points) holds a node of every region already.
 inline constexpr int64_t kLayerMinNodes = 16384;
@@ -65,7 +70,7 @@ class NavigatingLayer {
   NavigatingLayer& operator=(const NavigatingLayer&) = delete;
 
   // The entries a search of ef takes from the layer.
-  static int width(int ef) { return kLayerEfFactor * ef; }
+  static int width(int ef) { return std::min(kLayerEfFactor * ef, kLayerMaxWidth); }
   int64_t nodes() const { return graph_.nodes; }
 
   // For each query, width(ef) entries into the index's graph: node ids (layer
