@@ -31,12 +31,13 @@ inline constexpr int64_t kLayerStride = 16;
 // The k of the k-NN lists among the layer's nodes that its graph is
 // diversified from.
 inline constexpr int kLayerKnn = 32;
-// A search of ef takes kLayerEfFactor * ef entries from the layer's walk,
-// which walks at that width: a narrower walk misses clusters at low ef. At
-// most kLayerMaxWidth: from that many entries a wide search finds its
-// clusters, and a wider walk of the layer would cost more than the
-// navigating set scored whole.
-inline constexpr int kLayerEfFactor = 4;
+// A search of ef takes ef + kLayerExtraWidth entries from the layer's walk,
+// which walks at that width: a walk as narrow as a search of ef 10 misses
+// clusters that a walk four times wider reaches, while a wide search needs
+// little more than its own width to reach them. At most kLayerMaxWidth:
+// from that many entries a wide search finds its clusters, and a wider
+// walk of the layer would cost more than the navigating set scored whole.
+inline constexpr int kLayerExtraWidth = 32;
 inline constexpr int kLayerMaxWidth = 256;
 // Graphs of fewer nodes have no layer: their navigating set (every 256th
 // node and the selected entry points) holds a node of every region already.
@@ -70,7 +71,7 @@ class NavigatingLayer {
   NavigatingLayer& operator=(const NavigatingLayer&) = delete;
 
   // The entries a search of ef takes from the layer.
-  static int width(int ef) { return std::min(kLayerEfFactor * ef, kLayerMaxWidth); }
+  static int width(int ef) { return std::min(ef + kLayerExtraWidth, kLayerMaxWidth); }
   int64_t nodes() const { return graph_.nodes; }
 
   // For each query, width(ef) entries into the index's graph: node ids (layer
