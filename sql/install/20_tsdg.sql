@@ -61,5 +61,6 @@ CREATE FUNCTION tsdg_index_info(index regclass,
 	OUT size bigint, OUT graph_version bigint, OUT dims int, OUT metric text,
 	OUT build_k int, OUT samples int, OUT iterations int, OUT alpha real,
 	OUT lambda0 int, OUT entry_points int, OUT last_merge timestamptz, OUT merges bigint,
-	OUT knn_lag bigint, OUT unreached bigint, OUT profile_nodes bigint, OUT profile_scored real[])
+	OUT knn_lag bigint, OUT unreached bigint, OUT profile_nodes bigint, OUT profile_scored real[],
+	OUT layer_nodes bigint)
 	AS 'MODULE_PATHNAME' LANGUAGE C STRICT;

@@ -122,6 +122,8 @@ tsdgbuildphasename(int64 phasenum)
 			return "diversifying";
 		case TSDG_PROGRESS_WRITE:
 			return "writing pages";
+		case TSDG_PROGRESS_LAYER:
+			return "building navigating layer";
 		default:
 			return NULL;
 	}

@@ -48,12 +48,23 @@
  * members of a k-NN list, so GGM would start from a poorer graph at every
  * merge.
  *
- * The lists of a graph occupy one contiguous region: list pages then k-NN
- * pages. A merge writes the new lists into another region (the spare one
- * when it is large enough, else new blocks at the end, with half again as
- * many blocks as it needs, so that growing graphs soon fit the spare region
- * again; a spare region too small is given to the free list), WAL-logged page
- * by page, appends the new rows past the old ones (which no scan of the old
+ * Graphs of at least TSDG_LAYER_MIN_NODES nodes have a navigating layer
+ * (tsdg_capi.h): a graph of its own over every TSDG_LAYER_STRIDE-th node,
+ * whose lists, of layer-local ids, are list records like the graph's
+ * (list_size, lists_per_page and id bytes of the graph): layer list j is
+ * record j % lists_per_page of block layer_start + j / lists_per_page. A
+ * search walks it first and starts its walk on the graph from what it found,
+ * instead of scoring the navigating set whole.
+ *
+ * The lists of a graph occupy one contiguous region: list pages, layer pages
+ * (layer_start, right after the list pages), then k-NN pages. The layer
+ * pages are written with the list pages by the build and by every merge (a
+ * merge moves rows and changes the node count, so the layer is built again
+ * from all rows), switch with them and retire with them. A merge writes the
+ * new lists into another region (the spare one when it is large enough, else
+ * new blocks at the end, with half again as many blocks as it needs, so that
+ * growing graphs soon fit the spare region again; a spare region too small is
+ * given to the free list), WAL-logged page by page, appends the new rows past the old ones (which no scan of the old
  * graph reads), then switches the metapage in one GenericXLog record; a crash
  * before that record leaves the old graph and its pending rows as they were.
  * A merge that drops deleted nodes renumbers the live ones: it writes all
@@ -73,12 +84,12 @@
  * size the regions take turns and the file stops growing.
  *
  * The k-NN pages may lag behind the graph. A merge on the GPU worker, which
- * keeps the merged graph with its k-NN lists, writes only the list pages (85%
- * of the k-NN lists change when 5% new rows come, so writing them costs a
- * merge as many bytes again as the lists, all of it WAL): the k-NN pages keep
- * the lists of the first node_count - knn_unstored nodes as an earlier merge
- * or the build wrote them, in the region that then held the lists, which
- * stays as knn_region until a merge writes them again. A merge that has to
+ * keeps the merged graph with its k-NN lists, writes only the list and layer
+ * pages (85% of the k-NN lists change when 5% new rows come, so writing them
+ * costs a merge as many bytes again as the lists, all of it WAL): the k-NN
+ * pages keep the lists of the first node_count - knn_unstored nodes as an
+ * earlier merge or the build wrote them, in the region that then held the
+ * lists, which stays as knn_region until a merge writes them again. A merge that has to
  * read them (the worker restarted or dropped the graph) merges the nodes past
  * them as part of its batch: GGM of the larger batch into the stored k-NN
  * graph, and TSDG again for the old lists that point past them. So the lag
@@ -113,9 +124,10 @@
  * pages and the merge fields. Format 3 keeps the rows apart from the lists
  * (see above). Format 4 lets the k-NN pages lag behind the graph (see
  * above). Format 5 stores 3-byte neighbor ids in graphs of fewer than
- * 2^24 - 1 nodes.
+ * 2^24 - 1 nodes. Format 6 adds the navigating layer's pages to the
+ * region (see above).
  */
-#define TSDG_FORMAT_VERSION		5
+#define TSDG_FORMAT_VERSION		6
 
 /* "no block" in the merge fields of the metapage, as nbtree's P_NONE */
 #define TSDG_NO_BLOCK			0
@@ -169,6 +181,7 @@
 #define TSDG_PROGRESS_KNN		3
 #define TSDG_PROGRESS_DIVERSIFY	4
 #define TSDG_PROGRESS_WRITE		5
+#define TSDG_PROGRESS_LAYER		6
 
 /*
  * What a scan does once its first round is used up (tsdg.iterative_scan,
@@ -311,6 +324,13 @@ typedef struct TsdgMetaPageData
 	 */
 	uint32		profile_nodes;
 	float4		profile_scored[TSDG_PROFILE_STEPS];
+
+	/*
+	 * The navigating layer (format 6): tsdg_layer_node_count(node_count)
+	 * lists of degree ids from layer_start, in the lists' region; 0: none.
+	 */
+	uint32		layer_nodes;
+	BlockNumber layer_start;
 } TsdgMetaPageData;
 
 StaticAssertDecl(sizeof(TsdgMetaPageData) <= BLCKSZ - MAXALIGN(SizeOfPageHeaderData) -
@@ -401,6 +421,9 @@ typedef struct TsdgGraphArrays
 	const uint8 *lambdas;		/* n * degree */
 	const uint32 *knn_ids;		/* n * knn_k; NULL: no k-NN pages */
 	int			knn_k;
+	/* the layer's lists, tsdg_layer_node_count(n) * degree; NULL until computed */
+	const uint32 *layer_ids;
+	const uint8 *layer_lambdas;
 } TsdgGraphArrays;
 
 /* the rows [first, end) of arrays written into an extent whose first row is extent_first */
@@ -415,9 +438,15 @@ typedef struct TsdgRowRun
 /* fills page page_no of a run of pages in its locked buffer (TsdgWritePages) */
 typedef void (*TsdgPageFiller) (void *arg, Page page, BlockNumber page_no);
 
-/* TsdgPageFillers: arg a TsdgRowRun; arg a TsdgGraphArrays (list pages, k-NN pages, then empty) */
+/*
+ * TsdgPageFillers: arg a TsdgRowRun; arg a TsdgGraphArrays (list pages,
+ * layer pages, k-NN pages, then empty)
+ */
 extern void TsdgFillRowRunPage(void *arg, Page page, BlockNumber page_no);
 extern void TsdgFillRegionPage(void *arg, Page page, BlockNumber page_no);
+/* the pages of a graph's region: its list pages, those and its layer pages, all of them */
+extern BlockNumber TsdgListPages(const TsdgGraphArrays *arrays);
+extern BlockNumber TsdgListAndLayerPages(const TsdgGraphArrays *arrays);
 extern BlockNumber TsdgRegionPages(const TsdgGraphArrays *arrays);
 extern int	TsdgPageRecordCount(Page page, Size record_size);
 
@@ -574,11 +603,23 @@ typedef struct TsdgIndexImage
 	uint8	   *lambdas;		/* n * degree */
 	ItemPointerData *tids;		/* n */
 	uint8	   *flags;			/* n: TsdgNodeHeader flags */
+	uint32	   *layer_ids;		/* meta->layer_nodes * degree */
+	uint8	   *layer_lambdas;
 } TsdgIndexImage;
 
-/* Reads every row and list record into the image's arrays, which the caller sized. */
+/*
+ * Reads every row and list record, and the layer's lists (meta->layer_nodes
+ * of them), into the image's arrays, which the caller sized.
+ */
 extern void TsdgReadIndexImage(Relation index, const TsdgMetaPageData *meta,
 							   TsdgIndexImage *image);
+
+/*
+ * tsdglayer.c: the navigating layer's lists of meta's graph, meta->layer_nodes
+ * * meta->degree ids (layer-local) and lambdas
+ */
+extern void TsdgReadLayer(Relation index, const TsdgMetaPageData *meta, uint32 *ids,
+						  uint8 *lambdas);
 
 /* tsdgscan.c */
 extern IndexScanDesc tsdgbeginscan(Relation index, int nkeys, int norderbys);

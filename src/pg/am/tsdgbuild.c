@@ -7,7 +7,9 @@
  * merges: tsdgmerge.c) are written in node order and WAL-logged as whole
  * pages as they are filled, and the metapage is written last, with the entry
  * points and statistics the worker computed meanwhile. A LOG line says where
- * the time went. The heap scan and its arrays: tsdgbuildscan.c (shared with
+ * the time went. The navigating layer is computed by the builder of the
+ * graph after it, its pages written with the region's. The heap scan and its
+ * arrays: tsdgbuildscan.c (shared with
  * parallel workers: tsdgbuildparallel.c); the pages, on the worker each as
  * soon as its segment holds what they need: tsdgbuildpages.c.
  *
@@ -137,8 +139,8 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 	{
 		TsdgLocalBuildArrays local = {bs->rows, bs->tids, neighbors, lambdas, bs->knn_ids};
 
-		if (TsdgBuildSegmentCreateInParts(&bs->segment, bs->memory_limit, bs->dims, &bs->params,
-										  &local))
+		if (TsdgBuildSegmentCreateInParts(&bs->segment, bs->memory_limit, bs->count, bs->dims,
+										  &bs->params, &local))
 		{
 			bs->segment.while_building = TsdgWriteBuildRows;
 			bs->segment.hook_arg = bs;
@@ -162,6 +164,38 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 							  TsdgBuildPoll, bs, &error);
 	TsdgReportCoreError(status, &error, "index build");
 	return false;
+}
+
+/* the layer's progress: its phase only, and the cancel */
+static bool
+TsdgLayerPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
+{
+	return InterruptPending && (QueryCancelPending || ProcDiePending);
+}
+
+/*
+ * The navigating layer, here on the CPU: the worker computes it beside its
+ * summary when it built the graph, and this is the fallback where it did
+ * not.
+ */
+static void
+TsdgComputeBuildLayer(TsdgBuildState *bs)
+{
+	int64		layer_nodes = tsdg_layer_node_count(bs->count);
+	TimestampTz start = GetCurrentTimestamp();
+	TsdgError	error;
+	TsdgStatus	status;
+
+	bs->layer_on_worker = false;
+	if (layer_nodes == 0)
+		return;
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_LAYER);
+	bs->layer_ids = palloc(sizeof(uint32) * bs->params.degree * layer_nodes);
+	bs->layer_lambdas = palloc(sizeof(uint8) * bs->params.degree * layer_nodes);
+	status = tsdg_build_layer(NULL, bs->rows, bs->count, bs->dims, bs->metric, &bs->params,
+							  bs->layer_ids, bs->layer_lambdas, TsdgLayerPoll, NULL, &error);
+	TsdgReportCoreError(status, &error, "navigating layer build");
+	bs->layer_seconds = SECS(start, GetCurrentTimestamp());
 }
 
 static void
@@ -481,11 +515,22 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		TsdgLinkDuplicates(bs.duplicates, neighbors, lambdas, bs.params.degree);
 		TsdgBuildSegmentRingsLinked(&bs.segment, bs.duplicates != NULL);
 		graph_at = GetCurrentTimestamp();
-		/* the worker computes the summary while the pages are written */
+		/* the worker computes the summary and the layer while the pages are written */
 		if (!on_worker)
+		{
 			TsdgGraphSummary(&bs, &meta, neighbors);
+			TsdgComputeBuildLayer(&bs);
+		}
 		summary_at = GetCurrentTimestamp();
 		TsdgWritePagesBesideProfile(&bs, &meta, &layout, neighbors, lambdas, on_worker, &done);
+		if (on_worker)
+		{
+			bs.layer_on_worker = TsdgWorkerBuildLayer(&bs.segment, bs.count, &bs.layer_ids,
+													  &bs.layer_lambdas);
+			if (!bs.layer_on_worker)
+				TsdgComputeBuildLayer(&bs);
+		}
+		TsdgWriteBuildLayer(&bs, &meta, &layout);
 		profile_at = GetCurrentTimestamp();
 	}
 	TsdgBuildSegmentRelease(&bs.segment);
@@ -511,7 +556,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 		ereport(LOG,
 				(errmsg("tsdg index \"%s\" built from %lld rows in %.3f s: heap scan %.3f s%s, graph %.3f s%s, "
 						"identical rows %.3f s on threads, waited for %.3f s (%lld in %lld groups), entry points and statistics %.3f s, "
-						"%s pages %.3f s%s, waiting for the worker's entry points %.3f s, metapage %.3f s, "
+						"%s pages %.3f s%s, waiting for the worker's entry points %.3f s, navigating layer of %lld nodes %s, metapage %.3f s, "
 						"search profile %.3f s (%s)",
 						RelationGetRelationName(index), (long long) bs.count,
 						SECS(started_at, GetCurrentTimestamp()), SECS(started_at, scanned_at),
@@ -533,7 +578,11 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 						bs.list_pages_written == 0 ? "" :
 						psprintf(" (%u of %u: changed since or left)", bs.list_pages_after,
 								 TsdgPagesFor(bs.count, layout.lists_per_page)),
-						SECS(done.pages_at, done.summary_wait_at), SECS(profile_at, wal_at),
+						SECS(done.pages_at, done.summary_wait_at),
+						(long long) meta.layer_nodes,
+						bs.layer_on_worker ? "from the worker" :
+						psprintf("computed here in %.3f s", bs.layer_seconds),
+						SECS(profile_at, wal_at),
 						done.profiled ? SECS(done.summary_wait_at, profile_at) :
 						SECS(wal_at, GetCurrentTimestamp()),
 						!done.profiled ? "measured on the pages after the metapage" :

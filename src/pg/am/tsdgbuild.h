@@ -48,6 +48,15 @@ typedef struct TsdgBuildState
 	/* the k-NN graph's ids (count * build_k), kept in k-NN pages for merges */
 	uint32	   *knn_ids;
 
+	/*
+	 * the navigating layer's lists (tsdg_layer_node_count(count) * degree),
+	 * once computed: local memory, or the worker's segment
+	 */
+	uint32	   *layer_ids;
+	uint8	   *layer_lambdas;
+	bool		layer_on_worker;
+	double		layer_seconds;	/* computed here */
+
 	/* the row pages, once written (while the worker builds the graph) */
 	const TsdgMetaPageData *meta;
 	const TsdgLayout *layout;
@@ -117,5 +126,6 @@ extern void TsdgWriteBuildKnn(void *arg);
 extern void TsdgWriteBuildLists(void *arg, int64 rows);
 extern void TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout *layout,
 								const uint32 *neighbors, const uint8 *lambdas, bool with_knn);
+extern void TsdgWriteBuildLayer(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout *layout);
 
 #endif							/* TSDG_BUILD_H */

@@ -1,12 +1,13 @@
 /*
  * The pages of CREATE INDEX: the row pages in the blocks after the
- * metapage, then the region of the list pages and the k-NN pages, each
- * WAL-logged as whole pages as they are filled. A build on the GPU worker
- * writes them as the worker's segment gets them (the segment's hooks): the
- * row pages once the heap is scanned, the k-NN pages once its k-NN lists are
- * final, the list pages once its search lists are out and again where its
- * check or the rings of identical rows changed them; a build on the CPU or
- * in parts writes them after the graph.
+ * metapage, then the region of the list pages, the layer pages and the k-NN
+ * pages, each WAL-logged as whole pages as they are filled. A build on the
+ * GPU worker writes them as the worker's segment gets them (the segment's
+ * hooks): the row pages once the heap is scanned, the k-NN pages once its
+ * k-NN lists are final, the list pages once its search lists are out and
+ * again where its check or the rings of identical rows changed them, the
+ * layer pages once its summary is in; a build on the CPU or in parts writes
+ * them after the graph.
  */
 #include "postgres.h"
 
@@ -53,9 +54,9 @@ TsdgWriteBuildRows(void *arg)
 }
 
 /*
- * The blocks of the region after the row pages: the list pages, then the
- * k-NN pages at knn_start, which are written first when the worker's lists
- * are ready before its graph.
+ * The blocks of the region after the row pages: the list pages, the layer
+ * pages, then the k-NN pages at knn_start, which are written first when the
+ * worker's lists are ready before its graph.
  */
 static void
 TsdgPlaceBuildRegion(TsdgBuildState *bs, const TsdgGraphArrays *arrays)
@@ -82,7 +83,7 @@ TsdgWriteBuildKnn(void *arg)
 	TimestampTz start = GetCurrentTimestamp();
 
 	TsdgPlaceBuildRegion(bs, &arrays);
-	TsdgWritePages(bs->index, bs->meta->list_start, TsdgPagesFor(bs->count, bs->layout->lists_per_page),
+	TsdgWritePages(bs->index, bs->meta->list_start, TsdgListAndLayerPages(&arrays),
 				   TsdgRegionPages(&arrays), TsdgFillRegionPage, &arrays);
 	bs->knn_written = true;
 	bs->knn_seconds = SECS(start, GetCurrentTimestamp());
@@ -184,7 +185,8 @@ TsdgWriteChangedListPages(TsdgBuildState *bs, const TsdgGraphArrays *arrays)
  * The row pages unless written, then the region of the list pages and, when
  * the builder returned them, the k-NN pages, each unless written, and the
  * list pages written before a list on them changed (each logged as it is
- * written). Sets knn_start and knn_k in meta.
+ * written). The layer pages between them wait for the layer
+ * (TsdgWriteBuildLayer). Sets knn_start and knn_k in meta.
  */
 void
 TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout *layout,
@@ -208,13 +210,31 @@ TsdgWriteGraphPages(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout
 	if (bs->list_pages_written > 0)
 		bs->list_pages_after = TsdgWriteChangedListPages(bs, &arrays);
 	bs->list_pages_after += TsdgPagesFor(bs->count, layout->lists_per_page) - bs->list_pages_written;
-	TsdgWriteRegionRuns(bs, &arrays, bs->list_pages_written,
-						bs->knn_written ? TsdgPagesFor(bs->count, layout->lists_per_page) :
-						TsdgRegionPages(&arrays));
+	TsdgWriteRegionRuns(bs, &arrays, bs->list_pages_written, TsdgListPages(&arrays));
+	if (!bs->knn_written)
+		TsdgWriteRegionRuns(bs, &arrays, TsdgListAndLayerPages(&arrays), TsdgRegionPages(&arrays));
 	if (with_knn)
 	{
 		meta->knn_k = bs->params.build_k;
-		meta->knn_start = meta->list_start + TsdgPagesFor(bs->count, layout->lists_per_page);
+		meta->knn_start = meta->list_start + TsdgListAndLayerPages(&arrays);
 	}
+}
+
+/*
+ * The layer pages, in the region's blocks after the list pages, from the
+ * layer's lists; sets the layer fields of meta.
+ */
+void
+TsdgWriteBuildLayer(TsdgBuildState *bs, TsdgMetaPageData *meta, const TsdgLayout *layout)
+{
+	TsdgGraphArrays arrays = {layout, bs->count, NULL, NULL, NULL, NULL, NULL, 0,
+	bs->layer_ids, bs->layer_lambdas};
+
+	meta->layer_nodes = (uint32) tsdg_layer_node_count(bs->count);
+	if (meta->layer_nodes == 0)
+		return;
+	meta->layer_start = meta->list_start + TsdgListPages(&arrays);
+	TsdgWritePages(bs->index, meta->list_start, TsdgListPages(&arrays),
+				   TsdgListAndLayerPages(&arrays), TsdgFillRegionPage, &arrays);
 }
 

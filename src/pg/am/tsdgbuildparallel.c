@@ -524,7 +524,7 @@ TsdgParallelHeapScan(TsdgBuildState *bs, IndexInfo *indexInfo, int nworkers, dou
 	TsdgParallelScan *ps;
 
 	if (bs->use_segment &&
-		capacity < TsdgBuildSegmentRowsWithin(bs->memory_limit, bs->dims, &bs->params, false))
+		capacity < TsdgBuildSegmentRowsWithin(bs->memory_limit, bs->dims, &bs->params, 0))
 		TsdgGrowArrays(bs);
 	if (bs->use_segment && bs->segment.seg != NULL)
 		seg = bs->segment.seg;

@@ -174,7 +174,7 @@ TsdgGrowArrays(TsdgBuildState *bs)
 	 * worker's.
 	 */
 	max_rows = bs->use_segment ?
-		TsdgBuildSegmentRowsWithin(bs->memory_limit, bs->dims, &bs->params, false) : 0;
+		TsdgBuildSegmentRowsWithin(bs->memory_limit, bs->dims, &bs->params, 0) : 0;
 	if (bs->use_segment && bs->count >= max_rows)
 		bs->in_parts = true;
 	else if (bs->use_segment)

@@ -1,5 +1,5 @@
 /*
- * The whole graph of a tsdg index as flat arrays, read from its row and list pages:
+ * The whole graph of a tsdg index as flat arrays, read from its row, list and layer pages:
  * what the GPU worker uploads, and what a batch search on the CPU searches.
  */
 #include "postgres.h"
@@ -59,4 +59,5 @@ TsdgReadIndexImage(Relation index, const TsdgMetaPageData *meta, TsdgIndexImage 
 		UnlockReleaseBuffer(buf);
 		CHECK_FOR_INTERRUPTS();
 	}
+	TsdgReadLayer(index, meta, image->layer_ids, image->layer_lambdas);
 }

@@ -297,24 +297,40 @@ TsdgFillRowRunPage(void *arg, Page page, BlockNumber page_no)
 		TsdgFillRowPage(page, a->layout, (uint32) first, (uint32) end, a->tids, a->rows);
 }
 
-/* the list pages and k-NN pages of a graph's region */
+BlockNumber
+TsdgListPages(const TsdgGraphArrays *arrays)
+{
+	return TsdgPagesFor(arrays->n, arrays->layout->lists_per_page);
+}
+
+BlockNumber
+TsdgListAndLayerPages(const TsdgGraphArrays *arrays)
+{
+	return TsdgListPages(arrays) +
+		TsdgPagesFor(tsdg_layer_node_count(arrays->n), arrays->layout->lists_per_page);
+}
+
 BlockNumber
 TsdgRegionPages(const TsdgGraphArrays *arrays)
 {
-	BlockNumber pages = TsdgPagesFor(arrays->n, arrays->layout->lists_per_page);
+	BlockNumber pages = TsdgListAndLayerPages(arrays);
 
 	if (arrays->knn_ids != NULL)
 		pages += TsdgPagesFor(arrays->n, TsdgKnnPerPage(arrays->knn_k));
 	return arrays->n == 0 ? 0 : pages;
 }
 
-/* Fills page page_no of a region: list pages, then k-NN pages, then empty pages (room to grow). */
+/*
+ * Fills page page_no of a region: list pages, layer pages, then k-NN pages,
+ * then empty pages (room to grow).
+ */
 void
 TsdgFillRegionPage(void *arg, Page page, BlockNumber page_no)
 {
 	const TsdgGraphArrays *a = arg;
 	const TsdgLayout *layout = a->layout;
-	BlockNumber list_pages = TsdgPagesFor(a->n, layout->lists_per_page);
+	BlockNumber list_pages = TsdgListPages(a);
+	BlockNumber layer_end = TsdgListAndLayerPages(a);
 
 	if (page_no < list_pages)
 	{
@@ -323,10 +339,20 @@ TsdgFillRegionPage(void *arg, Page page, BlockNumber page_no)
 		TsdgFillListPage(page, layout, (uint32) first,
 						 (uint32) Min(first + layout->lists_per_page, a->n), a->neighbors, a->lambdas);
 	}
+	else if (page_no < layer_end)
+	{
+		int64		first = (int64) (page_no - list_pages) * layout->lists_per_page;
+
+		if (a->layer_ids == NULL)
+			elog(ERROR, "tsdg layer page written before the layer was computed");
+		TsdgFillListPage(page, layout, (uint32) first,
+						 (uint32) Min(first + layout->lists_per_page, tsdg_layer_node_count(a->n)),
+						 a->layer_ids, a->layer_lambdas);
+	}
 	else if (page_no < TsdgRegionPages(a))
 	{
 		int			per_page = TsdgKnnPerPage(a->knn_k);
-		int64		first = (int64) (page_no - list_pages) * per_page;
+		int64		first = (int64) (page_no - layer_end) * per_page;
 
 		TsdgFillKnnPage(page, a->knn_ids, first, Min(first + per_page, a->n), a->knn_k);
 	}

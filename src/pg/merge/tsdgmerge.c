@@ -2,8 +2,9 @@
  * Merging the pending rows of a tsdg index into its graph: the pending rows
  * get their own k-NN graph by GNND, GGM (Wang et al., 2021, section 5) merges
  * it with the stored k-NN lists of the live nodes, the merged lists are
- * diversified again (TSDG), and the new graph is written into a region of its
- * own before one metapage record switches to it (the format and the block
+ * diversified again (TSDG), the navigating layer is built again from all
+ * rows, and the new graph is written into a region of its own before one
+ * metapage record switches to it (the format and the block
  * bookkeeping are described in tsdg.h, the steps in docs/design.md). This
  * file holds the merge's settings, its memory bound, the order of its steps
  * (tsdgmergeread.c, tsdgmergecompute.c, tsdgmergewrite.c, tsdgmergeswitch.c)
@@ -301,7 +302,10 @@ TsdgMergeIndex(Relation index)
 		INSTR_TIME_SET_ZERO(entry_time);
 		/* a worker that merged computes them while the pages are written */
 		if (m.segment.summary_pid == 0)
+		{
 			TsdgMergedEntryPoints(&m, metric);
+			TsdgComputeMergedLayer(&m, metric);
+		}
 		INSTR_TIME_SET_CURRENT(entry_start);
 		INSTR_TIME_ACCUM_DIFF(entry_time, entry_start, phase_start[2]);
 		TsdgWriteRegion(&m);
@@ -314,15 +318,19 @@ TsdgMergeIndex(Relation index)
 			instr_time	waited;
 
 			INSTR_TIME_SET_CURRENT(entry_start);
-			if (!TsdgWorkerMergeSummary(&m.segment, &m.new_meta))
-			{
-				m.worker_summary_failed = true;
+			m.worker_summary_failed = !TsdgWorkerMergeSummary(&m.segment, &m.new_meta);
+			m.layer_on_worker = !m.worker_summary_failed &&
+				TsdgWorkerMergeLayer(&m.segment, m.n_old + m.n_new, &m.layer_ids, &m.layer_lambdas);
+			if (!m.layer_on_worker)
 				TsdgReadLeftRows(&m);
+			if (m.worker_summary_failed)
 				TsdgMergedEntryPoints(&m, metric);
-			}
+			if (!m.layer_on_worker)
+				TsdgComputeMergedLayer(&m, metric);
 			INSTR_TIME_SET_CURRENT(waited);
 			INSTR_TIME_ACCUM_DIFF(entry_time, waited, entry_start);
 		}
+		TsdgWriteLayerPages(&m);
 		INSTR_TIME_SET_CURRENT(entry_start);
 		TsdgFinishUnreachedCheck(&m);
 		TsdgWriteRepairedListPages(&m);

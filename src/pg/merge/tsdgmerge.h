@@ -49,6 +49,10 @@ typedef struct TsdgMerge
 	uint32	   *knn_ids;
 	uint32	   *neighbors;
 	uint8	   *lambdas;
+	/* its navigating layer's lists, once computed (here, or in the worker's segment) */
+	uint32	   *layer_ids;
+	uint8	   *layer_lambdas;
+	bool		layer_on_worker;
 	TsdgMetaPageData new_meta;
 	TsdgLayout	new_layout;		/* of the merged graph, its rows placed */
 	TsdgGraphArrays arrays;		/* what its pages are written from */
@@ -110,6 +114,7 @@ extern void TsdgStampMergedGraph(TsdgMerge *m);
 extern bool TsdgKnnPagesMayLagFor(const TsdgMetaPageData *meta, int64 n);
 extern void TsdgComputeMerged(TsdgMerge *m, TsdgMetric metric);
 extern void TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric);
+extern void TsdgComputeMergedLayer(TsdgMerge *m, TsdgMetric metric);
 extern void TsdgFinishUnreachedCheck(TsdgMerge *m);
 
 /* tsdgmergewrite.c */
@@ -119,6 +124,7 @@ extern void TsdgWriteListPagesEarly(void *arg, int64 rows);
 extern void TsdgFinishListPages(TsdgMerge *m, bool merged);
 extern void TsdgWriteRepairedListPages(TsdgMerge *m);
 extern void TsdgWriteRegion(TsdgMerge *m);
+extern void TsdgWriteLayerPages(TsdgMerge *m);
 extern void TsdgWriteRows(TsdgMerge *m);
 extern void TsdgWriteNewRows(void *arg);
 

@@ -1,9 +1,9 @@
 /*
  * A merge's computation: the merged k-NN lists and search graph, by the GPU
  * worker when it takes the merge, else by the core on this session's CPU
- * threads; then the merged graph's entry points, d_nn1+ and the new rows its
- * searches do not reach. Runs in the session that merges; the worker's part
- * is requested through tsdgoffload.c.
+ * threads; then the merged graph's entry points, d_nn1+, navigating layer
+ * and the new rows its searches do not reach. Runs in the session that
+ * merges; the worker's part is requested through tsdgoffload.c.
  */
 #include "postgres.h"
 
@@ -253,6 +253,31 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 	pfree(navigating);
 	if (m->unreached_job == NULL)
 		TsdgCheckCore(m->index, TSDG_ERR_OUT_OF_MEMORY, &error);
+}
+
+/*
+ * The merged graph's navigating layer, built again from all its rows (the
+ * node count changed, and a merge that renumbers moves rows), here on the
+ * CPU: where the worker merged, it computes the layer beside its summary.
+ */
+void
+TsdgComputeMergedLayer(TsdgMerge *m, TsdgMetric metric)
+{
+	int64		n = m->n_old + m->n_new;
+	int64		layer_nodes = tsdg_layer_node_count(n);
+	TsdgBuildParams params;
+	TsdgError	error;
+	TsdgStatus	status;
+
+	m->layer_on_worker = false;
+	if (layer_nodes == 0)
+		return;
+	TsdgMergeParams(&m->meta, &params);
+	m->layer_ids = palloc(sizeof(uint32) * params.degree * layer_nodes);
+	m->layer_lambdas = palloc(sizeof(uint8) * params.degree * layer_nodes);
+	status = tsdg_build_layer(NULL, m->rows, n, m->dims, metric, &params, m->layer_ids,
+							  m->layer_lambdas, TsdgMergePoll, NULL, &error);
+	TsdgCheckCore(m->index, status, &error);
 }
 
 /*

@@ -13,8 +13,9 @@
 #include "tsdgmerge.h"
 
 /*
- * The blocks of the current graph's lists' region: its list pages, and its
- * k-NN pages unless they stayed in a region of their own, at least
+ * The blocks of the current graph's lists' region: its list pages, its layer
+ * pages, and its k-NN pages unless they stayed in a region of their own, at
+ * least
  */
 static BlockNumber
 TsdgRegionBlocks(const TsdgMetaPageData *meta)
@@ -23,7 +24,8 @@ TsdgRegionBlocks(const TsdgMetaPageData *meta)
 
 	if (meta->node_count == 0)
 		return meta->region_blocks;
-	blocks = TsdgPagesFor(meta->node_count, meta->lists_per_page);
+	blocks = TsdgPagesFor(meta->node_count, meta->lists_per_page) +
+		TsdgPagesFor(meta->layer_nodes, meta->lists_per_page);
 	if (meta->knn_k > 0 && meta->knn_region_start == TSDG_NO_BLOCK)
 		blocks += TsdgPagesFor(TsdgStoredKnnNodes(meta), TsdgKnnPerPage(meta->knn_k));
 	return Max(blocks, meta->region_blocks);
@@ -212,6 +214,8 @@ TsdgSwitchGraph(TsdgMerge *m)
 	memcpy(meta->retired_extents, nm->retired_extents, sizeof(meta->retired_extents));
 	meta->spare_rows = nm->spare_rows;
 	meta->list_start = nm->list_start;
+	meta->layer_nodes = nm->layer_nodes;
+	meta->layer_start = nm->layer_start;
 	meta->knn_start = nm->knn_start;
 	meta->region_blocks = nm->region_blocks;
 	meta->knn_k = m->k;

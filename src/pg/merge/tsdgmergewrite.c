@@ -1,6 +1,6 @@
 /*
  * A merge's page writes, in the session that merges: the new graph's region
- * (list and k-NN pages) placed in the spare region or new blocks and written,
+ * (list, layer and k-NN pages) placed in the spare region or new blocks and written,
  * partly while the GPU worker still computes (the hooks of TsdgMergeSegment),
  * and the rows placed in the row extents. Nothing written here is read by a
  * scan before the switch (tsdgmergeswitch.c).
@@ -20,16 +20,17 @@ TsdgNewListPages(const TsdgMerge *m)
 }
 
 /*
- * Places the list and k-NN pages of the new graph: in the spare region when
- * it is large enough, else in new blocks at the end of the index, with room
- * to grow. Fills the region fields of m->new_meta and new_layout.
+ * Places the list, layer and k-NN pages of the new graph: in the spare
+ * region when it is large enough, else in new blocks at the end of the
+ * index, with room to grow. Fills the region fields of m->new_meta and
+ * new_layout.
  */
 static void
 TsdgPlaceRegion(TsdgMerge *m)
 {
 	TsdgMetaPageData *nm = &m->new_meta;
-	BlockNumber list_pages = TsdgNewListPages(m);
-	BlockNumber used = m->knn_pages_kept ? list_pages : TsdgRegionPages(&m->arrays);
+	BlockNumber layer_end = TsdgListAndLayerPages(&m->arrays);
+	BlockNumber used = m->knn_pages_kept ? layer_end : TsdgRegionPages(&m->arrays);
 	BlockNumber start;
 
 	if (m->region_placed)
@@ -67,7 +68,7 @@ TsdgPlaceRegion(TsdgMerge *m)
 						   TsdgFillRegionPage, &m->arrays);
 	}
 	nm->list_start = start;
-	nm->knn_start = m->knn_pages_kept ? m->meta.knn_start : start + list_pages;
+	nm->knn_start = m->knn_pages_kept ? m->meta.knn_start : start + layer_end;
 	m->new_layout.list_start = start;
 }
 
@@ -81,7 +82,7 @@ TsdgWriteKnnPages(void *arg)
 	TsdgMerge  *m = (TsdgMerge *) arg;
 
 	TsdgPlaceRegion(m);
-	TsdgWritePages(m->index, m->new_meta.list_start, TsdgNewListPages(m),
+	TsdgWritePages(m->index, m->new_meta.list_start, TsdgListAndLayerPages(&m->arrays),
 				   TsdgRegionPages(&m->arrays), TsdgFillRegionPage, &m->arrays);
 	m->knn_pages_written = true;
 }
@@ -191,7 +192,8 @@ TsdgWriteRepairedListPages(TsdgMerge *m)
  * Writes the list pages of the new graph that were not written while the
  * worker wrote its lists out, and those of them the linking changed again,
  * and its k-NN pages unless they were written while the worker diversified
- * or stay as they are. The spare region's pages past the graph keep what
+ * or stay as they are. The layer pages wait for the layer
+ * (TsdgWriteLayerPages). The spare region's pages past the graph keep what
  * they hold.
  */
 void
@@ -207,8 +209,28 @@ TsdgWriteRegion(TsdgMerge *m)
 	TsdgWritePages(m->index, nm->list_start, m->list_pages_early, list_pages, TsdgFillRegionPage,
 				   &m->arrays);
 	if (!m->knn_pages_written && !m->knn_pages_kept)
-		TsdgWritePages(m->index, nm->list_start, list_pages, TsdgRegionPages(&m->arrays),
-					   TsdgFillRegionPage, &m->arrays);
+		TsdgWritePages(m->index, nm->list_start, TsdgListAndLayerPages(&m->arrays),
+					   TsdgRegionPages(&m->arrays), TsdgFillRegionPage, &m->arrays);
+}
+
+/*
+ * The layer pages of the new graph, after its list pages in the placed
+ * region, from the layer's lists; fills the layer fields of m->new_meta.
+ */
+void
+TsdgWriteLayerPages(TsdgMerge *m)
+{
+	TsdgMetaPageData *nm = &m->new_meta;
+
+	nm->layer_nodes = (uint32) tsdg_layer_node_count(m->arrays.n);
+	nm->layer_start = TSDG_NO_BLOCK;
+	if (nm->layer_nodes == 0)
+		return;
+	m->arrays.layer_ids = m->layer_ids;
+	m->arrays.layer_lambdas = m->layer_lambdas;
+	nm->layer_start = nm->list_start + TsdgNewListPages(m);
+	TsdgWritePages(m->index, nm->list_start, TsdgNewListPages(m), TsdgListAndLayerPages(&m->arrays),
+				   TsdgFillRegionPage, &m->arrays);
 }
 
 /*

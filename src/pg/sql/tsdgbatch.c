@@ -219,6 +219,8 @@ TsdgCpuSearchBatch(Relation index, const TsdgMetaPageData *meta, const TsdgBatch
 	image.lambdas = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint8) * meta->degree * n);
 	image.tids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(ItemPointerData) * n);
 	image.flags = MemoryContextAllocHuge(CurrentMemoryContext, n);
+	image.layer_ids = palloc(sizeof(uint32) * meta->degree * ((Size) meta->layer_nodes + 1));
+	image.layer_lambdas = palloc(sizeof(uint8) * meta->degree * ((Size) meta->layer_nodes + 1));
 	TsdgReadIndexImage(index, meta, &image);
 
 	resident = tsdg_index_upload(NULL, image.rows, n, meta->dims, (TsdgMetric) meta->metric,
@@ -227,6 +229,11 @@ TsdgCpuSearchBatch(Relation index, const TsdgMetaPageData *meta, const TsdgBatch
 		TsdgCheckCoreStatus(TSDG_ERR_OUT_OF_MEMORY, &error);
 	PG_TRY();
 	{
+		/* the searches start from the layer's walk, as the scans' do */
+		if (meta->layer_nodes > 0)
+			TsdgCheckCoreStatus(tsdg_index_set_layer(resident, image.layer_ids, image.layer_lambdas,
+													 meta->layer_nodes, meta->degree, &error),
+								&error);
 		TsdgSearchWidening(resident, meta, &image, queries, k, ef, wide_k, most_k, tids, dists);
 	}
 	PG_FINALLY();

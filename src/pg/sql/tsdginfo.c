@@ -1,7 +1,7 @@
 /*
  * tsdg_index_info(regclass): what a tsdg index holds and how it was built,
- * read from its metapage, with the search profile the planner prices its
- * searches by (tsdgprofile.c).
+ * read from its metapage (its navigating layer's nodes among them), with the
+ * search profile the planner prices its searches by (tsdgprofile.c).
  */
 #include "postgres.h"
 
@@ -40,8 +40,8 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 	Relation	index;
 	TsdgMetaPageData meta;
 	TupleDesc	tupdesc;
-	Datum		values[20];
-	bool		nulls[20] = {0};
+	Datum		values[21];
+	bool		nulls[21] = {0};
 	Datum		scored[TSDG_PROFILE_STEPS];
 	int64		size;
 	Oid			heapid;
@@ -79,6 +79,7 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 	values[19] = PointerGetDatum(construct_array(scored, TSDG_PROFILE_STEPS, FLOAT4OID, sizeof(float4),
 												 true, TYPALIGN_INT));
 	nulls[19] = meta.profile_nodes == 0;
+	values[20] = Int64GetDatum((int64) meta.layer_nodes);
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -216,6 +216,7 @@ typedef struct TsdgLoadArgs
 	int			degree;
 	TsdgMetric	metric;
 	TsdgUnreachedCheck check;	/* rows: the metapage's unreached_checked */
+	int64		layer_nodes;	/* the navigating layer's lists in the image */
 } TsdgLoadArgs;
 
 /*
@@ -227,8 +228,11 @@ typedef struct TsdgLoadArgs
  *           lists_ready counted it), summary (out, after the answer: see
  *           TsdgBuildSummary); arrays sized for capacity rows; parts, for a
  *           build in parts (TsdgBuildArgs.in_parts), where capacity rows are
- *           one part and changed is absent
- *   load:   rows, neighbors, lambdas, tids, flags (in)
+ *           one part and changed is absent; layer_ids, layer_lambdas (out,
+ *           with the summary: the navigating layer's lists, sized for the
+ *           layer of capacity rows, or of n rows in parts)
+ *   load:   rows, neighbors, lambdas, tids, flags, layer_ids and
+ *           layer_lambdas (TsdgLoadArgs.layer_nodes lists) (in)
  *   batch:  queries (in), tids, dists (out, nq * k)
  *   pending rows: rows, tids (in, n)
  *   merge:  rows (n - rows_from rows, from row rows_from: rows_from is n_old
@@ -243,10 +247,11 @@ typedef struct TsdgLoadArgs
  *           merged lists in memory of its own), merged_neighbors,
  *           merged_lambdas, changed (n: TSDG_CHANGED_KNN | TSDG_CHANGED_GRAPH)
  *           out, before the answer; summary (out, after the answer, of the
- *           merged graph; 0 when the session computes it)
+ *           merged graph; 0 when the session computes it), layer_ids and
+ *           layer_lambdas (out, with the summary: the merged graph's layer)
  *   merge in parts (TsdgMergeArgs.in_parts): the same arrays, each with room
- *           for capacity rows (one part), and parts; the summary comes
- *           before the last part
+ *           for capacity rows (one part), the layer's for all n rows, and
+ *           parts; the summary and the layer come before the last part
  */
 typedef struct TsdgBulkHeader
 {
@@ -267,6 +272,8 @@ typedef struct TsdgBulkHeader
 	Size		merged_lambdas;
 	Size		changed;
 	Size		parts;
+	Size		layer_ids;
+	Size		layer_lambdas;
 } TsdgBulkHeader;
 
 /*
@@ -316,11 +323,11 @@ typedef enum TsdgRingsState
 #define TSDG_SUMMARY_MAX_UNREACHED	1560	/* TSDG_MAX_UNREACHED of the metapage */
 
 /*
- * What the metapage needs besides the graph: the navigating set and d_nn1+.
- * The worker answers a build or a merge as soon as the graph is in the
- * segment and computes these afterwards from the rows and graph it holds,
- * while the session writes the pages; it then sets state and the session's
- * latch.
+ * What the metapage needs besides the graph: the navigating set and d_nn1+,
+ * and the pages the navigating layer. The worker answers a build or a merge
+ * as soon as the graph is in the segment and computes these afterwards from
+ * the rows and graph it holds, while the session writes the pages; it then
+ * sets state and the session's latch.
  */
 typedef struct TsdgBuildSummary
 {
@@ -350,6 +357,8 @@ typedef struct TsdgBuildSummary
 	 */
 	int64		unreached_count;
 	uint32		unreached[TSDG_SUMMARY_MAX_UNREACHED];
+	/* the navigating layer's lists in the segment's layer arrays (READY) */
+	int64		layer_nodes;
 } TsdgBuildSummary;
 
 typedef struct TsdgRequestSlot

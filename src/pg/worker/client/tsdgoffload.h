@@ -66,15 +66,22 @@ extern TsdgRequestSlot *TsdgSendSearch(Relation index, const TsdgMetaPageData *m
 									   TimestampTz *submitted_at);
 
 /* tsdgoffloadbuild.c */
-/* the bytes of a build segment for capacity rows (one part of them, in_parts) */
+/* the bytes of a build segment for capacity rows (one part of parts_of rows; 0: not in parts) */
 extern Size TsdgBuildSegmentBytes(int64 capacity, int dims, const TsdgBuildParams *params,
-								  bool in_parts);
+								  int64 parts_of);
 extern bool TsdgBuildSegmentMake(TsdgBuildSegment *bseg, int64 capacity, int dims,
-								 const TsdgBuildParams *params, bool in_parts);
+								 const TsdgBuildParams *params, int64 parts_of);
 extern void TsdgRunHookOnce(void (**hook) (void *), void *arg);
 extern void TsdgRunReadyHooks(TsdgBuildSummary *summary, void (**knn_ready) (void *),
 							  void (*lists_ready) (void *, int64), int64 *lists_seen, void *arg);
 extern bool TsdgWaitSummary(TsdgBuildSummary *summary, pid_t pid, TsdgMetaPageData *meta);
+/*
+ * The navigating layer the worker put beside a READY summary of a graph of n
+ * rows (seg_ids and seg_lambdas, in its segment) into *ids and *lambdas; false
+ * when it did not (the caller computes it).
+ */
+extern bool TsdgSummaryLayer(TsdgBuildSummary *summary, uint32 *seg_ids, uint8 *seg_lambdas,
+							 int64 n, uint32 **ids, uint8 **lambdas);
 
 /* tsdgoffloadbuildparts.c */
 /*

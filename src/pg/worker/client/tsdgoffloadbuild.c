@@ -47,12 +47,18 @@ TsdgMapRowsAhead(float *rows, Size bytes)
 	return rows_mapping;
 }
 
-/* the layout of a build segment for capacity rows (of a part of them, in_parts) */
+/*
+ * the layout of a build segment for capacity rows (of a part of the n rows
+ * of a build in parts; n 0: not in parts)
+ */
 static void
 TsdgBuildLayout(TsdgBulkHeader *header, int64 capacity, int dims, const TsdgBuildParams *params,
-				bool in_parts)
+				int64 parts_of)
 {
 	Size		offset = sizeof(TsdgBulkHeader);
+	bool		in_parts = parts_of > 0;
+	Size		layer_lists = (Size) tsdg_layer_node_count(in_parts ? parts_of : capacity) *
+		params->degree;
 
 	memset(header, 0, sizeof(TsdgBulkHeader));
 	header->capacity = capacity;
@@ -66,29 +72,36 @@ TsdgBuildLayout(TsdgBulkHeader *header, int64 capacity, int dims, const TsdgBuil
 	header->knn_ids = TsdgBulkAdd(&offset, sizeof(uint32) * params->build_k * (Size) capacity);
 	if (!in_parts)
 		header->changed = TsdgBulkAdd(&offset, sizeof(uint8) * (Size) capacity);
+	if (layer_lists > 0)
+	{
+		header->layer_ids = TsdgBulkAdd(&offset, sizeof(uint32) * layer_lists);
+		header->layer_lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * layer_lists);
+	}
 	header->total_size = offset;
 }
 
 Size
-TsdgBuildSegmentBytes(int64 capacity, int dims, const TsdgBuildParams *params, bool in_parts)
+TsdgBuildSegmentBytes(int64 capacity, int dims, const TsdgBuildParams *params, int64 parts_of)
 {
 	TsdgBulkHeader header;
 
-	TsdgBuildLayout(&header, capacity, dims, params, in_parts);
+	TsdgBuildLayout(&header, capacity, dims, params, parts_of);
 	return header.total_size;
 }
 
 int64
-TsdgBuildSegmentRowsWithin(Size max_bytes, int dims, const TsdgBuildParams *params, bool in_parts)
+TsdgBuildSegmentRowsWithin(Size max_bytes, int dims, const TsdgBuildParams *params, int64 parts_of)
 {
-	Size		fixed = TsdgBuildSegmentBytes(0, dims, params, in_parts);
-	Size		row = (TsdgBuildSegmentBytes(1024, dims, params, in_parts) - fixed) / 1024 + 1;
+	/* rows enough for a layer, whose lists a segment of all rows holds too */
+	const int64 sample = 2 * TSDG_LAYER_MIN_NODES;
+	Size		fixed = TsdgBuildSegmentBytes(0, dims, params, parts_of);
+	Size		row = (TsdgBuildSegmentBytes(sample, dims, params, parts_of) - fixed) / sample + 1;
 	int64		capacity = 1;
 
 	if (max_bytes > fixed)
 		capacity = Max((int64) ((max_bytes - fixed) / row), 1);
 	/* the arrays' alignment: never past max_bytes but for a single row */
-	while (capacity > 1 && TsdgBuildSegmentBytes(capacity, dims, params, in_parts) > max_bytes)
+	while (capacity > 1 && TsdgBuildSegmentBytes(capacity, dims, params, parts_of) > max_bytes)
 		capacity--;
 	return capacity;
 }
@@ -97,12 +110,12 @@ bool
 TsdgBuildSegmentCreate(TsdgBuildSegment *bseg, int64 capacity, int dims,
 					   const TsdgBuildParams *params)
 {
-	return TsdgBuildSegmentMake(bseg, capacity, dims, params, false);
+	return TsdgBuildSegmentMake(bseg, capacity, dims, params, 0);
 }
 
 bool
 TsdgBuildSegmentMake(TsdgBuildSegment *bseg, int64 capacity, int dims,
-					 const TsdgBuildParams *params, bool in_parts)
+					 const TsdgBuildParams *params, int64 parts_of)
 {
 	TsdgBulkHeader header;
 	dsm_segment *seg;
@@ -111,7 +124,7 @@ TsdgBuildSegmentMake(TsdgBuildSegment *bseg, int64 capacity, int dims,
 	StaticAssertStmt(TSDG_SUMMARY_MAX_ENTRIES == TSDG_MAX_ENTRY_POINTS,
 					 "a build summary holds the metapage's entry points");
 	memset(bseg, 0, sizeof(TsdgBuildSegment));
-	TsdgBuildLayout(&header, capacity, dims, params, in_parts);
+	TsdgBuildLayout(&header, capacity, dims, params, parts_of);
 	seg = TsdgCreateBulkSegment(header.total_size, "the rows of an index build on the GPU");
 	if (seg == NULL)
 	{
@@ -128,6 +141,8 @@ TsdgBuildSegmentMake(TsdgBuildSegment *bseg, int64 capacity, int dims,
 	bseg->lambdas = TsdgBulkArray(base, header.lambdas);
 	bseg->knn_ids = TsdgBulkArray(base, header.knn_ids);
 	bseg->changed = TsdgBulkArray(base, header.changed);
+	bseg->layer_ids = TsdgBulkArray(base, header.layer_ids);
+	bseg->layer_lambdas = TsdgBulkArray(base, header.layer_lambdas);
 	bseg->summary = TsdgBulkArray(base, header.summary);
 	pg_atomic_init_u32(&bseg->summary->state, TSDG_SUMMARY_PENDING);
 	pg_atomic_init_u32(&bseg->summary->knn_ready, 0);
@@ -373,6 +388,28 @@ void
 TsdgBuildSegmentRingsLinked(TsdgBuildSegment *bseg, bool any)
 {
 	TsdgBuildSegmentSetRings(bseg, any ? TSDG_RINGS_LINKED : TSDG_RINGS_NONE);
+}
+
+bool
+TsdgSummaryLayer(TsdgBuildSummary *summary, uint32 *seg_ids, uint8 *seg_lambdas, int64 n,
+				 uint32 **ids, uint8 **lambdas)
+{
+	int64		layer_nodes = tsdg_layer_node_count(n);
+
+	if (summary == NULL || pg_atomic_read_u32(&summary->state) != TSDG_SUMMARY_READY)
+		return false;
+	pg_read_barrier();
+	if (layer_nodes > 0 && (summary->layer_nodes != layer_nodes || seg_ids == NULL))
+		return false;
+	*ids = seg_ids;
+	*lambdas = seg_lambdas;
+	return true;
+}
+
+bool
+TsdgWorkerBuildLayer(TsdgBuildSegment *bseg, int64 n, uint32 **ids, uint8 **lambdas)
+{
+	return TsdgSummaryLayer(bseg->summary, bseg->layer_ids, bseg->layer_lambdas, n, ids, lambdas);
 }
 
 bool

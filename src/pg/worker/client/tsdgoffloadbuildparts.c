@@ -13,12 +13,12 @@
 #include "tsdgoffload.h"
 
 bool
-TsdgBuildSegmentCreateInParts(TsdgBuildSegment *bseg, Size max_bytes, int dims,
+TsdgBuildSegmentCreateInParts(TsdgBuildSegment *bseg, Size max_bytes, int64 n, int dims,
 							  const TsdgBuildParams *params, const TsdgLocalBuildArrays *local)
 {
-	int64		capacity = TsdgBuildSegmentRowsWithin(max_bytes, dims, params, true);
+	int64		capacity = TsdgBuildSegmentRowsWithin(max_bytes, dims, params, n);
 
-	if (!TsdgBuildSegmentMake(bseg, capacity, dims, params, true))
+	if (!TsdgBuildSegmentMake(bseg, capacity, dims, params, n))
 		return false;
 	bseg->local = *local;
 	return true;

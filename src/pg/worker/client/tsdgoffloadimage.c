@@ -1,7 +1,8 @@
 /*
  * An index image shipped to the GPU worker (runs in the session whose search
- * the worker asked for the index): the index's rows and search graph read
- * into a shared memory segment, which the worker makes resident.
+ * the worker asked for the index): the index's rows, search graph and
+ * navigating layer read into a shared memory segment, which the worker makes
+ * resident.
  */
 #include "postgres.h"
 
@@ -45,6 +46,13 @@ TsdgShipIndex(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *
 	header.lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * meta->degree * n);
 	header.tids = TsdgBulkAdd(&offset, sizeof(ItemPointerData) * n);
 	header.flags = TsdgBulkAdd(&offset, sizeof(uint8) * n);
+	if (meta->layer_nodes > 0)
+	{
+		Size		layer_lists = (Size) meta->layer_nodes * meta->degree;
+
+		header.layer_ids = TsdgBulkAdd(&offset, sizeof(uint32) * layer_lists);
+		header.layer_lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * layer_lists);
+	}
 	header.total_size = offset;
 
 	seg = TsdgCreateBulkSegment(header.total_size, "an index the GPU worker loads");
@@ -62,6 +70,8 @@ TsdgShipIndex(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *
 	image.lambdas = TsdgBulkArray(dsm_segment_address(seg), header.lambdas);
 	image.tids = TsdgBulkArray(dsm_segment_address(seg), header.tids);
 	image.flags = TsdgBulkArray(dsm_segment_address(seg), header.flags);
+	image.layer_ids = TsdgBulkArray(dsm_segment_address(seg), header.layer_ids);
+	image.layer_lambdas = TsdgBulkArray(dsm_segment_address(seg), header.layer_lambdas);
 	TsdgReadIndexImage(index, meta, &image);
 	for (int i = 0; i < Min(meta->unreached_count, TSDG_MAX_UNREACHED); i++)
 		if (meta->unreached[i] < n)
@@ -82,6 +92,7 @@ TsdgShipIndex(Relation index, const TsdgMetaPageData *meta, const TsdgIndexKey *
 	slot->args.load.degree = meta->degree;
 	slot->args.load.metric = (TsdgMetric) meta->metric;
 	TsdgSetUnreachedCheck(&slot->args.load.check, meta);
+	slot->args.load.layer_nodes = meta->layer_nodes;
 	slot->bulk_handle = dsm_segment_handle(seg);
 	slot->bulk_size = header.total_size;
 	request_id = TsdgIpcSubmit(slot);

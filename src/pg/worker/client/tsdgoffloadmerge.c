@@ -19,10 +19,17 @@ TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, TsdgMetaPageData *meta)
 	return mseg->summary_pid != 0 && TsdgWaitSummary(mseg->summary, mseg->summary_pid, meta);
 }
 
+bool
+TsdgWorkerMergeLayer(TsdgMergeSegment *mseg, int64 n, uint32 **ids, uint8 **lambdas)
+{
+	return mseg->summary_pid != 0 &&
+		TsdgSummaryLayer(mseg->summary, mseg->layer_ids, mseg->layer_lambdas, n, ids, lambdas);
+}
+
 /*
  * The layout of a merge segment (see TsdgBulkHeader): with_changed, the old
- * lists' repaired flags; with_summary, the summary the worker computes after
- * its answer.
+ * lists' repaired flags; with_summary, the summary and the navigating layer
+ * the worker computes after its answer.
  */
 static void
 TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
@@ -58,6 +65,13 @@ TsdgMergeLayout(TsdgBulkHeader *header, int64 n_old, int64 n_new, int dims,
 	header->merged_neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * n);
 	header->merged_lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * n);
 	header->changed = TsdgBulkAdd(&offset, sizeof(uint8) * n);
+	if (with_summary && tsdg_layer_node_count(n) > 0)
+	{
+		Size		layer_lists = (Size) tsdg_layer_node_count(n) * params->degree;
+
+		header->layer_ids = TsdgBulkAdd(&offset, sizeof(uint32) * layer_lists);
+		header->layer_lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * layer_lists);
+	}
 	header->total_size = offset;
 }
 
@@ -119,6 +133,8 @@ TsdgMergeSegmentCreate(TsdgMergeSegment *mseg, int64 old_capacity, int64 new_cap
 	mseg->neighbors = TsdgBulkArray(base, header.merged_neighbors);
 	mseg->lambdas = TsdgBulkArray(base, header.merged_lambdas);
 	mseg->changed = TsdgBulkArray(base, header.changed);
+	mseg->layer_ids = TsdgBulkArray(base, header.layer_ids);
+	mseg->layer_lambdas = TsdgBulkArray(base, header.layer_lambdas);
 	mseg->summary = TsdgBulkArray(base, header.summary);
 	pg_atomic_init_u32(&mseg->summary->state, TSDG_SUMMARY_PENDING);
 	pg_atomic_init_u32(&mseg->summary->knn_ready, 0);

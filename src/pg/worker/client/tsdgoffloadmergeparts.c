@@ -6,8 +6,8 @@
  * through a segment of at most maintenance_work_mem, a part at a time, with
  * the turns of a build in parts (tsdgparts.h); the merged graph comes back
  * the same way. What the worker's copy of the old graph holds (its rows, its
- * lists) does not travel. The worker computes the merged graph's summary,
- * and repairs its graph for the rows its searches do not reach, before it
+ * lists) does not travel. The worker computes the merged graph's summary and
+ * navigating layer, and repairs its graph for the rows its searches do not reach, before it
  * sends the graph back: the lists come back as its copy keeps them, and the
  * session waits for nothing after the answer.
  */
@@ -27,7 +27,9 @@ typedef struct TsdgMergePartsContents
 	bool		old_knn_dists;
 	bool		old_changed;
 	bool		merged_knn;		/* false: the caller keeps its k-NN pages, the worker the lists */
-	bool		summary;
+	bool		summary;		/* and the navigating layer of the merge's n rows */
+	int64		n;
+	int			degree;
 } TsdgMergePartsContents;
 
 /* a merge's segment of parts of capacity rows (see TsdgBulkHeader) */
@@ -61,6 +63,13 @@ TsdgMergePartsLayout(TsdgBulkHeader *header, int64 capacity, int dims,
 	header->merged_neighbors = TsdgBulkAdd(&offset, sizeof(uint32) * params->degree * rows);
 	header->merged_lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * params->degree * rows);
 	header->changed = TsdgBulkAdd(&offset, sizeof(uint8) * rows);
+	if (contents->summary && tsdg_layer_node_count(contents->n) > 0)
+	{
+		Size		layer_lists = (Size) tsdg_layer_node_count(contents->n) * contents->degree;
+
+		header->layer_ids = TsdgBulkAdd(&offset, sizeof(uint32) * layer_lists);
+		header->layer_lambdas = TsdgBulkAdd(&offset, sizeof(uint8) * layer_lists);
+	}
 	header->total_size = offset;
 }
 
@@ -115,7 +124,7 @@ TsdgWorkerMergeInParts(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPag
 {
 	TsdgMergePartsContents contents = {left != TSDG_COPY_NONE ? data->n_old : 0,
 		left != TSDG_COPY_GRAPH, data->old_knn_dists != NULL, data->old_changed != NULL,
-	data->knn_ids != NULL, mseg != NULL};
+	data->knn_ids != NULL, mseg != NULL, data->n_old + data->n_new, data->params->degree};
 	TsdgMergePartArrays arrays = {(float *) data->rows, (ItemPointerData *) data->tids,
 		(uint32 *) data->old_knn_ids, (float *) data->old_knn_dists,
 		(uint32 *) data->old_neighbors, (uint8 *) data->old_lambdas, (uint8 *) data->old_changed,
@@ -188,6 +197,8 @@ TsdgWorkerMergeInParts(Relation index, TsdgMergeSegment *mseg, const TsdgMetaPag
 		/* the summary came before the last part: it is kept with the segment until the merge ends */
 		mseg->parts_seg = seg;
 		mseg->summary = summary;
+		mseg->layer_ids = TsdgBulkArray(wait.base, header.layer_ids);
+		mseg->layer_lambdas = TsdgBulkArray(wait.base, header.layer_lambdas);
 		mseg->summary_pid = TsdgServerPid();
 	}
 	else

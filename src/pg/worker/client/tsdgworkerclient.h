@@ -151,6 +151,9 @@ typedef struct TsdgBuildSegment
 	uint32	   *knn_ids;		/* capacity * build_k */
 	uint8	   *changed;		/* capacity; NULL in parts (tsdg_build_graph_marked) */
 	struct TsdgBuildSummary *summary;
+	/* the navigating layer's lists, which the worker writes with the summary */
+	uint32	   *layer_ids;
+	uint8	   *layer_lambdas;
 	pid_t		builder_pid;	/* the worker process that answered the build */
 
 	/* a build in parts: its turns (NULL: none) and the session's arrays */
@@ -192,14 +195,14 @@ extern void TsdgBuildSegmentRelease(TsdgBuildSegment *bseg);
 
 /* the rows a build segment of at most max_bytes holds (at least one) */
 extern int64 TsdgBuildSegmentRowsWithin(Size max_bytes, int dims, const TsdgBuildParams *params,
-										bool in_parts);
+										int64 parts_of);
 
 /*
- * A segment of at most max_bytes for a build in parts whose rows are in
+ * A segment of at most max_bytes for a build in parts of the n rows in
  * local (the graph comes back there too), or false as TsdgBuildSegmentCreate.
  */
-extern bool TsdgBuildSegmentCreateInParts(TsdgBuildSegment *bseg, Size max_bytes, int dims,
-										  const TsdgBuildParams *params,
+extern bool TsdgBuildSegmentCreateInParts(TsdgBuildSegment *bseg, Size max_bytes, int64 n,
+										  int dims, const TsdgBuildParams *params,
 										  const TsdgLocalBuildArrays *local);
 
 /*
@@ -225,6 +228,11 @@ extern bool TsdgWorkerBuildGraph(Relation index, TsdgBuildSegment *bseg, int64 n
 extern bool TsdgWorkerBuildSummary(TsdgBuildSegment *bseg, TsdgMetaPageData *meta);
 /* the same without waiting: false while the worker computes them (or failed) */
 extern bool TsdgWorkerBuildSummaryIn(TsdgBuildSegment *bseg, TsdgMetaPageData *meta);
+/*
+ * The navigating layer of the n rows the worker computed beside the summary
+ * (in the segment), once the summary is in; false when it did not.
+ */
+extern bool TsdgWorkerBuildLayer(TsdgBuildSegment *bseg, int64 n, uint32 **ids, uint8 **lambdas);
 /*
  * Tell the worker about the build's rings of identical rows, which it waits
  * for after its answer before it reads the lists again (for the summary and
@@ -262,6 +270,8 @@ typedef struct TsdgMergeSegment
 	uint8	   *lambdas;
 	uint8	   *changed;		/* old_capacity + new_capacity */
 	struct TsdgBuildSummary *summary;	/* of the merged graph, after the answer */
+	uint32	   *layer_ids;		/* its navigating layer, with the summary */
+	uint8	   *layer_lambdas;
 	pid_t		summary_pid;	/* the worker that computes it; 0: none does */
 
 	/*
@@ -328,6 +338,12 @@ extern void TsdgMergeSegmentRelease(TsdgMergeSegment *mseg);
  * computes them.
  */
 extern bool TsdgWorkerMergeSummary(TsdgMergeSegment *mseg, TsdgMetaPageData *meta);
+/*
+ * The navigating layer of the merged graph of n rows the worker computed
+ * beside the summary (in the segment), once the summary is in; false when it
+ * did not (the caller computes it).
+ */
+extern bool TsdgWorkerMergeLayer(TsdgMergeSegment *mseg, int64 n, uint32 **ids, uint8 **lambdas);
 
 /* what the worker's copy of an index's graph has */
 typedef enum TsdgWorkerCopy

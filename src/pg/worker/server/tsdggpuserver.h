@@ -3,7 +3,7 @@
  * files of its requests: tsdgservercache.c, tsdgserverload.c,
  * tsdgserverunreached.c, tsdgserversearch.c, tsdgserverbatch.c,
  * tsdgserverbuild.c, tsdgservermerge.c, tsdgservermergeparts.c,
- * tsdgserverparts.c): a request taken from its slot, the
+ * tsdgserverparts.c, tsdgserverlayer.c): a request taken from its slot, the
  * mapping of its segment, the resident indexes. Nothing here runs in a
  * session.
  */
@@ -119,7 +119,20 @@ typedef struct ResidentGraph
 	 */
 	const TsdgIndexKey *same_rows_key;
 	int64		same_rows_n;
+	/* the navigating layer's lists (copied), layer_nodes * degree; 0 nodes: none */
+	const uint32 *layer_ids;
+	const uint8 *layer_lambdas;
+	int64		layer_nodes;
 } ResidentGraph;
+
+/* the navigating layer of a graph the server built or merged (malloc'd) */
+typedef struct ServerLayer
+{
+	uint32	   *ids;
+	uint8	   *lambdas;
+	int64		nodes;			/* 0: the graph has none */
+	int			degree;
+} ServerLayer;
 
 typedef struct BuildPollState
 {
@@ -210,6 +223,19 @@ extern void TsdgPublishReadyLists(TakenRequest *request, TsdgBuildSummary *summa
 extern void TsdgTurnAwaySearches(void);
 extern void TsdgPublishSummary(TakenRequest *t, TsdgBuildSummary *summary, bool ok);
 extern void TsdgServeBuild(TakenRequest *t);
+
+/* tsdgserverlayer.c */
+/*
+ * The layer of a graph of n rows on the worker's backend; false (LOG) when it
+ * could not be computed, layer then empty.
+ */
+extern bool TsdgComputeLayer(const float *rows, int64 n, int dims, TsdgMetric metric,
+							 const TsdgBuildParams *params, Oid database, Oid relfilenode,
+							 ServerLayer *layer);
+/* the layer into the session's segment, summary->layer_nodes saying so, before the summary's state */
+extern void TsdgLayerIntoSegment(const ServerLayer *layer, void *base, const TsdgBulkHeader *header,
+								 TsdgBuildSummary *summary);
+extern void TsdgFreeLayer(ServerLayer *layer);
 
 /* tsdgserverparts.c */
 /*

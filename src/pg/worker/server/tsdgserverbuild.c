@@ -2,8 +2,8 @@
  * The GPU server's builds (runs in the GPU server process): a CREATE INDEX's
  * graph built on the device from the rows in the session's segment (or, in
  * parts, copied out of it: tsdgserverparts.c), polled for the session's
- * cancel, answered before the metapage's summary is computed, then kept
- * resident. The poll here also serves merges.
+ * cancel, answered before the metapage's summary and the navigating layer
+ * are computed, then kept resident. The poll here also serves merges.
  */
 #include "postgres.h"
 
@@ -209,7 +209,11 @@ BuildSizesFit(const TsdgBuildArgs *args, const BulkMapping *map)
 		TsdgBulkHasArray(map, header->knn_ids, rows * args->params.build_k, sizeof(uint32), false) &&
 		TsdgBulkHasArray(map, header->changed, rows, sizeof(uint8), true) &&
 		TsdgBulkHasArray(map, header->summary, 1, sizeof(TsdgBuildSummary), true) &&
-		TsdgBulkHasArray(map, header->parts, 1, sizeof(TsdgPartTurns), !args->in_parts);
+		TsdgBulkHasArray(map, header->parts, 1, sizeof(TsdgPartTurns), !args->in_parts) &&
+		TsdgBulkHasArray(map, header->layer_ids, tsdg_layer_node_count(args->n) * args->params.degree,
+						 sizeof(uint32), true) &&
+		TsdgBulkHasArray(map, header->layer_lambdas,
+						 tsdg_layer_node_count(args->n) * args->params.degree, sizeof(uint8), true);
 }
 
 /*
@@ -270,12 +274,17 @@ FreeBuildArrays(BuildArrays *arrays)
  * segment, whose mapping it takes.
  */
 static void
-KeepResident(const TsdgBuildArgs *args, BuildArrays *arrays, BulkMapping *map)
+KeepResident(const TsdgBuildArgs *args, BuildArrays *arrays, const ServerLayer *layer,
+			 BulkMapping *map)
 {
 	ResidentGraph graph = {arrays->rows, args->n, args->dims, args->metric, args->params.degree,
 		arrays->neighbors, arrays->lambdas, arrays->knn_ids, args->params.build_k,
 	arrays->tids, NULL};
 	TsdgError	load_error;
+
+	graph.layer_ids = layer->ids;
+	graph.layer_lambdas = layer->lambdas;
+	graph.layer_nodes = layer->nodes;
 
 	if (args->in_parts)
 	{
@@ -388,25 +397,34 @@ TsdgServeBuild(TakenRequest *t)
 	}
 	if (status == TSDG_OK)
 	{
+		ServerLayer layer;
+
 		pg_atomic_fetch_add_u64(&TsdgShared->builds, 1);
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: built the graph of index %u/%u in %.3f s",
 						args->key.database, args->key.relfilenode, TsdgSecondsSince(start))));
-		/* answer first: the session writes its pages while the summary is computed and the graph uploaded */
+		/*
+		 * answer first: the session writes its pages while the summary and
+		 * the layer are computed and the graph uploaded
+		 */
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, NULL);
+		(void) TsdgComputeLayer(arrays.rows, args->n, args->dims, args->metric, &args->params,
+								args->key.database, args->key.relfilenode, &layer);
 		if (header->summary != 0)
 		{
 			TsdgBuildSummary *summary = TsdgBulkArray(map.address, header->summary);
 
 			if (!args->in_parts)
 				AwaitRings(t, summary, &args->key);
+			TsdgLayerIntoSegment(&layer, map.address, header, summary);
 			TsdgPublishSummary(t, summary,
 							   ComputeSummary(summary, arrays.rows, args->n, args->dims, args->metric,
 											  arrays.neighbors, args->params.degree,
 											  args->key.database, args->key.relfilenode));
 		}
 		if (args->key.relfilenode != InvalidOid && TsdgFindResident(&args->key) == NULL)
-			KeepResident(args, &arrays, &map);
+			KeepResident(args, &arrays, &layer, &map);
+		TsdgFreeLayer(&layer);
 	}
 	else
 	{

@@ -308,13 +308,38 @@ SameRowsIndex(const ResidentGraph *g)
 }
 
 /*
- * Makes graph g resident under key. The other graphs of the index are
- * dropped as stale, except keep (not NULL): the graph a merge read, which
+ * A resident TsdgAddResident could not load: its arrays released, but a
+ * request's segment it took over, which goes back to the caller (the
+ * caller's summary and layer lie there too).
+ */
+static void
+DropUnloaded(ResidentIndex *r, BulkMapping *map)
+{
+	if (r->segment.address != NULL)
+	{
+		*map = r->segment;
+		memset(&r->segment, 0, sizeof(r->segment));
+		r->tids = NULL;
+		r->flags = NULL;
+		r->neighbors = NULL;
+		r->lambdas = NULL;
+		if (r->rows != r->owned_rows)
+			r->rows = NULL;
+		if (r->knn_ids != r->owned_knn_ids)
+			r->knn_ids = NULL;
+	}
+	ReleaseResidentArrays(r);
+}
+
+/*
+ * Makes graph g resident under key, its searches through its navigating
+ * layer, which a graph of its size must have. The other graphs of the index
+ * are dropped as stale, except keep (not NULL): the graph a merge read, which
  * searches use until the session switches the metapage to this one. When g's
  * arrays lie in the request's segment *map (a DSM segment, not the batch
  * area), the resident takes that mapping over instead of copying them (the
- * session's detach then leaves the memory to this process; on failure it is
- * released), and *map is cleared; else they are copied. Its own arrays
+ * session's detach then leaves the memory to this process), and *map is
+ * cleared (on failure it is the caller's again); else they are copied. Its own arrays
  * (own_rows, own_knn_ids) are taken over either way, and given back on
  * failure. On failure returns the status with error filled.
  */
@@ -374,8 +399,15 @@ TsdgAddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndex
 		(g->knn_ids != NULL && r->knn_ids == NULL))
 	{
 		strlcpy(error->message, "out of host memory for the index copy", sizeof(error->message));
-		ReleaseResidentArrays(r);
+		DropUnloaded(r, map);
 		return TSDG_ERR_OUT_OF_MEMORY;
+	}
+	if (g->layer_nodes != tsdg_layer_node_count(n))
+	{
+		snprintf(error->message, sizeof(error->message),
+				 "a graph of %lld nodes without its navigating layer", (long long) n);
+		DropUnloaded(r, map);
+		return TSDG_ERR_INVALID_ARGUMENT;
 	}
 
 	r->index = tsdg_index_upload_after(TsdgDeviceBackend, SameRowsIndex(g), r->rows, n, g->dims,
@@ -389,17 +421,20 @@ TsdgAddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndex
 	}
 	if (r->index == NULL)
 	{
-		ReleaseResidentArrays(r);
+		DropUnloaded(r, map);
 		return strstr(error->message, "memory") != NULL ? TSDG_ERR_OUT_OF_MEMORY : TSDG_ERR_DEVICE;
 	}
 	/* batches are answered with heap TIDs, mapped where the results are */
 	ItemPointerSetInvalid(&no_tid);
 	if (tsdg_index_set_payload(r->index, r->tids, sizeof(ItemPointerData), r->flags,
-							   TSDG_NODE_DELETED, &no_tid, error) != TSDG_OK)
+							   TSDG_NODE_DELETED, &no_tid, error) != TSDG_OK ||
+		(g->layer_nodes > 0 &&
+		 tsdg_index_set_layer(r->index, g->layer_ids, g->layer_lambdas, g->layer_nodes,
+							  g->degree, error) != TSDG_OK))
 	{
 		tsdg_index_free(r->index);
 		r->index = NULL;
-		ReleaseResidentArrays(r);
+		DropUnloaded(r, map);
 		return strstr(error->message, "memory") != NULL ? TSDG_ERR_OUT_OF_MEMORY : TSDG_ERR_DEVICE;
 	}
 

@@ -110,7 +110,12 @@ TsdgServeLoad(TakenRequest *t)
 		!TsdgBulkHasArray(&map, header->neighbors, args->n * args->degree, sizeof(uint32), false) ||
 		!TsdgBulkHasArray(&map, header->lambdas, args->n * args->degree, sizeof(uint8), false) ||
 		!TsdgBulkHasArray(&map, header->tids, args->n, sizeof(ItemPointerData), false) ||
-		!TsdgBulkHasArray(&map, header->flags, args->n, sizeof(uint8), true))
+		!TsdgBulkHasArray(&map, header->flags, args->n, sizeof(uint8), true) ||
+		args->layer_nodes != tsdg_layer_node_count(args->n) ||
+		!TsdgBulkHasArray(&map, header->layer_ids, args->layer_nodes * args->degree, sizeof(uint32),
+						  args->layer_nodes == 0) ||
+		!TsdgBulkHasArray(&map, header->layer_lambdas, args->layer_nodes * args->degree,
+						  sizeof(uint8), args->layer_nodes == 0))
 	{
 		TsdgUnmapBulk(&map);
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_FAILED,
@@ -127,6 +132,9 @@ TsdgServeLoad(TakenRequest *t)
 	graph.lambdas = TsdgBulkArray(map.address, header->lambdas);
 	graph.tids = TsdgBulkArray(map.address, header->tids);
 	graph.flags = TsdgBulkArray(map.address, header->flags);
+	graph.layer_ids = TsdgBulkArray(map.address, header->layer_ids);
+	graph.layer_lambdas = TsdgBulkArray(map.address, header->layer_lambdas);
+	graph.layer_nodes = args->layer_nodes;
 	known = TsdgImageUnreached(graph.flags, args->n, &known_count);
 	status = TsdgAddResident(&args->key, &graph, NULL, &map, &error);
 	if (status == TSDG_OK &&

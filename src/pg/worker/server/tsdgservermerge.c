@@ -228,13 +228,15 @@ FreeOwnedLists(MergeArrays *a)
  * the rows and k-NN lists of this process's own memory, which it takes over.
  */
 static void
-KeepMergedGraph(const TsdgMergeArgs *args, MergeArrays *a, BulkMapping *map)
+KeepMergedGraph(const TsdgMergeArgs *args, MergeArrays *a, const ServerLayer *layer,
+				BulkMapping *map)
 {
 	/* with the old rows from the worker's copy, the device has them already */
 	ResidentGraph graph = {a->rows, args->n_old + args->n_new, args->dims, args->metric,
 		args->params.degree, a->neighbors, a->lambdas, a->knn_ids, args->params.build_k,
 		a->tids, NULL, a->merged_rows, a->merged_knn_ids,
-	args->rows_resident ? &args->old_key : NULL, args->n_old};
+		args->rows_resident ? &args->old_key : NULL, args->n_old,
+	layer->ids, layer->lambdas, layer->nodes};
 	TsdgError	error;
 
 	a->merged_rows = NULL;
@@ -255,13 +257,15 @@ KeepMergedGraph(const TsdgMergeArgs *args, MergeArrays *a, BulkMapping *map)
  * with the pages' walk.
  */
 static bool
-SummarizeMergedGraph(const TsdgMergeArgs *args, uint8 *changed, TsdgBuildSummary *summary)
+SummarizeMergedGraph(const TsdgMergeArgs *args, uint8 *changed, const ServerLayer *layer,
+					 const BulkMapping *map, TsdgBuildSummary *summary)
 {
 	ResidentIndex *r = TsdgFindResident(&args->new_key);
 	uint32		entries[TSDG_SUMMARY_MAX_ENTRIES];
 	TimestampTz start = GetCurrentTimestamp();
 	TsdgError	error;
 
+	TsdgLayerIntoSegment(layer, map->address, (const TsdgBulkHeader *) map->address, summary);
 	if (r == NULL)
 		return false;
 	if (tsdg_index_summary(r->index, TSDG_SUMMARY_MAX_ENTRIES, entries, &summary->nn1_bound,
@@ -309,15 +313,20 @@ FinishMergeInParts(TakenRequest *t, MergeArrays *a, TsdgMergePartArrays *own,
 	TsdgPartStream in;
 	TsdgPartStream out;
 	ResidentIndex *r;
+	ServerLayer layer;
 	TimestampTz start;
 	bool		complete;
 
+	(void) TsdgComputeLayer(own->rows, args->n_old + args->n_new, args->dims, args->metric,
+							&args->params, args->database, args->relfilenode, &layer);
 	a->merged_rows = own->rows;
 	a->merged_knn_ids = NULL;
 	own->rows = NULL;
-	KeepMergedGraph(args, a, NULL);
+	KeepMergedGraph(args, a, &layer, NULL);
 	if (summary != NULL)
-		TsdgPublishSummary(t, summary, SummarizeMergedGraph(args, own->changed, summary));
+		TsdgPublishSummary(t, summary,
+						   SummarizeMergedGraph(args, own->changed, &layer, map, summary));
+	TsdgFreeLayer(&layer);
 	r = TsdgFindResident(&args->new_key);
 	if (r != NULL)
 	{
@@ -369,7 +378,11 @@ MergeSizesFit(const TsdgMergeArgs *args, const BulkMapping *map)
 		TsdgBulkHasArray(map, header->merged_neighbors, n * degree, sizeof(uint32), false) &&
 		TsdgBulkHasArray(map, header->merged_lambdas, n * degree, sizeof(uint8), false) &&
 		TsdgBulkHasArray(map, header->changed, n, sizeof(uint8), false) &&
-		TsdgBulkHasArray(map, header->summary, 1, sizeof(TsdgBuildSummary), true);
+		TsdgBulkHasArray(map, header->summary, 1, sizeof(TsdgBuildSummary), true) &&
+		TsdgBulkHasArray(map, header->layer_ids, tsdg_layer_node_count(n) * degree, sizeof(uint32),
+						 true) &&
+		TsdgBulkHasArray(map, header->layer_lambdas, tsdg_layer_node_count(n) * degree,
+						 sizeof(uint8), true);
 }
 
 /* a refusal before the merge starts: the segment unmapped, the session told why */
@@ -457,6 +470,8 @@ TsdgServeMerge(TakenRequest *t)
 	MergePollState poll;
 	TsdgBuildSummary *summary;
 	TsdgMergePartArrays own;
+	ServerLayer layer;
+	BulkMapping segment;
 	TsdgError	error;
 	TsdgStatus	status;
 	TimestampTz start;
@@ -582,11 +597,16 @@ TsdgServeMerge(TakenRequest *t)
 	}
 	/* answer first: the session writes its pages while the summary is computed and the graph kept */
 	TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, NULL);
+	(void) TsdgComputeLayer(a.rows, args->n_old + args->n_new, args->dims, args->metric,
+							&args->params, args->database, args->relfilenode, &layer);
 	/* the resident copy may take the segment over, the summary with it */
 	summary = header->summary != 0 ? TsdgBulkArray(map.address, header->summary) : NULL;
-	KeepMergedGraph(args, &a, &map);
+	segment = map;
+	KeepMergedGraph(args, &a, &layer, &map);
 	if (summary != NULL)
-		TsdgPublishSummary(t, summary, SummarizeMergedGraph(args, a.changed, summary));
+		TsdgPublishSummary(t, summary, SummarizeMergedGraph(args, a.changed, &layer, &segment,
+															summary));
+	TsdgFreeLayer(&layer);
 	TsdgPinListsOf(&args->new_key);
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 	TsdgUnmapBulk(&map);

@@ -40,7 +40,11 @@ TsdgMergePartSizesFit(const TsdgMergeArgs *args, const BulkMapping *map)
 		TsdgBulkHasArray(map, header->merged_neighbors, rows * degree, sizeof(uint32), false) &&
 		TsdgBulkHasArray(map, header->merged_lambdas, rows * degree, sizeof(uint8), false) &&
 		TsdgBulkHasArray(map, header->changed, rows, sizeof(uint8), false) &&
-		TsdgBulkHasArray(map, header->summary, 1, sizeof(TsdgBuildSummary), true);
+		TsdgBulkHasArray(map, header->summary, 1, sizeof(TsdgBuildSummary), true) &&
+		TsdgBulkHasArray(map, header->layer_ids, tsdg_layer_node_count(n) * degree, sizeof(uint32),
+						 true) &&
+		TsdgBulkHasArray(map, header->layer_lambdas, tsdg_layer_node_count(n) * degree,
+						 sizeof(uint8), true);
 }
 
 bool
