@@ -10,6 +10,7 @@
 #include "diversify.h"
 #include "entry_points.h"
 #include "gpu_test_support.h"
+#include "navigating_layer.h"
 #include "search.h"
 
 namespace tsdg {
@@ -415,6 +416,105 @@ TEST(GpuSearch, NeighborIdsOutOfRangeRefused) {
   // the backend still works after the refusal
   auto index = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
   EXPECT_EQ(index->node_count(), f.graph.nodes);
+}
+
+// Four hundred clusters of a hundred rows, more than the navigating set
+// holds nodes: an exact k-NN graph links each cluster only to itself, and a
+// search reaches the query's cluster from the navigating layer's walk
+// (navigating_layer.h).
+struct LayerFixture {
+  Matrix data;
+  Matrix queries;
+  TsdgGraph graph;
+  TsdgGraph layer;
+  std::vector<uint32_t> truth;
+};
+
+const LayerFixture& layer_fixture() {
+  static const LayerFixture f = [] {
+    LayerFixture s;
+    SyntheticSpec spec;
+    spec.rows = 40000;
+    spec.dim = 64;
+    spec.clusters = 400;
+    spec.intrinsic_dim = 16;
+    spec.absolute_scale = true;
+    spec.seed = 5;
+    s.data = make_clustered(spec);
+    s.queries = make_clustered_queries(spec, 1000, 6);
+    const KnnGraph knn = exact_knn_graph(s.data.view(), Metric::L2, 32, cpu_control());
+    s.graph = diversify_tsdg(s.data.view(), Metric::L2, knn, DiversifyParams{}, cpu_control());
+    s.layer = build_navigating_layer(*make_cpu_backend(), s.data.view(), Metric::L2, DiversifyParams{}, 1,
+                                     cpu_control());
+    s.truth.resize(s.queries.rows * 10);
+    std::vector<float> dists(s.truth.size());
+    exact_knn(s.data.view(), s.queries.view(), Metric::L2, 10, s.truth.data(), dists.data(), cpu_control());
+    return s;
+  }();
+  return f;
+}
+
+double layer_fixture_recall(SearchIndex& index, const SearchParams& params) {
+  const LayerFixture& f = layer_fixture();
+  std::vector<uint32_t> ids(f.queries.rows * params.k);
+  std::vector<float> dists(ids.size());
+  index.search(f.queries.view(), params, ids.data(), dists.data(), cpu_control());
+  return recall_at(ids.data(), params.k, f.truth.data(), 10, f.queries.rows, 10);
+}
+
+// Through the same layer, both GPU kernels reach the CPU's recall, and the
+// layer costs neither any recall; an empty layer goes back to the
+// navigating set.
+TEST(GpuSearch, ThroughTheNavigatingLayerAsTheCpu) {
+  TSDG_REQUIRE_GPU();
+  const LayerFixture& f = layer_fixture();
+  ASSERT_EQ(f.layer.nodes, layer_node_count(f.data.rows));
+  auto cpu_index = make_cpu_backend()->make_search_index(f.data.view(), f.graph, Metric::L2);
+  auto gpu_index = gpu_backend.make_search_index(f.data.view(), f.graph, Metric::L2);
+  const GraphView wrong_count{f.layer.neighbors.data(), f.layer.lambdas.data(), f.layer.nodes - 1, f.layer.degree};
+  EXPECT_THROW(gpu_index->set_layer(wrong_count), Error);
+  const std::vector<int> efs = {10, 16, 32};
+  constexpr int kKernels[] = {1, 2};
+  std::vector<double> cpu_set, cpu_layer;
+  std::vector<std::vector<double>> gpu_set(2), gpu_layer(2);
+  SearchParams params;
+  params.k = 10;
+  const auto search_all = [&](std::vector<double>& cpu, std::vector<std::vector<double>>& gpu) {
+    for (int ef : efs) {
+      params.ef = ef;
+      params.gpu_kernel = 0;
+      cpu.push_back(layer_fixture_recall(*cpu_index, params));
+      for (int i = 0; i < 2; ++i) {
+        params.gpu_kernel = kKernels[i];
+        gpu[i].push_back(layer_fixture_recall(*gpu_index, params));
+      }
+    }
+  };
+  search_all(cpu_set, gpu_set);
+  const size_t bytes_without_layer = gpu_index->memory_bytes();
+  cpu_index->set_layer(GraphView::of(f.layer));
+  gpu_index->set_layer(GraphView::of(f.layer));
+  EXPECT_GT(gpu_index->memory_bytes(), bytes_without_layer);
+  search_all(cpu_layer, gpu_layer);
+  for (size_t e = 0; e < efs.size(); ++e) {
+    std::printf("ef %d recall@10 from the set / the layer: cpu %.4f / %.4f, gpu small-batch %.4f / %.4f, "
+                "gpu large-batch %.4f / %.4f\n",
+                efs[e], cpu_set[e], cpu_layer[e], gpu_set[0][e], gpu_layer[0][e], gpu_set[1][e], gpu_layer[1][e]);
+    EXPECT_GE(cpu_layer[e], cpu_set[e] - 0.002) << "ef " << efs[e];
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_NEAR(gpu_layer[i][e], cpu_layer[e], 0.005) << "ef " << efs[e] << " kernel " << kKernels[i];
+      EXPECT_GE(gpu_layer[i][e], gpu_set[i][e] - 0.002) << "ef " << efs[e] << " kernel " << kKernels[i];
+    }
+  }
+  // the widest layer walks, four times the widest of the index's own
+  params.ef = 1000;
+  params.gpu_kernel = 2;
+  EXPECT_GE(layer_fixture_recall(*gpu_index, params), 0.99);
+
+  gpu_index->set_layer(GraphView{});
+  params.ef = efs.front();
+  params.gpu_kernel = 2;
+  EXPECT_EQ(layer_fixture_recall(*gpu_index, params), gpu_set[1].front());
 }
 
 }  // namespace

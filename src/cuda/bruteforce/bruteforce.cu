@@ -6,6 +6,7 @@
 // only the few candidates that qualify are sorted.
 #include <algorithm>
 #include <limits>
+#include <string>
 
 #include "distance.cuh"
 #include "gpu_algorithms.h"
@@ -14,7 +15,6 @@
 namespace tsdg::cuda {
 namespace {
 
-constexpr int kMaxSelectK = 2048;
 constexpr int kSelectSharedBudget = 40 * 1024;
 
 __global__ void squared_norms_kernel(const float* rows, int64_t count, int dim, float* norms) {
@@ -337,8 +337,8 @@ void select_topk_over_base(DeviceContext& ctx, const TileSelect& plan, Metric me
 }
 
 void check_select_k(int k) {
-  if (k <= 0 || k > kMaxSelectK) {
-    throw Error(Status::InvalidArgument, "GPU exact k-NN supports 1 <= k <= 2048");
+  if (k <= 0 || k > kMaxExactKnnK) {
+    throw Error(Status::InvalidArgument, "GPU exact k-NN supports 1 <= k <= " + std::to_string(kMaxExactKnnK));
   }
 }
 

@@ -38,6 +38,9 @@ struct ExactKnnScratch {
   DeviceBuffer<uint32_t> segment_ids;
 };
 
+// The largest k of exact_knn and exact_knn_on_device.
+inline constexpr int kMaxExactKnnK = 2048;
+
 // bruteforce.cu: cuBLAS products tiled over queries and base, warp top-k
 // selection. With resident, base gives only the shape and the device rows
 // are used (with scratch, in its buffers, grown as needed); otherwise the

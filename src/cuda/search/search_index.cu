@@ -9,6 +9,7 @@
 #include "entry_points.h"
 #include "gpu_algorithms.h"
 #include "device_phase_trace.h"
+#include "navigating_layer.h"
 #include "search_kernels.h"
 
 namespace tsdg::cuda {
@@ -27,6 +28,10 @@ constexpr int kKernelLargeBatch = 2;
 constexpr int kKernelExactScan = 3;
 // results unreached_rows asks each row's search for (a reached row is first)
 constexpr int kMaxOwnResults = 8;
+// The bytes of a launch's entries from the navigating layer (ids and
+// distances, width of them a query): at the largest ef a launch of
+// kMaxRowsPerLaunch queries would hold gigabytes of them.
+constexpr int64_t kMaxLayerEntryBytes = int64_t{1} << 28;
 
 // What the gather of payload values reads, by value into the kernel.
 struct PayloadMap {
@@ -98,6 +103,21 @@ __global__ void scatter_lists_kernel(const uint32_t* nodes, const uint32_t* ids,
   const int64_t at = static_cast<int64_t>(nodes[e / degree]) * degree + e % degree;
   neighbors_out[at] = ids[e];
   lambdas_out[at] = lambdas[e];
+}
+
+// One thread per value: layer node i is node i * kLayerStride.
+__global__ void gather_layer_rows_kernel(const float* rows, int64_t layer_nodes, int dim, float* layer_rows) {
+  const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v >= layer_nodes * dim) return;
+  layer_rows[v] = rows[(v / dim) * kLayerStride * dim + v % dim];
+}
+
+// The layer's walks answer with layer ids; the index's kernels start from
+// node ids.
+__global__ void layer_ids_to_node_ids_kernel(uint32_t* ids, int64_t count) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count || ids[i] == kInvalidId) return;
+  ids[i] = static_cast<uint32_t>(ids[i] * kLayerStride);
 }
 
 void map_results_to_payload(const uint32_t* ids, const float* dists, int64_t rows, int k, int k_out,
@@ -224,18 +244,30 @@ size_t CudaSearchIndex::memory_bytes() const {
          payload_.bytes() + payload_flags_device_.bytes() + payload_out_.bytes() + payload_dists_.bytes() +
          entries_.bytes() + entry_rows_.bytes() + entry_norms_.bytes() + entry_pick_ids_.bytes() +
          entry_pick_dists_.bytes() + entry_scratch_.query_norms.bytes() + entry_scratch_.products.bytes() +
-         entry_scratch_.segment_dists.bytes() + entry_scratch_.segment_ids.bytes();
+         entry_scratch_.segment_dists.bytes() + entry_scratch_.segment_ids.bytes() + layer_bytes();
+}
+
+size_t CudaSearchIndex::layer_bytes() const {
+  if (layer_ == nullptr) return 0;
+  return layer_->memory_bytes() + layer_rows_.values.size() * sizeof(float) +
+         layer_graph_.neighbors.size() * sizeof(uint32_t) + layer_graph_.lambdas.size() +
+         layer_entry_ids_.bytes() + layer_entry_dists_.bytes();
 }
 
 int64_t CudaSearchIndex::small_batch_limit() const {
   return kThresholdPerSm * sm_count_ / std::max(dim_, 1);
 }
 
-void CudaSearchIndex::reserve_batch(int64_t rows, int k, int walk_k) {
+void CudaSearchIndex::reserve_batch(int64_t rows, int k, int walk_k, int entry_width) {
   const size_t query_values = static_cast<size_t>(rows) * dim_;
   const size_t results = static_cast<size_t>(rows) * k;
   const size_t walked = static_cast<size_t>(rows) * walk_k;
+  const size_t entries = static_cast<size_t>(rows) * entry_width;
   if (queries_.size() < query_values) queries_.allocate(query_values);
+  if (layer_entry_ids_.size() < entries) {
+    layer_entry_ids_.allocate(entries);
+    layer_entry_dists_.allocate(entries);
+  }
   if (walk_ids_.size() < walked) {
     walk_ids_.allocate(walked);
     walk_dists_.allocate(walked);
@@ -263,6 +295,49 @@ void CudaSearchIndex::prepare_entries(const SearchParams& params, const RunContr
   entry_count_ = static_cast<int>(entries.size());
 }
 
+void CudaSearchIndex::pick_entries(SearchLaunch& launch) {
+  if (entry_count_ <= launch.ef) return;
+  // a layer's walk can be wider than the exact search selects: its best
+  // entries start it then
+  const int count = std::min(launch.ef, kMaxExactKnnK);
+  const size_t picks = static_cast<size_t>(launch.rows) * count;
+  if (entry_pick_ids_.size() < picks) {
+    entry_pick_ids_.allocate(picks);
+    entry_pick_dists_.allocate(picks);
+  }
+  const ResidentRows entry_rows{entry_rows_.data(), metric_ == Metric::L2 ? entry_norms_.data() : nullptr};
+  exact_knn_on_device(*ctx_, entry_rows, entry_count_, dim_, launch.queries, launch.rows, metric_, count,
+                      entry_pick_ids_.data(), entry_pick_dists_.data(), entry_scratch_);
+  launch.entry_picks = entry_pick_ids_.data();
+  launch.entry_pick_count = count;
+}
+
+void CudaSearchIndex::walk_for_entries(const float* queries, int64_t rows, int width, cudaStream_t stream,
+                                       uint32_t* ids, float* dists) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  SearchParams params;
+  params.ef = width;
+  params.k = width;
+  prepare_entries(params, RunControl{});
+  TSDG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const DeviceGraph g{half_rows_.view(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
+  SearchLaunch launch{g,
+                      metric_,
+                      queries,
+                      rows,
+                      width,
+                      width,
+                      params.lambda_limit,
+                      entries_.data(),
+                      entry_count_,
+                      StopRule{params.slack, width, nn1_bound_, metric_ == Metric::L2},
+                      ids,
+                      dists};
+  pick_entries(launch);
+  launch_large_batch_search(launch, ctx_->stream.get());
+  ctx_->stream.synchronize();
+}
+
 bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& params,
                                       const RunControl& control,
                                       const std::function<void(int64_t, int64_t, int)>& deliver,
@@ -284,16 +359,24 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
                            (params.gpu_kernel == kKernelAuto && queries.rows < small_batch_limit() &&
                             ef <= kGpuSmallBatchMaxEf);
   if (params.entry_samples < 1) throw Error(Status::InvalidArgument, "search entry_samples must be positive");
-  prepare_entries(params, control);
+  // the checks of unreached rows keep the navigating set (SearchIndex::set_layer)
+  const bool through_layer = layer_ != nullptr && own_row_first < 0;
+  const int entry_width = through_layer ? NavigatingLayer::width(ef) : 0;
+  if (!through_layer) prepare_entries(params, control);
+  const int64_t rows_per_launch =
+      through_layer ? std::clamp<int64_t>(kMaxLayerEntryBytes / (static_cast<int64_t>(entry_width) *
+                                                                 (sizeof(uint32_t) + sizeof(float))),
+                                          1, kMaxRowsPerLaunch)
+                    : kMaxRowsPerLaunch;
   cudaStream_t stream = ctx_->stream.get();
   const DeviceGraph g{half_rows_.view(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
   const int walk_k = rerank_candidate_count(k, ef);
   control.set_total(queries.rows);
   PhaseTrace trace(small_batch ? "search small" : "search large", stream, queries.rows >= kTracedBatch);
-  for (int64_t first = 0; first < queries.rows; first += kMaxRowsPerLaunch) {
+  for (int64_t first = 0; first < queries.rows; first += rows_per_launch) {
     control.throw_if_cancelled();
-    const int64_t rows = std::min(kMaxRowsPerLaunch, queries.rows - first);
-    reserve_batch(rows, k, walk_k);
+    const int64_t rows = std::min(rows_per_launch, queries.rows - first);
+    reserve_batch(rows, k, walk_k, entry_width);
     const float* launch_queries = queries_.data();
     if (own_row_first >= 0) {
       launch_queries = data_.data() + (own_row_first + first) * dim_;
@@ -314,19 +397,21 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
                         walk_ids_.data(),
                         walk_dists_.data(),
                         own_row_first >= 0 && stops_at_own_row ? own_row_first + first : -1};
-    if (entry_count_ > ef) {
-      // Only the ef best entries can be in a search's first ef best.
-      const size_t picks = static_cast<size_t>(rows) * ef;
-      if (entry_pick_ids_.size() < picks) {
-        entry_pick_ids_.allocate(picks);
-        entry_pick_dists_.allocate(picks);
-      }
-      const ResidentRows entry_rows{entry_rows_.data(), metric_ == Metric::L2 ? entry_norms_.data() : nullptr};
-      exact_knn_on_device(*ctx_, entry_rows, entry_count_, dim_, launch_queries, rows, metric_, ef,
-                          entry_pick_ids_.data(), entry_pick_dists_.data(), entry_scratch_);
-      launch.entry_picks = entry_pick_ids_.data();
-      launch.entry_pick_count = ef;
-      trace.mark("entries picked", entry_count_);
+    if (through_layer) {
+      layer_->walk_for_entries(launch_queries, rows, entry_width, stream, layer_entry_ids_.data(),
+                               layer_entry_dists_.data());
+      const int64_t entries = rows * entry_width;
+      constexpr int kThreads = 256;
+      layer_ids_to_node_ids_kernel<<<static_cast<unsigned>((entries + kThreads - 1) / kThreads), kThreads, 0,
+                                     stream>>>(layer_entry_ids_.data(), entries);
+      check_launch("layer_ids_to_node_ids_kernel");
+      launch.query_entry_ids = layer_entry_ids_.data();
+      launch.query_entry_dists = layer_entry_dists_.data();
+      launch.query_entry_count = entry_width;
+      trace.mark("layer walks", entry_width);
+    } else {
+      pick_entries(launch);
+      if (launch.entry_picks != nullptr) trace.mark("entries picked", entry_count_);
     }
     if (small_batch) {
       launch_small_batch_search(launch, params.gpu_search_width, stream);
@@ -363,6 +448,41 @@ void CudaSearchIndex::search(MatrixView queries, const SearchParams& params, uin
     exact_knn(*ctx_, MatrixView{nullptr, nodes_, dim_}, queries, metric_, params.k, ids, dists, control,
               &resident);
   }
+}
+
+void CudaSearchIndex::set_layer(GraphView layer) {
+  if (layer.nodes != 0 && layer.nodes != layer_node_count(nodes_)) {
+    throw Error(Status::InvalidArgument, "search index: the layer's node count does not match the graph's");
+  }
+  std::lock_guard<std::mutex> guard(mutex_);
+  TSDG_CUDA_CHECK(cudaSetDevice(device_));
+  if (layer.nodes == 0) {
+    layer_.reset();
+    layer_rows_ = Matrix{};
+    layer_graph_ = TsdgGraph{};
+    layer_entry_ids_.release();
+    layer_entry_dists_.release();
+    return;
+  }
+  Matrix rows = gather_layer_rows(host_data_);
+  TsdgGraph graph(layer.nodes, layer.degree);
+  const size_t edges = static_cast<size_t>(layer.nodes) * layer.degree;
+  std::copy_n(layer.neighbors, edges, graph.neighbors.begin());
+  std::copy_n(layer.lambdas, edges, graph.lambdas.begin());
+  const int64_t values = layer.nodes * dim_;
+  DeviceBuffer<float> device_rows(static_cast<size_t>(values));
+  constexpr int kThreads = 256;
+  gather_layer_rows_kernel<<<static_cast<unsigned>((values + kThreads - 1) / kThreads), kThreads, 0,
+                             ctx_->stream.get()>>>(data_.data(), layer.nodes, dim_, device_rows.data());
+  check_launch("gather_layer_rows_kernel");
+  ctx_->stream.synchronize();
+  auto index = std::make_unique<CudaSearchIndex>(device_, rows.view(), GraphView::of(graph), metric_, nullptr, 0,
+                                                 std::move(device_rows));
+  // the index goes before the arrays it views; moved, they stay where the
+  // new one views them
+  layer_ = std::move(index);
+  layer_rows_ = std::move(rows);
+  layer_graph_ = std::move(graph);
 }
 
 void CudaSearchIndex::set_payload(const void* values, int value_size, const uint8_t* flags,

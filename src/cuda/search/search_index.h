@@ -16,6 +16,8 @@
 
 namespace tsdg::cuda {
 
+struct SearchLaunch;
+
 class CudaSearchIndex final : public SearchIndex {
  public:
   // data and graph must outlive it: the entry points are picked on the host.
@@ -30,8 +32,12 @@ class CudaSearchIndex final : public SearchIndex {
   size_t memory_bytes() const override;
   int64_t node_count() const override { return nodes_; }
   const float* device_rows() const override { return data_.data(); }
-  // Copies the nodes' lists of the host graph it was made from up again.
+  // Copies the nodes' lists of the host graph it was made from up again
+  // (the layer's lists stay as they are).
   void lists_changed(const std::vector<uint32_t>& nodes) override;
+  // The layer's lists are copied; its rows are gathered from the device's
+  // rows, and on the host for its navigating set.
+  void set_layer(GraphView layer) override;
   std::vector<uint32_t> entry_points(const SearchParams& params,
                                      const RunControl& control) override;
   std::vector<uint32_t> unreached_rows(int64_t first, int64_t end, const SearchParams& params,
@@ -47,10 +53,14 @@ class CudaSearchIndex final : public SearchIndex {
   float nn1_bound() const override { return nn1_bound_; }
 
  private:
+  // What the navigating layer holds, on the device and the host.
+  size_t layer_bytes() const;
   // Throws InvalidArgument when an uploaded neighbor id is past the last node.
   void check_neighbor_ids(cudaStream_t stream);
-  void reserve_batch(int64_t rows, int k, int walk_k);
-  // Searches the queries in launches of at most kMaxRowsPerLaunch rows;
+  // entry_width: the layer's entries per query (0 without the layer).
+  void reserve_batch(int64_t rows, int k, int walk_k, int entry_width);
+  // Searches the queries in launches of at most kMaxRowsPerLaunch rows
+  // (fewer through the layer, whose entries they hold);
   // after each, deliver(first, rows, k) takes the launch's results from
   // result_ids_ / result_dists_ (on the stream). False where the call is not
   // for the graph kernels (the exact scan), which it leaves to the caller.
@@ -63,6 +73,17 @@ class CudaSearchIndex final : public SearchIndex {
   // The CPU search's navigating set for params (navigating_set), on the
   // device (computed on control's pool, when it has one).
   void prepare_entries(const SearchParams& params, const RunControl& control);
+  // Where the navigating set holds more entries than launch's ef, each
+  // query's best entries by an exact search of their rows (only those can be
+  // in a search's first ef best), into launch.entry_picks.
+  void pick_entries(SearchLaunch& launch);
+  // Called on the layer's index: the large-batch walks of rows queries
+  // (device, on stream, which it waits for) at ef = k = width from its
+  // navigating set with the default search parameters, as the CPU's
+  // NavigatingLayer walks, into ids / dists (device, rows * width, layer ids
+  // and the walks' half-precision distances); done when it returns.
+  void walk_for_entries(const float* queries, int64_t rows, int width, cudaStream_t stream, uint32_t* ids,
+                        float* dists);
 
   int device_;
   MatrixView host_data_;
@@ -102,6 +123,14 @@ class CudaSearchIndex final : public SearchIndex {
   DeviceBuffer<uint8_t> payload_flags_device_;  // nodes, empty when no node is skipped
   DeviceBuffer<unsigned char> payload_out_;    // rows * k_out * payload_size_ of a launch
   DeviceBuffer<float> payload_dists_;          // rows * k_out of a launch
+  // The navigating layer (navigating_layer.h), none where layer_ is null: its
+  // rows on the host (its navigating set is picked from them), its lists,
+  // and an index of them on this device that the searches walk first.
+  Matrix layer_rows_;
+  TsdgGraph layer_graph_;
+  std::unique_ptr<CudaSearchIndex> layer_;
+  DeviceBuffer<uint32_t> layer_entry_ids_;  // a launch's entries from the layer, rows * width
+  DeviceBuffer<float> layer_entry_dists_;
   std::mutex mutex_;  // one batch at a time on the stream and buffers
 };
 

@@ -35,17 +35,38 @@ struct SearchLaunch {
   // by an exact search of the entry rows, instead of scoring every entry.
   const uint32_t* entry_picks = nullptr;
   int entry_pick_count = 0;
+  // Non-null: each query starts from its own query_entry_count nodes (rows *
+  // query_entry_count node ids, kInvalidId: none) at the distances
+  // query_entry_dists gives, the walk of the navigating layer
+  // (navigating_layer.h), instead of from the navigating entry set; the
+  // walk has scored them already.
+  const uint32_t* query_entry_ids = nullptr;
+  const float* query_entry_dists = nullptr;
+  int query_entry_count = 0;
 };
 
 // The i-th entry query_index starts from (i below entry_total).
 __device__ __forceinline__ uint32_t query_entry(const SearchLaunch& launch, int64_t query_index, int i) {
+  if (launch.query_entry_ids != nullptr) return launch.query_entry_ids[query_index * launch.query_entry_count + i];
   if (launch.entry_picks == nullptr) return launch.entries[i];
   const uint32_t pick = launch.entry_picks[query_index * launch.entry_pick_count + i];
   return pick == kInvalidId ? kInvalidId : launch.entries[pick];
 }
 
 __device__ __forceinline__ int entry_total(const SearchLaunch& launch) {
+  if (launch.query_entry_ids != nullptr) return launch.query_entry_count;
   return launch.entry_picks == nullptr ? launch.entry_count : launch.entry_pick_count;
+}
+
+// Whether the entries come with their distances (query_entry_distance), so
+// that the kernels need not score them.
+__device__ __forceinline__ bool entries_scored(const SearchLaunch& launch) {
+  return launch.query_entry_dists != nullptr;
+}
+
+// The distance of the i-th entry query_index starts from, where entries_scored.
+__device__ __forceinline__ float query_entry_distance(const SearchLaunch& launch, int64_t query_index, int i) {
+  return launch.query_entry_dists[query_index * launch.query_entry_count + i];
 }
 
 // The exact rerank of the walks' candidates (exact_rerank.cu).
@@ -68,7 +89,8 @@ int rerank_candidate_count(int k, int ef);
 
 void launch_exact_rerank(const RerankLaunch& launch, Metric metric, cudaStream_t stream);
 
-// One warp-sized block per query, started from the navigating entry set:
+// One warp-sized block per query, started from the navigating entry set (or
+// its own entries):
 // segmented sorted expansion queue, segmented visited table, sorted top-ef list.
 void launch_large_batch_search(const SearchLaunch& launch, cudaStream_t stream);
 

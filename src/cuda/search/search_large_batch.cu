@@ -198,22 +198,29 @@ __global__ void __launch_bounds__(kWarpSize) large_batch_search_kernel(SearchLau
   __syncwarp();
 
   // Entry: the navigating set (the CPU search's entry points) is scored and
-  // enters R; those that stay in R start C. With well separated clusters the
-  // best of a few random nodes (Alg. 2, lines 1-4) often lies in the wrong
-  // cluster, which the graph rarely leaves.
+  // enters R, or the query's own entries with their distances; those that
+  // stay in R start C. With well separated clusters the best of a few random
+  // nodes (Alg. 2, lines 1-4) often lies in the wrong cluster, which the
+  // graph rarely leaves.
   const int64_t own_row = launch.own_row_first >= 0 ? launch.own_row_first + query_index : -1;
   bool own_found = false;
   const int entries = entry_total(launch);
+  const bool scored = entries_scored(launch);
   for (int first = 0; first < entries; first += kWarpSize) {
-    const uint32_t e = first + lane < entries ? query_entry(launch, query_index, first + lane) : kInvalidId;
+    const int i = first + lane;
+    const uint32_t e = i < entries ? query_entry(launch, query_index, i) : kInvalidId;
     const bool fresh = visited_take(visited, visited_bits, fill, best_ids, ef, e);
     const unsigned fresh_mask = __ballot_sync(kFullMask, fresh);
-    if (fresh) cand_ids[__popc(fresh_mask & ((1u << lane) - 1u))] = e;
+    if (fresh) {
+      const int at = __popc(fresh_mask & ((1u << lane) - 1u));
+      cand_ids[at] = e;
+      if (scored) cand_dists[at] = query_entry_distance(launch, query_index, i);
+    }
     __syncwarp();
     const int count = __popc(fresh_mask);
     if (count == 0) continue;
     own_found |= holds_own_row(cand_ids, count, own_row);
-    team_distances<M>(g, query, cand_ids, cand_dists, count);
+    if (!scored) team_distances<M>(g, query, cand_ids, cand_dists, count);
     merge_into_best(best_dists, best_ids, spare_dists, spare_ids, ef, cand_dists, cand_ids, count);
   }
   for (int i = 0; i < min(ef, entries); ++i) {

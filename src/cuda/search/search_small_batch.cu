@@ -186,24 +186,28 @@ __global__ void __launch_bounds__(kBeamThreads)
                                                      : kInvalidId;
   load_query(launch.queries + query_index * g.dim, g.dim, dim_padded, query);  // ends with a barrier
 
-  // The navigating entry set (the CPU and large-batch searches' entries)
-  // fills the pool first.
+  // The navigating entry set (the CPU and large-batch searches' entries), or
+  // the query's own entries with their distances, fills the pool first.
   const int entries = entry_total(launch);
+  const bool scored = entries_scored(launch);
   for (int first = 0; first < entries; first += kMaxCandidates) {
     refill_hash_if_full(hash, &hash_fill, pool, pool_size);
     if (threadIdx.x == 0) cand_count = 0;
     __syncthreads();
     const int chunk = min(kMaxCandidates, entries - first);
     if (threadIdx.x < chunk) {
-      const uint32_t e = query_entry(launch, query_index, first + threadIdx.x);
+      const int i = first + threadIdx.x;
+      const uint32_t e = query_entry(launch, query_index, i);
       if (e != kInvalidId && hash_insert(hash, &hash_fill, e)) {
-        cand_ids[atomicAdd(&cand_count, 1)] = e;
+        const int at = atomicAdd(&cand_count, 1);
+        cand_ids[at] = e;
+        if (scored) cand_dists[at] = query_entry_distance(launch, query_index, i);
         if (e == own_row) own_found = 1;
       }
     }
     __syncthreads();
     const int count = cand_count;
-    score_candidates<M>(g, query, cand_ids, cand_dists, count);
+    if (!scored) score_candidates<M>(g, query, cand_ids, cand_dists, count);
     __syncthreads();
     merge_candidates(pool, pool_size, cand_dists, cand_ids, count);
   }
