@@ -227,7 +227,7 @@ int64_t unreached_check(MatrixView rows, const IndexGraph& graph, int degree, in
   TsdgError error;
   TsdgUnreachedJob* job = tsdg_unreached_job_start(
       rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, graph.neighbors.data(), graph.lambdas.data(), degree,
-      graph.entries.data(), static_cast<int>(graph.entries.size()), first, graph.changed.data(), kIndexEfSearch, kNoLambdaLimit,
+      graph.entries.data(), static_cast<int>(graph.entries.size()), nullptr, nullptr, first, graph.changed.data(), kIndexEfSearch, kNoLambdaLimit,
       kUnboundedRecords, &error);
   if (job == nullptr) throw Error(Status::OutOfMemory, std::string("unreached check: ") + error.message);
   int64_t count = 0;

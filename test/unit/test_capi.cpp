@@ -125,7 +125,7 @@ TEST(CApi, UnreachedRowsJob) {
   EXPECT_TRUE(std::equal(entries.begin(), entries.end(), navigating.begin()));
   TsdgUnreachedJob* job = tsdg_unreached_job_start(
       data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, b.neighbors.data(), b.lambdas.data(),
-      params.degree, navigating.data(), navigating_count, 6000, nullptr, 2, 255, kAllRecords, &error);
+      params.degree, navigating.data(), navigating_count, nullptr, nullptr, 6000, nullptr, 2, 255, kAllRecords, &error);
   ASSERT_NE(job, nullptr) << error.message;
   std::vector<uint32_t> rows(2000);
   int64_t count = -1;
@@ -146,7 +146,7 @@ TEST(CApi, UnreachedRowsJob) {
 
   job = tsdg_unreached_job_start(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
                                  b.neighbors.data(), b.lambdas.data(), params.degree,
-                                 entries.data(), 256, data.rows + 1, nullptr, 2, 255, kAllRecords, &error);
+                                 entries.data(), 256, nullptr, nullptr, data.rows + 1, nullptr, 2, 255, kAllRecords, &error);
   EXPECT_EQ(job, nullptr);
   EXPECT_NE(std::string(error.message).find("out of range"), std::string::npos) << error.message;
 }
@@ -196,7 +196,7 @@ TEST(CApi, UnreachedChecksTakeTheMarkedOldRows) {
   const auto reported = [&](const uint8_t* recheck) {
     TsdgUnreachedJob* job = tsdg_unreached_job_start(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
                                                      b.neighbors.data(), b.lambdas.data(), params.degree,
-                                                     entries.data(), 8, first, recheck, 64, 255, kAllRecords, &error);
+                                                     entries.data(), 8, nullptr, nullptr, first, recheck, 64, 255, kAllRecords, &error);
     EXPECT_NE(job, nullptr) << error.message;
     std::vector<uint32_t> rows(data.rows);
     int64_t count = -1;
@@ -233,7 +233,7 @@ TEST(CApi, UnreachedChecksTakeTheMarkedOldRows) {
     } else {
       TsdgUnreachedJob* job = tsdg_unreached_job_start(
           data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, repaired.neighbors.data(), repaired.lambdas.data(),
-          params.degree, entries.data(), 8, first, marks.data(), 64, 255, kAllRecords, &error);
+          params.degree, entries.data(), 8, nullptr, nullptr, first, marks.data(), 64, 255, kAllRecords, &error);
       ASSERT_NE(job, nullptr) << error.message;
       ASSERT_EQ(tsdg_unreached_job_finish_repairing(job, repaired.neighbors.data(), repaired.lambdas.data(),
                                                     params.degree, changed.data(), rows.data(), rows.size(), &count,
@@ -277,7 +277,7 @@ TEST_P(UnreachedRowsJobRecords, RepairsAtTheNarrowEfToo) {
   const auto unreached_at = [&](int ef) {
     TsdgUnreachedJob* job = tsdg_unreached_job_start(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
                                                      b.neighbors.data(), b.lambdas.data(), params.degree,
-                                                     entries.data(), 4, first, nullptr, ef, 255, kAllRecords, &error);
+                                                     entries.data(), 4, nullptr, nullptr, first, nullptr, ef, 255, kAllRecords, &error);
     EXPECT_NE(job, nullptr) << error.message;
     std::vector<uint32_t> rows(data.rows - first);
     int64_t count = -1;
@@ -290,7 +290,7 @@ TEST_P(UnreachedRowsJobRecords, RepairsAtTheNarrowEfToo) {
 
   TsdgUnreachedJob* job = tsdg_unreached_job_start(data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
                                                    b.neighbors.data(), b.lambdas.data(), params.degree,
-                                                   entries.data(), 4, first, nullptr, wide_ef, 255, GetParam(), &error);
+                                                   entries.data(), 4, nullptr, nullptr, first, nullptr, wide_ef, 255, GetParam(), &error);
   ASSERT_NE(job, nullptr) << error.message;
   std::vector<uint8_t> changed(data.rows, 0);
   std::vector<uint32_t> rows(data.rows);

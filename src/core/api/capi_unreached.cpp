@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "capi_internal.h"
+#include "navigating_layer.h"
 #include "capi_job.h"
 #include "distance.h"
 #include "diversify.h"
@@ -70,6 +71,7 @@ tsdg::BeforeListChange marking_repaired(uint8_t* changed) {
 TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim, TsdgMetric metric,
                                            const uint32_t* neighbors, const uint8_t* lambdas,
                                            int degree, const uint32_t* entry_ids, int entry_count,
+                                           const uint32_t* layer_ids, const uint8_t* layer_lambdas,
                                            int64_t first, const uint8_t* recheck, int ef, int lambda_limit,
                                            int64_t record_bytes, TsdgError* error) {
   // per row and check: its walk's record (an empty vector and its heap
@@ -86,12 +88,21 @@ TsdgUnreachedJob* tsdg_unreached_job_start(const float* rows, int64_t n, int dim
             "entry_ids must not be NULL");
     require(record_bytes >= 0, "record_bytes must not be negative");
     require(first >= 0 && first <= n, "unreached rows: rows out of range");
+    require((layer_ids == nullptr) == (layer_lambdas == nullptr), "layer_ids and layer_lambdas go together");
     auto job = std::make_unique<TsdgUnreachedJob>();
+    const tsdg::MatrixView data{rows, n, dim};
+    std::shared_ptr<tsdg::NavigatingLayer> layer;
+    const int64_t layer_nodes = tsdg::layer_node_count(n);
+    if (layer_ids != nullptr && layer_nodes > 0) {
+      layer = std::make_shared<tsdg::NavigatingLayer>(tsdg::gather_layer_rows(data).view(),
+                                                      tsdg::GraphView{layer_ids, layer_lambdas, layer_nodes, degree},
+                                                      to_metric(metric));
+    }
     // A record's vector may hold twice the nodes it keeps.
     job->checks = std::make_unique<tsdg::RepairChecks>(
-        tsdg::MatrixView{rows, n, dim}, tsdg::GraphView{neighbors, lambdas, n, degree}, to_metric(metric), entry_ids,
-        entry_count, rows_to_check(first, n, recheck), ef, lambda_limit,
-        record_bytes / (2 * static_cast<int64_t>(sizeof(uint32_t))));
+        data, tsdg::GraphView{neighbors, lambdas, n, degree}, to_metric(metric), entry_ids, entry_count,
+        rows_to_check(first, n, recheck), ef, lambda_limit, record_bytes / (2 * static_cast<int64_t>(sizeof(uint32_t))),
+        layer);
     TsdgUnreachedJob* running = job.get();
     job->thread.start(0, [running](const tsdg::RunControl& control) { running->checks->run(control); });
     set_message(error, "");

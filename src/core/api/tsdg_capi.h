@@ -341,7 +341,8 @@ void		tsdg_index_free(TsdgResidentIndex *index);
  * linked by a graph of its own, whose ids are layer nodes. A search walks
  * the layer first, at tsdg_layer_entry_count(ef), and starts its walk on
  * the index's graph from what it found, instead of from the navigating set
- * scored whole. The checks of unreached rows keep the navigating set.
+ * scored whole. The checks of unreached rows walk as the searches do; the
+ * build's check of every row's route keeps the navigating set.
  */
 #define TSDG_LAYER_STRIDE 16
 #define TSDG_LAYER_MIN_NODES 16384
@@ -505,8 +506,10 @@ TsdgStatus	tsdg_graph_nn1_bound(const float *rows, int64_t n, int dim, TsdgMetri
  * (may be NULL: none; a merge's changed flags), that a search for their own
  * vector does not reach: the
  * walk of the index pages' scans (tsdg_search_* with ef, lambda_limit and no
- * stop rule, every entry point offered first), stopped once it offers the
- * row. A merge keeps these few exact. Found on threads of its own, so that
+ * stop rule, every entry point offered first; where layer_ids and
+ * layer_lambdas give the graph's navigating layer, degree ids each, the
+ * entries its walk finds for the row's vector instead), stopped once it
+ * offers the row. A merge keeps these few exact. Found on threads of its own, so that
  * the caller writes its pages meanwhile: returns at once (NULL and error
  * when it cannot start). The arrays must stay as they are until
  * tsdg_unreached_job_finish, which waits, writes the first max_rows of the
@@ -525,6 +528,7 @@ TsdgUnreachedJob *tsdg_unreached_job_start(const float *rows, int64_t n, int dim
 										   TsdgMetric metric, const uint32_t *neighbors,
 										   const uint8_t *lambdas, int degree,
 										   const uint32_t *entry_ids, int entry_count,
+										   const uint32_t *layer_ids, const uint8_t *layer_lambdas,
 										   int64_t first, const uint8_t *recheck, int ef,
 										   int lambda_limit, int64_t record_bytes,
 										   TsdgError *error);

@@ -12,6 +12,8 @@
 
 namespace tsdg {
 
+class NavigatingLayer;
+
 // A graph made searchable by a backend: the CPU keeps pointers to the caller's
 // arrays, the GPU keeps device copies. Owned by the caller.
 class SearchIndex {
@@ -49,9 +51,12 @@ class SearchIndex {
   // nodes, ids local to the layer, layer.nodes == layer_node_count of the
   // index's nodes; copied. Its searches then start from the layer's walk
   // instead of the navigating set scored whole; an empty layer (0 nodes)
-  // goes back to that. The checks of unreached rows and entry_points keep
-  // the navigating set.
+  // goes back to that. Its checks of unreached rows walk from the layer
+  // too; entry_points stays the navigating set.
   virtual void set_layer(GraphView layer) = 0;
+  // The layer its searches start from, searchable on the host, for the
+  // checks that walk as its searches do; null when it has none.
+  virtual std::shared_ptr<NavigatingLayer> navigating_layer() const = 0;
 
   // Per-node values that searches can answer with instead of node ids (for
   // PostgreSQL each row's heap TID): value_size bytes per node (at most

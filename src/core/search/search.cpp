@@ -602,9 +602,10 @@ std::vector<uint32_t> CpuSearchIndex::unreached_rows(int64_t first, int64_t end,
                                                      const RunControl& control) {
   validate_search_params(params);
   prepare_entry_points(params, control);
+  const std::shared_ptr<NavigatingLayer> layer = current_layer();
   return tsdg::unreached_rows(data_, graph_, metric_, navigating_.entries().data(),
                               static_cast<int>(navigating_.entries().size()), first, end, params.ef,
-                              params.lambda_limit, control);
+                              params.lambda_limit, control, layer.get());
 }
 
 std::vector<uint32_t> CpuSearchIndex::entry_points(const SearchParams& params,

@@ -63,10 +63,13 @@ uint32_t greedy_descent(MatrixView data, GraphView graph, const float* target, u
 // entries), stopped as soon as it computes the row's distance. A merge keeps
 // these few exact, so that a row just merged is always found. Ascending, on
 // control's pool.
+// With a layer, each walk starts from what the layer's walk for the row's
+// vector finds instead of from entries, as the searches of an index with
+// that layer do.
 std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric metric,
                                      const uint32_t* entries, int entry_count, int64_t first,
                                      int64_t end, int ef, int lambda_limit,
-                                     const RunControl& control);
+                                     const RunControl& control, NavigatingLayer* layer = nullptr);
 
 // Rounds of UnreachedCheck::repair for a merge: a second round gives the
 // rows whose first edge went to a list another edge changed a new one.
@@ -97,13 +100,14 @@ class UnreachedCheck {
  public:
   // The rows checked: rows (any order, duplicates once), or [first, end).
   // record_budget: the expanded nodes it keeps in all; a walk past it is not
-  // kept, and a repair walks its row again.
+  // kept, and a repair walks its row again. layer: null, or the layer the
+  // walks start from (unreached_rows).
   UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries, int entry_count,
                  std::vector<uint32_t> rows, int ef, int lambda_limit,
-                 int64_t record_budget = kMaxRecordedExpansions);
+                 int64_t record_budget = kMaxRecordedExpansions, std::shared_ptr<NavigatingLayer> layer = nullptr);
   UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries, int entry_count,
                  int64_t first, int64_t end, int ef, int lambda_limit,
-                 int64_t record_budget = kMaxRecordedExpansions);
+                 int64_t record_budget = kMaxRecordedExpansions, std::shared_ptr<NavigatingLayer> layer = nullptr);
   ~UnreachedCheck();
   UnreachedCheck(const UnreachedCheck&) = delete;
   UnreachedCheck& operator=(const UnreachedCheck&) = delete;
@@ -142,6 +146,7 @@ class UnreachedCheck {
   GraphView graph_;
   DistanceFn distance_;
   std::vector<uint32_t> entries_;
+  std::shared_ptr<NavigatingLayer> layer_;
   std::vector<uint32_t> rows_;  // the rows checked, ascending
   int ef_, lambda_limit_;
   int64_t record_budget_;
@@ -166,7 +171,8 @@ constexpr int kRepairNarrowEf = 10;
 struct RepairChecks {
   RepairChecks(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries, int entry_count,
                const std::vector<uint32_t>& rows, int ef, int lambda_limit,
-               int64_t record_budget = 2 * kMaxRecordedExpansions);
+               int64_t record_budget = 2 * kMaxRecordedExpansions,
+               const std::shared_ptr<NavigatingLayer>& layer = nullptr);
   void run(const RunControl& control);
   // After run(): narrow's repair, which wide is told of (its lists and the
   // rows it added to its check), then wide's; the nodes whose lists
@@ -384,6 +390,7 @@ class CpuSearchIndex : public SearchIndex {
                                        const RunControl& control) override;
   void lists_changed(const std::vector<uint32_t>& nodes) override;
   void set_layer(GraphView layer) override;
+  std::shared_ptr<NavigatingLayer> navigating_layer() const override { return current_layer(); }
 
   // Distance computations of every search so far, the layer's walks included.
   int64_t distance_computations() const;

@@ -30,10 +30,15 @@ namespace {
 // graph). expanded, when not null, gets the nodes the walk expanded.
 // With stop_at_row false the walk passes the row by, as if it were not in
 // the graph, and always ends with *nearest: the nearest other node it found.
+// entry_dists, when not null, are the entries' distances (a layer's walk
+// gave them, padded with kInvalidId).
 bool walk_reaches(MatrixView data, GraphView graph, DistanceFn distance, const uint32_t* entries,
-                  int entry_count, uint32_t row, int lambda_limit, VisitedTable& visited,
+                  const float* entry_dists, int entry_count, uint32_t row, int lambda_limit, VisitedTable& visited,
                   CandidatePool& pool, std::vector<uint32_t>& fresh, std::vector<uint32_t>* expanded,
                   uint32_t* nearest, bool stop_at_row = true) {
+  if (entry_dists != nullptr) {
+    while (entry_count > 0 && entries[entry_count - 1] == kInvalidId) --entry_count;
+  }
   const float* query = data.row(row);
   const SlackRule no_stop_rule;
   visited.next_query();
@@ -47,7 +52,8 @@ bool walk_reaches(MatrixView data, GraphView graph, DistanceFn distance, const u
   for (int i = 0; i < entry_count; ++i) {
     if (entries[i] == row) continue;
     visited.mark(entries[i]);
-    pool.push(entries[i], distance(query, data.row(entries[i]), data.dim));
+    pool.push(entries[i],
+              entry_dists != nullptr ? entry_dists[i] : distance(query, data.row(entries[i]), data.dim));
   }
   fresh.resize(graph.degree);
   uint32_t node;
@@ -86,14 +92,16 @@ void check_walk_arguments(MatrixView data, GraphView graph, const uint32_t* entr
   }
 }
 
-// The walks of `count` rows (row_at(i)) on control's pool; on_missed(i,
+// The walks of `count` rows (row_at(i)) on control's pool, from entries or,
+// where layer is not null, from what the layer's walk for the row's vector
+// finds, as the searches of an index with that layer start; on_missed(i,
 // worker, nearest) for each row not reached; expanded_of(i), when it
 // returns a vector, gets the nodes walk i expanded.
 // after_walk(i), when given, runs after walk i (to keep or drop its record).
 template <typename RowAt, typename ExpandedOf, typename OnMissed, typename AfterWalk = void (*)(int64_t)>
 void walk_rows_on_pool(MatrixView data, GraphView graph, DistanceFn distance, const std::vector<uint32_t>& entries,
-                       int64_t count, int ef, int lambda_limit, const RunControl& control, RowAt row_at,
-                       ExpandedOf expanded_of, OnMissed on_missed, bool stop_at_row = true,
+                       NavigatingLayer* layer, int64_t count, int ef, int lambda_limit, const RunControl& control,
+                       RowAt row_at, ExpandedOf expanded_of, OnMissed on_missed, bool stop_at_row = true,
                        AfterWalk after_walk = [](int64_t) {}) {
   const int workers = worker_count(control);
   std::vector<std::unique_ptr<VisitedTable>> visited(workers);
@@ -105,11 +113,28 @@ void walk_rows_on_pool(MatrixView data, GraphView graph, DistanceFn distance, co
       visited[worker] = std::make_unique<VisitedTable>(data.rows);
       pools[worker].reset(ef);
     }
+    const int width = NavigatingLayer::width(ef);
+    std::vector<uint32_t> layer_ids;
+    std::vector<float> layer_dists;
+    if (layer != nullptr) {
+      Matrix queries(stop - begin, data.dim);
+      for (int64_t i = begin; i < stop; ++i) {
+        std::copy(data.row(row_at(i)), data.row(row_at(i)) + data.dim, queries.row(i - begin));
+      }
+      layer_ids.resize(static_cast<size_t>(queries.rows) * width);
+      layer_dists.resize(layer_ids.size());
+      RunControl on_this_thread;
+      on_this_thread.cancel = control.cancel;
+      layer->entries(queries.view(), ef, layer_ids.data(), layer_dists.data(), on_this_thread);
+    }
     for (int64_t i = begin; i < stop; ++i) {
       uint32_t nearest = kInvalidId;
-      if (!walk_reaches(data, graph, distance, entries.data(), static_cast<int>(entries.size()), row_at(i),
-                        lambda_limit, *visited[worker], pools[worker], fresh[worker], expanded_of(i), &nearest,
-                        stop_at_row)) {
+      const bool from_layer = layer != nullptr;
+      const size_t at = static_cast<size_t>(i - begin) * width;
+      if (!walk_reaches(data, graph, distance, from_layer ? layer_ids.data() + at : entries.data(),
+                        from_layer ? layer_dists.data() + at : nullptr,
+                        from_layer ? width : static_cast<int>(entries.size()), row_at(i), lambda_limit,
+                        *visited[worker], pools[worker], fresh[worker], expanded_of(i), &nearest, stop_at_row)) {
         on_missed(i, worker, nearest);
       }
       after_walk(i);
@@ -185,11 +210,12 @@ std::vector<uint32_t> kernel_misses(SearchIndex& index, MatrixView data, const s
 std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric metric,
                                      const uint32_t* entries, int entry_count, int64_t first,
                                      int64_t end, int ef, int lambda_limit,
-                                     const RunControl& control) {
+                                     const RunControl& control, NavigatingLayer* layer) {
   check_walk_arguments(data, graph, entries, entry_count, first, end, ef);
   std::vector<std::vector<uint32_t>> missed(worker_count(control));
   walk_rows_on_pool(
-      data, graph, metric_distance_fn(metric), std::vector<uint32_t>(entries, entries + entry_count), end - first, ef,
+      data, graph, metric_distance_fn(metric), std::vector<uint32_t>(entries, entries + entry_count), layer,
+      end - first, ef,
       lambda_limit, control, [first](int64_t i) { return static_cast<uint32_t>(first + i); },
       [](int64_t) { return static_cast<std::vector<uint32_t>*>(nullptr); },
       [&](int64_t i, int worker, uint32_t) { missed[worker].push_back(static_cast<uint32_t>(first + i)); });
@@ -201,9 +227,9 @@ std::vector<uint32_t> unreached_rows(MatrixView data, GraphView graph, Metric me
 
 UnreachedCheck::UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries,
                                int entry_count, std::vector<uint32_t> rows, int ef, int lambda_limit,
-                               int64_t record_budget)
-    : data_(data), graph_(graph), distance_(metric_distance_fn(metric)), ef_(ef), lambda_limit_(lambda_limit),
-      record_budget_(record_budget) {
+                               int64_t record_budget, std::shared_ptr<NavigatingLayer> layer)
+    : data_(data), graph_(graph), distance_(metric_distance_fn(metric)), layer_(std::move(layer)), ef_(ef),
+      lambda_limit_(lambda_limit), record_budget_(record_budget) {
   check_walk_arguments(data, graph, entries, entry_count, 0, data.rows, ef);
   rows_ = sorted_rows(std::move(rows), data.rows);
   entries_.assign(entries, entries + entry_count);
@@ -211,10 +237,10 @@ UnreachedCheck::UnreachedCheck(MatrixView data, GraphView graph, Metric metric, 
 
 UnreachedCheck::UnreachedCheck(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries,
                                int entry_count, int64_t first, int64_t end, int ef, int lambda_limit,
-                               int64_t record_budget)
+                               int64_t record_budget, std::shared_ptr<NavigatingLayer> layer)
     : UnreachedCheck(data, graph, metric, entries, entry_count,
                      (check_walk_arguments(data, graph, entries, entry_count, first, end, ef), row_range(first, end)),
-                     ef, lambda_limit, record_budget) {}
+                     ef, lambda_limit, record_budget, std::move(layer)) {}
 
 UnreachedCheck::~UnreachedCheck() = default;
 
@@ -231,7 +257,7 @@ void UnreachedCheck::walk_rows(const std::vector<uint32_t>& rows, const RunContr
     std::vector<uint32_t>().swap(walk);
   }
   walk_rows_on_pool(
-      data_, graph_, distance_, entries_, static_cast<int64_t>(rows.size()), ef_, lambda_limit_, control,
+      data_, graph_, distance_, entries_, layer_.get(), static_cast<int64_t>(rows.size()), ef_, lambda_limit_, control,
       [&](int64_t i) { return rows[i]; },
       [&](int64_t i) {
         // the row's previous record is gone: kept again when the budget allows
@@ -397,6 +423,7 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
                                               const std::vector<uint32_t>& also_rows) {
   const GraphView view{graph.neighbors, graph.lambdas, graph.nodes, graph.degree};
   const std::vector<uint32_t> entries = index.entry_points(params, control);
+  const std::shared_ptr<NavigatingLayer> layer = index.navigating_layer();
   check_walk_arguments(data, view, entries.data(), static_cast<int>(entries.size()), first, end, params.ef);
   const std::vector<uint32_t> also = sorted_rows(also_rows, data.rows);
   const int narrow_ef = std::min(params.ef, kRepairNarrowEf);
@@ -405,15 +432,17 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
     // the CPU index's check is the walk UnreachedCheck records: the repair
     // then walks again only the walks it can change
     RepairChecks checks(data, view, metric, entries.data(), static_cast<int>(entries.size()),
-                        sorted_union(row_range(first, end), also), params.ef, params.lambda_limit);
+                        sorted_union(row_range(first, end), also), params.ef, params.lambda_limit,
+                        2 * kMaxRecordedExpansions, layer);
     checks.run(control);
     found = static_cast<int64_t>(checks.wide->unreached().size());
     changed = checks.repair(graph, control, before_change);
     if (changed.empty()) return checks.wide->unreached();
     // The index picks its entry points again on the repaired lists, as one
-    // loaded from them would: the rows must be reached from those too.
+    // loaded from them would: the rows must be reached from those too,
+    // unless its searches start from the layer, which the lists do not move.
     index.lists_changed(changed);
-    if (index.entry_points(params, control) == entries) return checks.wide->unreached();
+    if (layer != nullptr || index.entry_points(params, control) == entries) return checks.wide->unreached();
     SearchParams as_walked = params;
     as_walked.gpu_kernel = kGpuKernelWalkingAsTheCpu;
     return sorted_union(checks.wide->unreached(),
@@ -448,7 +477,8 @@ std::vector<uint32_t> unreached_rows_repaired(SearchIndex& index, MatrixView dat
       }
     }
     walk_rows_on_pool(
-        data, view, distance, entries, static_cast<int64_t>(rows.size()), ef, params.lambda_limit, control,
+        data, view, distance, entries, layer.get(), static_cast<int64_t>(rows.size()), ef, params.lambda_limit,
+        control,
         [&](int64_t i) { return rows[i]; }, [](int64_t) { return static_cast<std::vector<uint32_t>*>(nullptr); },
         [&](int64_t i, int, uint32_t node) { nearest[at[i]] = node; }, /*stop_at_row=*/false);
   }
@@ -676,13 +706,14 @@ std::vector<uint32_t> UnreachedCheck::repair(GraphSpan graph, int rounds, const 
 
 RepairChecks::RepairChecks(MatrixView data, GraphView graph, Metric metric, const uint32_t* entries,
                            int entry_count, const std::vector<uint32_t>& rows, int ef, int lambda_limit,
-                           int64_t record_budget) {
+                           int64_t record_budget, const std::shared_ptr<NavigatingLayer>& layer) {
   const bool with_narrow = ef > kRepairNarrowEf;
   const int64_t budget = std::min(kMaxRecordedExpansions, record_budget / (with_narrow ? 2 : 1));
-  wide = std::make_unique<UnreachedCheck>(data, graph, metric, entries, entry_count, rows, ef, lambda_limit, budget);
+  wide = std::make_unique<UnreachedCheck>(data, graph, metric, entries, entry_count, rows, ef, lambda_limit, budget,
+                                          layer);
   if (with_narrow) {
     narrow = std::make_unique<UnreachedCheck>(data, graph, metric, entries, entry_count, rows, kRepairNarrowEf,
-                                              lambda_limit, budget);
+                                              lambda_limit, budget, layer);
   }
 }
 

@@ -251,7 +251,7 @@ size_t CudaSearchIndex::layer_bytes() const {
   if (layer_ == nullptr) return 0;
   return layer_->memory_bytes() + layer_rows_.values.size() * sizeof(float) +
          layer_graph_.neighbors.size() * sizeof(uint32_t) + layer_graph_.lambdas.size() +
-         layer_entry_ids_.bytes() + layer_entry_dists_.bytes();
+         layer_entry_ids_.bytes() + layer_entry_dists_.bytes() + (host_layer_ ? host_layer_->memory_bytes() : 0);
 }
 
 int64_t CudaSearchIndex::small_batch_limit() const {
@@ -359,8 +359,8 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
                            (params.gpu_kernel == kKernelAuto && queries.rows < small_batch_limit() &&
                             ef <= kGpuSmallBatchMaxEf);
   if (params.entry_samples < 1) throw Error(Status::InvalidArgument, "search entry_samples must be positive");
-  // the checks of unreached rows keep the navigating set (SearchIndex::set_layer)
-  const bool through_layer = layer_ != nullptr && own_row_first < 0;
+  // the checks of unreached rows walk as the searches do (SearchIndex::set_layer)
+  const bool through_layer = layer_ != nullptr;
   const int entry_width = through_layer ? NavigatingLayer::width(ef) : 0;
   if (!through_layer) prepare_entries(params, control);
   const int64_t rows_per_launch =
@@ -458,6 +458,7 @@ void CudaSearchIndex::set_layer(GraphView layer) {
   TSDG_CUDA_CHECK(cudaSetDevice(device_));
   if (layer.nodes == 0) {
     layer_.reset();
+    host_layer_.reset();
     layer_rows_ = Matrix{};
     layer_graph_ = TsdgGraph{};
     layer_entry_ids_.release();
@@ -478,11 +479,17 @@ void CudaSearchIndex::set_layer(GraphView layer) {
   ctx_->stream.synchronize();
   auto index = std::make_unique<CudaSearchIndex>(device_, rows.view(), GraphView::of(graph), metric_, nullptr, 0,
                                                  std::move(device_rows));
+  host_layer_ = std::make_shared<NavigatingLayer>(rows.view(), GraphView::of(graph), metric_);
   // the index goes before the arrays it views; moved, they stay where the
   // new one views them
   layer_ = std::move(index);
   layer_rows_ = std::move(rows);
   layer_graph_ = std::move(graph);
+}
+
+std::shared_ptr<NavigatingLayer> CudaSearchIndex::navigating_layer() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return host_layer_;
 }
 
 void CudaSearchIndex::set_payload(const void* values, int value_size, const uint8_t* flags,

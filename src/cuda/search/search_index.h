@@ -38,6 +38,7 @@ class CudaSearchIndex final : public SearchIndex {
   // The layer's lists are copied; its rows are gathered from the device's
   // rows, and on the host for its navigating set.
   void set_layer(GraphView layer) override;
+  std::shared_ptr<NavigatingLayer> navigating_layer() const override;
   std::vector<uint32_t> entry_points(const SearchParams& params,
                                      const RunControl& control) override;
   std::vector<uint32_t> unreached_rows(int64_t first, int64_t end, const SearchParams& params,
@@ -129,9 +130,11 @@ class CudaSearchIndex final : public SearchIndex {
   Matrix layer_rows_;
   TsdgGraph layer_graph_;
   std::unique_ptr<CudaSearchIndex> layer_;
+  // the same layer searched on the host, for the CPU's walks of the checks
+  std::shared_ptr<NavigatingLayer> host_layer_;
   DeviceBuffer<uint32_t> layer_entry_ids_;  // a launch's entries from the layer, rows * width
   DeviceBuffer<float> layer_entry_dists_;
-  std::mutex mutex_;  // one batch at a time on the stream and buffers
+  mutable std::mutex mutex_;  // one batch at a time on the stream and buffers
 };
 
 }  // namespace tsdg::cuda

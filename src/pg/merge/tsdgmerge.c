@@ -301,10 +301,11 @@ TsdgMergeIndex(Relation index)
 		INSTR_TIME_SET_CURRENT(phase_start[2]);
 		INSTR_TIME_SET_ZERO(entry_time);
 		/* a worker that merged computes them while the pages are written */
+		/* the layer first: the check of unreached rows walks from it */
 		if (m.segment.summary_pid == 0)
 		{
-			TsdgMergedEntryPoints(&m, metric);
 			TsdgComputeMergedLayer(&m, metric);
+			TsdgMergedEntryPoints(&m, metric);
 		}
 		INSTR_TIME_SET_CURRENT(entry_start);
 		INSTR_TIME_ACCUM_DIFF(entry_time, entry_start, phase_start[2]);
@@ -323,10 +324,10 @@ TsdgMergeIndex(Relation index)
 				TsdgWorkerMergeLayer(&m.segment, m.n_old + m.n_new, &m.layer_ids, &m.layer_lambdas);
 			if (!m.layer_on_worker)
 				TsdgReadLeftRows(&m);
-			if (m.worker_summary_failed)
-				TsdgMergedEntryPoints(&m, metric);
 			if (!m.layer_on_worker)
 				TsdgComputeMergedLayer(&m, metric);
+			if (m.worker_summary_failed)
+				TsdgMergedEntryPoints(&m, metric);
 			INSTR_TIME_SET_CURRENT(waited);
 			INSTR_TIME_ACCUM_DIFF(entry_time, waited, entry_start);
 		}

@@ -247,7 +247,8 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 	navigating_count = tsdg_navigating_set(nm->entry_points, nm->entry_count, n, navigating);
 	m->unreached_job = tsdg_unreached_job_start(m->rows, n, m->dims, metric, m->neighbors,
 												m->lambdas, degree, navigating,
-												navigating_count, m->split, m->changed,
+												navigating_count, m->layer_ids, m->layer_lambdas,
+												m->split, m->changed,
 												tsdg_ef_search, tsdg_lambda_search,
 												(int64) record_bytes, &error);
 	pfree(navigating);
@@ -318,12 +319,15 @@ TsdgRecheckFromRepairedEntries(TsdgMerge *m, int64 unreached)
 	nm->entry_count = count;
 	status = tsdg_graph_nn1_bound(m->rows, n, m->dims, metric, m->neighbors, degree, &nm->nn1_bound, &error);
 	TsdgCheckCore(m->index, status, &error);
+	/* searches from the layer do not start from the entry points */
+	if (m->layer_ids != NULL)
+		return unreached;
 
 	navigating = palloc(sizeof(uint32) * (count + tsdg_strided_entry_count(n)));
 	navigating_count = tsdg_navigating_set(nm->entry_points, count, n, navigating);
 	job = tsdg_unreached_job_start(m->rows, n, m->dims, metric, m->neighbors, m->lambdas, degree,
-								   navigating, navigating_count, m->split, m->changed, tsdg_ef_search,
-								   tsdg_lambda_search, 0, &error);
+								   navigating, navigating_count, NULL, NULL, m->split, m->changed,
+								   tsdg_ef_search, tsdg_lambda_search, 0, &error);
 	pfree(navigating);
 	if (job == NULL)
 		TsdgCheckCore(m->index, TSDG_ERR_OUT_OF_MEMORY, &error);
