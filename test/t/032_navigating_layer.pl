@@ -3,7 +3,9 @@
 # one without it (the sessions build, merge and search): an index built below
 # TSDG_LAYER_MIN_NODES rows has no layer, a merge that takes it past that
 # gets one, a merge that drops deleted nodes (and renumbers the rows) builds
-# it again, and CREATE INDEX of as many rows has one; each time layer_nodes
+# it again, and CREATE INDEX of as many rows has one (the merge past 16384
+# rows and one build past maintenance_work_mem: on the worker in parts, else
+# with the arrays in temporary files); each time layer_nodes
 # is ceil(rows / 16), and index scans and batch searches (whose resident
 # indexes search through the layer) find the exact ten nearest rows at
 # recall >= 0.95 at tsdg.ef_search 40. After a crash the layer reads back
@@ -89,8 +91,10 @@ sub run_on
 	$node->safe_psql('postgres', 'CREATE INDEX items_idx ON items USING tsdg (v vector_l2_ops)');
 	check_layer($node, "$what, built below 16384 rows");
 
+	# past maintenance_work_mem: through the worker in parts, else spilled
 	load($node, 'items', 15001, 3000, 3);
-	$node->safe_psql('postgres', "SELECT tsdg_merge('items_idx')");
+	$node->safe_psql('postgres', "SET maintenance_work_mem = '1MB'; SET client_min_messages = warning;
+		SELECT tsdg_merge('items_idx')");
 	check_layer($node, "$what, merged past 16384 rows");
 
 	$node->safe_psql('postgres', 'DELETE FROM items WHERE id % 10 = 0');
@@ -107,6 +111,9 @@ sub run_on
 
 	$node->safe_psql('postgres', 'REINDEX INDEX items_idx');
 	check_layer($node, "$what, built from 16384 rows on");
+	$node->safe_psql('postgres', "SET maintenance_work_mem = '1MB'; SET client_min_messages = warning;
+		REINDEX INDEX items_idx");
+	check_layer($node, "$what, built from 16384 rows on past maintenance_work_mem");
 }
 
 my $worker = worker_node('layer_worker', "maintenance_work_mem = '256MB'");
