@@ -2,7 +2,9 @@
 # tsdg_merge() writes the new graph (the pending rows being merged, deleted
 # rows being dropped, inserts arriving); after recovery the index still has
 # the old graph and every pending row, answers like an exact scan for rows
-# equal to rows of the table, and the next merge completes.
+# equal to rows of the table, and the next merge completes. The navigating
+# layer of each graph is the one of its node count and reads back whole (a
+# batch search loads it).
 use strict;
 use warnings FATAL => 'all';
 use IPC::Run;
@@ -25,6 +27,8 @@ sub index_state
 		SELECT count(*) FROM (SELECT p.id, (SELECT i.id FROM items i ORDER BY i.v <-> p.v LIMIT 1) AS first
 		                      FROM items p WHERE p.id % 997 = 1) s WHERE first = id;
 		SELECT concat_ws(',', pending, deleted, graph_version, merges) FROM tsdg_index_info('items_idx');
+		SELECT layer_nodes = ceil((rows + deleted) / 16.0) FROM tsdg_index_info('items_idx');
+		SELECT count(*) FROM tsdg_search_batch('items_idx', ARRAY(SELECT v FROM items WHERE id = 7), 10);
 	});
 }
 
@@ -44,7 +48,7 @@ $node->safe_psql('postgres', qq{
 $node->safe_psql('postgres', 'SET tsdg.merge_threshold = -1; VACUUM items');
 my $live = $node->safe_psql('postgres', 'SELECT count(*) FROM items');
 my $probes = $node->safe_psql('postgres', 'SELECT count(*) FROM items WHERE id % 997 = 1');
-is(index_state(), "$live\n$probes\n9800,600,1,0", 'before the merge: the old graph and 9800 pending rows');
+is(index_state(), "$live\n$probes\n9800,600,1,0\nt\n10", 'before the merge: the old graph and 9800 pending rows');
 
 # The merge runs in another session; rows arrive meanwhile; the server dies
 # once the merge has allocated the blocks of the new graph and writes them.
@@ -75,12 +79,12 @@ $node->stop('immediate');
 $merge->finish;
 $node->start;
 
-my $expected = ($live + 100) . "\n$probes\n9900,600,1,0";
+my $expected = ($live + 100) . "\n$probes\n9900,600,1,0\nt\n10";
 is(index_state(), $expected, 'after the crash: the old graph and every pending row');
 
 is($node->safe_psql('postgres', "SELECT tsdg_merge('items_idx')"),
 	9900, 'the merge after the crash merges the 9900 pending rows');
-$expected = ($live + 100) . "\n$probes\n0,0,2,1";
+$expected = ($live + 100) . "\n$probes\n0,0,2,1\nt\n10";
 is(index_state(), $expected, 'after the next merge: the new graph, nothing pending');
 
 # and the merged graph itself survives a crash

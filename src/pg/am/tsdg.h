@@ -1,7 +1,8 @@
 /*
  * The tsdg index access method: on-disk format and the functions shared by
  * its files (tsdg.c handler/options/GUCs, tsdgbuild.c, tsdginsert.c,
- * tsdgscan.c, tsdgvacuum.c, tsdgutils.c page layout, tsdginfo.c).
+ * tsdgscan.c, tsdgvacuum.c, tsdgutils.c page layout, tsdglayer.c,
+ * tsdginfo.c).
  *
  * Pages of a tsdg index:
  *   block 0             the metapage (TsdgMetaPageData in the page contents)
@@ -17,12 +18,14 @@
  *   list pages          the graph: node i's search list {neighbors[R],
  *                       lambdas[R] (uint8)} is record
  *                       i % lists_per_page of block list_start +
- *                       i / lists_per_page, followed by the k-NN pages. A
- *                       neighbor id takes 3 bytes (little-endian, 0xFFFFFF
+ *                       i / lists_per_page, followed by the layer pages
+ *                       and the k-NN pages. A neighbor id takes 3 bytes (little-endian, 0xFFFFFF
  *                       for none) in a graph of fewer than 2^24 - 1 nodes,
  *                       else 4 (TsdgListIdBytes): list pages are all WAL,
  *                       rewritten by every merge, and at R = 32 the 3-byte
  *                       ids put 63 lists on a page instead of 51.
+ *   layer pages         the navigating layer's lists, list records of
+ *                       layer-local ids (see below).
  *   pending pages       rows inserted since the last merge, a list linked
  *                       through the special space, searched exactly.
  * Row, list and k-NN records are packed after the page header (no line

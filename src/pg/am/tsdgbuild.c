@@ -166,7 +166,7 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 	return false;
 }
 
-/* the layer's progress: its phase only, and the cancel */
+/* the layer's poll: the cancel only, its phase is reported before it starts */
 static bool
 TsdgLayerPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 {

@@ -229,7 +229,7 @@ TsdgCpuSearchBatch(Relation index, const TsdgMetaPageData *meta, const TsdgBatch
 		TsdgCheckCoreStatus(TSDG_ERR_OUT_OF_MEMORY, &error);
 	PG_TRY();
 	{
-		/* the searches start from the layer's walk, as the scans' do */
+		/* the searches start from the layer's walk, as the worker's do */
 		if (meta->layer_nodes > 0)
 			TsdgCheckCoreStatus(tsdg_index_set_layer(resident, image.layer_ids, image.layer_lambdas,
 													 meta->layer_nodes, meta->degree, &error),
