@@ -8,7 +8,8 @@
 # pg_tsdg_cuda.so), then
 #   tests: the worker regression test (test/regress/sql/worker.sql, the
 #          searches answered by the GPU) and the worker TAP tests
-#          (test/t/*worker*.pl, each on a cluster of its own) with the CUDA
+#          (test/t/*worker*.pl and the navigating layer's, each on a cluster
+#          of its own) with the CUDA
 #          worker; 009_worker_fallback with TSDG_BIG_ROWS (default 1M) rows so
 #          that the GPU build lasts long enough to be killed;
 #   bench: test/gpu/pg_worker_bench.py: ROWS x DIM (default 1M x 128) clustered
@@ -76,7 +77,7 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
 
   log "worker TAP tests with the CUDA worker"
   if TSDG_WORKER_BACKEND=cuda TSDG_BIG_ROWS=${TSDG_BIG_ROWS:-1000000} \
-       run_tap_tests "$work/tap" test/t/*worker*.pl; then
+       run_tap_tests "$work/tap" test/t/*worker*.pl test/t/032_navigating_layer.pl; then
     echo "worker TAP tests: ok"
   else
     echo "worker TAP tests: FAILED"; failed=1
