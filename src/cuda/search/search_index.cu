@@ -334,7 +334,13 @@ void CudaSearchIndex::walk_for_entries(const float* queries, int64_t rows, int w
                       ids,
                       dists};
   pick_entries(launch);
-  launch_large_batch_search(launch, ctx_->stream.get());
+  // few queries walk in parallel only in the small-batch kernel, as the
+  // index's own searches pick it
+  if (rows < small_batch_limit() && width <= kGpuSmallBatchMaxEf) {
+    launch_small_batch_search(launch, 0, ctx_->stream.get());
+  } else {
+    launch_large_batch_search(launch, ctx_->stream.get());
+  }
   ctx_->stream.synchronize();
 }
 

@@ -78,8 +78,9 @@ class CudaSearchIndex final : public SearchIndex {
   // query's best entries by an exact search of their rows (only those can be
   // in a search's first ef best), into launch.entry_picks.
   void pick_entries(SearchLaunch& launch);
-  // Called on the layer's index: the large-batch walks of rows queries
-  // (device, on stream, which it waits for) at ef = k = width from its
+  // Called on the layer's index: the walks of rows queries (device, on
+  // stream, which it waits for; the small-batch kernel for fewer than
+  // small_batch_limit(), else the large-batch one) at ef = k = width from its
   // navigating set with the default search parameters, as the CPU's
   // NavigatingLayer walks, into ids / dists (device, rows * width, layer ids
   // and the walks' half-precision distances); done when it returns.
