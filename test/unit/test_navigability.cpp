@@ -75,6 +75,20 @@ double knn_recall(const HardData& d, const KnnGraph& knn, const RunControl& cont
   return static_cast<double>(hits) / static_cast<double>(kRows * kK);
 }
 
+// recall@10 of index's search of the queries at params.
+double search_recall(const HardData& d, CpuSearchIndex& index, const SearchParams& params,
+                     const RunControl& control) {
+  std::vector<uint32_t> ids(d.queries.rows * kK);
+  std::vector<float> dists(ids.size());
+  index.search(d.queries.view(), params, ids.data(), dists.data(), control);
+  int64_t hits = 0;
+  for (int64_t q = 0; q < d.queries.rows; ++q) {
+    const uint32_t* truth = d.truth.data() + q * kK;
+    for (int j = 0; j < kK; ++j) hits += std::count(truth, truth + kK, ids[q * kK + j]);
+  }
+  return static_cast<double>(hits) / static_cast<double>(ids.size());
+}
+
 // recall@10 of the graph built from GNND with gnnd, at each of kEfs; the
 // k-NN graph's own recall@10 into knn_recall_out when given.
 std::vector<double> recalls(const HardData& d, const GnndParams& gnnd, const DiversifyParams& diversify,
@@ -91,15 +105,7 @@ std::vector<double> recalls(const HardData& d, const GnndParams& gnnd, const Div
     params.ef = ef;
     params.entry_samples = kEntries;
     params.entry_stride = entry_stride;
-    std::vector<uint32_t> ids(d.queries.rows * kK);
-    std::vector<float> dists(ids.size());
-    index.search(d.queries.view(), params, ids.data(), dists.data(), control);
-    int64_t hits = 0;
-    for (int64_t q = 0; q < d.queries.rows; ++q) {
-      const uint32_t* truth = d.truth.data() + q * kK;
-      for (int j = 0; j < kK; ++j) hits += std::count(truth, truth + kK, ids[q * kK + j]);
-    }
-    out.push_back(static_cast<double>(hits) / static_cast<double>(ids.size()));
+    out.push_back(search_recall(d, index, params, control));
   }
   return out;
 }
@@ -167,15 +173,7 @@ std::vector<double> index_recalls(const HardData& d, const TsdgGraph& graph, boo
     SearchParams params;
     params.k = kK;
     params.ef = ef;
-    std::vector<uint32_t> ids(d.queries.rows * kK);
-    std::vector<float> dists(ids.size());
-    index.search(d.queries.view(), params, ids.data(), dists.data(), control);
-    int64_t hits = 0;
-    for (int64_t q = 0; q < d.queries.rows; ++q) {
-      const uint32_t* truth = d.truth.data() + q * kK;
-      for (int j = 0; j < kK; ++j) hits += std::count(truth, truth + kK, ids[q * kK + j]);
-    }
-    out.push_back(static_cast<double>(hits) / static_cast<double>(ids.size()));
+    out.push_back(search_recall(d, index, params, control));
   }
   return out;
 }

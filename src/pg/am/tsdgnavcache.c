@@ -158,6 +158,39 @@ TsdgMakeRoom(Oid index_oid, const TsdgNavigatingKey *key, Size room)
 	}
 }
 
+/* the rows of count nodes (ids[i], or i * stride without ids) into rows */
+static void
+TsdgCopyRows(TsdgPageWalk *walk, int64 count, const uint32 *ids, uint32 stride, float *rows)
+{
+	const TsdgLayout *layout = walk->layout;
+	int			dims = layout->dims;
+	Buffer		buf = InvalidBuffer;
+	BlockNumber held = InvalidBlockNumber;
+
+	for (int64 i = 0; i < count; i++)
+	{
+		uint32		node = ids != NULL ? ids[i] : (uint32) (i * stride);
+		BlockNumber block;
+
+		TsdgCheckScanNode(walk->index, node, walk->node_count);
+		block = TsdgRowBlock(layout, node);
+		if (block != held)
+		{
+			if (BufferIsValid(buf))
+				UnlockReleaseBuffer(buf);
+			CHECK_FOR_INTERRUPTS();
+			buf = ReadBuffer(walk->index, block);
+			LockBuffer(buf, BUFFER_LOCK_SHARE);
+			held = block;
+		}
+		memcpy(rows + (Size) i * dims,
+			   TsdgRecordVector(TsdgRowRecord(layout, BufferGetPage(buf), node)),
+			   sizeof(float) * dims);
+	}
+	if (BufferIsValid(buf))
+		UnlockReleaseBuffer(buf);
+}
+
 /* a complete copy, moved under the backend's copies */
 static void
 TsdgKeepCopy(TsdgNavigatingCopy *copy)
@@ -181,11 +214,8 @@ TsdgCopyNavigatingSet(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const ui
 {
 	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "tsdg navigating set",
 											  ALLOCSET_SMALL_SIZES);
-	const TsdgLayout *layout = walk->layout;
-	int			dims = layout->dims;
+	int			dims = walk->layout->dims;
 	TsdgNavigatingCopy *copy = MemoryContextAlloc(ctx, sizeof(TsdgNavigatingCopy));
-	Buffer		buf = InvalidBuffer;
-	BlockNumber held = InvalidBlockNumber;
 
 	copy->ctx = ctx;
 	copy->index_oid = RelationGetRelid(walk->index);
@@ -197,28 +227,7 @@ TsdgCopyNavigatingSet(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const ui
 	copy->rows = MemoryContextAllocHuge(ctx, sizeof(float) * dims * Max(count, 1));
 	copy->dists = MemoryContextAllocHuge(ctx, sizeof(float) * Max(count, 1));
 	memcpy(copy->ids, ids, sizeof(uint32) * count);
-	for (int i = 0; i < count; i++)
-	{
-		BlockNumber block;
-
-		TsdgCheckScanNode(walk->index, ids[i], walk->node_count);
-		block = TsdgRowBlock(layout, ids[i]);
-		if (block != held)
-		{
-			if (BufferIsValid(buf))
-				UnlockReleaseBuffer(buf);
-			CHECK_FOR_INTERRUPTS();
-			buf = ReadBuffer(walk->index, block);
-			LockBuffer(buf, BUFFER_LOCK_SHARE);
-			held = block;
-		}
-		memcpy(copy->rows + (Size) i * dims,
-			   TsdgRecordVector(TsdgRowRecord(layout, BufferGetPage(buf), ids[i])),
-			   sizeof(float) * dims);
-	}
-	if (BufferIsValid(buf))
-		UnlockReleaseBuffer(buf);
-
+	TsdgCopyRows(walk, count, ids, 0, copy->rows);
 	TsdgKeepCopy(copy);
 	return copy;
 }
@@ -313,15 +322,12 @@ TsdgCopyLayer(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const TsdgMetaPa
 	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "tsdg navigating layer",
 											  ALLOCSET_SMALL_SIZES);
 	MemoryContext old_ctx = MemoryContextSwitchTo(ctx);
-	const TsdgLayout *layout = walk->layout;
-	int			dims = layout->dims;
+	int			dims = walk->layout->dims;
 	int64		layer_nodes = meta->layer_nodes;
 	TsdgNavigatingCopy *copy = palloc0(sizeof(TsdgNavigatingCopy));
 	float	   *rows = MemoryContextAllocHuge(ctx, sizeof(float) * dims * layer_nodes);
 	uint32	   *ids = MemoryContextAllocHuge(ctx, sizeof(uint32) * meta->degree * layer_nodes);
 	uint8	   *lambdas = MemoryContextAllocHuge(ctx, (Size) meta->degree * layer_nodes);
-	Buffer		buf = InvalidBuffer;
-	BlockNumber held = InvalidBlockNumber;
 	MemoryContextCallback *cb;
 	TsdgError	error;
 
@@ -329,28 +335,7 @@ TsdgCopyLayer(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const TsdgMetaPa
 	copy->index_oid = RelationGetRelid(walk->index);
 	memcpy(&copy->key, key, sizeof(TsdgNavigatingKey));
 	copy->bytes = TsdgLayerBytes(layer_nodes, dims, meta->degree);
-	for (int64 i = 0; i < layer_nodes; i++)
-	{
-		uint32		node = (uint32) (i * TSDG_LAYER_STRIDE);
-		BlockNumber block;
-
-		TsdgCheckScanNode(walk->index, node, walk->node_count);
-		block = TsdgRowBlock(layout, node);
-		if (block != held)
-		{
-			if (BufferIsValid(buf))
-				UnlockReleaseBuffer(buf);
-			CHECK_FOR_INTERRUPTS();
-			buf = ReadBuffer(walk->index, block);
-			LockBuffer(buf, BUFFER_LOCK_SHARE);
-			held = block;
-		}
-		memcpy(rows + (Size) i * dims,
-			   TsdgRecordVector(TsdgRowRecord(layout, BufferGetPage(buf), node)),
-			   sizeof(float) * dims);
-	}
-	if (BufferIsValid(buf))
-		UnlockReleaseBuffer(buf);
+	TsdgCopyRows(walk, layer_nodes, NULL, TSDG_LAYER_STRIDE, rows);
 	TsdgReadLayer(walk->index, meta, ids, lambdas);
 
 	copy->layer = tsdg_layer_search_create(rows, layer_nodes, dims, walk->metric, ids, lambdas,
