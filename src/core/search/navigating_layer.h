@@ -73,6 +73,9 @@ class NavigatingLayer {
   // The entries a search of ef takes from the layer.
   static int width(int ef) { return std::min(ef + kLayerExtraWidth, kLayerMaxWidth); }
   int64_t nodes() const { return graph_.nodes; }
+  // Its copies of the layer's rows and lists, as long as it lives.
+  MatrixView rows() const { return rows_.view(); }
+  GraphView graph() const { return GraphView::of(graph_); }
 
   // For each query, width(ef) entries into the index's graph: node ids (layer
   // node * kLayerStride) and their distances, ascending, padded with

@@ -249,9 +249,8 @@ size_t CudaSearchIndex::memory_bytes() const {
 
 size_t CudaSearchIndex::layer_bytes() const {
   if (layer_ == nullptr) return 0;
-  return layer_->memory_bytes() + layer_rows_.values.size() * sizeof(float) +
-         layer_graph_.neighbors.size() * sizeof(uint32_t) + layer_graph_.lambdas.size() +
-         layer_entry_ids_.bytes() + layer_entry_dists_.bytes() + (host_layer_ ? host_layer_->memory_bytes() : 0);
+  return layer_->memory_bytes() + host_layer_->memory_bytes() + layer_entry_ids_.bytes() +
+         layer_entry_dists_.bytes();
 }
 
 int64_t CudaSearchIndex::small_batch_limit() const {
@@ -465,17 +464,13 @@ void CudaSearchIndex::set_layer(GraphView layer) {
   if (layer.nodes == 0) {
     layer_.reset();
     host_layer_.reset();
-    layer_rows_ = Matrix{};
-    layer_graph_ = TsdgGraph{};
     layer_entry_ids_.release();
     layer_entry_dists_.release();
     return;
   }
-  Matrix rows = gather_layer_rows(host_data_);
-  TsdgGraph graph(layer.nodes, layer.degree);
-  const size_t edges = static_cast<size_t>(layer.nodes) * layer.degree;
-  std::copy_n(layer.neighbors, edges, graph.neighbors.begin());
-  std::copy_n(layer.lambdas, edges, graph.lambdas.begin());
+  // the layer's host copy is both the CPU's walks' and what the device's
+  // index of it views
+  auto host = std::make_shared<NavigatingLayer>(gather_layer_rows(host_data_).view(), layer, metric_);
   const int64_t values = layer.nodes * dim_;
   DeviceBuffer<float> device_rows(static_cast<size_t>(values));
   constexpr int kThreads = 256;
@@ -483,14 +478,11 @@ void CudaSearchIndex::set_layer(GraphView layer) {
                              ctx_->stream.get()>>>(data_.data(), layer.nodes, dim_, device_rows.data());
   check_launch("gather_layer_rows_kernel");
   ctx_->stream.synchronize();
-  auto index = std::make_unique<CudaSearchIndex>(device_, rows.view(), GraphView::of(graph), metric_, nullptr, 0,
+  auto index = std::make_unique<CudaSearchIndex>(device_, host->rows(), host->graph(), metric_, nullptr, 0,
                                                  std::move(device_rows));
-  host_layer_ = std::make_shared<NavigatingLayer>(rows.view(), GraphView::of(graph), metric_);
-  // the index goes before the arrays it views; moved, they stay where the
-  // new one views them
+  // the old index goes before the host copy it views
   layer_ = std::move(index);
-  layer_rows_ = std::move(rows);
-  layer_graph_ = std::move(graph);
+  host_layer_ = std::move(host);
 }
 
 std::shared_ptr<NavigatingLayer> CudaSearchIndex::navigating_layer() const {

@@ -125,14 +125,13 @@ class CudaSearchIndex final : public SearchIndex {
   DeviceBuffer<uint8_t> payload_flags_device_;  // nodes, empty when no node is skipped
   DeviceBuffer<unsigned char> payload_out_;    // rows * k_out * payload_size_ of a launch
   DeviceBuffer<float> payload_dists_;          // rows * k_out of a launch
-  // The navigating layer (navigating_layer.h), none where layer_ is null: its
-  // rows on the host (its navigating set is picked from them), its lists,
-  // and an index of them on this device that the searches walk first.
-  Matrix layer_rows_;
-  TsdgGraph layer_graph_;
-  std::unique_ptr<CudaSearchIndex> layer_;
-  // the same layer searched on the host, for the CPU's walks of the checks
+  // The navigating layer (navigating_layer.h), none where layer_ is null:
+  // searchable on the host (for the CPU's walks of the checks), and an index
+  // of it on this device, viewing the host copy's rows (its navigating set
+  // is picked from them) and lists, that the searches walk first. Declared
+  // in this order, the index goes first.
   std::shared_ptr<NavigatingLayer> host_layer_;
+  std::unique_ptr<CudaSearchIndex> layer_;
   DeviceBuffer<uint32_t> layer_entry_ids_;  // a launch's entries from the layer, rows * width
   DeviceBuffer<float> layer_entry_dists_;
   mutable std::mutex mutex_;  // one batch at a time on the stream and buffers

@@ -408,6 +408,9 @@ extern uint32 TsdgRowPageEnd(const TsdgLayout *layout, uint32 id, uint32 limit);
 extern BlockNumber TsdgListBlock(const TsdgLayout *layout, uint32 id);
 extern char *TsdgListRecord(const TsdgLayout *layout, Page page, uint32 id);
 extern void TsdgListRead(const TsdgLayout *layout, const char *rec, uint32 *neighbors, uint8 *lambdas);
+/* the first count lists from layout->list_start, read page by page */
+extern void TsdgReadListRecords(Relation index, const TsdgLayout *layout, uint32 count,
+								uint32 *neighbors, uint8 *lambdas);
 extern BlockNumber TsdgPagesFor(int64 records, int per_page);
 extern int	TsdgKnnPerPage(int k);
 extern void TsdgFillRowPage(Page page, const TsdgLayout *layout, uint32 first, uint32 end,

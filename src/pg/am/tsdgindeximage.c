@@ -41,23 +41,6 @@ TsdgReadIndexImage(Relation index, const TsdgMetaPageData *meta, TsdgIndexImage 
 		CHECK_FOR_INTERRUPTS();
 	}
 
-	for (uint32 id = 0; id < n;)
-	{
-		Buffer		buf = ReadBuffer(index, TsdgListBlock(&layout, id));
-		uint32		end = Min(id + layout.lists_per_page, n);
-		Page		page;
-
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		page = BufferGetPage(buf);
-		for (; id < end; id++)
-		{
-			char	   *rec = TsdgListRecord(&layout, page, id);
-
-			TsdgListRead(&layout, rec, image->neighbors + (Size) id * layout.degree,
-						 image->lambdas + (Size) id * layout.degree);
-		}
-		UnlockReleaseBuffer(buf);
-		CHECK_FOR_INTERRUPTS();
-	}
+	TsdgReadListRecords(index, &layout, n, image->neighbors, image->lambdas);
 	TsdgReadLayer(index, meta, image->layer_ids, image->layer_lambdas);
 }

@@ -31,25 +31,7 @@ TsdgReadLayer(Relation index, const TsdgMetaPageData *meta, uint32 *ids, uint8 *
 				 errmsg("tsdg index \"%s\" has a navigating layer of %u nodes for a graph of %u",
 						RelationGetRelationName(index), n, meta->node_count)));
 	layout.list_start = meta->layer_start;
-	for (uint32 j = 0; j < n;)
-	{
-		Buffer		buf = ReadBuffer(index, TsdgListBlock(&layout, j));
-		uint32		end = Min(j + layout.lists_per_page, n);
-		Page		page;
-
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		page = BufferGetPage(buf);
-		if (TsdgPageRecordCount(page, layout.list_size) < (int) (end - j))
-			ereport(ERROR,
-					(errcode(ERRCODE_INDEX_CORRUPTED),
-					 errmsg("tsdg index \"%s\" has a navigating layer page with too few lists (block %u)",
-							RelationGetRelationName(index), BufferGetBlockNumber(buf))));
-		for (; j < end; j++)
-			TsdgListRead(&layout, TsdgListRecord(&layout, page, j), ids + (Size) j * degree,
-						 lambdas + (Size) j * degree);
-		UnlockReleaseBuffer(buf);
-		CHECK_FOR_INTERRUPTS();
-	}
+	TsdgReadListRecords(index, &layout, n, ids, lambdas);
 	for (Size e = 0; e < (Size) n * degree; e++)
 		if (ids[e] != TSDG_INVALID_ID && ids[e] >= n)
 			ereport(ERROR,

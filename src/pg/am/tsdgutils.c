@@ -163,6 +163,36 @@ TsdgListRecord(const TsdgLayout *layout, Page page, uint32 id)
 	return PageGetContents(page) + layout->list_size * (id % layout->lists_per_page);
 }
 
+/*
+ * The first count list records of the lists starting at layout->list_start
+ * (the graph's, or the layer's with its start there), degree ids and lambdas
+ * each, read page by page.
+ */
+void
+TsdgReadListRecords(Relation index, const TsdgLayout *layout, uint32 count, uint32 *neighbors,
+					uint8 *lambdas)
+{
+	for (uint32 id = 0; id < count;)
+	{
+		Buffer		buf = ReadBuffer(index, TsdgListBlock(layout, id));
+		uint32		end = Min(id + layout->lists_per_page, count);
+		Page		page;
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		if (TsdgPageRecordCount(page, layout->list_size) < (int) (end - id))
+			ereport(ERROR,
+					(errcode(ERRCODE_INDEX_CORRUPTED),
+					 errmsg("tsdg index \"%s\" has a list page with too few lists (block %u)",
+							RelationGetRelationName(index), BufferGetBlockNumber(buf))));
+		for (; id < end; id++)
+			TsdgListRead(layout, TsdgListRecord(layout, page, id), neighbors + (Size) id * layout->degree,
+						 lambdas + (Size) id * layout->degree);
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
 /* A list record's neighbor ids (TSDG_INVALID_ID padded) and their lambdas, R each. */
 void
 TsdgListRead(const TsdgLayout *layout, const char *rec, uint32 *neighbors, uint8 *lambdas)
