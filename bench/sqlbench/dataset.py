@@ -61,8 +61,13 @@ class _Mixture:
         spec = self.spec
         labels = rng.integers(0, spec.clusters, size=count)
         out = np.empty((count, spec.dim), dtype=np.float32)
+        # Each cluster's rows in ascending order, found by one sort rather than
+        # a pass over all labels per cluster (at 10M rows and 20,000 clusters
+        # the passes took minutes); the draws are the same.
+        by_cluster = np.argsort(labels, kind="stable")
+        bounds = np.searchsorted(labels[by_cluster], np.arange(spec.clusters + 1))
         for c in range(spec.clusters):
-            rows = np.flatnonzero(labels == c)
+            rows = by_cluster[bounds[c]:bounds[c + 1]]
             if rows.size == 0:
                 continue
             coords = rng.standard_normal((rows.size, spec.intrinsic_dim)) * self.axis_std
