@@ -25,7 +25,7 @@
 # there is no HNSW table, said so.
 # Settings: SOAK_SECONDS (load, default 120), SOAK_CLIENTS (pgbench clients
 # over the three databases, default 12), SOAK_ROWS (rows of each database
-# before the load, default 5000), SOAK_KILL_SECONDS (between kills, default
+# before the load, default 20000: enough for a navigating layer), SOAK_KILL_SECONDS (between kills, default
 # 15), SOAK_SHARED_BUFFERS (default 256MB), SOAK_PG_CONF (postgresql.conf
 # lines, one per line, e.g. "tsdg.worker_backend = cpu" where there is no
 # GPU), SOAK_DIR (default /tmp/tsdg-soak), SOAK_PORT (default 5560, moved by
@@ -439,7 +439,8 @@ finish() {
   local db
   for db in "${databases[@]}"; do
     sql "$db" "SELECT 'pending ' || pending || ', deleted ' || deleted || ', unreached ' || unreached
-      || ', merges ' || merges FROM tsdg_index_info('items_v_idx')" | sed "s/^/$db: /"
+      || ', merges ' || merges || ', layer nodes ' || layer_nodes FROM tsdg_index_info('items_v_idx')" |
+      sed "s/^/$db: /"
   done
   check_indexes
   for db in "${databases[@]}"; do full_scan "$db" items_v_idx '<->'; done
@@ -451,7 +452,7 @@ finish() {
       fail "$db: tsdg_merge of the cosine index failed"
     sql "$db" "VACUUM items" || fail "$db: VACUUM failed"
     sql "$db" "SELECT 'pending ' || pending || ', deleted ' || deleted || ', unreached ' || unreached
-      FROM tsdg_index_info('items_v_idx')" | sed "s/^/$db: /"
+      || ', layer nodes ' || layer_nodes FROM tsdg_index_info('items_v_idx')" | sed "s/^/$db: /"
   done
   check_indexes
 
@@ -483,7 +484,7 @@ collect() {
     psql_errors.log 2>/dev/null
 }
 
-export SOAK_SECONDS=${SOAK_SECONDS:-120} SOAK_CLIENTS=${SOAK_CLIENTS:-12} SOAK_ROWS=${SOAK_ROWS:-5000}
+export SOAK_SECONDS=${SOAK_SECONDS:-120} SOAK_CLIENTS=${SOAK_CLIENTS:-12} SOAK_ROWS=${SOAK_ROWS:-20000}
 export SOAK_KILL_SECONDS=${SOAK_KILL_SECONDS:-15}
 OUT=${OUT:-$dir/out}
 case $phase in
