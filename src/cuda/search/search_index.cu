@@ -366,7 +366,7 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
   if (params.entry_samples < 1) throw Error(Status::InvalidArgument, "search entry_samples must be positive");
   // the checks of unreached rows walk as the searches do (SearchIndex::set_layer)
   const bool through_layer = layer_ != nullptr;
-  const int entry_width = through_layer ? NavigatingLayer::width(ef) : 0;
+  const int entry_width = through_layer ? kLayerWidth : 0;
   if (!through_layer) prepare_entries(params, control);
   const int64_t rows_per_launch =
       through_layer ? std::clamp<int64_t>(kMaxLayerEntryBytes / (static_cast<int64_t>(entry_width) *
