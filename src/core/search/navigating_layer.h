@@ -11,7 +11,6 @@
 // navigating set).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
