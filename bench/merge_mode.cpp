@@ -247,7 +247,8 @@ int64_t self_lookup_misses(MatrixView data, const IndexGraph& graph, int degree,
 // The check tsdg_merge runs beside its page writes (src/pg/merge/tsdgmergecompute.c):
 // rows [first, rows.rows), and the old rows the merge marked
 // TSDG_CHANGED_RECHECK, looked up by their own vector the way the pages'
-// scans walk, from the layer where the graph has one. Returns the rows not reached; *seconds gets its wall time.
+// scans walk, from the layer where the graph has one. Returns the rows not
+// reached; *seconds gets its wall time.
 int64_t unreached_check(MatrixView rows, const IndexGraph& graph, int degree, int64_t first,
                         double& seconds) {
   const Clocks start = Clocks::now();
@@ -256,9 +257,8 @@ int64_t unreached_check(MatrixView rows, const IndexGraph& graph, int degree, in
       rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, graph.neighbors.data(), graph.lambdas.data(), degree,
       graph.entries.data(), static_cast<int>(graph.entries.size()),
       graph.layer_ids.empty() ? nullptr : graph.layer_ids.data(),
-      graph.layer_lambdas.empty() ? nullptr : graph.layer_lambdas.data(), first, graph.changed.data(), kIndexEfSearch,
-      kNoLambdaLimit,
-      kUnboundedRecords, &error);
+      graph.layer_lambdas.empty() ? nullptr : graph.layer_lambdas.data(), first, graph.changed.data(),
+      kIndexEfSearch, kNoLambdaLimit, kUnboundedRecords, &error);
   if (job == nullptr) throw Error(Status::OutOfMemory, std::string("unreached check: ") + error.message);
   int64_t count = 0;
   check(tsdg_unreached_job_finish(job, nullptr, 0, &count, &error), error, "unreached check");

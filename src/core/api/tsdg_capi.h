@@ -339,9 +339,9 @@ void		tsdg_index_free(TsdgResidentIndex *index);
  * Graphs of at least TSDG_LAYER_MIN_NODES nodes have a layer: every
  * TSDG_LAYER_STRIDE-th node (node i * TSDG_LAYER_STRIDE is layer node i),
  * linked by a graph of its own, whose ids are layer nodes. A search walks
- * the layer first, at tsdg_layer_entry_count() whatever its ef, and starts its walk on
- * the index's graph from what it found, instead of from the navigating set
- * scored whole. The checks of unreached rows walk as the searches do; the
+ * the layer first, at tsdg_layer_entry_count() whatever its ef, and starts
+ * its walk on the index's graph from what it found, instead of from the
+ * navigating set scored whole. The checks of unreached rows walk as the searches do; the
  * build's check of every row's route keeps the navigating set.
  */
 #define TSDG_LAYER_STRIDE 16
