@@ -48,7 +48,9 @@ merge (instead of the steps above; L2: the synthetic data, or --data and
                          report CPU and wall time of each merge against a fresh
                          build of all rows, then the check for merged rows
                          the searches do not reach (ef 100, wall time and
-                         rows), recall at --ef, self-lookups;
+                         rows), recall at --ef, self-lookups, each graph
+                         searched from its navigating layer, built again
+                         after every merge as the index builds it;
                          on --backend cuda through the CUDA backend's shared
                          object (--cuda-library PATH, default pg_tsdg_cuda.so)
   --no-merge-check       leave out the check for unreached rows after each merge

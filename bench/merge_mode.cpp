@@ -29,7 +29,7 @@ namespace {
 
 // What the index computes besides the graph after a build or a merge
 // (src/pg/am/tsdgbuild.c, src/pg/merge/tsdgmerge.c): the metapage's navigating set (as many
-// entries as TSDG_MAX_ENTRY_POINTS) and d_nn1+.
+// entries as TSDG_MAX_ENTRY_POINTS), d_nn1+ and the navigating layer.
 constexpr int kIndexEntryPoints = 256;
 // The walk of the check for merged rows the searches do not reach: the
 // index's default tsdg.ef_search, no λ limit (tsdg.lambda_search's default).
@@ -118,6 +118,14 @@ struct IndexGraph {
   std::vector<uint32_t> neighbors, knn_ids, entries;
   std::vector<uint8_t> lambdas;
   std::vector<uint8_t> changed;  // after a merge: its changed flags (tsdg_merge_graph_incremental)
+  // the navigating layer's lists (tsdg_build_layer); empty where the graph has none
+  std::vector<uint32_t> layer_ids;
+  std::vector<uint8_t> layer_lambdas;
+
+  GraphView layer(int degree) const {
+    return GraphView{layer_ids.data(), layer_lambdas.data(),
+                     static_cast<int64_t>(layer_ids.size()) / std::max(degree, 1), degree};
+  }
 };
 
 void entry_points_of(MatrixView rows, IndexGraph& graph, int degree) {
@@ -139,8 +147,21 @@ void entry_points_of(MatrixView rows, IndexGraph& graph, int degree) {
         error, "nn1 bound");
 }
 
+// The layer of rows' graph, built again from all of them, as CREATE INDEX and
+// every merge build it (on backend, NULL: the CPU).
+void layer_of(TsdgBackend* backend, MatrixView rows, IndexGraph& graph, const TsdgBuildParams& params) {
+  const size_t lists = static_cast<size_t>(tsdg_layer_node_count(rows.rows)) * params.degree;
+  graph.layer_ids.assign(lists, TSDG_INVALID_ID);
+  graph.layer_lambdas.assign(lists, 0);
+  if (lists == 0) return;
+  TsdgError error;
+  check(tsdg_build_layer(backend, rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, &params, graph.layer_ids.data(),
+                         graph.layer_lambdas.data(), nullptr, nullptr, &error),
+        error, "layer");
+}
+
 // CREATE INDEX's computation on rows (on backend, NULL: the CPU): the graph,
-// its k-NN lists, the entry points.
+// its k-NN lists, the entry points, the layer.
 IndexGraph build(TsdgBackend* backend, MatrixView rows, const TsdgBuildParams& params) {
   IndexGraph graph;
   graph.neighbors.resize(static_cast<size_t>(rows.rows) * params.degree);
@@ -152,13 +173,14 @@ IndexGraph build(TsdgBackend* backend, MatrixView rows, const TsdgBuildParams& p
                          nullptr, nullptr, &error),
         error, "build");
   entry_points_of(rows, graph, params.degree);
+  layer_of(backend, rows, graph, params);
   return graph;
 }
 
 // tsdg_merge's computation: the old lists as the index stores them (k-NN ids
-// without distances), the merge, the entry points.
+// without distances), the merge, the entry points, the layer.
 IndexGraph merge(TsdgBackend* backend, MatrixView rows, int64_t n_old, const IndexGraph& old,
-                 const TsdgBuildParams& params, PhaseClock& phases, int64_t& changed_lists) {
+                 const TsdgBuildParams& params, PhaseClock& phases, int64_t& changed_lists, double& layer_cpu) {
   const int64_t n = rows.rows;
   IndexGraph graph;
   graph.neighbors.resize(static_cast<size_t>(n) * params.degree);
@@ -179,24 +201,30 @@ IndexGraph merge(TsdgBackend* backend, MatrixView rows, int64_t n_old, const Ind
   const Clocks before_entries = Clocks::now();
   entry_points_of(rows, graph, params.degree);
   phases.cpu[0] += Clocks::now().cpu - before_entries.cpu;  // slot 0: entry points
+  const Clocks before_layer = Clocks::now();
+  layer_of(backend, rows, graph, params);
+  layer_cpu = Clocks::now().cpu - before_layer.cpu;
   return graph;
 }
 
-// Recall of the graph searched as the index searches it, from the layer of
-// the rows (which depends on the rows alone, so a merged and a fresh graph
-// of the same rows share it).
-double search_recall(MatrixView data, const IndexGraph& graph, int degree, const TsdgGraph& layer,
-                     MatrixView queries, const std::vector<uint32_t>& truth, int k, int ef,
-                     const RunControl& control) {
-  CpuSearchIndex index(data, GraphView{graph.neighbors.data(), graph.lambdas.data(), data.rows, degree},
-                       Metric::L2);
-  index.set_layer(GraphView::of(layer));
+// The graph searched as the index searches it: from its layer where it has one.
+std::unique_ptr<CpuSearchIndex> search_index(MatrixView data, const IndexGraph& graph, int degree) {
+  auto index = std::make_unique<CpuSearchIndex>(
+      data, GraphView{graph.neighbors.data(), graph.lambdas.data(), data.rows, degree}, Metric::L2);
+  index->set_layer(graph.layer(degree));
+  return index;
+}
+
+// Recall of the graph searched as the index searches it.
+double search_recall(MatrixView data, const IndexGraph& graph, int degree, MatrixView queries,
+                     const std::vector<uint32_t>& truth, int k, int ef, const RunControl& control) {
+  const std::unique_ptr<CpuSearchIndex> index = search_index(data, graph, degree);
   SearchParams params;
   params.k = k;
   params.ef = ef;
   std::vector<uint32_t> ids(static_cast<size_t>(queries.rows) * k);
   std::vector<float> dists(ids.size());
-  index.search(queries, params, ids.data(), dists.data(), control);
+  index->search(queries, params, ids.data(), dists.data(), control);
   return recall_at(ids.data(), k, truth.data(), k, queries.rows, k);
 }
 
@@ -204,14 +232,13 @@ double search_recall(MatrixView data, const IndexGraph& graph, int degree, const
 // many do not come back first.
 int64_t self_lookup_misses(MatrixView data, const IndexGraph& graph, int degree, int64_t first,
                            const RunControl& control) {
-  CpuSearchIndex index(data, GraphView{graph.neighbors.data(), graph.lambdas.data(), data.rows, degree},
-                       Metric::L2);
+  const std::unique_ptr<CpuSearchIndex> index = search_index(data, graph, degree);
   SearchParams params;
   params.k = 1;
   const int64_t count = data.rows - first;
   std::vector<uint32_t> ids(count);
   std::vector<float> dists(count);
-  index.search(data.slice(first, count), params, ids.data(), dists.data(), control);
+  index->search(data.slice(first, count), params, ids.data(), dists.data(), control);
   int64_t misses = 0;
   for (int64_t i = 0; i < count; ++i) misses += ids[i] != static_cast<uint32_t>(first + i) && dists[i] > 0.0f;
   return misses;
@@ -220,15 +247,18 @@ int64_t self_lookup_misses(MatrixView data, const IndexGraph& graph, int degree,
 // The check tsdg_merge runs beside its page writes (src/pg/merge/tsdgmergecompute.c):
 // rows [first, rows.rows), and the old rows the merge marked
 // TSDG_CHANGED_RECHECK, looked up by their own vector the way the pages'
-// scans walk. Returns the rows not reached; *seconds gets its wall time.
+// scans walk, from the layer where the graph has one. Returns the rows not
+// reached; *seconds gets its wall time.
 int64_t unreached_check(MatrixView rows, const IndexGraph& graph, int degree, int64_t first,
                         double& seconds) {
   const Clocks start = Clocks::now();
   TsdgError error;
   TsdgUnreachedJob* job = tsdg_unreached_job_start(
       rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, graph.neighbors.data(), graph.lambdas.data(), degree,
-      graph.entries.data(), static_cast<int>(graph.entries.size()), nullptr, nullptr, first, graph.changed.data(), kIndexEfSearch, kNoLambdaLimit,
-      kUnboundedRecords, &error);
+      graph.entries.data(), static_cast<int>(graph.entries.size()),
+      graph.layer_ids.empty() ? nullptr : graph.layer_ids.data(),
+      graph.layer_lambdas.empty() ? nullptr : graph.layer_lambdas.data(), first, graph.changed.data(),
+      kIndexEfSearch, kNoLambdaLimit, kUnboundedRecords, &error);
   if (job == nullptr) throw Error(Status::OutOfMemory, std::string("unreached check: ") + error.message);
   int64_t count = 0;
   check(tsdg_unreached_job_finish(job, nullptr, 0, &count, &error), error, "unreached check");
@@ -306,8 +336,9 @@ int run_merge_benchmark(const BenchOptions& o) {
     const int64_t next = initial + (n - initial) * (b + 1) / o.merge_batches;
     PhaseClock phases;
     int64_t changed_lists = 0;
+    double layer_cpu = 0;
     start = Clocks::now();
-    graph = merge(backend.get(), data.view().slice(0, next), rows, graph, params, phases, changed_lists);
+    graph = merge(backend.get(), data.view().slice(0, next), rows, graph, params, phases, changed_lists, layer_cpu);
     const Clocks merge_time = Clocks::now().since(start);
     worst_cpu_ratio = std::max(worst_cpu_ratio, merge_time.cpu / fresh_time.cpu);
     const int64_t rechecked = std::count_if(graph.changed.begin(), graph.changed.begin() + rows,
@@ -322,6 +353,7 @@ int run_merge_benchmark(const BenchOptions& o) {
         .add("ggm_cpu_s", phases.cpu[TSDG_PHASE_MERGE])
         .add("tsdg_cpu_s", phases.cpu[TSDG_PHASE_DIVERSIFY] + phases.cpu[TSDG_PHASE_LINK])
         .add("entry_cpu_s", phases.cpu[0])
+        .add("layer_cpu_s", layer_cpu)
         .add("old_lists_changed", changed_lists)
         .add("rechecked", rechecked);
     if (o.merge_check) {
@@ -334,17 +366,9 @@ int run_merge_benchmark(const BenchOptions& o) {
     rows = next;
   }
 
-  DiversifyParams layer_diversify;
-  layer_diversify.degree = params.degree;
-  layer_diversify.alpha = params.alpha;
-  layer_diversify.lambda0 = params.lambda0;
-  const TsdgGraph layer =
-      build_navigating_layer(*make_cpu_backend(), data.view(), Metric::L2, layer_diversify, params.seed, control);
   for (int ef : o.ef_list) {
-    const double fresh_recall =
-        search_recall(data.view(), fresh, params.degree, layer, queries.view(), truth, k, ef, control);
-    const double merged_recall =
-        search_recall(data.view(), graph, params.degree, layer, queries.view(), truth, k, ef, control);
+    const double fresh_recall = search_recall(data.view(), fresh, params.degree, queries.view(), truth, k, ef, control);
+    const double merged_recall = search_recall(data.view(), graph, params.degree, queries.view(), truth, k, ef, control);
     report.emit(Record("merge_recall")
                     .add("ef", ef)
                     .add("fresh", fresh_recall)

@@ -64,9 +64,9 @@ NavigatingLayer::NavigatingLayer(MatrixView layer_rows, GraphView layer, Metric 
 
 NavigatingLayer::~NavigatingLayer() = default;
 
-void NavigatingLayer::entries(MatrixView queries, int ef, uint32_t* ids, float* dists, const RunControl& control) {
+void NavigatingLayer::entries(MatrixView queries, uint32_t* ids, float* dists, const RunControl& control) {
   SearchParams params;
-  params.ef = width(ef);
+  params.ef = kLayerWidth;
   params.k = params.ef;
   index_->search(queries, params, ids, dists, control);
   const size_t count = static_cast<size_t>(queries.rows) * params.k;

@@ -4,7 +4,7 @@
  *
  * A graph of TSDG_LAYER_MIN_NODES nodes or more has a navigating layer
  * (tsdglayer.c): every TSDG_LAYER_STRIDE-th node, linked by a graph of its
- * own. A search walks it first, at tsdg_layer_entry_count(ef), and starts
+ * own. A search walks it first, at tsdg_layer_entry_count(), and starts
  * its walk on the index's graph from what that walk found. The first search
  * of such a graph in a backend reads the layer's rows and lists into a
  * TsdgLayerSearch; later searches walk it in memory. A layer larger than
@@ -402,13 +402,13 @@ TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPag
 
 	if (copy != NULL)
 	{
-		int			width = tsdg_layer_entry_count(ef);
+		int			width = tsdg_layer_entry_count();
 		uint32	   *ids = palloc(sizeof(uint32) * width);
 		float	   *dists = palloc(sizeof(float) * width);
 		int			count = 0;
 		TsdgError	error;
 
-		if (tsdg_layer_search_entries(copy->layer, walk->query, ef, ids, dists, &error) != TSDG_OK)
+		if (tsdg_layer_search_entries(copy->layer, walk->query, ids, dists, &error) != TSDG_OK)
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("tsdg search of the navigating layer failed: %s", error.message)));
