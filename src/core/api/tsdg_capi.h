@@ -147,6 +147,11 @@ void		tsdg_build_params_default(TsdgBuildParams *params);
  * for a caller that decides whether a build fits its memory budget.
  */
 size_t		tsdg_build_bytes_per_row(int dim, const TsdgBuildParams *params);
+/*
+ * The bytes tsdg_build_layer holds for the layer of a graph of n rows at its
+ * peak, the caller's lists included (0 when the graph has no layer).
+ */
+size_t		tsdg_layer_bytes(int64_t n, int dim, const TsdgBuildParams *params);
 
 /*
  * Large arrays in temporary files (a build or merge past its memory budget):
