@@ -62,5 +62,5 @@ CREATE FUNCTION tsdg_index_info(index regclass,
 	OUT build_k int, OUT samples int, OUT iterations int, OUT alpha real,
 	OUT lambda0 int, OUT entry_points int, OUT last_merge timestamptz, OUT merges bigint,
 	OUT knn_lag bigint, OUT unreached bigint, OUT profile_nodes bigint, OUT profile_scored real[],
-	OUT layer_nodes bigint)
+	OUT layer_nodes bigint, OUT profile_layer_scored real[])
 	AS 'MODULE_PATHNAME' LANGUAGE C STRICT;

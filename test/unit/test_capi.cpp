@@ -506,6 +506,18 @@ bool cancel_at_once(void* arg, TsdgBuildPhase phase, int64_t, int64_t) {
   return true;
 }
 
+// The layer's bytes: none without a layer, and per layer node its row among them.
+TEST(CApi, LayerBytesCountEachLayerNode) {
+  TsdgBuildParams params;
+  tsdg_build_params_default(&params);
+  EXPECT_EQ(tsdg_layer_bytes(TSDG_LAYER_MIN_NODES - 1, 64, &params), 0u);
+  const size_t layer = tsdg_layer_bytes(TSDG_LAYER_MIN_NODES, 64, &params);
+  EXPECT_GT(layer, 0u);
+  EXPECT_EQ(tsdg_layer_bytes(2 * TSDG_LAYER_MIN_NODES, 64, &params), 2 * layer);
+  EXPECT_EQ(tsdg_layer_bytes(TSDG_LAYER_MIN_NODES, 128, &params) - layer,
+            static_cast<size_t>(tsdg_layer_node_count(TSDG_LAYER_MIN_NODES)) * 64 * sizeof(float));
+}
+
 TEST(CApi, PollCancelsABuild) {
   const Matrix data = make_clustered(small_clustered_spec(60000, 64, 16, 61));
   TsdgBuildParams params = small_params();

@@ -93,6 +93,17 @@ tsdg::DiversifyParams diversify_params(const TsdgBuildParams& params) {
   return diversify;
 }
 
+// a k-NN list's entry: an id and its distance
+constexpr size_t kEdgeBytes = sizeof(uint32_t) + sizeof(float);
+
+// The bytes the diversification of k-NN lists of k holds per row: each list
+// widened with the long-range candidates (and the row itself among its
+// nearest pivots), stage 1's pruned lists and their reverse edges.
+size_t diversify_bytes_per_row(int k, const tsdg::DiversifyParams& diversify) {
+  const auto width = static_cast<size_t>(k + diversify.pivot_candidates + 1 + diversify.random_candidates);
+  return 3 * kEdgeBytes * width;
+}
+
 bool wants_exact_graph(tsdg::MatrixView data, const tsdg::GnndParams& params) {
   return data.rows <= std::max<int64_t>(kExactGraphRows, 4 * int64_t{params.k});
 }
@@ -246,20 +257,23 @@ void tsdg_build_params_default(TsdgBuildParams* params) {
 }
 
 size_t tsdg_build_bytes_per_row(int dim, const TsdgBuildParams* params) {
-  const tsdg::DiversifyParams diversify = diversify_params(*params);
-  // a k-NN list widened with the long-range candidates (and the row itself
-  // among its nearest pivots)
-  const auto width =
-      static_cast<size_t>(params->build_k + diversify.pivot_candidates + 1 + diversify.random_candidates);
-  const size_t edge = sizeof(uint32_t) + sizeof(float);
   const auto dims = static_cast<size_t>(dim);
   const auto degree = static_cast<size_t>(params->degree);
   const auto k = static_cast<size_t>(params->build_k);
   return 2 * sizeof(float) * dims                             // the caller's rows, GNND's copy
          + 2 * (sizeof(uint32_t) + sizeof(uint8_t)) * degree  // the graph, the core's and the caller's
          + sizeof(uint32_t) * k                               // the caller's k-NN ids
-         + edge * k                                           // GNND's lists
-         + 3 * edge * width;  // the widened lists, stage 1's pruned lists, their reverse edges
+         + kEdgeBytes * k                                     // GNND's lists
+         + diversify_bytes_per_row(params->build_k, diversify_params(*params));
+}
+
+size_t tsdg_layer_bytes(int64_t n, int dim, const TsdgBuildParams* params) {
+  const auto nodes = static_cast<size_t>(tsdg::layer_node_count(n));
+  const auto degree = static_cast<size_t>(params->degree);
+  return nodes * (sizeof(float) * static_cast<size_t>(dim)              // the layer's rows, gathered
+                  + 2 * (sizeof(uint32_t) + sizeof(uint8_t)) * degree   // its graph, the core's and the caller's
+                  + kEdgeBytes * static_cast<size_t>(tsdg::kLayerKnn)   // its k-NN lists
+                  + diversify_bytes_per_row(tsdg::kLayerKnn, diversify_params(*params)));
 }
 
 void tsdg_set_spill_directory(const char* directory, size_t min_bytes) {

@@ -58,11 +58,12 @@ TsdgLayerSearch* tsdg_layer_search_create(const float* layer_rows, int64_t layer
 }
 
 TsdgStatus tsdg_layer_search_entries(TsdgLayerSearch* layer, const float* query, uint32_t* ids,
-                                     float* dists, TsdgError* error) {
+                                     float* dists, int64_t* distance_count, TsdgError* error) {
   return guarded(error, [&] {
     require(layer != nullptr, "layer must not be NULL");
-    require(query != nullptr && ids != nullptr && dists != nullptr, "query, ids and dists must not be NULL");
-    layer->layer->entries(tsdg::MatrixView{query, 1, layer->dim}, ids, dists, tsdg::RunControl{});
+    require(query != nullptr && ids != nullptr && dists != nullptr && distance_count != nullptr,
+            "query, ids, dists and distance_count must not be NULL");
+    *distance_count = layer->layer->entries(tsdg::MatrixView{query, 1, layer->dim}, ids, dists, tsdg::RunControl{});
   });
 }
 

@@ -8,14 +8,16 @@
 
 #include "capi_internal.h"
 #include "capi_job.h"
+#include "navigating_layer.h"
 #include "profile.h"
 #include "tsdg_capi.h"
 
 using namespace tsdg::detail;
 
 struct TsdgProfileJob {
+  std::unique_ptr<tsdg::NavigatingLayer> layer;
   tsdg::SearchProfileInput input;
-  std::vector<int64_t> scored;
+  tsdg::SearchProfile profile;
   JobThread thread;  // last: stopped before what it reads goes
 };
 
@@ -35,8 +37,9 @@ extern "C" {
 TsdgProfileJob* tsdg_profile_job_start(const float* rows, int64_t n, int dim, TsdgMetric metric,
                                        const uint32_t* neighbors, const uint8_t* lambdas, int degree,
                                        int lambda_limit, const uint32_t* navigating, int navigating_count,
-                                       const uint32_t* samples, int sample_count, int first_ef, int steps,
-                                       TsdgError* error) {
+                                       const uint32_t* layer_ids, const uint8_t* layer_lambdas,
+                                       int64_t layer_nodes, const uint32_t* samples, int sample_count,
+                                       int first_ef, int steps, TsdgError* error) {
   try {
     validate_rows(rows, n, dim);
     require(degree > 0, "degree must be positive");
@@ -45,6 +48,10 @@ TsdgProfileJob* tsdg_profile_job_start(const float* rows, int64_t n, int dim, Ts
     require(lambda_limit >= 0, "lambda_limit must not be negative");
     require(navigating_count >= 0 && (navigating_count == 0 || navigating != nullptr),
             "navigating must not be NULL");
+    require(layer_nodes == 0 || layer_nodes == tsdg::layer_node_count(n),
+            "layer_nodes must be 0 or tsdg_layer_node_count(n)");
+    require(layer_nodes == 0 || (layer_ids != nullptr && layer_lambdas != nullptr),
+            "layer_ids and layer_lambdas must not be NULL");
     require(sample_count >= 0 && (sample_count == 0 || samples != nullptr), "samples must not be NULL");
     require(first_ef > 0 && steps >= 0 && steps < 24, "first_ef must be positive and steps in [0, 24)");
     auto job = std::make_unique<TsdgProfileJob>();
@@ -53,11 +60,17 @@ TsdgProfileJob* tsdg_profile_job_start(const float* rows, int64_t n, int dim, Ts
     job->input.metric = to_metric(metric);
     job->input.lambda_limit = lambda_limit;
     job->input.navigating.assign(navigating, navigating + navigating_count);
+    if (layer_nodes > 0) {
+      const tsdg::Matrix layer_rows = tsdg::gather_layer_rows(job->input.data);
+      job->layer = std::make_unique<tsdg::NavigatingLayer>(
+          layer_rows.view(), tsdg::GraphView{layer_ids, layer_lambdas, layer_nodes, degree}, job->input.metric);
+      job->input.layer = job->layer.get();
+    }
     job->input.samples.assign(samples, samples + sample_count);
     for (int step = 0; step < steps; ++step) job->input.efs.push_back(first_ef << step);
     TsdgProfileJob* running = job.get();
     job->thread.start(profile_threads(sample_count), [running](const tsdg::RunControl& control) {
-      running->scored = tsdg::search_profile(running->input, control);
+      running->profile = tsdg::search_profile(running->input, control);
     });
     set_message(error, "");
     return job.release();
@@ -67,16 +80,19 @@ TsdgProfileJob* tsdg_profile_job_start(const float* rows, int64_t n, int dim, Ts
   }
 }
 
-TsdgStatus tsdg_profile_job_finish(TsdgProfileJob* job, int64_t* scored, double* seconds, TsdgError* error) {
+TsdgStatus tsdg_profile_job_finish(TsdgProfileJob* job, int64_t* scored, int64_t* layer_scored, double* seconds,
+                                   TsdgError* error) {
   std::unique_ptr<TsdgProfileJob> owned(job);
   if (job != nullptr) job->thread.join();
   return guarded(error, [&] {
     require(job != nullptr, "job must not be NULL");
-    require(job->input.efs.empty() || scored != nullptr, "scored must not be NULL");
+    require(job->input.efs.empty() || (scored != nullptr && layer_scored != nullptr),
+            "scored and layer_scored must not be NULL");
     require(seconds != nullptr, "seconds must not be NULL");
     *seconds = job->thread.seconds();
     job->thread.rethrow_failure();
-    std::copy(job->scored.begin(), job->scored.end(), scored);
+    std::copy(job->profile.scored.begin(), job->profile.scored.end(), scored);
+    std::copy(job->profile.layer_scored.begin(), job->profile.layer_scored.end(), layer_scored);
   });
 }
 

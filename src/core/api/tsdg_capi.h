@@ -147,6 +147,11 @@ void		tsdg_build_params_default(TsdgBuildParams *params);
  * for a caller that decides whether a build fits its memory budget.
  */
 size_t		tsdg_build_bytes_per_row(int dim, const TsdgBuildParams *params);
+/*
+ * The bytes tsdg_build_layer holds for the layer of a graph of n rows at its
+ * peak, the caller's lists included (0 when the graph has no layer).
+ */
+size_t		tsdg_layer_bytes(int64_t n, int dim, const TsdgBuildParams *params);
 
 /*
  * Large arrays in temporary files (a build or merge past its memory budget):
@@ -382,10 +387,13 @@ TsdgLayerSearch *tsdg_layer_search_create(const float *layer_rows, int64_t layer
 										  const uint8_t *lambdas, int degree, TsdgError *error);
 /*
  * The entries of one query into the index's graph: tsdg_layer_entry_count()
- * node ids and distances, ascending, padded with TSDG_INVALID_ID / +inf.
+ * node ids and distances, ascending, padded with TSDG_INVALID_ID / +inf;
+ * *distance_count: the distances the layer's walk computed, its navigating
+ * set included.
  */
 TsdgStatus	tsdg_layer_search_entries(TsdgLayerSearch *layer, const float *query,
-									  uint32_t *ids, float *dists, TsdgError *error);
+									  uint32_t *ids, float *dists, int64_t *distance_count,
+									  TsdgError *error);
 size_t		tsdg_layer_search_memory_bytes(const TsdgLayerSearch *layer);
 void		tsdg_layer_search_free(TsdgLayerSearch *layer);
 
@@ -567,26 +575,33 @@ TsdgStatus	tsdg_unreached_job_finish_repairing(TsdgUnreachedJob *job, uint32_t *
  * own vector at ef first_ef, twice that, and so on (steps values), by the
  * walk of the pages' scans (tsdg_search_* with lambda_limit and no stop
  * rule, the navigating set's navigating_count ids offered first, in their
- * order, each list read up to its first TSDG_INVALID_ID). Found on threads
- * of its own, so that the caller writes its pages meanwhile: returns at once
- * (NULL and error when it cannot start). The arrays must stay as they are
- * until the job is finished or cancelled; navigating and samples are
+ * order, each list read up to its first TSDG_INVALID_ID). A graph with a
+ * navigating layer (layer_nodes == tsdg_layer_node_count(n), its lists
+ * layer_ids and layer_lambdas of degree each; 0: none) is searched as the
+ * scans search it: the layer's walk first, its entries offered instead of
+ * the navigating set. Found on threads of its own, so
+ * that the caller writes its pages meanwhile: returns at once (NULL and
+ * error when it cannot start). The arrays must stay as they are until the
+ * job is finished or cancelled; navigating, the layer and samples are
  * copied. tsdg_profile_job_finish waits, writes to scored[step] the nodes
- * the searches at that ef scored, over all samples, and to *seconds the
- * time the job took, and frees the job (a node id past n: the job fails
- * with TSDG_ERR_INVALID_ARGUMENT). tsdg_profile_job_cancel stops the job
- * within a node's list, waits for its threads and frees it (NULL: nothing).
+ * the searches at that ef scored and to layer_scored[step] the distances
+ * their layer's walks computed (0 without a layer), over all samples, and
+ * to *seconds the time the job took, and frees the job (a node id past n:
+ * the job fails with TSDG_ERR_INVALID_ARGUMENT). tsdg_profile_job_cancel
+ * stops the job within a node's list, waits for its threads and frees it
+ * (NULL: nothing).
  */
 typedef struct TsdgProfileJob TsdgProfileJob;
 
 TsdgProfileJob *tsdg_profile_job_start(const float *rows, int64_t n, int dim, TsdgMetric metric,
 									   const uint32_t *neighbors, const uint8_t *lambdas,
 									   int degree, int lambda_limit, const uint32_t *navigating,
-									   int navigating_count, const uint32_t *samples,
-									   int sample_count, int first_ef, int steps,
-									   TsdgError *error);
-TsdgStatus	tsdg_profile_job_finish(TsdgProfileJob *job, int64_t *scored, double *seconds,
-									TsdgError *error);
+									   int navigating_count, const uint32_t *layer_ids,
+									   const uint8_t *layer_lambdas, int64_t layer_nodes,
+									   const uint32_t *samples, int sample_count, int first_ef,
+									   int steps, TsdgError *error);
+TsdgStatus	tsdg_profile_job_finish(TsdgProfileJob *job, int64_t *scored, int64_t *layer_scored,
+									double *seconds, TsdgError *error);
 void		tsdg_profile_job_cancel(TsdgProfileJob *job);
 
 /*

@@ -64,15 +64,16 @@ NavigatingLayer::NavigatingLayer(MatrixView layer_rows, GraphView layer, Metric 
 
 NavigatingLayer::~NavigatingLayer() = default;
 
-void NavigatingLayer::entries(MatrixView queries, uint32_t* ids, float* dists, const RunControl& control) {
+int64_t NavigatingLayer::entries(MatrixView queries, uint32_t* ids, float* dists, const RunControl& control) {
   SearchParams params;
   params.ef = kLayerWidth;
   params.k = params.ef;
-  index_->search(queries, params, ids, dists, control);
+  const int64_t computed = index_->search_counted(queries, params, ids, dists, control);
   const size_t count = static_cast<size_t>(queries.rows) * params.k;
   for (size_t i = 0; i < count; ++i) {
     if (ids[i] != kInvalidId) ids[i] = static_cast<uint32_t>(ids[i] * kLayerStride);
   }
+  return computed;
 }
 
 int64_t NavigatingLayer::distance_computations() const { return index_->distance_computations(); }

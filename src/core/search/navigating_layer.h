@@ -77,8 +77,9 @@ class NavigatingLayer {
 
   // For each query, kLayerWidth entries into the index's graph: node ids
   // (layer node * kLayerStride) and their distances, ascending, padded with
-  // kInvalidId / +inf. Queries of cosine need not be normalized.
-  void entries(MatrixView queries, uint32_t* ids, float* dists, const RunControl& control);
+  // kInvalidId / +inf. Queries of cosine need not be normalized. Returns the
+  // distances these walks computed, the layer's navigating set included.
+  int64_t entries(MatrixView queries, uint32_t* ids, float* dists, const RunControl& control);
   // Distance computations of its walks so far.
   int64_t distance_computations() const;
   size_t memory_bytes() const;

@@ -22,16 +22,25 @@ class ProfileWalker {
         navigating_dists_(input.navigating.size()),
         fresh_(static_cast<size_t>(input.graph.degree)) {}
 
-  // The nodes the searches of sample score at each ef, into scored.
-  void walk_sample(uint32_t sample, int64_t* scored, const RunControl& control) {
+  // The nodes the searches of sample score at each ef, into scored, and
+  // the distances the layer's walks compute, into layer_scored.
+  void walk_sample(uint32_t sample, int64_t* scored, int64_t* layer_scored, const RunControl& control) {
     const float* query = row_of(sample);
-    for (size_t i = 0; i < input_.navigating.size(); ++i) {
-      navigating_dists_[i] = distance_(query, row_of(input_.navigating[i]), input_.data.dim);
+    if (input_.layer == nullptr) {
+      for (size_t i = 0; i < input_.navigating.size(); ++i) {
+        navigating_dists_[i] = distance_(query, row_of(input_.navigating[i]), input_.data.dim);
+      }
     }
     for (size_t step = 0; step < input_.efs.size(); ++step) {
-      search_.begin(std::max(input_.efs[step], 1));
-      search_.offer_many(input_.navigating.data(), navigating_dists_.data(),
-                         static_cast<int64_t>(input_.navigating.size()));
+      const int ef = std::max(input_.efs[step], 1);
+      search_.begin(ef);
+      layer_scored[step] = 0;
+      if (input_.layer != nullptr) {
+        layer_scored[step] = offer_layer_entries(query, control);
+      } else {
+        search_.offer_many(input_.navigating.data(), navigating_dists_.data(),
+                           static_cast<int64_t>(input_.navigating.size()));
+      }
       expand(query, control);
       scored[step] = search_.distance_count();
     }
@@ -45,6 +54,24 @@ class ProfileWalker {
                                                std::to_string(input_.data.rows));
     }
     return input_.data.row(id);
+  }
+
+  // the layer's entries, offered up to the first missing one as a scan
+  // offers them; returns the distances the layer's walk computed
+  int64_t offer_layer_entries(const float* query, const RunControl& control) {
+    const int width = kLayerWidth;
+    layer_ids_.resize(static_cast<size_t>(width));
+    layer_dists_.resize(static_cast<size_t>(width));
+    RunControl on_this_thread;
+    on_this_thread.cancel = control.cancel;
+    const int64_t computed = input_.layer->entries(MatrixView{query, 1, input_.data.dim}, layer_ids_.data(),
+                                                   layer_dists_.data(), on_this_thread);
+    int count = 0;
+    while (count < width && layer_ids_[static_cast<size_t>(count)] != kInvalidId) {
+      row_of(layer_ids_[static_cast<size_t>(count++)]);
+    }
+    search_.offer_many(layer_ids_.data(), layer_dists_.data(), count);
+    return computed;
   }
 
   void expand(const float* query, const RunControl& control) {
@@ -68,11 +95,13 @@ class ProfileWalker {
   GraphSearch search_;
   std::vector<float> navigating_dists_;
   std::vector<uint32_t> fresh_;
+  std::vector<uint32_t> layer_ids_;
+  std::vector<float> layer_dists_;
 };
 
 }  // namespace
 
-std::vector<int64_t> search_profile(const SearchProfileInput& input, const RunControl& control) {
+SearchProfile search_profile(const SearchProfileInput& input, const RunControl& control) {
   if (input.data.rows != input.graph.nodes) {
     throw Error(Status::InvalidArgument, "search profile: row count and node count differ");
   }
@@ -80,21 +109,26 @@ std::vector<int64_t> search_profile(const SearchProfileInput& input, const RunCo
   const DistanceFn distance = metric_distance_fn(input.metric);
   const size_t steps = input.efs.size();
   std::vector<int64_t> per_sample(input.samples.size() * steps, 0);
+  std::vector<int64_t> layer_per_sample(per_sample.size(), 0);
   std::vector<std::unique_ptr<ProfileWalker>> walkers(static_cast<size_t>(worker_count(control)));
   parallel_for(control, static_cast<int64_t>(input.samples.size()), 1,
                [&](int64_t begin, int64_t end, int worker) {
                  auto& walker = walkers[static_cast<size_t>(worker)];
                  if (!walker) walker = std::make_unique<ProfileWalker>(input, distance);
                  for (int64_t s = begin; s < end; ++s) {
-                   walker->walk_sample(input.samples[static_cast<size_t>(s)],
-                                       per_sample.data() + static_cast<size_t>(s) * steps, control);
+                   const size_t at = static_cast<size_t>(s) * steps;
+                   walker->walk_sample(input.samples[static_cast<size_t>(s)], per_sample.data() + at,
+                                       layer_per_sample.data() + at, control);
                  }
                });
-  std::vector<int64_t> scored(steps, 0);
+  SearchProfile profile{std::vector<int64_t>(steps, 0), std::vector<int64_t>(steps, 0)};
   for (size_t s = 0; s < input.samples.size(); ++s) {
-    for (size_t step = 0; step < steps; ++step) scored[step] += per_sample[s * steps + step];
+    for (size_t step = 0; step < steps; ++step) {
+      profile.scored[step] += per_sample[s * steps + step];
+      profile.layer_scored[step] += layer_per_sample[s * steps + step];
+    }
   }
-  return scored;
+  return profile;
 }
 
 }  // namespace tsdg

@@ -485,8 +485,13 @@ int64_t CpuSearchIndex::walk(const float* query, const SearchParams& params, con
 
 void CpuSearchIndex::search(MatrixView queries, const SearchParams& params, uint32_t* ids,
                             float* dists, const RunControl& control) {
+  search_counted(queries, params, ids, dists, control);
+}
+
+int64_t CpuSearchIndex::search_counted(MatrixView queries, const SearchParams& params, uint32_t* ids,
+                                       float* dists, const RunControl& control) {
   validate_search_params(params);
-  if (queries.rows == 0) return;
+  if (queries.rows == 0) return 0;
   if (queries.dim != data_.dim) {
     throw Error(Status::InvalidArgument, "search: query dimension " + std::to_string(queries.dim) +
                                              " does not match the index dimension " +
@@ -496,13 +501,13 @@ void CpuSearchIndex::search(MatrixView queries, const SearchParams& params, uint
   if (graph_.nodes == 0) {
     std::fill(ids, ids + queries.rows * k, kInvalidId);
     std::fill(dists, dists + queries.rows * k, std::numeric_limits<float>::infinity());
-    return;
+    return 0;
   }
   const SlackRule slack = slack_rule_for(metric_, params.slack, k, nn1_bound_);
   if (std::shared_ptr<NavigatingLayer> layer = current_layer()) {
-    search_through_layer(*layer, queries, params, slack, ids, dists, control);
-    return;
+    return search_through_layer(*layer, queries, params, slack, ids, dists, control);
   }
+  std::atomic<int64_t> call_computed{0};
   prepare_entry_points(params);
   const int workers = worker_count(control);
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, queries.rows / (4 * workers)));
@@ -532,9 +537,11 @@ void CpuSearchIndex::search(MatrixView queries, const SearchParams& params, uint
       }
     }
     distance_computations_.fetch_add(computed, std::memory_order_relaxed);
+    call_computed.fetch_add(computed, std::memory_order_relaxed);
     control.add_done(end - begin);
     release_scratch(std::move(scratch));
   });
+  return call_computed.load();
 }
 
 int64_t CpuSearchIndex::distance_computations() const {
@@ -557,11 +564,12 @@ void CpuSearchIndex::set_layer(GraphView layer) {
   layer_ = std::move(made);
 }
 
-void CpuSearchIndex::search_through_layer(NavigatingLayer& layer, MatrixView queries, const SearchParams& params,
-                                          const SlackRule& slack, uint32_t* ids, float* dists,
-                                          const RunControl& control) {
+int64_t CpuSearchIndex::search_through_layer(NavigatingLayer& layer, MatrixView queries, const SearchParams& params,
+                                             const SlackRule& slack, uint32_t* ids, float* dists,
+                                             const RunControl& control) {
   const int k = params.k;
   const int width = kLayerWidth;
+  std::atomic<int64_t> call_computed{0};
   const int workers = worker_count(control);
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, queries.rows / (4 * workers)));
   control.set_total(queries.rows);
@@ -573,11 +581,13 @@ void CpuSearchIndex::search_through_layer(NavigatingLayer& layer, MatrixView que
     std::vector<uint32_t>& entry_ids = scratch->layer_ids;
     std::vector<float>& entry_dists = scratch->layer_dists;
     int64_t computed = 0;
+    int64_t layer_computed = 0;  // the layer's distance_computations() counts them already
     for (int64_t first = begin; first < end; first += kEntryBlock) {
       const int64_t count = std::min<int64_t>(kEntryBlock, end - first);
       entry_ids.resize(static_cast<size_t>(count) * width);
       entry_dists.resize(entry_ids.size());
-      layer.entries(queries.slice(first, count), entry_ids.data(), entry_dists.data(), inline_control);
+      layer_computed +=
+          layer.entries(queries.slice(first, count), entry_ids.data(), entry_dists.data(), inline_control);
       for (int64_t b = 0; b < count; ++b) {
         const int64_t q = first + b;
         const float* query = queries.row(q);
@@ -592,9 +602,11 @@ void CpuSearchIndex::search_through_layer(NavigatingLayer& layer, MatrixView que
       }
     }
     distance_computations_.fetch_add(computed, std::memory_order_relaxed);
+    call_computed.fetch_add(computed + layer_computed, std::memory_order_relaxed);
     control.add_done(end - begin);
     release_scratch(std::move(scratch));
   });
+  return call_computed.load();
 }
 
 std::vector<uint32_t> CpuSearchIndex::unreached_rows(int64_t first, int64_t end,

@@ -382,6 +382,10 @@ class CpuSearchIndex : public SearchIndex {
 
   void search(MatrixView queries, const SearchParams& params, uint32_t* ids, float* dists,
               const RunControl& control) override;
+  // search(), returning the distances its walks computed (the layer's
+  // included): distance_computations() sums those of every caller.
+  int64_t search_counted(MatrixView queries, const SearchParams& params, uint32_t* ids, float* dists,
+                         const RunControl& control);
   size_t memory_bytes() const override;
   int64_t node_count() const override { return graph_.nodes; }
   std::vector<uint32_t> entry_points(const SearchParams& params,
@@ -420,8 +424,8 @@ class CpuSearchIndex : public SearchIndex {
   int64_t walk(const float* query, const SearchParams& params, const SlackRule& slack, Scratch& scratch,
                uint32_t* ids, float* dists) const;
   // search() through the layer.
-  void search_through_layer(NavigatingLayer& layer, MatrixView queries, const SearchParams& params,
-                            const SlackRule& slack, uint32_t* ids, float* dists, const RunControl& control);
+  int64_t search_through_layer(NavigatingLayer& layer, MatrixView queries, const SearchParams& params,
+                               const SlackRule& slack, uint32_t* ids, float* dists, const RunControl& control);
   std::shared_ptr<NavigatingLayer> current_layer() const;
 
   MatrixView data_;

@@ -334,6 +334,16 @@ typedef struct TsdgMetaPageData
 	 */
 	uint32		layer_nodes;
 	BlockNumber layer_start;
+
+	/*
+	 * For a graph with a layer, the distances the layer's walk computes
+	 * before each search of the profile (its navigating set included), the
+	 * mean over the same samples; profile_scored then counts the searches
+	 * from the walk's entries, as the scans make them. 0 where the profile
+	 * was measured from the navigating set, and in an index made before the
+	 * field.
+	 */
+	float4		profile_layer_scored[TSDG_PROFILE_STEPS];
 } TsdgMetaPageData;
 
 StaticAssertDecl(sizeof(TsdgMetaPageData) <= BLCKSZ - MAXALIGN(SizeOfPageHeaderData) -
@@ -542,15 +552,17 @@ extern void TsdgMeasureSearchProfile(Relation index);
 
 /*
  * The profile of a build's graph, computed from its arrays (the rows,
- * lists and entry points of meta, which must stay as they are until it is
- * finished or stopped) on threads of the core while the session writes its
- * pages: false when it could not start. TsdgFinishArrayProfile waits for it
+ * lists and entry points of meta, and the layer's lists where the graph has
+ * a layer, which must stay as they are until it is finished or stopped) on
+ * threads of the core while the session writes its pages: false when it
+ * could not start, or when the graph's layer is not in yet (NULL). TsdgFinishArrayProfile waits for it
  * and puts it into meta, with the seconds its threads took; false when it
  * failed, and the pages are then measured. TsdgStopArrayProfile stops it
  * and waits, on an error of the build.
  */
 extern bool TsdgStartArrayProfile(const TsdgMetaPageData *meta, TsdgMetric metric,
-								  const float *rows, const uint32 *neighbors, const uint8 *lambdas);
+								  const float *rows, const uint32 *neighbors, const uint8 *lambdas,
+								  const uint32 *layer_ids, const uint8 *layer_lambdas);
 extern bool TsdgFinishArrayProfile(TsdgMetaPageData *meta, double *seconds);
 extern void TsdgStopArrayProfile(void);
 
@@ -667,12 +679,28 @@ extern void TsdgWalkExpand(TsdgPageWalk *walk, TsdgSearch *search);
 extern int	tsdg_navigating_cache_mem;
 /* whether a navigating set of count rows of dims is kept (tsdg.navigating_cache_mem) */
 extern bool TsdgNavigatingSetFits(int64 count, int dims);
+/* whether a layer of layer_nodes of dims and degree is kept (tsdg.navigating_cache_mem) */
+extern bool TsdgLayerFits(int64 layer_nodes, int dims, int degree);
 /*
  * offers a search of ef its entries: those its walk of meta's layer finds
- * (kept by the backend), or the navigating set scored whole
+ * (kept by the backend; *layer_scored: the distances that walk computed),
+ * or the navigating set scored whole (*layer_scored 0)
  */
 extern void TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search,
-								   const TsdgMetaPageData *meta, int ef);
+								   const TsdgMetaPageData *meta, int ef, int64 *layer_scored);
+/*
+ * meta's layer made searchable: the backend's copy, or, where the layer is
+ * larger than tsdg.navigating_cache_mem, one freed with the caller's memory;
+ * NULL when the graph has no layer
+ */
+extern TsdgLayerSearch *TsdgLayerSearchOf(TsdgPageWalk *walk, const TsdgMetaPageData *meta);
+/*
+ * the entries layer's walk for the walk's query finds, checked as nodes of
+ * the walk's graph, into ids and dists (room for tsdg_layer_entry_count());
+ * returns how many, and the distances the walk computed in *scored
+ */
+extern int	TsdgWalkLayer(TsdgPageWalk *walk, TsdgLayerSearch *layer, uint32 *ids, float *dists,
+						  int64 *scored);
 /* the most nodes the navigating set of meta's graph holds */
 extern int64 TsdgNavigatingSetMost(const TsdgMetaPageData *meta);
 /*

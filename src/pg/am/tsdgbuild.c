@@ -318,7 +318,8 @@ static void
 TsdgStartProfile(TsdgProfileStart *start)
 {
 	start->started = TsdgStartArrayProfile(start->meta, start->bs->metric, start->bs->rows,
-										   start->neighbors, start->lambdas);
+										   start->neighbors, start->lambdas, start->bs->layer_ids,
+										   start->bs->layer_lambdas);
 }
 
 /* between list pages: the profile starts as soon as the worker's entry points are in */
@@ -341,6 +342,7 @@ typedef struct TsdgPagesAndProfile
 	TimestampTz summary_wait_at;	/* the worker's entry points waited for after them */
 	bool		profiled;		/* meta holds the profile */
 	bool		started_after_pages;	/* the worker's entry points came after the pages */
+	bool		started_after_layer;	/* it walks the layer, which the worker sent after them */
 	double		profile_seconds;	/* the time its threads took */
 } TsdgPagesAndProfile;
 
@@ -529,6 +531,14 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 													  &bs.layer_lambdas);
 			if (!bs.layer_on_worker)
 				TsdgComputeBuildLayer(&bs);
+			/* the profile walks the layer as the scans do, so it waited for it */
+			if (!done.profiled &&
+				TsdgStartArrayProfile(&meta, bs.metric, bs.rows, neighbors, lambdas,
+									  bs.layer_ids, bs.layer_lambdas))
+			{
+				done.started_after_layer = true;
+				done.profiled = TsdgFinishArrayProfile(&meta, &done.profile_seconds);
+			}
 		}
 		TsdgWriteBuildLayer(&bs, &meta, &layout);
 		profile_at = GetCurrentTimestamp();
@@ -588,7 +598,8 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 						!done.profiled ? "measured on the pages after the metapage" :
 						psprintf("waited for after the pages; computed beside them in %.3f s%s",
 								 done.profile_seconds,
-								 !on_worker ? "" : done.started_after_pages ?
+								 !on_worker ? "" : done.started_after_layer ?
+								 ", started once the worker's layer was in" : done.started_after_pages ?
 								 ", started after them" : ", started between the list pages"))));
 
 	result = palloc(sizeof(IndexBuildResult));

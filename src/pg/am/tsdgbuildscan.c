@@ -63,7 +63,12 @@ TsdgEstimateHeapRows(Relation heap, int dims)
 	return (double) pages * ((BLCKSZ - SizeOfPageHeaderData) / tuple_bytes);
 }
 
-/* Bytes one row costs during the build: its TID here, the rest in the core's estimate. */
+/*
+ * Bytes one row costs during the build: its TID here, the rest in the core's
+ * estimate. The navigating layer is built once the graph's builder has
+ * freed its arrays, and holds far less a row than they did
+ * (tsdg_layer_bytes), so the graph's peak is the build's.
+ */
 static Size
 TsdgBuildBytesPerRow(const TsdgBuildState *bs)
 {

@@ -17,7 +17,11 @@
  *
  * A graph search with ef candidates scores the navigating set, the walk down
  * from it and a few times ef nodes more; all of that happens before the first
- * row comes back. How many times ef depends on the data: a search whose
+ * row comes back. A graph with a navigating layer that the session keeps
+ * (tsdgnavcache.c) is searched from the layer's walk instead: the walk scores
+ * rows of the layer in memory, and the graph's search starts from the
+ * entries it found, which come with their distances; the profile measures
+ * both walks. How many times ef depends on the data: a search whose
  * candidates stay within a cluster of rows meets mostly nodes it has scored
  * already, and one whose ef passes the cluster's size spills into the
  * clusters around it and scores several times more. The index measures that
@@ -138,6 +142,8 @@ typedef struct TsdgScanShape
 	double		nodes;			/* live nodes of the graph */
 	double		entries;		/* the navigating set */
 	bool		entries_kept;	/* within tsdg.navigating_cache_mem */
+	bool		layer_walked;	/* searches start from the layer's walk, which the profile measured */
+	double		profile_layer_scored[TSDG_PROFILE_STEPS];
 	double		degree;
 	double		pending;
 	double		selectivity;	/* the share of rows that pass the quals */
@@ -157,26 +163,61 @@ TsdgVisitsScoring(double scored, double nodes)
 	return -nodes * log1p(-Min(scored / nodes, 1.0 - 0.5 / nodes));
 }
 
-/*
- * The visits of a search with ef candidates, from its profile: each
- * measured count of nodes scored as the visits that give it on the
- * profile's graph, on the line through the two measured efs around ef, or
- * the last two past the largest; at least the navigating set.
- */
-static double
-TsdgProfileVisits(const TsdgScanShape *shape, double ef)
+/* the profile's step below ef's (or the last but one past the largest) and ef's place past it */
+static int
+TsdgProfileStep(double ef, double *past)
 {
 	int			step = 1;
 	double		low_ef;
-	double		low;
-	double		high;
 
 	while (step < TSDG_PROFILE_STEPS - 1 && ef > (double) (TSDG_PROFILE_FIRST_EF << step))
 		step++;
 	low_ef = (double) (TSDG_PROFILE_FIRST_EF << (step - 1));
-	low = TsdgVisitsScoring(shape->profile_scored[step - 1], shape->profile_nodes);
-	high = TsdgVisitsScoring(shape->profile_scored[step], shape->profile_nodes);
-	return Max(low + (high - low) * (ef - low_ef) / low_ef, shape->entries);
+	*past = (ef - low_ef) / low_ef;
+	return step - 1;
+}
+
+/* the entries a search with ef candidates starts from, already scored */
+static double
+TsdgStartEntries(const TsdgScanShape *shape, double ef)
+{
+	if (shape->layer_walked)
+		return (double) tsdg_layer_entry_count();
+	return shape->entries;
+}
+
+/*
+ * The visits of a search with ef candidates, from its profile: each
+ * measured count of nodes scored as the visits that give it on the
+ * profile's graph, on the line through the two measured efs around ef, or
+ * the last two past the largest; at least the entries it starts from.
+ */
+static double
+TsdgProfileVisits(const TsdgScanShape *shape, double ef)
+{
+	double		past;
+	int			step = TsdgProfileStep(ef, &past);
+	double		low = TsdgVisitsScoring(shape->profile_scored[step], shape->profile_nodes);
+	double		high = TsdgVisitsScoring(shape->profile_scored[step + 1], shape->profile_nodes);
+
+	return Max(low + (high - low) * past, TsdgStartEntries(shape, ef));
+}
+
+/*
+ * The distances the layer's walk before a search with ef candidates
+ * computes, from the profile, on the line through the two measured efs
+ * around ef, and past the largest as at it (the walk's width does not
+ * depend on ef, so neither do the counts of the layer's walk)
+ */
+static double
+TsdgLayerWalkScored(const TsdgScanShape *shape, double ef)
+{
+	double		past;
+	int			step = TsdgProfileStep(ef, &past);
+	double		low = shape->profile_layer_scored[step];
+	double		high = shape->profile_layer_scored[step + 1];
+
+	return Max(low + (high - low) * Min(past, 1.0), 0.0);
 }
 
 /*
@@ -212,19 +253,33 @@ TsdgSearchBytes(const TsdgScanShape *shape, double ef)
 /*
  * The work of a graph search with ef candidates: its scored nodes, each
  * placed in a pool as wide as ef or as the nodes scored (those of the
- * navigating set cheaper where the session keeps its rows), and its expanded
- * nodes, about as many as the pool holds.
+ * navigating set cheaper where the session keeps its rows, as are the
+ * entries of the layer's walk, which also brings their distances), and its
+ * expanded nodes, about as many as the pool holds. Where it starts from the
+ * layer, the walk of the layer comes first: rows the session keeps, each
+ * placed in the walk's own pool.
  */
 static double
 TsdgSearchWork(const TsdgScanShape *shape, double ef)
 {
 	double		scored = TsdgVisitedNodes(shape, ef);
 	double		expanded = Min(ef, shape->nodes);
-	double		kept = shape->entries_kept ? Min(shape->entries, scored) : 0.0;
+	double		kept = shape->entries_kept || shape->layer_walked ?
+		Min(TsdgStartEntries(shape, ef), scored) : 0.0;
+	double		work;
 
-	return scored * (TSDG_VISIT_WORK + shape->dims + TSDG_VISIT_POOL_WORK * Min(ef, scored)) -
+	work = scored * (TSDG_VISIT_WORK + shape->dims + TSDG_VISIT_POOL_WORK * Min(ef, scored)) -
 		kept * (TSDG_VISIT_WORK - TSDG_KEPT_ENTRY_WORK) +
 		expanded * shape->degree * TSDG_LIST_SLOT_WORK;
+	if (shape->layer_walked)
+	{
+		double		width = TsdgStartEntries(shape, ef);
+
+		work += TsdgLayerWalkScored(shape, ef) *
+			(TSDG_KEPT_ENTRY_WORK + shape->dims + TSDG_VISIT_POOL_WORK * width) -
+			kept * shape->dims;
+	}
+	return work;
 }
 
 /*
@@ -361,7 +416,19 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	shape.pending = meta->pending_count;
 	shape.profile_nodes = meta->profile_nodes;
 	for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
+	{
 		shape.profile_scored[step] = meta->profile_scored[step];
+		shape.profile_layer_scored[step] = meta->profile_layer_scored[step];
+	}
+
+	/*
+	 * A scan walks the layer where the session keeps it, else it scores the
+	 * navigating set; a profile that walked no layer prices searches from
+	 * the navigating set too.
+	 */
+	shape.layer_walked = meta->layer_nodes > 0 && meta->profile_nodes > 0 &&
+		meta->profile_layer_scored[0] > 0 &&
+		TsdgLayerFits(meta->layer_nodes, (int) shape.dims, meta->degree);
 	pfree(meta);
 
 	selectivity = clauselist_selectivity(root, rel->baserestrictinfo, rel->relid, JOIN_INNER, NULL);

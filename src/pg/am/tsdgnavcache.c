@@ -311,13 +311,21 @@ TsdgFreeLayerSearch(void *arg)
 	tsdg_layer_search_free((TsdgLayerSearch *) arg);
 }
 
+bool
+TsdgLayerFits(int64 layer_nodes, int dims, int degree)
+{
+	return TsdgLayerBytes(layer_nodes, dims, degree) <= (Size) tsdg_navigating_cache_mem * 1024;
+}
+
 /*
  * Reads meta's layer, its lists and its nodes' rows, into a TsdgLayerSearch,
  * freed with the copy's context. The context hangs under the caller's until
- * the copy is complete, as TsdgCopyNavigatingSet's does.
+ * the copy is complete, as TsdgCopyNavigatingSet's does; a copy not kept
+ * stays there, and goes with the caller's memory.
  */
 static TsdgNavigatingCopy *
-TsdgCopyLayer(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const TsdgMetaPageData *meta)
+TsdgCopyLayer(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const TsdgMetaPageData *meta,
+			  bool keep)
 {
 	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "tsdg navigating layer",
 											  ALLOCSET_SMALL_SIZES);
@@ -353,7 +361,8 @@ TsdgCopyLayer(TsdgPageWalk *walk, const TsdgNavigatingKey *key, const TsdgMetaPa
 	pfree(ids);
 	pfree(lambdas);
 	MemoryContextSwitchTo(old_ctx);
-	TsdgKeepCopy(copy);
+	if (keep)
+		TsdgKeepCopy(copy);
 	return copy;
 }
 
@@ -369,11 +378,9 @@ TsdgLayerCopyOf(TsdgPageWalk *walk, const TsdgMetaPageData *meta)
 	TsdgNavigatingCopy *copy;
 	Size		bytes;
 
-	if (meta->layer_nodes == 0)
+	if (meta->layer_nodes == 0 || !TsdgLayerFits(meta->layer_nodes, walk->layout->dims, meta->degree))
 		return NULL;
 	bytes = TsdgLayerBytes(meta->layer_nodes, walk->layout->dims, meta->degree);
-	if (bytes > (Size) tsdg_navigating_cache_mem * 1024)
-		return NULL;
 
 	TsdgNavigatingKeyOf(&key, walk->index, meta, true);
 	for (copy = copies; copy != NULL; copy = copy->next)
@@ -383,7 +390,7 @@ TsdgLayerCopyOf(TsdgPageWalk *walk, const TsdgMetaPageData *meta)
 	if (copy == NULL)
 	{
 		TsdgMakeRoom(RelationGetRelid(walk->index), &key, bytes);
-		copy = TsdgCopyLayer(walk, &key, meta);
+		copy = TsdgCopyLayer(walk, &key, meta, true);
 	}
 	else
 		TsdgMakeRoom(RelationGetRelid(walk->index), &key, 0);
@@ -391,29 +398,55 @@ TsdgLayerCopyOf(TsdgPageWalk *walk, const TsdgMetaPageData *meta)
 	return copy;
 }
 
+TsdgLayerSearch *
+TsdgLayerSearchOf(TsdgPageWalk *walk, const TsdgMetaPageData *meta)
+{
+	TsdgNavigatingCopy *copy;
+	TsdgNavigatingKey key;
+
+	if (meta->layer_nodes == 0)
+		return NULL;
+	copy = TsdgLayerCopyOf(walk, meta);
+	if (copy != NULL)
+		return copy->layer;
+	TsdgNavigatingKeyOf(&key, walk->index, meta, true);
+	return TsdgCopyLayer(walk, &key, meta, false)->layer;
+}
+
+int
+TsdgWalkLayer(TsdgPageWalk *walk, TsdgLayerSearch *layer, uint32 *ids, float *dists, int64 *scored)
+{
+	int			width = tsdg_layer_entry_count();
+	int			count = 0;
+	TsdgError	error;
+
+	if (tsdg_layer_search_entries(layer, walk->query, ids, dists, scored, &error) != TSDG_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("tsdg search of the navigating layer failed: %s", error.message)));
+	while (count < width && ids[count] != TSDG_INVALID_ID)
+		TsdgCheckScanNode(walk->index, ids[count++], walk->node_count);
+	return count;
+}
+
 /*
  * Offers a search of ef its entries: the layer's walk, or the navigating set
  * scored whole.
  */
 void
-TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPageData *meta, int ef)
+TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPageData *meta, int ef,
+					   int64 *layer_scored)
 {
 	TsdgNavigatingCopy *copy = TsdgLayerCopyOf(walk, meta);
 
+	*layer_scored = 0;
 	if (copy != NULL)
 	{
 		int			width = tsdg_layer_entry_count();
 		uint32	   *ids = palloc(sizeof(uint32) * width);
 		float	   *dists = palloc(sizeof(float) * width);
-		int			count = 0;
-		TsdgError	error;
+		int			count = TsdgWalkLayer(walk, copy->layer, ids, dists, layer_scored);
 
-		if (tsdg_layer_search_entries(copy->layer, walk->query, ids, dists, &error) != TSDG_OK)
-			ereport(ERROR,
-					(errcode(ERRCODE_OUT_OF_MEMORY),
-					 errmsg("tsdg search of the navigating layer failed: %s", error.message)));
-		while (count < width && ids[count] != TSDG_INVALID_ID)
-			TsdgCheckScanNode(walk->index, ids[count++], walk->node_count);
 		tsdg_search_offer_many(search, ids, dists, count);
 		pfree(ids);
 		pfree(dists);

@@ -10,16 +10,22 @@
  * sample rows, spread over the index, are searched for their own vectors
  * (queries come from the rows' distribution) by the scan's own walk over
  * the pages, at ef TSDG_PROFILE_FIRST_EF doubled up to past tsdg.ef_search's
- * largest value. CREATE INDEX measures it, and ANALYZE, VACUUM and
- * tsdg_merge() measure it again, so that it follows the graph as merges and
- * deletions change it.
+ * largest value. A scan of a graph with a navigating layer walks the layer
+ * first and the graph from what that walk found, so the profile of such a
+ * graph walks both and keeps the counts of each: the graph's searches, and
+ * the layer's walks, which the planner prices as a search's fixed start in
+ * place of the navigating set's scoring. It walks the layer even where the
+ * layer is larger than the measuring session's tsdg.navigating_cache_mem:
+ * the sessions that scan the index may keep it. CREATE INDEX measures it,
+ * and ANALYZE, VACUUM and tsdg_merge() measure it again, so that it follows
+ * the graph as merges and deletions change it.
  * The planner reads it with the metapage, which it reads anyway.
  *
  * CREATE INDEX still holds its graph in memory while it writes the pages,
  * so it computes the profile from its arrays instead, on threads of the
  * core beside the page writes (tsdg_profile_job_start), by the same walk:
- * the same samples, navigating set, search and distance kernel, so that the
- * counts are those a walk of the pages would store.
+ * the same samples, navigating set or layer, search and distance kernel, so
+ * that the counts are those a walk of the pages would store.
  */
 #include "postgres.h"
 
@@ -59,11 +65,15 @@ TsdgProfileSampleIds(uint32 node_count, uint32 *ids)
 
 /* the profile's means, as the metapage keeps them */
 static void
-TsdgStoreProfile(TsdgMetaPageData *meta, uint32 node_count, const double *scored, int samples)
+TsdgStoreProfile(TsdgMetaPageData *meta, uint32 node_count, const double *scored,
+				 const double *layer_scored, int samples)
 {
 	meta->profile_nodes = node_count;
 	for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
+	{
 		meta->profile_scored[step] = (float4) (scored[step] / samples);
+		meta->profile_layer_scored[step] = (float4) (layer_scored[step] / samples);
+	}
 }
 
 /* a copy of the vector of node id, read from its row page */
@@ -82,10 +92,11 @@ TsdgReadNodeVector(Relation index, const TsdgLayout *layout, uint32 id)
 }
 
 /*
- * The nodes one search at ef scores, from the navigating set as a scan
- * starts: count ids with their distances to the walk's query, which every
- * ef's search of a sample scores alike, so they are scored once per sample
- * and offered to each search as a scan's own scoring would offer them.
+ * The nodes one search at ef scores, from what a scan starts from: count ids
+ * with their distances to the walk's query. Those of the navigating set
+ * every ef's search of a sample scores alike, so they are scored once per
+ * sample and offered to each search as a scan's own scoring would offer
+ * them; those of a layer come from its walk before each search.
  */
 static int64
 TsdgProfileSearch(TsdgPageWalk *walk, TsdgSearch *search, const uint32 *ids, const float *dists,
@@ -110,6 +121,8 @@ TsdgMeasureSearchProfile(Relation index)
 	TsdgError	error;
 	int			samples;
 	double		scored[TSDG_PROFILE_STEPS] = {0};
+	double		layer_scored[TSDG_PROFILE_STEPS] = {0};
+	TsdgLayerSearch *layer = NULL;
 	Buffer		buf;
 	GenericXLogState *state;
 	Page		page;
@@ -132,23 +145,43 @@ TsdgMeasureSearchProfile(Relation index)
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not start a tsdg search: %s", error.message)));
 	samples = TsdgProfileSampleIds(meta.node_count, sample_ids);
-	navigating_ids = palloc(sizeof(uint32) * TsdgNavigatingSetMost(&meta));
-	navigating_dists = palloc(sizeof(float) * TsdgNavigatingSetMost(&meta));
+	if (meta.layer_nodes > 0)
+	{
+		navigating_ids = palloc(sizeof(uint32) * tsdg_layer_entry_count());
+		navigating_dists = palloc(sizeof(float) * tsdg_layer_entry_count());
+	}
+	else
+	{
+		navigating_ids = palloc(sizeof(uint32) * TsdgNavigatingSetMost(&meta));
+		navigating_dists = palloc(sizeof(float) * TsdgNavigatingSetMost(&meta));
+	}
 	PG_TRY();
 	{
 		for (int s = 0; s < samples; s++)
 		{
 			float	   *query = TsdgReadNodeVector(index, &layout, sample_ids[s]);
 			TsdgPageWalk walk;
-			int			navigating;
+			int			navigating = 0;
 
 			TsdgWalkInit(&walk, index, &layout, metric, query, meta.node_count);
-			navigating = TsdgScoreNavigatingSet(&walk, &meta, navigating_ids, navigating_dists);
+			if (meta.layer_nodes > 0 && layer == NULL)
+				layer = TsdgLayerSearchOf(&walk, &meta);
+			if (layer == NULL)
+				navigating = TsdgScoreNavigatingSet(&walk, &meta, navigating_ids, navigating_dists);
 			for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
 			{
+				int			ef = TSDG_PROFILE_FIRST_EF << step;
+
+				if (layer != NULL)
+				{
+					int64		layer_walk;
+
+					navigating = TsdgWalkLayer(&walk, layer, navigating_ids, navigating_dists,
+											   &layer_walk);
+					layer_scored[step] += (double) layer_walk;
+				}
 				scored[step] += (double) TsdgProfileSearch(&walk, search, navigating_ids,
-														   navigating_dists, navigating,
-														   TSDG_PROFILE_FIRST_EF << step);
+														   navigating_dists, navigating, ef);
 				CHECK_FOR_INTERRUPTS();
 			}
 			pfree(query);
@@ -165,7 +198,7 @@ TsdgMeasureSearchProfile(Relation index)
 	state = GenericXLogStart(index);
 	page = GenericXLogRegisterBuffer(state, buf, 0);
 	stored = TsdgPageGetMeta(page);
-	TsdgStoreProfile(stored, meta.node_count, scored, samples);
+	TsdgStoreProfile(stored, meta.node_count, scored, layer_scored, samples);
 	TsdgCoverMeta(page);
 	GenericXLogFinish(state);
 	UnlockReleaseBuffer(buf);
@@ -182,15 +215,20 @@ TsdgStopProfileAtExit(int code, Datum arg)
 
 bool
 TsdgStartArrayProfile(const TsdgMetaPageData *meta, TsdgMetric metric, const float *rows,
-					  const uint32 *neighbors, const uint8 *lambdas)
+					  const uint32 *neighbors, const uint8 *lambdas, const uint32 *layer_ids,
+					  const uint8 *layer_lambdas)
 {
 	uint32		sample_ids[TSDG_PROFILE_SAMPLES];
 	uint32	   *navigating_ids;
 	int			navigating;
 	int			samples;
+	int64		layer_nodes = tsdg_layer_node_count(meta->node_count);
 	TsdgError	error;
 
 	if (meta->node_count == 0 || running_profile != NULL)
+		return false;
+	/* a graph whose layer is not in yet is measured once it is */
+	if (layer_nodes > 0 && layer_ids == NULL)
 		return false;
 	if (!profile_exit_hook_set)
 	{
@@ -203,7 +241,8 @@ TsdgStartArrayProfile(const TsdgMetaPageData *meta, TsdgMetric metric, const flo
 									 navigating_ids);
 	running_profile = tsdg_profile_job_start(rows, meta->node_count, meta->dims, metric, neighbors,
 											 lambdas, meta->degree, TSDG_LAMBDA_LIMIT_ALL,
-											 navigating_ids, navigating, sample_ids, samples,
+											 navigating_ids, navigating, layer_ids, layer_lambdas,
+											 layer_nodes, sample_ids, samples,
 											 TSDG_PROFILE_FIRST_EF, TSDG_PROFILE_STEPS, &error);
 	pfree(navigating_ids);
 	if (running_profile == NULL)
@@ -221,21 +260,26 @@ TsdgFinishArrayProfile(TsdgMetaPageData *meta, double *seconds)
 {
 	TsdgProfileJob *job = running_profile;
 	int64		scored[TSDG_PROFILE_STEPS];
+	int64		layer_scored[TSDG_PROFILE_STEPS];
 	double		means[TSDG_PROFILE_STEPS];
+	double		layer_means[TSDG_PROFILE_STEPS];
 	TsdgError	error;
 	TsdgStatus	status;
 
 	Assert(job != NULL);
 	running_profile = NULL;
-	status = tsdg_profile_job_finish(job, scored, seconds, &error);
+	status = tsdg_profile_job_finish(job, scored, layer_scored, seconds, &error);
 	if (status != TSDG_OK)
 	{
 		elog(DEBUG1, "tsdg search profile: measured on the pages: %s", error.message);
 		return false;
 	}
 	for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
+	{
 		means[step] = (double) scored[step];
-	TsdgStoreProfile(meta, running_profile_nodes, means, running_profile_samples);
+		layer_means[step] = (double) layer_scored[step];
+	}
+	TsdgStoreProfile(meta, running_profile_nodes, means, layer_means, running_profile_samples);
 	return true;
 }
 

@@ -269,6 +269,7 @@ static void
 TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 {
 	MemoryContext old_ctx = MemoryContextSwitchTo(so->graph_ctx);
+	int64		layer_scored;
 
 	if (first && TsdgWorkerRound(index, so))
 	{
@@ -292,7 +293,12 @@ TsdgGraphRound(Relation index, TsdgScanOpaque so, bool first)
 		MemoryContextRegisterResetCallback(so->graph_ctx, cb);
 
 		tsdg_search_begin(so->search, so->ef);
-		TsdgOfferNavigatingSet(&so->walk, so->search, &so->meta, so->ef);
+		TsdgOfferNavigatingSet(&so->walk, so->search, &so->meta, so->ef, &layer_scored);
+		/* what the search profile (tsdgprofile.c) counts of the layer's walk */
+		if (layer_scored > 0)
+			ereport(DEBUG1,
+					(errmsg_internal("tsdg index \"%s\": the navigating layer's walk at ef %d has scored " INT64_FORMAT " rows",
+									 RelationGetRelationName(index), so->ef, layer_scored)));
 	}
 	else
 		tsdg_search_widen(so->search, so->ef);

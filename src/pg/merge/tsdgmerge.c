@@ -109,14 +109,20 @@ TsdgMergeRows(const TsdgMetaPageData *meta)
 }
 
 /*
- * Bytes a merge holds in this backend: its rows' arrays, and the check of
- * its new rows besides the walks it keeps for the repair (those get what
- * maintenance_work_mem leaves, TsdgMergedEntryPoints).
+ * Bytes a merge holds in this backend: its rows' arrays, the navigating
+ * layer of the merged graph, built while they are held and kept until the
+ * pages are written, and the check of its new rows besides the walks it
+ * keeps for the repair (those get what maintenance_work_mem leaves,
+ * TsdgMergedEntryPoints).
  */
 double
 TsdgMergeBytes(const TsdgMetaPageData *meta)
 {
+	TsdgBuildParams params;
+
+	TsdgMergeParams(meta, &params);
 	return (double) TsdgMergeRows(meta) * TsdgMergeBytesPerRow(meta) +
+		(double) tsdg_layer_bytes(TsdgMergeRows(meta), meta->dims, &params) +
 		(double) meta->pending_count * TSDG_UNREACHED_JOB_ROW_BYTES;
 }
 

@@ -40,9 +40,10 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 	Relation	index;
 	TsdgMetaPageData meta;
 	TupleDesc	tupdesc;
-	Datum		values[21];
-	bool		nulls[21] = {0};
+	Datum		values[22];
+	bool		nulls[22] = {0};
 	Datum		scored[TSDG_PROFILE_STEPS];
+	Datum		layer_scored[TSDG_PROFILE_STEPS];
 	int64		size;
 	Oid			heapid;
 
@@ -80,6 +81,12 @@ tsdg_index_info(PG_FUNCTION_ARGS)
 												 true, TYPALIGN_INT));
 	nulls[19] = meta.profile_nodes == 0;
 	values[20] = Int64GetDatum((int64) meta.layer_nodes);
+	for (int step = 0; step < TSDG_PROFILE_STEPS; step++)
+		layer_scored[step] = Float4GetDatum(meta.profile_layer_scored[step]);
+	values[21] = PointerGetDatum(construct_array(layer_scored, TSDG_PROFILE_STEPS, FLOAT4OID,
+												 sizeof(float4), true, TYPALIGN_INT));
+	/* a profile measured from the navigating set has no layer's walks */
+	nulls[21] = meta.profile_nodes == 0 || meta.profile_layer_scored[0] == 0;
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
