@@ -227,10 +227,11 @@ TEST(Navigability, TheLayerGivesEveryStridedNodeAndFitsOnlyItsGraph) {
   for (uint32_t id : layer.neighbors) EXPECT_TRUE(id == kInvalidId || id < layer.nodes);
   const Matrix rows = gather_layer_rows(d.data.view());
   NavigatingLayer searchable(rows.view(), GraphView::of(layer), Metric::L2);
-  const int width = kLayerWidth;
+  const int ef = 10;
+  const int width = NavigatingLayer::width(ef);
   std::vector<uint32_t> ids(d.queries.rows * width);
   std::vector<float> dists(ids.size());
-  searchable.entries(d.queries.view(), ids.data(), dists.data(), control);
+  searchable.entries(d.queries.view(), ef, ids.data(), dists.data(), control);
   for (int64_t q = 0; q < d.queries.rows; ++q) {
     for (int j = 0; j < width; ++j) {
       const uint32_t id = ids[q * width + j];

@@ -3,7 +3,7 @@
 // tsdgscanwalk.c drives it: each list read up to its first empty slot,
 // its fresh neighbors scored by tsdg_metric_distance and offered in order,
 // the navigating set scored once a sample and offered first, or, for a
-// graph with a navigating layer, the layer's walk before each search
+// graph with a navigating layer, the layer's walk at the search's ef
 // (tsdg_layer_search_entries, as tsdgnavcache.c walks it) and its entries
 // offered first. The counts must be equal, sample by sample and ef by ef.
 #include <gtest/gtest.h>
@@ -110,7 +110,7 @@ Profile walked_as_the_pages(const Graph& g, int lambda_limit) {
   EXPECT_NE(search, nullptr) << error.message;
   TsdgLayerSearch* layer = layer_search_of(g);
   Profile walked{std::vector<int64_t>(kSteps, 0), std::vector<int64_t>(kSteps, 0)};
-  std::vector<uint32_t> entry_ids(static_cast<size_t>(tsdg_layer_entry_count()));
+  std::vector<uint32_t> entry_ids(static_cast<size_t>(tsdg_layer_entry_count(kFirstEf << (kSteps - 1))));
   std::vector<float> entry_dists(entry_ids.size());
   std::vector<float> navigating_dists(g.navigating.size());
   std::vector<uint32_t> list(g.degree);
@@ -126,10 +126,10 @@ Profile walked_as_the_pages(const Graph& g, int lambda_limit) {
       const int ef = kFirstEf << step;
       tsdg_search_begin(search, ef);
       if (layer != nullptr) {
-        const int width = tsdg_layer_entry_count();
+        const int width = tsdg_layer_entry_count(ef);
         int64_t layer_scored = 0;
-        EXPECT_EQ(tsdg_layer_search_entries(layer, query, entry_ids.data(), entry_dists.data(), &layer_scored,
-                                            &error),
+        EXPECT_EQ(tsdg_layer_search_entries(layer, query, ef, entry_ids.data(), entry_dists.data(),
+                                            &layer_scored, &error),
                   TSDG_OK)
             << error.message;
         int count = 0;
@@ -194,9 +194,7 @@ void expect_the_pages_counts(const Graph& g, int lambda_limit) {
   // wider searches score more: the counts are the walks', not zeros
   EXPECT_GT(walked.scored[kSteps - 1], walked.scored[0]);
   if (g.layer_nodes > 0) {
-    // the layer's walk is as wide at every ef
-    EXPECT_GT(walked.layer_scored[0], 0);
-    EXPECT_EQ(walked.layer_scored, std::vector<int64_t>(kSteps, walked.layer_scored[0]));
+    EXPECT_GT(walked.layer_scored[kSteps - 1], walked.layer_scored[0]);
   } else {
     EXPECT_EQ(walked.layer_scored, std::vector<int64_t>(kSteps, 0));
   }

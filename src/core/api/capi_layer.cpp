@@ -28,7 +28,7 @@ extern "C" {
 
 int64_t tsdg_layer_node_count(int64_t n) { return tsdg::layer_node_count(n); }
 
-int tsdg_layer_entry_count(void) { return tsdg::kLayerWidth; }
+int tsdg_layer_entry_count(int ef) { return tsdg::NavigatingLayer::width(ef); }
 
 TsdgStatus tsdg_index_set_layer(TsdgResidentIndex* index, const uint32_t* ids, const uint8_t* lambdas,
                                 int64_t layer_nodes, int degree, TsdgError* error) {
@@ -57,13 +57,15 @@ TsdgLayerSearch* tsdg_layer_search_create(const float* layer_rows, int64_t layer
   }
 }
 
-TsdgStatus tsdg_layer_search_entries(TsdgLayerSearch* layer, const float* query, uint32_t* ids,
+TsdgStatus tsdg_layer_search_entries(TsdgLayerSearch* layer, const float* query, int ef, uint32_t* ids,
                                      float* dists, int64_t* distance_count, TsdgError* error) {
   return guarded(error, [&] {
     require(layer != nullptr, "layer must not be NULL");
     require(query != nullptr && ids != nullptr && dists != nullptr && distance_count != nullptr,
             "query, ids, dists and distance_count must not be NULL");
-    *distance_count = layer->layer->entries(tsdg::MatrixView{query, 1, layer->dim}, ids, dists, tsdg::RunControl{});
+    require(ef > 0, "ef must be positive");
+    *distance_count =
+        layer->layer->entries(tsdg::MatrixView{query, 1, layer->dim}, ef, ids, dists, tsdg::RunControl{});
   });
 }
 

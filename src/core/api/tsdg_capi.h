@@ -344,9 +344,9 @@ void		tsdg_index_free(TsdgResidentIndex *index);
  * Graphs of at least TSDG_LAYER_MIN_NODES nodes have a layer: every
  * TSDG_LAYER_STRIDE-th node (node i * TSDG_LAYER_STRIDE is layer node i),
  * linked by a graph of its own, whose ids are layer nodes. A search walks
- * the layer first, at tsdg_layer_entry_count() whatever its ef, and starts
- * its walk on the index's graph from what it found, instead of from the
- * navigating set scored whole. The checks of unreached rows walk as the searches do; the
+ * the layer first, at tsdg_layer_entry_count(ef), and starts its walk on
+ * the index's graph from what it found, instead of from the navigating set
+ * scored whole. The checks of unreached rows walk as the searches do; the
  * build's check of every row's route keeps the navigating set.
  */
 #define TSDG_LAYER_STRIDE 16
@@ -354,8 +354,8 @@ void		tsdg_index_free(TsdgResidentIndex *index);
 
 /* The layer nodes of a graph of n nodes: 0 when it has none. */
 int64_t		tsdg_layer_node_count(int64_t n);
-/* The entries a search takes from the layer, at any ef. */
-int			tsdg_layer_entry_count(void);
+/* The entries a search of ef takes from the layer. */
+int			tsdg_layer_entry_count(int ef);
 
 /*
  * The layer's lists for rows (the index's n rows): ids local to the layer and
@@ -386,12 +386,12 @@ TsdgLayerSearch *tsdg_layer_search_create(const float *layer_rows, int64_t layer
 										  TsdgMetric metric, const uint32_t *ids,
 										  const uint8_t *lambdas, int degree, TsdgError *error);
 /*
- * The entries of one query into the index's graph: tsdg_layer_entry_count()
+ * The entries of one query into the index's graph: tsdg_layer_entry_count(ef)
  * node ids and distances, ascending, padded with TSDG_INVALID_ID / +inf;
  * *distance_count: the distances the layer's walk computed, its navigating
  * set included.
  */
-TsdgStatus	tsdg_layer_search_entries(TsdgLayerSearch *layer, const float *query,
+TsdgStatus	tsdg_layer_search_entries(TsdgLayerSearch *layer, const float *query, int ef,
 									  uint32_t *ids, float *dists, int64_t *distance_count,
 									  TsdgError *error);
 size_t		tsdg_layer_search_memory_bytes(const TsdgLayerSearch *layer);
@@ -578,8 +578,8 @@ TsdgStatus	tsdg_unreached_job_finish_repairing(TsdgUnreachedJob *job, uint32_t *
  * order, each list read up to its first TSDG_INVALID_ID). A graph with a
  * navigating layer (layer_nodes == tsdg_layer_node_count(n), its lists
  * layer_ids and layer_lambdas of degree each; 0: none) is searched as the
- * scans search it: the layer's walk first, its entries offered instead of
- * the navigating set. Found on threads of its own, so
+ * scans search it: the layer's walk at the search's ef first, its entries
+ * offered instead of the navigating set. Found on threads of its own, so
  * that the caller writes its pages meanwhile: returns at once (NULL and
  * error when it cannot start). The arrays must stay as they are until the
  * job is finished or cancelled; navigating, the layer and samples are

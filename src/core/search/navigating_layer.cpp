@@ -64,9 +64,9 @@ NavigatingLayer::NavigatingLayer(MatrixView layer_rows, GraphView layer, Metric 
 
 NavigatingLayer::~NavigatingLayer() = default;
 
-int64_t NavigatingLayer::entries(MatrixView queries, uint32_t* ids, float* dists, const RunControl& control) {
+int64_t NavigatingLayer::entries(MatrixView queries, int ef, uint32_t* ids, float* dists, const RunControl& control) {
   SearchParams params;
-  params.ef = kLayerWidth;
+  params.ef = width(ef);
   params.k = params.ef;
   const int64_t computed = index_->search_counted(queries, params, ids, dists, control);
   const size_t count = static_cast<size_t>(queries.rows) * params.k;

@@ -11,6 +11,7 @@
 // navigating set).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -30,15 +31,14 @@ inline constexpr int64_t kLayerStride = 16;
 // The k of the k-NN lists among the layer's nodes that its graph is
 // diversified from.
 inline constexpr int kLayerKnn = 32;
-// A search takes kLayerWidth entries from the layer's walk, which walks at
-// that width whatever the search's ef. The walk has only to end in the
-// query's cluster: a walk of this width reaches it where the index's k-NN
-// graph links each cluster only to itself, a narrower one misses clusters
-// there, and the walk on the index's graph widens to ef from wherever it
-// starts. A walk that grew with ef spent its distances at every ef on the
-// layer, where they buy no recall, and a layer walk costs more a distance
-// than the navigating set scored whole by matrix products.
-inline constexpr int kLayerWidth = 32;
+// A search of ef takes ef + kLayerExtraWidth entries from the layer's walk,
+// which walks at that width: a walk as narrow as a search of ef 10 misses
+// clusters that a walk four times wider reaches, while a wide search needs
+// little more than its own width to reach them. At most kLayerMaxWidth:
+// from that many entries a wide search finds its clusters, and a wider
+// walk of the layer would cost more than the navigating set scored whole.
+inline constexpr int kLayerExtraWidth = 32;
+inline constexpr int kLayerMaxWidth = 256;
 // Graphs of fewer nodes have no layer: their navigating set (every 256th
 // node and the selected entry points) holds a node of every region already.
 inline constexpr int64_t kLayerMinNodes = 16384;
@@ -70,16 +70,18 @@ class NavigatingLayer {
   NavigatingLayer(const NavigatingLayer&) = delete;
   NavigatingLayer& operator=(const NavigatingLayer&) = delete;
 
+  // The entries a search of ef takes from the layer.
+  static int width(int ef) { return std::min(ef + kLayerExtraWidth, kLayerMaxWidth); }
   int64_t nodes() const { return graph_.nodes; }
   // Its copies of the layer's rows and lists, as long as it lives.
   MatrixView rows() const { return rows_.view(); }
   GraphView graph() const { return GraphView::of(graph_); }
 
-  // For each query, kLayerWidth entries into the index's graph: node ids
-  // (layer node * kLayerStride) and their distances, ascending, padded with
+  // For each query, width(ef) entries into the index's graph: node ids (layer
+  // node * kLayerStride) and their distances, ascending, padded with
   // kInvalidId / +inf. Queries of cosine need not be normalized. Returns the
   // distances these walks computed, the layer's navigating set included.
-  int64_t entries(MatrixView queries, uint32_t* ids, float* dists, const RunControl& control);
+  int64_t entries(MatrixView queries, int ef, uint32_t* ids, float* dists, const RunControl& control);
   // Distance computations of its walks so far.
   int64_t distance_computations() const;
   size_t memory_bytes() const;

@@ -36,7 +36,7 @@ class ProfileWalker {
       search_.begin(ef);
       layer_scored[step] = 0;
       if (input_.layer != nullptr) {
-        layer_scored[step] = offer_layer_entries(query, control);
+        layer_scored[step] = offer_layer_entries(query, ef, control);
       } else {
         search_.offer_many(input_.navigating.data(), navigating_dists_.data(),
                            static_cast<int64_t>(input_.navigating.size()));
@@ -56,15 +56,15 @@ class ProfileWalker {
     return input_.data.row(id);
   }
 
-  // the layer's entries, offered up to the first missing one as a scan
-  // offers them; returns the distances the layer's walk computed
-  int64_t offer_layer_entries(const float* query, const RunControl& control) {
-    const int width = kLayerWidth;
+  // the layer's entries for a search of ef, offered up to the first missing
+  // one as a scan offers them; returns the distances the layer's walk computed
+  int64_t offer_layer_entries(const float* query, int ef, const RunControl& control) {
+    const int width = NavigatingLayer::width(ef);
     layer_ids_.resize(static_cast<size_t>(width));
     layer_dists_.resize(static_cast<size_t>(width));
     RunControl on_this_thread;
     on_this_thread.cancel = control.cancel;
-    const int64_t computed = input_.layer->entries(MatrixView{query, 1, input_.data.dim}, layer_ids_.data(),
+    const int64_t computed = input_.layer->entries(MatrixView{query, 1, input_.data.dim}, ef, layer_ids_.data(),
                                                    layer_dists_.data(), on_this_thread);
     int count = 0;
     while (count < width && layer_ids_[static_cast<size_t>(count)] != kInvalidId) {

@@ -5,8 +5,8 @@
 // pages, where ANALYZE and VACUUM walk the pages, and both must store the
 // same counts, so this walk is the pages' walk step for step: the
 // navigating set scored once a sample and offered in its order (or, for a
-// graph with a navigating layer, the entries of the layer's walk before
-// each search, offered in theirs), then GraphSearch's next and unvisited
+// graph with a navigating layer, the entries of the layer's walk at the
+// search's ef, offered in theirs), then GraphSearch's next and unvisited
 // over each list up to its first empty slot, the fresh neighbors scored in
 // list order by the metric's kernel.
 #pragma once

@@ -568,7 +568,7 @@ int64_t CpuSearchIndex::search_through_layer(NavigatingLayer& layer, MatrixView 
                                              const SlackRule& slack, uint32_t* ids, float* dists,
                                              const RunControl& control) {
   const int k = params.k;
-  const int width = kLayerWidth;
+  const int width = NavigatingLayer::width(params.ef);
   std::atomic<int64_t> call_computed{0};
   const int workers = worker_count(control);
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, queries.rows / (4 * workers)));
@@ -586,8 +586,8 @@ int64_t CpuSearchIndex::search_through_layer(NavigatingLayer& layer, MatrixView 
       const int64_t count = std::min<int64_t>(kEntryBlock, end - first);
       entry_ids.resize(static_cast<size_t>(count) * width);
       entry_dists.resize(entry_ids.size());
-      layer_computed +=
-          layer.entries(queries.slice(first, count), entry_ids.data(), entry_dists.data(), inline_control);
+      layer_computed += layer.entries(queries.slice(first, count), params.ef, entry_ids.data(),
+                                      entry_dists.data(), inline_control);
       for (int64_t b = 0; b < count; ++b) {
         const int64_t q = first + b;
         const float* query = queries.row(q);

@@ -113,7 +113,7 @@ void walk_rows_on_pool(MatrixView data, GraphView graph, DistanceFn distance, co
       visited[worker] = std::make_unique<VisitedTable>(data.rows);
       pools[worker].reset(ef);
     }
-    const int width = kLayerWidth;
+    const int width = NavigatingLayer::width(ef);
     std::vector<uint32_t> layer_ids;
     std::vector<float> layer_dists;
     if (layer != nullptr) {
@@ -125,7 +125,7 @@ void walk_rows_on_pool(MatrixView data, GraphView graph, DistanceFn distance, co
       layer_dists.resize(layer_ids.size());
       RunControl on_this_thread;
       on_this_thread.cancel = control.cancel;
-      layer->entries(queries.view(), layer_ids.data(), layer_dists.data(), on_this_thread);
+      layer->entries(queries.view(), ef, layer_ids.data(), layer_dists.data(), on_this_thread);
     }
     for (int64_t i = begin; i < stop; ++i) {
       uint32_t nearest = kInvalidId;

@@ -28,6 +28,10 @@ constexpr int kKernelLargeBatch = 2;
 constexpr int kKernelExactScan = 3;
 // results unreached_rows asks each row's search for (a reached row is first)
 constexpr int kMaxOwnResults = 8;
+// The bytes of a launch's entries from the navigating layer (ids and
+// distances, width of them a query): at the largest ef a launch of
+// kMaxRowsPerLaunch queries would hold gigabytes of them.
+constexpr int64_t kMaxLayerEntryBytes = int64_t{1} << 28;
 
 // What the gather of payload values reads, by value into the kernel.
 struct PayloadMap {
@@ -362,16 +366,21 @@ bool CudaSearchIndex::search_launches(MatrixView queries, const SearchParams& pa
   if (params.entry_samples < 1) throw Error(Status::InvalidArgument, "search entry_samples must be positive");
   // the checks of unreached rows walk as the searches do (SearchIndex::set_layer)
   const bool through_layer = layer_ != nullptr;
-  const int entry_width = through_layer ? kLayerWidth : 0;
+  const int entry_width = through_layer ? NavigatingLayer::width(ef) : 0;
   if (!through_layer) prepare_entries(params, control);
+  const int64_t rows_per_launch =
+      through_layer ? std::clamp<int64_t>(kMaxLayerEntryBytes / (static_cast<int64_t>(entry_width) *
+                                                                 (sizeof(uint32_t) + sizeof(float))),
+                                          1, kMaxRowsPerLaunch)
+                    : kMaxRowsPerLaunch;
   cudaStream_t stream = ctx_->stream.get();
   const DeviceGraph g{half_rows_.view(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
   const int walk_k = rerank_candidate_count(k, ef);
   control.set_total(queries.rows);
   PhaseTrace trace(small_batch ? "search small" : "search large", stream, queries.rows >= kTracedBatch);
-  for (int64_t first = 0; first < queries.rows; first += kMaxRowsPerLaunch) {
+  for (int64_t first = 0; first < queries.rows; first += rows_per_launch) {
     control.throw_if_cancelled();
-    const int64_t rows = std::min(kMaxRowsPerLaunch, queries.rows - first);
+    const int64_t rows = std::min(rows_per_launch, queries.rows - first);
     reserve_batch(rows, k, walk_k, entry_width);
     const float* launch_queries = queries_.data();
     if (own_row_first >= 0) {

@@ -60,7 +60,8 @@ class CudaSearchIndex final : public SearchIndex {
   void check_neighbor_ids(cudaStream_t stream);
   // entry_width: the layer's entries per query (0 without the layer).
   void reserve_batch(int64_t rows, int k, int walk_k, int entry_width);
-  // Searches the queries in launches of at most kMaxRowsPerLaunch rows;
+  // Searches the queries in launches of at most kMaxRowsPerLaunch rows
+  // (fewer through the layer, whose entries they hold);
   // after each, deliver(first, rows, k) takes the launch's results from
   // result_ids_ / result_dists_ (on the stream). False where the call is not
   // for the graph kernels (the exact scan), which it leaves to the caller.

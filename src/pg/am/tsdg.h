@@ -147,6 +147,7 @@
 /* the search profile's efs: TSDG_PROFILE_FIRST_EF doubled up to past tsdg.ef_search's largest */
 #define TSDG_PROFILE_STEPS		7
 #define TSDG_PROFILE_FIRST_EF	16
+#define TSDG_PROFILE_LARGEST_EF	(TSDG_PROFILE_FIRST_EF << (TSDG_PROFILE_STEPS - 1))
 
 /* opclass support function: returns the TsdgMetric of the opclass */
 #define TSDG_METRIC_PROC		1
@@ -695,12 +696,13 @@ extern void TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search,
  */
 extern TsdgLayerSearch *TsdgLayerSearchOf(TsdgPageWalk *walk, const TsdgMetaPageData *meta);
 /*
- * the entries layer's walk for the walk's query finds, checked as nodes of
- * the walk's graph, into ids and dists (room for tsdg_layer_entry_count());
- * returns how many, and the distances the walk computed in *scored
+ * the entries layer's walk for the walk's query finds for a search of ef,
+ * checked as nodes of the walk's graph, into ids and dists (room for
+ * tsdg_layer_entry_count(ef)); returns how many, and the distances the walk
+ * computed in *scored
  */
-extern int	TsdgWalkLayer(TsdgPageWalk *walk, TsdgLayerSearch *layer, uint32 *ids, float *dists,
-						  int64 *scored);
+extern int	TsdgWalkLayer(TsdgPageWalk *walk, TsdgLayerSearch *layer, int ef, uint32 *ids,
+						  float *dists, int64 *scored);
 /* the most nodes the navigating set of meta's graph holds */
 extern int64 TsdgNavigatingSetMost(const TsdgMetaPageData *meta);
 /*

@@ -177,12 +177,15 @@ TsdgProfileStep(double ef, double *past)
 	return step - 1;
 }
 
-/* the entries a search with ef candidates starts from, already scored */
+/*
+ * the entries a search with ef candidates starts from, already scored (the
+ * layer's walk is as wide at the profile's largest ef as at any past it)
+ */
 static double
 TsdgStartEntries(const TsdgScanShape *shape, double ef)
 {
 	if (shape->layer_walked)
-		return (double) tsdg_layer_entry_count();
+		return (double) tsdg_layer_entry_count((int) Min(ef, (double) TSDG_PROFILE_LARGEST_EF));
 	return shape->entries;
 }
 
@@ -206,8 +209,8 @@ TsdgProfileVisits(const TsdgScanShape *shape, double ef)
 /*
  * The distances the layer's walk before a search with ef candidates
  * computes, from the profile, on the line through the two measured efs
- * around ef, and past the largest as at it (the walk's width does not
- * depend on ef, so neither do the counts of the layer's walk)
+ * around ef; the walk's width stops growing past the widest the profile
+ * measured, and so does its count.
  */
 static double
 TsdgLayerWalkScored(const TsdgScanShape *shape, double ef)

@@ -4,7 +4,7 @@
  *
  * A graph of TSDG_LAYER_MIN_NODES nodes or more has a navigating layer
  * (tsdglayer.c): every TSDG_LAYER_STRIDE-th node, linked by a graph of its
- * own. A search walks it first, at tsdg_layer_entry_count(), and starts
+ * own. A search walks it first, at tsdg_layer_entry_count(ef), and starts
  * its walk on the index's graph from what that walk found. The first search
  * of such a graph in a backend reads the layer's rows and lists into a
  * TsdgLayerSearch; later searches walk it in memory. A layer larger than
@@ -414,13 +414,14 @@ TsdgLayerSearchOf(TsdgPageWalk *walk, const TsdgMetaPageData *meta)
 }
 
 int
-TsdgWalkLayer(TsdgPageWalk *walk, TsdgLayerSearch *layer, uint32 *ids, float *dists, int64 *scored)
+TsdgWalkLayer(TsdgPageWalk *walk, TsdgLayerSearch *layer, int ef, uint32 *ids, float *dists,
+			  int64 *scored)
 {
-	int			width = tsdg_layer_entry_count();
+	int			width = tsdg_layer_entry_count(ef);
 	int			count = 0;
 	TsdgError	error;
 
-	if (tsdg_layer_search_entries(layer, walk->query, ids, dists, scored, &error) != TSDG_OK)
+	if (tsdg_layer_search_entries(layer, walk->query, ef, ids, dists, scored, &error) != TSDG_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("tsdg search of the navigating layer failed: %s", error.message)));
@@ -442,10 +443,10 @@ TsdgOfferNavigatingSet(TsdgPageWalk *walk, TsdgSearch *search, const TsdgMetaPag
 	*layer_scored = 0;
 	if (copy != NULL)
 	{
-		int			width = tsdg_layer_entry_count();
+		int			width = tsdg_layer_entry_count(ef);
 		uint32	   *ids = palloc(sizeof(uint32) * width);
 		float	   *dists = palloc(sizeof(float) * width);
-		int			count = TsdgWalkLayer(walk, copy->layer, ids, dists, layer_scored);
+		int			count = TsdgWalkLayer(walk, copy->layer, ef, ids, dists, layer_scored);
 
 		tsdg_search_offer_many(search, ids, dists, count);
 		pfree(ids);

@@ -96,7 +96,7 @@ TsdgReadNodeVector(Relation index, const TsdgLayout *layout, uint32 id)
  * with their distances to the walk's query. Those of the navigating set
  * every ef's search of a sample scores alike, so they are scored once per
  * sample and offered to each search as a scan's own scoring would offer
- * them; those of a layer come from its walk before each search.
+ * them; those of a layer come from its walk at the search's ef.
  */
 static int64
 TsdgProfileSearch(TsdgPageWalk *walk, TsdgSearch *search, const uint32 *ids, const float *dists,
@@ -147,8 +147,9 @@ TsdgMeasureSearchProfile(Relation index)
 	samples = TsdgProfileSampleIds(meta.node_count, sample_ids);
 	if (meta.layer_nodes > 0)
 	{
-		navigating_ids = palloc(sizeof(uint32) * tsdg_layer_entry_count());
-		navigating_dists = palloc(sizeof(float) * tsdg_layer_entry_count());
+		/* room for the entries of the widest search's walk */
+		navigating_ids = palloc(sizeof(uint32) * tsdg_layer_entry_count(TSDG_PROFILE_LARGEST_EF));
+		navigating_dists = palloc(sizeof(float) * tsdg_layer_entry_count(TSDG_PROFILE_LARGEST_EF));
 	}
 	else
 	{
@@ -176,7 +177,7 @@ TsdgMeasureSearchProfile(Relation index)
 				{
 					int64		layer_walk;
 
-					navigating = TsdgWalkLayer(&walk, layer, navigating_ids, navigating_dists,
+					navigating = TsdgWalkLayer(&walk, layer, ef, navigating_ids, navigating_dists,
 											   &layer_walk);
 					layer_scored[step] += (double) layer_walk;
 				}
