@@ -7,13 +7,14 @@ use warnings FATAL => 'all';
 use Exporter 'import';
 use File::Basename qw(dirname);
 use File::Spec;
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT =
   qw(tsdg_node worker_node wait_for_worker worker_status support_file source_file numpy_python random_vector_sql
-  write_subspace_clusters);
+  write_subspace_clusters copy_clustered_rows);
 
 my $support_dir = dirname(File::Spec->rel2abs(__FILE__));
 my $source_dir = dirname(dirname($support_dir));
@@ -53,6 +54,23 @@ sub write_subspace_clusters
 	my $generator = support_file('subspace_clusters.py');
 	system(numpy_python() . " $generator $rows $dims $clusters $spread $seed > $path") == 0
 	  or die "subspace_clusters.py failed for $path";
+	return;
+}
+
+# COPYs into $table of $node's postgres database $count rows of
+# clustered_vectors.py's data of $dims dimensions drawn with $seed, their ids
+# numbered from $first.
+sub copy_clustered_rows
+{
+	my ($node, $table, $first, $count, $dims, $seed) = @_;
+	my $rows = '';
+	IPC::Run::run([ numpy_python(), support_file('clustered_vectors.py'), $count, $dims, $seed ], '>', \$rows)
+	  or die "clustered_vectors.py failed";
+	$rows =~ s/^(\d+)\t/($1 - 1 + $first) . "\t"/gme;
+	IPC::Run::run(
+		[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c', "COPY $table FROM STDIN" ],
+		'<', \$rows)
+	  or die "COPY into $table failed";
 	return;
 }
 

@@ -53,14 +53,7 @@ sub wait_ready
 sub load
 {
 	my ($table, $first, $count, $seed) = @_;
-	my $rows = '';
-	IPC::Run::run([ $py, $gen, $count, $dims, $seed ], '>', \$rows)
-	  or die "clustered_vectors.py failed";
-	$rows =~ s/^(\d+)\t/($1 - 1 + $first) . "\t"/gme;
-	IPC::Run::run(
-		[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c', "COPY $table FROM STDIN" ],
-		'<', \$rows)
-	  or die "COPY into $table failed";
+	copy_clustered_rows($node, $table, $first, $count, $dims, $seed);
 }
 
 # merges $index through the worker ($how = worker) or in the session

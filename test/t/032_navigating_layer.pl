@@ -12,7 +12,6 @@
 # the same.
 use strict;
 use warnings FATAL => 'all';
-use IPC::Run;
 use POSIX qw(ceil);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -21,21 +20,12 @@ use TsdgTest;
 
 my $dims = 16;
 my $min_recall = 0.95;
-my $py = numpy_python();
-my $gen = support_file('clustered_vectors.py');
 
 # loads rows [$first, $first + $count) of the data drawn with $seed into $table
 sub load
 {
 	my ($node, $table, $first, $count, $seed) = @_;
-	my $rows = '';
-	IPC::Run::run([ $py, $gen, $count, $dims, $seed ], '>', \$rows)
-	  or die "clustered_vectors.py failed";
-	$rows =~ s/^(\d+)\t/($1 - 1 + $first) . "\t"/gme;
-	IPC::Run::run(
-		[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c', "COPY $table FROM STDIN" ],
-		'<', \$rows)
-	  or die "COPY into $table failed";
+	copy_clustered_rows($node, $table, $first, $count, $dims, $seed);
 }
 
 # recall@10 of the index scans and of tsdg_search_batch against truth
