@@ -1,6 +1,7 @@
 #include "device_memory.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -12,6 +13,37 @@ void check_cuda(cudaError_t status, const char* what) {
   const std::string message = std::string("CUDA: ") + what + ": " + cudaGetErrorString(status);
   if (status == cudaErrorMemoryAllocation) throw Error(Status::OutOfMemory, message);
   throw Error(Status::DeviceError, message);
+}
+
+namespace {
+
+bool page_locked(const void* address) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, address) != cudaSuccess) {
+    cudaGetLastError();  // not a pointer CUDA knows of: no error to keep
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeHost;
+}
+
+}  // namespace
+
+void check_copy(cudaError_t status, const char* what, const void* host, size_t bytes) {
+  if (status == cudaSuccess) return;
+  const bool first_locked = page_locked(host);
+  const bool last_locked = page_locked(static_cast<const char*>(host) + bytes - 1);
+  const char* locked = "page-locked at neither end";
+  if (first_locked && last_locked) {
+    locked = "page-locked at both ends";
+  } else if (first_locked) {
+    locked = "page-locked at its first byte only";
+  } else if (last_locked) {
+    locked = "page-locked at its last byte only";
+  }
+  char described[256];
+  std::snprintf(described, sizeof(described), "%s of %zu bytes at host address %p, %s", what, bytes, host,
+                locked);
+  check_cuda(status, described);
 }
 
 void check_cublas(cublasStatus_t status, const char* what) {

@@ -18,6 +18,11 @@ namespace tsdg::cuda {
 
 // Throws Error(OutOfMemory) for allocation failures, Error(DeviceError) for the rest.
 void check_cuda(cudaError_t status, const char* what);
+// check_cuda for a copy of bytes between host memory and the device: the
+// message of a failure also gives the host address, the size and whether the
+// host range is page-locked at its first and its last byte, as CUDA refuses a
+// range page-locked in part (invalid argument).
+void check_copy(cudaError_t status, const char* what, const void* host, size_t bytes);
 void check_cublas(cublasStatus_t status, const char* what);
 // Checks the launch of the kernel just queued (configuration errors, earlier faults).
 void check_launch(const char* kernel);
@@ -163,12 +168,14 @@ void require_device_memory(size_t bytes, const char* what);
 template <typename T>
 void copy_to_device(T* device, const T* host, size_t count, cudaStream_t stream) {
   if (count == 0) return;
-  TSDG_CUDA_CHECK(cudaMemcpyAsync(device, host, count * sizeof(T), cudaMemcpyHostToDevice, stream));
+  check_copy(cudaMemcpyAsync(device, host, count * sizeof(T), cudaMemcpyHostToDevice, stream),
+             "cudaMemcpyAsync host to device", host, count * sizeof(T));
 }
 template <typename T>
 void copy_to_host(T* host, const T* device, size_t count, cudaStream_t stream) {
   if (count == 0) return;
-  TSDG_CUDA_CHECK(cudaMemcpyAsync(host, device, count * sizeof(T), cudaMemcpyDeviceToHost, stream));
+  check_copy(cudaMemcpyAsync(host, device, count * sizeof(T), cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync device to host", host, count * sizeof(T));
 }
 
 // A matrix copied to the device (row-major, same layout).

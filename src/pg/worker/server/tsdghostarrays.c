@@ -6,8 +6,9 @@
  * a wait that grows with the graph: each merge takes the arrays of the graph
  * two merges back, which the graph it merges from replaced, so a run of
  * merges grows into arrays with room to spare and faults in no new memory.
- * Spares nobody took within TSDG_SPARE_IDLE_SECONDS are given back to the
- * kernel.
+ * Each array has pages of its own, which the page-locking of a graph's k-NN
+ * lists may lock whole (tsdgservercache.c). Spares nobody took within
+ * TSDG_SPARE_IDLE_SECONDS are given back to the kernel.
  */
 #include "postgres.h"
 

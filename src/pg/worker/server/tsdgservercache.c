@@ -278,6 +278,14 @@ TsdgCopyOut(const void *src, Size bytes)
  * Page-locks the pages of r's k-NN lists, which the next merge of the graph
  * uploads whole (4 build_k bytes a row): from pageable memory the GPU copies
  * them through a staging buffer. Failing only costs that speed.
+ *
+ * CUDA refuses a copy of host memory that is page-locked in part (invalid
+ * argument), so the pages locked must hold nothing else that is copied to or
+ * from the device: the lists lie in an array of the worker's own
+ * (TsdgTakeHostArray), whose pages hold nothing else, or in the segment of
+ * their graph, whose other arrays no copy reads once the graph is on the
+ * device. A malloc'd array would share its first and last pages with others
+ * of the heap, which later copies may start in.
  */
 static void
 PinResidentLists(ResidentIndex *r, Size bytes)
@@ -390,9 +398,15 @@ TsdgAddResident(const TsdgIndexKey *key, const ResidentGraph *g, const TsdgIndex
 		r->rows = g->own_rows != NULL ? g->own_rows : TsdgCopyOut(g->rows, sizeof(float) * n * g->dims);
 		r->neighbors = TsdgCopyOut(g->neighbors, sizeof(uint32) * n * g->degree);
 		r->lambdas = TsdgCopyOut(g->lambdas, n * g->degree);
+		if (g->knn_ids != NULL && g->own_knn_ids == NULL)
+		{
+			/* in pages of their own, which PinResidentLists may lock whole */
+			r->owned_knn_ids = TsdgTakeHostArray(sizeof(uint32) * n * g->knn_k);
+			if (r->owned_knn_ids != NULL)
+				memcpy(r->owned_knn_ids, g->knn_ids, sizeof(uint32) * n * g->knn_k);
+		}
 		if (g->knn_ids != NULL)
-			r->knn_ids = g->own_knn_ids != NULL ? g->own_knn_ids :
-				TsdgCopyOut(g->knn_ids, sizeof(uint32) * n * g->knn_k);
+			r->knn_ids = r->owned_knn_ids;
 	}
 	if (r->tids == NULL || (any_deleted && r->flags == NULL) || r->rows == NULL ||
 		r->neighbors == NULL || r->lambdas == NULL ||
