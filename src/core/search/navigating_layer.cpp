@@ -64,16 +64,10 @@ NavigatingLayer::NavigatingLayer(MatrixView layer_rows, GraphView layer, Metric 
 
 NavigatingLayer::~NavigatingLayer() = default;
 
-SearchParams layer_walk_params(int width) {
-  SearchParams params;
-  params.ef = width;
-  params.k = width;
-  params.entry_samples = kLayerEntrySamples;
-  return params;
-}
-
 int64_t NavigatingLayer::entries(MatrixView queries, int ef, uint32_t* ids, float* dists, const RunControl& control) {
-  const SearchParams params = layer_walk_params(width(ef));
+  SearchParams params;
+  params.ef = width(ef);
+  params.k = params.ef;
   const int64_t computed = index_->search_counted(queries, params, ids, dists, control);
   const size_t count = static_cast<size_t>(queries.rows) * params.k;
   for (size_t i = 0; i < count; ++i) {

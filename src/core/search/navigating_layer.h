@@ -46,18 +46,6 @@ inline constexpr int64_t kLayerMinNodes = 16384;
 // whose cost grows with the square of the layer.
 inline constexpr int64_t kLayerExactNodes = 65536;
 
-// The layer's own navigating set: the node nearest the mean of its rows and
-// its strided nodes (navigating_stride), without the k-means entries of an
-// index's set. The layer's graph crosses between clusters in a few steps,
-// so its walk needs no entries spread over the clusters; and the layer's set
-// is chosen again wherever the layer is read (every backend's first scan, the
-// worker's copy), where a k-means of a sample would cost more than the reads.
-inline constexpr int kLayerEntrySamples = 1;
-
-// The params of a walk of the layer at width (NavigatingLayer::entries and
-// the GPU's walks of the layer alike).
-SearchParams layer_walk_params(int width);
-
 // The layer nodes of a graph of nodes nodes: 0 when it has no layer.
 int64_t layer_node_count(int64_t nodes);
 

@@ -314,7 +314,9 @@ void CudaSearchIndex::pick_entries(SearchLaunch& launch) {
 void CudaSearchIndex::walk_for_entries(const float* queries, int64_t rows, int width, cudaStream_t stream,
                                        uint32_t* ids, float* dists) {
   std::lock_guard<std::mutex> guard(mutex_);
-  const SearchParams params = layer_walk_params(width);
+  SearchParams params;
+  params.ef = width;
+  params.k = width;
   prepare_entries(params, RunControl{});
   TSDG_CUDA_CHECK(cudaStreamSynchronize(stream));
   const DeviceGraph g{half_rows_.view(), neighbors_.data(), lambdas_.data(), nodes_, dim_, degree_};
