@@ -50,7 +50,8 @@ merge (instead of the steps above; L2: the synthetic data, or --data and
                          the searches do not reach (ef 100, wall time and
                          rows), recall at --ef, self-lookups, each graph
                          searched from its navigating layer, built again
-                         after every merge as the index builds it;
+                         after every merge as the index builds it (with
+                         --no-layer, from the navigating set scored whole);
                          on --backend cuda through the CUDA backend's shared
                          object (--cuda-library PATH, default pg_tsdg_cuda.so)
   --no-merge-check       leave out the check for unreached rows after each merge

@@ -207,18 +207,19 @@ IndexGraph merge(TsdgBackend* backend, MatrixView rows, int64_t n_old, const Ind
   return graph;
 }
 
-// The graph searched as the index searches it: from its layer where it has one.
-std::unique_ptr<CpuSearchIndex> search_index(MatrixView data, const IndexGraph& graph, int degree) {
+// The graph searched as the index searches it: from its layer where it has
+// one (with_layer), else from the navigating set scored whole.
+std::unique_ptr<CpuSearchIndex> search_index(MatrixView data, const IndexGraph& graph, int degree, bool with_layer) {
   auto index = std::make_unique<CpuSearchIndex>(
       data, GraphView{graph.neighbors.data(), graph.lambdas.data(), data.rows, degree}, Metric::L2);
-  index->set_layer(graph.layer(degree));
+  if (with_layer) index->set_layer(graph.layer(degree));
   return index;
 }
 
 // Recall of the graph searched as the index searches it.
-double search_recall(MatrixView data, const IndexGraph& graph, int degree, MatrixView queries,
+double search_recall(MatrixView data, const IndexGraph& graph, int degree, bool with_layer, MatrixView queries,
                      const std::vector<uint32_t>& truth, int k, int ef, const RunControl& control) {
-  const std::unique_ptr<CpuSearchIndex> index = search_index(data, graph, degree);
+  const std::unique_ptr<CpuSearchIndex> index = search_index(data, graph, degree, with_layer);
   SearchParams params;
   params.k = k;
   params.ef = ef;
@@ -230,9 +231,9 @@ double search_recall(MatrixView data, const IndexGraph& graph, int degree, Matri
 
 // Rows [first, data.rows) looked up by their own vector (k 1, ef 64): how
 // many do not come back first.
-int64_t self_lookup_misses(MatrixView data, const IndexGraph& graph, int degree, int64_t first,
+int64_t self_lookup_misses(MatrixView data, const IndexGraph& graph, int degree, bool with_layer, int64_t first,
                            const RunControl& control) {
-  const std::unique_ptr<CpuSearchIndex> index = search_index(data, graph, degree);
+  const std::unique_ptr<CpuSearchIndex> index = search_index(data, graph, degree, with_layer);
   SearchParams params;
   params.k = 1;
   const int64_t count = data.rows - first;
@@ -367,8 +368,8 @@ int run_merge_benchmark(const BenchOptions& o) {
   }
 
   for (int ef : o.ef_list) {
-    const double fresh_recall = search_recall(data.view(), fresh, params.degree, queries.view(), truth, k, ef, control);
-    const double merged_recall = search_recall(data.view(), graph, params.degree, queries.view(), truth, k, ef, control);
+    const double fresh_recall = search_recall(data.view(), fresh, params.degree, o.layer, queries.view(), truth, k, ef, control);
+    const double merged_recall = search_recall(data.view(), graph, params.degree, o.layer, queries.view(), truth, k, ef, control);
     report.emit(Record("merge_recall")
                     .add("ef", ef)
                     .add("fresh", fresh_recall)
@@ -377,8 +378,8 @@ int run_merge_benchmark(const BenchOptions& o) {
   }
   report.emit(Record("merge_self_lookup")
                   .add("rows", n - initial)
-                  .add("misses_merged", self_lookup_misses(data.view(), graph, params.degree, initial, control))
-                  .add("misses_fresh", self_lookup_misses(data.view(), fresh, params.degree, initial, control)));
+                  .add("misses_merged", self_lookup_misses(data.view(), graph, params.degree, o.layer, initial, control))
+                  .add("misses_fresh", self_lookup_misses(data.view(), fresh, params.degree, o.layer, initial, control)));
   report.emit(Record("merge_summary").add("worst_cpu_ratio", worst_cpu_ratio, 3));
   return 0;
 }
