@@ -334,9 +334,13 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                    graph = b.build_tsdg_graph(data, m, gnnd, diversify, knn_ids, knn_dists, control, &rows_left);
                  }
                  trace.mark("graph");
+                 const tsdg::TsdgGraph layer =
+                     tsdg::build_navigating_layer(b, data, m, diversify, params->seed, control);
+                 trace.mark("layer for the check");
                  if (changed == nullptr) {
-                   tsdg::link_rows_missed_by_narrow_walks(b, data, m, graph, control, tsdg::kBuildCheckRows,
-                                                          std::move(rows_left));
+                   tsdg::link_rows_missed_by_narrow_walks(b, data, m, tsdg::GraphSpan::of(graph), control,
+                                                          tsdg::kBuildCheckRows, {}, std::move(rows_left),
+                                                          nullptr, tsdg::GraphView::of(layer));
                    trace.mark("check");
                    copy_graph_out(graph, params->degree, neighbors, lambdas);
                    trace.mark("graph out");
@@ -353,7 +357,7 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                  tsdg::link_rows_missed_by_narrow_walks(
                      b, data, m, tsdg::GraphSpan{neighbors, lambdas, n, params->degree}, control,
                      tsdg::kBuildCheckRows, [&](uint32_t node) { changed[node] = TSDG_CHANGED_LINK; },
-                     std::move(rows_left));
+                     std::move(rows_left), nullptr, tsdg::GraphView::of(layer));
                  trace.mark("check");
                });
   });
@@ -541,9 +545,12 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                      if (u >= n_old || search_changed[u]) check_rows.push_back(static_cast<uint32_t>(u));
                    }
                  }
+                 const tsdg::TsdgGraph layer =
+                     tsdg::build_navigating_layer(b, data, m, diversify, params->seed, control);
                  tsdg::link_rows_missed_by_narrow_walks(
                      b, data, m, tsdg::GraphSpan{neighbors, lambdas, n, degree}, control, tsdg::kBuildCheckRows,
-                     [&](uint32_t node) { relinked[node] = 1; }, nullptr, on_host ? &check_rows : nullptr);
+                     [&](uint32_t node) { relinked[node] = 1; }, nullptr, on_host ? &check_rows : nullptr,
+                     tsdg::GraphView::of(layer));
                  for (int64_t u = 0; u < n; ++u) {
                    if (relinked[u] && !search_changed[u]) {
                      search_changed[u] =

@@ -250,12 +250,17 @@ constexpr int64_t kBuildCheckRows = 1000000;
 // lists it has to write again). rows: what the build left of data on the
 // backend's device, if anything, for the index to take over. only_rows:
 // null, or the rows to check instead of every row (every m-th of them past
-// max_rows).
+// max_rows). layer: the graph's navigating layer (build_navigating_layer of
+// data), which the walks then start from, as the searches do: a route
+// checked from the navigating set is one a search from the layer need not
+// take, and a merged graph of separated clusters keeps too few others.
+// Empty (no nodes): the walks start from the navigating set.
 int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, GraphSpan graph,
                                          const RunControl& control, int64_t max_rows = kBuildCheckRows,
                                          const BeforeListChange& before_change = {},
                                          std::unique_ptr<DeviceRows> rows = nullptr,
-                                         const std::vector<uint32_t>* only_rows = nullptr);
+                                         const std::vector<uint32_t>* only_rows = nullptr,
+                                         GraphView layer = GraphView{});
 inline int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, TsdgGraph& graph,
                                                 const RunControl& control, int64_t max_rows = kBuildCheckRows,
                                                 std::unique_ptr<DeviceRows> rows = nullptr) {

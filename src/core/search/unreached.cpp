@@ -613,7 +613,8 @@ std::vector<uint32_t> link_missed_rows(MatrixView data, DistanceFn distance, Gra
 int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metric metric, GraphSpan graph,
                                          const RunControl& control, int64_t max_rows,
                                          const BeforeListChange& before_change,
-                                         std::unique_ptr<DeviceRows> rows, const std::vector<uint32_t>* only_rows) {
+                                         std::unique_ptr<DeviceRows> rows, const std::vector<uint32_t>* only_rows,
+                                         GraphView layer) {
   if (data.rows != graph.nodes) {
     throw Error(Status::InvalidArgument, "build check: row count and node count differ");
   }
@@ -636,6 +637,7 @@ int64_t link_rows_missed_by_narrow_walks(Backend& backend, MatrixView data, Metr
     PhaseTrace trace("build check");
     const std::unique_ptr<SearchIndex> index =
         backend.make_search_index_over(data, GraphView::of(graph), metric, std::move(rows));
+    if (layer.nodes > 0) index->set_layer(layer);
     trace.mark("search index");
     for (int pass = 0; pass < kBuildCheckPasses; ++pass) {
       const NarrowWalkMisses misses = narrow_walk_misses(*index, data, checked, control);
