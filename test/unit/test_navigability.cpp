@@ -263,6 +263,41 @@ int64_t rows_missed_by_narrow_walks(const HardData& d, const TsdgGraph& graph, c
   return static_cast<int64_t>(index.unreached_rows(0, d.data.rows, params, control).size());
 }
 
+// The rows a walk with the build check's pool misses, from the layer's
+// entries, as the index's searches start.
+int64_t rows_missed_from_the_layer(const HardData& d, const TsdgGraph& graph, const TsdgGraph& layer,
+                                   const RunControl& control) {
+  CpuSearchIndex index(d.data.view(), GraphView::of(graph), Metric::L2);
+  index.set_layer(GraphView::of(layer));
+  SearchParams params;
+  params.ef = kBuildCheckEf;
+  return static_cast<int64_t>(index.unreached_rows(0, d.data.rows, params, control).size());
+}
+
+TEST(Navigability, TheBuildCheckWalksFromTheLayerTheSearchesStartFrom) {
+  ThreadPool pool(0);
+  RunControl control;
+  control.pool = &pool;
+  const HardData d = hard_data(1.0f, control, 50000, 64, 500);
+  GnndParams converged = index_gnnd();
+  converged.iterations = 30;
+  const KnnGraph knn = gnnd_build(d.data.view(), Metric::L2, converged, control);
+  const std::unique_ptr<Backend> cpu = make_cpu_backend();
+  const TsdgGraph layer = build_navigating_layer(*cpu, d.data.view(), Metric::L2, DiversifyParams{}, 1, control);
+  ASSERT_GT(layer.nodes, 0);
+  TsdgGraph from_set = diversify_tsdg(d.data.view(), Metric::L2, knn, DiversifyParams{}, control);
+  TsdgGraph from_layer = from_set;
+  link_rows_missed_by_narrow_walks(*cpu, d.data.view(), Metric::L2, from_set, control);
+  link_rows_missed_by_narrow_walks(*cpu, d.data.view(), Metric::L2, GraphSpan::of(from_layer), control,
+                                   kBuildCheckRows, {}, nullptr, nullptr, GraphView::of(layer));
+  const int64_t missed_set_checked = rows_missed_from_the_layer(d, from_set, layer, control);
+  const int64_t missed_layer_checked = rows_missed_from_the_layer(d, from_layer, layer, control);
+  std::printf("rows narrow walks from the layer miss: checked from the set %lld, from the layer %lld\n",
+              static_cast<long long>(missed_set_checked), static_cast<long long>(missed_layer_checked));
+  ASSERT_GT(missed_set_checked, 0) << "the data must leave routes from the layer that a check from the set misses";
+  EXPECT_LE(missed_layer_checked, missed_set_checked / 2);
+}
+
 TEST(Navigability, TheBuildCheckLinksTheRowsNarrowWalksMissOnAConvergedKnnGraph) {
   ThreadPool pool(0);
   RunControl control;
