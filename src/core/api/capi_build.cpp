@@ -294,6 +294,15 @@ namespace {
 
 // tsdg_build_graph; with changed, tsdg_build_graph_marked: the search lists
 // go out before the build's check, which changes a few of them in place.
+// The layer the build's check walks from, as the searches do; none under
+// inner product, which the check leaves alone.
+tsdg::TsdgGraph layer_for_check(tsdg::Backend& b, tsdg::MatrixView data, tsdg::Metric metric,
+                                const tsdg::DiversifyParams& diversify, uint64_t seed,
+                                const tsdg::RunControl& control) {
+  if (metric == tsdg::Metric::InnerProduct) return tsdg::TsdgGraph{};
+  return tsdg::build_navigating_layer(b, data, metric, diversify, seed, control);
+}
+
 TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int dim,
                        TsdgMetric metric, const TsdgBuildParams* params, uint32_t* neighbors,
                        uint8_t* lambdas, uint32_t* knn_ids, float* knn_dists, uint8_t* changed,
@@ -334,8 +343,7 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                    graph = b.build_tsdg_graph(data, m, gnnd, diversify, knn_ids, knn_dists, control, &rows_left);
                  }
                  trace.mark("graph");
-                 const tsdg::TsdgGraph layer =
-                     tsdg::build_navigating_layer(b, data, m, diversify, params->seed, control);
+                 const tsdg::TsdgGraph layer = layer_for_check(b, data, m, diversify, params->seed, control);
                  trace.mark("layer for the check");
                  if (changed == nullptr) {
                    tsdg::link_rows_missed_by_narrow_walks(b, data, m, tsdg::GraphSpan::of(graph), control,
@@ -545,8 +553,7 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                      if (u >= n_old || search_changed[u]) check_rows.push_back(static_cast<uint32_t>(u));
                    }
                  }
-                 const tsdg::TsdgGraph layer =
-                     tsdg::build_navigating_layer(b, data, m, diversify, params->seed, control);
+                 const tsdg::TsdgGraph layer = layer_for_check(b, data, m, diversify, params->seed, control);
                  tsdg::link_rows_missed_by_narrow_walks(
                      b, data, m, tsdg::GraphSpan{neighbors, lambdas, n, degree}, control, tsdg::kBuildCheckRows,
                      [&](uint32_t node) { relinked[node] = 1; }, nullptr, on_host ? &check_rows : nullptr,
