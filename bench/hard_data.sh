@@ -6,17 +6,20 @@
 #   bench/hard_data.sh BUILD_DIR OUT_DIR BACKEND CLASS...
 # CLASS is ROWSxDIM:SPREAD[:QUERIES[:extra tsdg-bench options, comma separated]],
 # e.g. 1000000x128:1:10000 or 1000000x128:1:1000:--no-hnsw,--iterations,30.
-# Each class's log goes to OUT_DIR/ROWSxDIM-sSPREAD[-n].log; a table of the
-# recall/QPS points comes last.
+# Each class's log goes to OUT_DIR (made if missing) as ROWSxDIM-sSPREAD-n.log,
+# n the first number that no log there has yet, so that runs into one
+# OUT_DIR keep each other's logs; its recall/QPS points are printed.
 set -euo pipefail
 build=$1 out=$2 backend=$3
 shift 3
 efs=10,16,24,32,48,64,96,128,192,256
+mkdir -p "$out"
 n=0
 for class in "$@"; do
   IFS=: read -r shape spread queries extra <<<"$class"
   rows=${shape%x*} dim=${shape#*x}
   n=$((n + 1))
+  while [ -e "$out/${shape}-s${spread}-${n}.log" ]; do n=$((n + 1)); done
   log="$out/${shape}-s${spread}-${n}.log"
   # shellcheck disable=SC2086
   "$build/tsdg-bench" --backend "$backend" --rows "$rows" --dim "$dim" --clusters $((rows / 500)) \
