@@ -119,6 +119,13 @@ GnndParams index_gnnd() {
   return p;
 }
 
+// The index's GNND run on until its lists have converged.
+GnndParams converged_gnnd() {
+  GnndParams p = index_gnnd();
+  p.iterations = 30;
+  return p;
+}
+
 // A k-NN graph stopped short of convergence (its k-NN recall far lower).
 GnndParams rough_gnnd() {
   GnndParams p = index_gnnd();
@@ -189,8 +196,7 @@ TEST(Navigability, FromTheLayerAConvergedKnnGraphSearchesAsWellAsARougherOne) {
   control.pool = &pool;
   const HardData d = hard_data(1.0f, control, 40000, 128, 400, 2000);
   const std::vector<int> efs = {10, 16, 32, 64};
-  GnndParams converged = index_gnnd();
-  converged.iterations = 30;
+  GnndParams converged = converged_gnnd();
   converged.samples = 32;
   double converged_knn = 0;
   const KnnGraph accurate = gnnd_build(d.data.view(), Metric::L2, converged, control);
@@ -255,20 +261,12 @@ TEST(Navigability, TheLayerGivesEveryStridedNodeAndFitsOnlyItsGraph) {
 }
 
 // The rows a walk with the build check's pool misses, from the entries a
-// search with default parameters takes.
-int64_t rows_missed_by_narrow_walks(const HardData& d, const TsdgGraph& graph, const RunControl& control) {
+// search with default parameters takes: those layer's walk finds where
+// layer is given, else the navigating set's.
+int64_t rows_missed_by_narrow_walks(const HardData& d, const TsdgGraph& graph, const RunControl& control,
+                                    const TsdgGraph* layer = nullptr) {
   CpuSearchIndex index(d.data.view(), GraphView::of(graph), Metric::L2);
-  SearchParams params;
-  params.ef = kBuildCheckEf;
-  return static_cast<int64_t>(index.unreached_rows(0, d.data.rows, params, control).size());
-}
-
-// The rows a walk with the build check's pool misses, from the layer's
-// entries, as the index's searches start.
-int64_t rows_missed_from_the_layer(const HardData& d, const TsdgGraph& graph, const TsdgGraph& layer,
-                                   const RunControl& control) {
-  CpuSearchIndex index(d.data.view(), GraphView::of(graph), Metric::L2);
-  index.set_layer(GraphView::of(layer));
+  if (layer != nullptr) index.set_layer(GraphView::of(*layer));
   SearchParams params;
   params.ef = kBuildCheckEf;
   return static_cast<int64_t>(index.unreached_rows(0, d.data.rows, params, control).size());
@@ -279,9 +277,7 @@ TEST(Navigability, TheBuildCheckWalksFromTheLayerTheSearchesStartFrom) {
   RunControl control;
   control.pool = &pool;
   const HardData d = hard_data(1.0f, control, 50000, 64, 500);
-  GnndParams converged = index_gnnd();
-  converged.iterations = 30;
-  const KnnGraph knn = gnnd_build(d.data.view(), Metric::L2, converged, control);
+  const KnnGraph knn = gnnd_build(d.data.view(), Metric::L2, converged_gnnd(), control);
   const std::unique_ptr<Backend> cpu = make_cpu_backend();
   const TsdgGraph layer = build_navigating_layer(*cpu, d.data.view(), Metric::L2, DiversifyParams{}, 1, control);
   ASSERT_GT(layer.nodes, 0);
@@ -290,8 +286,8 @@ TEST(Navigability, TheBuildCheckWalksFromTheLayerTheSearchesStartFrom) {
   link_rows_missed_by_narrow_walks(*cpu, d.data.view(), Metric::L2, from_set, control);
   link_rows_missed_by_narrow_walks(*cpu, d.data.view(), Metric::L2, GraphSpan::of(from_layer), control,
                                    kBuildCheckRows, {}, nullptr, nullptr, GraphView::of(layer));
-  const int64_t missed_set_checked = rows_missed_from_the_layer(d, from_set, layer, control);
-  const int64_t missed_layer_checked = rows_missed_from_the_layer(d, from_layer, layer, control);
+  const int64_t missed_set_checked = rows_missed_by_narrow_walks(d, from_set, control, &layer);
+  const int64_t missed_layer_checked = rows_missed_by_narrow_walks(d, from_layer, control, &layer);
   std::printf("rows narrow walks from the layer miss: checked from the set %lld, from the layer %lld\n",
               static_cast<long long>(missed_set_checked), static_cast<long long>(missed_layer_checked));
   ASSERT_GT(missed_set_checked, 0) << "the data must leave routes from the layer that a check from the set misses";
@@ -303,9 +299,7 @@ TEST(Navigability, TheBuildCheckLinksTheRowsNarrowWalksMissOnAConvergedKnnGraph)
   RunControl control;
   control.pool = &pool;
   const HardData d = hard_data(1.0f, control);
-  GnndParams converged = index_gnnd();
-  converged.iterations = 30;
-  const KnnGraph knn = gnnd_build(d.data.view(), Metric::L2, converged, control);
+  const KnnGraph knn = gnnd_build(d.data.view(), Metric::L2, converged_gnnd(), control);
   TsdgGraph graph = diversify_tsdg(d.data.view(), Metric::L2, knn, DiversifyParams{}, control);
   const int64_t missed_before = rows_missed_by_narrow_walks(d, graph, control);
   ASSERT_GT(missed_before, 0) << "the data must be hard enough for the check to have work";
@@ -374,9 +368,7 @@ TEST(Navigability, TheBuildCheckLeavesFewRowsMissedWhereManyWalksEndAtOneNode) {
   RunControl control;
   control.pool = &pool;
   const HardData d = hard_data(1.0f, control, 30000, 128, 300);
-  GnndParams converged = index_gnnd();
-  converged.iterations = 30;
-  const KnnGraph knn = gnnd_build(d.data.view(), Metric::L2, converged, control);
+  const KnnGraph knn = gnnd_build(d.data.view(), Metric::L2, converged_gnnd(), control);
   TsdgGraph graph = diversify_tsdg(d.data.view(), Metric::L2, knn, DiversifyParams{}, control);
   const int64_t missed_before = rows_missed_by_narrow_walks(d, graph, control);
   ASSERT_GT(missed_before, d.data.rows / 50) << "the data must be hard enough for the check to have work";
