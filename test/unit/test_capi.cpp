@@ -518,6 +518,41 @@ TEST(CApi, LayerBytesCountEachLayerNode) {
             static_cast<size_t>(tsdg_layer_node_count(TSDG_LAYER_MIN_NODES)) * 64 * sizeof(float));
 }
 
+// The layer a build with its layer writes is the one tsdg_build_layer
+// builds, and the graph is the plain build's: the caller need not build the
+// layer again.
+TEST(CApi, BuildWithLayerWritesTheLayerTsdgBuildLayerBuilds) {
+  const Matrix data = make_clustered(small_clustered_spec(TSDG_LAYER_MIN_NODES + 4000, 16, 40, 71));
+  const TsdgBuildParams params = small_params();
+  const int64_t layer_nodes = tsdg_layer_node_count(data.rows);
+  ASSERT_GT(layer_nodes, 0);
+  const Built plain = build(data, params);
+  std::vector<uint32_t> neighbors(plain.neighbors.size());
+  std::vector<uint8_t> lambdas(neighbors.size());
+  std::vector<uint32_t> layer_ids(static_cast<size_t>(layer_nodes) * params.degree);
+  std::vector<uint8_t> layer_lambdas(layer_ids.size());
+  TsdgError error;
+  ASSERT_EQ(tsdg_build_graph_with_layer(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, &params,
+                                        neighbors.data(), lambdas.data(), nullptr, nullptr, layer_ids.data(),
+                                        layer_lambdas.data(), nullptr, nullptr, &error),
+            TSDG_OK)
+      << error.message;
+  EXPECT_EQ(neighbors, plain.neighbors);
+  EXPECT_EQ(lambdas, plain.lambdas);
+  std::vector<uint32_t> built_ids(layer_ids.size());
+  std::vector<uint8_t> built_lambdas(layer_ids.size());
+  ASSERT_EQ(tsdg_build_layer(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, &params,
+                             built_ids.data(), built_lambdas.data(), nullptr, nullptr, &error),
+            TSDG_OK)
+      << error.message;
+  EXPECT_EQ(layer_ids, built_ids);
+  EXPECT_EQ(layer_lambdas, built_lambdas);
+  EXPECT_EQ(tsdg_build_graph_with_layer(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, &params,
+                                        neighbors.data(), lambdas.data(), nullptr, nullptr, nullptr, nullptr,
+                                        nullptr, nullptr, &error),
+            TSDG_ERR_INVALID_ARGUMENT);
+}
+
 TEST(CApi, PollCancelsABuild) {
   const Matrix data = make_clustered(small_clustered_spec(60000, 64, 16, 61));
   TsdgBuildParams params = small_params();

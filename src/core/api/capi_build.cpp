@@ -306,7 +306,8 @@ tsdg::TsdgGraph layer_for_check(tsdg::Backend& b, tsdg::MatrixView data, tsdg::M
 TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int dim,
                        TsdgMetric metric, const TsdgBuildParams* params, uint32_t* neighbors,
                        uint8_t* lambdas, uint32_t* knn_ids, float* knn_dists, uint8_t* changed,
-                       TsdgPollFn poll, void* poll_arg, TsdgError* error) {
+                       uint32_t* layer_ids, uint8_t* layer_lambdas, TsdgPollFn poll, void* poll_arg,
+                       TsdgError* error) {
   return guarded(error, [&] {
     validate_rows(rows, n, dim);
     validate_build_params(params);
@@ -343,8 +344,14 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                    graph = b.build_tsdg_graph(data, m, gnnd, diversify, knn_ids, knn_dists, control, &rows_left);
                  }
                  trace.mark("graph");
-                 const tsdg::TsdgGraph layer = layer_for_check(b, data, m, diversify, params->seed, control);
-                 trace.mark("layer for the check");
+                 const tsdg::TsdgGraph layer =
+                     layer_ids != nullptr
+                         ? tsdg::build_navigating_layer(b, data, m, diversify, params->seed, control)
+                         : layer_for_check(b, data, m, diversify, params->seed, control);
+                 if (layer_ids != nullptr && layer.nodes > 0) {
+                   copy_graph_out(layer, params->degree, layer_ids, layer_lambdas);
+                 }
+                 trace.mark("layer");
                  if (changed == nullptr) {
                    tsdg::link_rows_missed_by_narrow_walks(b, data, m, tsdg::GraphSpan::of(graph), control,
                                                           tsdg::kBuildCheckRows, {}, std::move(rows_left),
@@ -391,7 +398,22 @@ TsdgStatus tsdg_build_graph(TsdgBackend* backend, const float* rows, int64_t n, 
                             uint8_t* lambdas, uint32_t* knn_ids, float* knn_dists, TsdgPollFn poll,
                             void* poll_arg, TsdgError* error) {
   return build_graph(backend, rows, n, dim, metric, params, neighbors, lambdas, knn_ids, knn_dists,
-                     nullptr, poll, poll_arg, error);
+                     nullptr, nullptr, nullptr, poll, poll_arg, error);
+}
+
+TsdgStatus tsdg_build_graph_with_layer(TsdgBackend* backend, const float* rows, int64_t n, int dim,
+                                       TsdgMetric metric, const TsdgBuildParams* params, uint32_t* neighbors,
+                                       uint8_t* lambdas, uint32_t* knn_ids, float* knn_dists,
+                                       uint32_t* layer_ids, uint8_t* layer_lambdas, TsdgPollFn poll,
+                                       void* poll_arg, TsdgError* error) {
+  const TsdgStatus status = guarded(error, [&] {
+    require(tsdg::layer_node_count(n) == 0 || (layer_ids != nullptr && layer_lambdas != nullptr),
+            "layer_ids and layer_lambdas must not be NULL");
+  });
+  if (status != TSDG_OK) return status;
+  return build_graph(backend, rows, n, dim, metric, params, neighbors, lambdas, knn_ids, knn_dists,
+                     nullptr, tsdg::layer_node_count(n) > 0 ? layer_ids : nullptr, layer_lambdas, poll,
+                     poll_arg, error);
 }
 
 TsdgStatus tsdg_build_graph_marked(TsdgBackend* backend, const float* rows, int64_t n, int dim,
@@ -403,7 +425,7 @@ TsdgStatus tsdg_build_graph_marked(TsdgBackend* backend, const float* rows, int6
       guarded(error, [&] { require(n == 0 || changed != nullptr, "changed must not be NULL"); });
   if (status != TSDG_OK) return status;
   return build_graph(backend, rows, n, dim, metric, params, neighbors, lambdas, knn_ids, knn_dists,
-                     changed, poll, poll_arg, error);
+                     changed, nullptr, nullptr, poll, poll_arg, error);
 }
 
 TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_old, int64_t n_new,

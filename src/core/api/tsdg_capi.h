@@ -182,6 +182,19 @@ TsdgStatus	tsdg_build_graph(TsdgBackend *backend, const float *rows, int64_t n, 
 							 TsdgPollFn poll, void *poll_arg, TsdgError *error);
 
 /*
+ * tsdg_build_graph that also writes the navigating layer its check walked
+ * from, as tsdg_build_layer writes it: layer_ids and layer_lambdas,
+ * tsdg_layer_node_count(n) * params->degree each (not read where the graph
+ * has no layer), for a caller that would build the layer next.
+ */
+TsdgStatus	tsdg_build_graph_with_layer(TsdgBackend *backend, const float *rows, int64_t n, int dim,
+										TsdgMetric metric, const TsdgBuildParams *params,
+										uint32_t *neighbors, uint8_t *lambdas,
+										uint32_t *knn_ids, float *knn_dists,
+										uint32_t *layer_ids, uint8_t *layer_lambdas,
+										TsdgPollFn poll, void *poll_arg, TsdgError *error);
+
+/*
  * The backend's device memory that tsdg_build_graph of n rows lacks, now, to
  * keep its rows and lists on the device from start to end; short of it the
  * build takes slower steps. 0 where it has enough, for the CPU, and on any

@@ -122,6 +122,7 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 {
 	TsdgError	error;
 	TsdgStatus	status;
+	int64		layer_nodes;
 
 	if (tsdg_device == TSDG_DEVICE_GPU && !TsdgWorkerUsable())
 		ereport(ERROR,
@@ -158,11 +159,22 @@ TsdgComputeGraph(TsdgBuildState *bs, uint32 *neighbors, uint8 *lambdas)
 	bs->knn_written = false;
 	bs->list_pages_written = 0;
 
-	/* the pages keep the k-NN ids only, not their distances */
-	status = tsdg_build_graph(NULL, bs->rows, bs->count, bs->dims, bs->metric, &bs->params,
-							  neighbors, lambdas, bs->knn_ids, NULL,
-							  TsdgBuildPoll, bs, &error);
+	/*
+	 * The pages keep the k-NN ids only, not their distances. The build's
+	 * check walks from the navigating layer, which it builds first: it is
+	 * kept here rather than built again.
+	 */
+	layer_nodes = tsdg_layer_node_count(bs->count);
+	if (layer_nodes > 0)
+	{
+		bs->layer_ids = palloc(sizeof(uint32) * bs->params.degree * layer_nodes);
+		bs->layer_lambdas = palloc(sizeof(uint8) * bs->params.degree * layer_nodes);
+	}
+	status = tsdg_build_graph_with_layer(NULL, bs->rows, bs->count, bs->dims, bs->metric, &bs->params,
+										 neighbors, lambdas, bs->knn_ids, NULL,
+										 bs->layer_ids, bs->layer_lambdas, TsdgBuildPoll, bs, &error);
 	TsdgReportCoreError(status, &error, "index build");
+	bs->layer_with_graph = layer_nodes > 0;
 	return false;
 }
 
@@ -187,7 +199,7 @@ TsdgComputeBuildLayer(TsdgBuildState *bs)
 	TsdgStatus	status;
 
 	bs->layer_on_worker = false;
-	if (layer_nodes == 0)
+	if (layer_nodes == 0 || bs->layer_with_graph)
 		return;
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, TSDG_PROGRESS_LAYER);
 	bs->layer_ids = palloc(sizeof(uint32) * bs->params.degree * layer_nodes);
@@ -591,6 +603,7 @@ tsdgbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 						SECS(done.pages_at, done.summary_wait_at),
 						(long long) meta.layer_nodes,
 						bs.layer_on_worker ? "from the worker" :
+						bs.layer_with_graph ? "computed with the graph, for its check" :
 						psprintf("computed here in %.3f s", bs.layer_seconds),
 						SECS(profile_at, wal_at),
 						done.profiled ? SECS(done.summary_wait_at, profile_at) :

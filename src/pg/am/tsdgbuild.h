@@ -55,6 +55,7 @@ typedef struct TsdgBuildState
 	uint32	   *layer_ids;
 	uint8	   *layer_lambdas;
 	bool		layer_on_worker;
+	bool		layer_with_graph;	/* written by the CPU's graph build, for its check */
 	double		layer_seconds;	/* computed here */
 
 	/* the row pages, once written (while the worker builds the graph) */
