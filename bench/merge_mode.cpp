@@ -118,7 +118,7 @@ struct IndexGraph {
   std::vector<uint32_t> neighbors, knn_ids, entries;
   std::vector<uint8_t> lambdas;
   std::vector<uint8_t> changed;  // after a merge: its changed flags (tsdg_merge_graph_incremental)
-  // the navigating layer's lists (tsdg_build_layer); empty where the graph has none
+  // the navigating layer's lists, as tsdg_build_layer writes them; empty where the graph has none
   std::vector<uint32_t> layer_ids;
   std::vector<uint8_t> layer_lambdas;
 
@@ -147,17 +147,11 @@ void entry_points_of(MatrixView rows, IndexGraph& graph, int degree) {
         error, "nn1 bound");
 }
 
-// The layer of rows' graph, built again from all of them, as CREATE INDEX and
-// every merge build it (on backend, NULL: the CPU).
-void layer_of(TsdgBackend* backend, MatrixView rows, IndexGraph& graph, const TsdgBuildParams& params) {
-  const size_t lists = static_cast<size_t>(tsdg_layer_node_count(rows.rows)) * params.degree;
+// Room for the layer of a graph of n rows, which the build or merge writes.
+void make_room_for_layer(int64_t n, IndexGraph& graph, const TsdgBuildParams& params) {
+  const size_t lists = static_cast<size_t>(tsdg_layer_node_count(n)) * params.degree;
   graph.layer_ids.assign(lists, TSDG_INVALID_ID);
   graph.layer_lambdas.assign(lists, 0);
-  if (lists == 0) return;
-  TsdgError error;
-  check(tsdg_build_layer(backend, rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, &params, graph.layer_ids.data(),
-                         graph.layer_lambdas.data(), nullptr, nullptr, &error),
-        error, "layer");
 }
 
 // CREATE INDEX's computation on rows (on backend, NULL: the CPU): the graph,
@@ -167,20 +161,20 @@ IndexGraph build(TsdgBackend* backend, MatrixView rows, const TsdgBuildParams& p
   graph.neighbors.resize(static_cast<size_t>(rows.rows) * params.degree);
   graph.lambdas.resize(graph.neighbors.size());
   graph.knn_ids.resize(static_cast<size_t>(rows.rows) * params.build_k);
+  make_room_for_layer(rows.rows, graph, params);
   TsdgError error;
-  check(tsdg_build_graph(backend, rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, &params,
-                         graph.neighbors.data(), graph.lambdas.data(), graph.knn_ids.data(), nullptr,
-                         nullptr, nullptr, &error),
+  check(tsdg_build_graph_with_layer(backend, rows.data, rows.rows, rows.dim, TSDG_METRIC_L2, &params,
+                                    graph.neighbors.data(), graph.lambdas.data(), graph.knn_ids.data(), nullptr,
+                                    graph.layer_ids.data(), graph.layer_lambdas.data(), nullptr, nullptr, &error),
         error, "build");
   entry_points_of(rows, graph, params.degree);
-  layer_of(backend, rows, graph, params);
   return graph;
 }
 
 // tsdg_merge's computation: the old lists as the index stores them (k-NN ids
-// without distances), the merge, the entry points, the layer.
+// without distances), the merge and its layer, the entry points.
 IndexGraph merge(TsdgBackend* backend, MatrixView rows, int64_t n_old, const IndexGraph& old,
-                 const TsdgBuildParams& params, PhaseClock& phases, int64_t& changed_lists, double& layer_cpu) {
+                 const TsdgBuildParams& params, PhaseClock& phases, int64_t& changed_lists) {
   const int64_t n = rows.rows;
   IndexGraph graph;
   graph.neighbors.resize(static_cast<size_t>(n) * params.degree);
@@ -188,12 +182,15 @@ IndexGraph merge(TsdgBackend* backend, MatrixView rows, int64_t n_old, const Ind
   graph.knn_ids.resize(static_cast<size_t>(n) * params.build_k);
   std::vector<uint8_t>& changed = graph.changed;
   changed.resize(n);
+  make_room_for_layer(n, graph, params);
+  uint32_t* layer_ids = graph.layer_ids.empty() ? nullptr : graph.layer_ids.data();
+  uint8_t* layer_lambdas = graph.layer_lambdas.empty() ? nullptr : graph.layer_lambdas.data();
   TsdgError error;
   check(tsdg_merge_graph_incremental(backend, rows.data, nullptr, nullptr, n_old, n - n_old, rows.dim, TSDG_METRIC_L2,
                                      &params, old.knn_ids.data(), nullptr, old.neighbors.data(),
                                      old.lambdas.data(), nullptr, graph.knn_ids.data(), nullptr,
-                                     graph.neighbors.data(), graph.lambdas.data(), changed.data(),
-                                     &PhaseClock::poll, &phases, &error),
+                                     graph.neighbors.data(), graph.lambdas.data(), changed.data(), layer_ids,
+                                     layer_lambdas, &PhaseClock::poll, &phases, &error),
         error, "merge");
   phases.finish();
   changed_lists = std::count_if(changed.begin(), changed.begin() + n_old,
@@ -201,9 +198,6 @@ IndexGraph merge(TsdgBackend* backend, MatrixView rows, int64_t n_old, const Ind
   const Clocks before_entries = Clocks::now();
   entry_points_of(rows, graph, params.degree);
   phases.cpu[0] += Clocks::now().cpu - before_entries.cpu;  // slot 0: entry points
-  const Clocks before_layer = Clocks::now();
-  layer_of(backend, rows, graph, params);
-  layer_cpu = Clocks::now().cpu - before_layer.cpu;
   return graph;
 }
 
@@ -337,9 +331,8 @@ int run_merge_benchmark(const BenchOptions& o) {
     const int64_t next = initial + (n - initial) * (b + 1) / o.merge_batches;
     PhaseClock phases;
     int64_t changed_lists = 0;
-    double layer_cpu = 0;
     start = Clocks::now();
-    graph = merge(backend.get(), data.view().slice(0, next), rows, graph, params, phases, changed_lists, layer_cpu);
+    graph = merge(backend.get(), data.view().slice(0, next), rows, graph, params, phases, changed_lists);
     const Clocks merge_time = Clocks::now().since(start);
     worst_cpu_ratio = std::max(worst_cpu_ratio, merge_time.cpu / fresh_time.cpu);
     const int64_t rechecked = std::count_if(graph.changed.begin(), graph.changed.begin() + rows,
@@ -354,7 +347,6 @@ int run_merge_benchmark(const BenchOptions& o) {
         .add("ggm_cpu_s", phases.cpu[TSDG_PHASE_MERGE])
         .add("tsdg_cpu_s", phases.cpu[TSDG_PHASE_DIVERSIFY] + phases.cpu[TSDG_PHASE_LINK])
         .add("entry_cpu_s", phases.cpu[0])
-        .add("layer_cpu_s", layer_cpu)
         .add("old_lists_changed", changed_lists)
         .add("rechecked", rechecked);
     if (o.merge_check) {

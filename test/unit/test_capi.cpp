@@ -600,13 +600,26 @@ TEST(CApi, MarkedBuildPublishesItsListsBeforeItsCheck) {
   MarkedBuildPoll poll;
   poll.out = &marked;
   poll.rows = data.rows;
+  const int64_t layer_nodes = tsdg_layer_node_count(data.rows);
+  ASSERT_GT(layer_nodes, 0);
+  std::vector<uint32_t> layer_ids(static_cast<size_t>(layer_nodes) * params.degree);
+  std::vector<uint8_t> layer_lambdas(layer_ids.size());
   TsdgError error;
   ASSERT_EQ(tsdg_build_graph_marked(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
                                     &params, marked.neighbors.data(), marked.lambdas.data(),
-                                    marked.knn_ids.data(), nullptr, changed.data(),
-                                    snapshot_marked_build, &poll, &error),
+                                    marked.knn_ids.data(), nullptr, changed.data(), layer_ids.data(),
+                                    layer_lambdas.data(), snapshot_marked_build, &poll, &error),
             TSDG_OK)
       << error.message;
+  // the layer its check walked from is tsdg_build_layer's
+  std::vector<uint32_t> built_ids(layer_ids.size());
+  std::vector<uint8_t> built_lambdas(layer_ids.size());
+  ASSERT_EQ(tsdg_build_layer(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, &params,
+                             built_ids.data(), built_lambdas.data(), nullptr, nullptr, &error),
+            TSDG_OK)
+      << error.message;
+  EXPECT_EQ(layer_ids, built_ids);
+  EXPECT_EQ(layer_lambdas, built_lambdas);
   // the same graph as the unmarked build's (the CPU's is the same for a seed and a thread count)
   EXPECT_EQ(marked.neighbors, plain.neighbors);
   EXPECT_EQ(marked.lambdas, plain.lambdas);
@@ -628,7 +641,12 @@ TEST(CApi, MarkedBuildPublishesItsListsBeforeItsCheck) {
   EXPECT_GT(marked_lists, 0);
   EXPECT_EQ(tsdg_build_graph_marked(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
                                     &params, marked.neighbors.data(), marked.lambdas.data(), nullptr,
-                                    nullptr, nullptr, nullptr, nullptr, &error),
+                                    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &error),
+            TSDG_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tsdg_build_graph_marked(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2,
+                                    &params, marked.neighbors.data(), marked.lambdas.data(), nullptr,
+                                    nullptr, changed.data(), layer_ids.data(), nullptr, nullptr, nullptr,
+                                    &error),
             TSDG_ERR_INVALID_ARGUMENT);
 }
 

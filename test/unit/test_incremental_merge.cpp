@@ -361,7 +361,7 @@ TEST(IncrementalMergeCapi, SuccessiveMergesSearchLikeAFreshBuild) {
     ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, nullptr, n_old, batch, data.dim, TSDG_METRIC_L2,
                                            &params, knn.data(), nullptr, neighbors.data(), lambdas.data(),
                                            nullptr, merged_knn.data(), nullptr, merged_neighbors.data(),
-                                           merged_lambdas.data(), changed.data(), nullptr, nullptr, &error),
+                                           merged_lambdas.data(), changed.data(), nullptr, nullptr, nullptr, nullptr, &error),
               TSDG_OK)
         << error.message;
     knn.swap(merged_knn);
@@ -411,6 +411,72 @@ TEST(IncrementalMergeCapi, SuccessiveMergesSearchLikeAFreshBuild) {
 namespace tsdg {
 namespace {
 
+// A merge that writes the merged graph's layer, the one its check walked
+// from: the same graph as without, and the layer tsdg_build_layer builds
+// from the merged rows.
+TEST(IncrementalMergeCapi, MergeWithLayerWritesTheLayerTsdgBuildLayerBuilds) {
+  const int64_t n_old = TSDG_LAYER_MIN_NODES - 400;
+  const Matrix data = clustered_rows(n_old + 1200, 24, 36);
+  const int64_t n = data.rows;
+  const int64_t layer_nodes = tsdg_layer_node_count(n);
+  ASSERT_GT(layer_nodes, 0);
+  TsdgBuildParams params;
+  tsdg_build_params_default(&params);
+  params.degree = 16;
+  params.build_k = 16;
+  params.threads = 2;
+  std::vector<uint32_t> old_neighbors(n_old * params.degree), old_knn(n_old * params.build_k);
+  std::vector<uint8_t> old_lambdas(old_neighbors.size());
+  TsdgError error;
+  ASSERT_EQ(tsdg_build_graph(nullptr, data.values.data(), n_old, data.dim, TSDG_METRIC_L2, &params,
+                             old_neighbors.data(), old_lambdas.data(), old_knn.data(), nullptr, nullptr, nullptr,
+                             &error),
+            TSDG_OK)
+      << error.message;
+  struct Merged {
+    std::vector<uint32_t> knn, neighbors, layer_ids;
+    std::vector<uint8_t> lambdas, changed, layer_lambdas;
+  };
+  const auto merge = [&](bool with_layer) {
+    Merged m;
+    m.knn.resize(n * params.build_k);
+    m.neighbors.resize(n * params.degree);
+    m.lambdas.resize(m.neighbors.size());
+    m.changed.resize(n);
+    m.layer_ids.resize(with_layer ? layer_nodes * params.degree : 0);
+    m.layer_lambdas.resize(m.layer_ids.size());
+    EXPECT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, nullptr, n_old, n - n_old,
+                                           data.dim, TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
+                                           old_neighbors.data(), old_lambdas.data(), nullptr, m.knn.data(), nullptr,
+                                           m.neighbors.data(), m.lambdas.data(), m.changed.data(),
+                                           with_layer ? m.layer_ids.data() : nullptr,
+                                           with_layer ? m.layer_lambdas.data() : nullptr, nullptr, nullptr, &error),
+              TSDG_OK)
+        << error.message;
+    return m;
+  };
+  const Merged plain = merge(false);
+  const Merged layered = merge(true);
+  EXPECT_EQ(layered.neighbors, plain.neighbors);
+  EXPECT_EQ(layered.lambdas, plain.lambdas);
+  EXPECT_EQ(layered.changed, plain.changed);
+  std::vector<uint32_t> built_ids(layered.layer_ids.size());
+  std::vector<uint8_t> built_lambdas(built_ids.size());
+  ASSERT_EQ(tsdg_build_layer(nullptr, data.values.data(), n, data.dim, TSDG_METRIC_L2, &params, built_ids.data(),
+                             built_lambdas.data(), nullptr, nullptr, &error),
+            TSDG_OK)
+      << error.message;
+  EXPECT_EQ(layered.layer_ids, built_ids);
+  EXPECT_EQ(layered.layer_lambdas, built_lambdas);
+  Merged refused = plain;
+  EXPECT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, nullptr, n_old, n - n_old, data.dim,
+                                         TSDG_METRIC_L2, &params, old_knn.data(), nullptr, old_neighbors.data(),
+                                         old_lambdas.data(), nullptr, refused.knn.data(), nullptr,
+                                         refused.neighbors.data(), refused.lambdas.data(), refused.changed.data(),
+                                         built_ids.data(), nullptr, nullptr, nullptr, &error),
+            TSDG_ERR_INVALID_ARGUMENT);
+}
+
 // Through the C interface: the old graph as tsdg_build_graph stores it, the
 // pending rows merged, the changed flags telling which lists to rewrite.
 TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
@@ -437,7 +503,7 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
   ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, nullptr, n_old, n - n_old, data.dim,
                                          TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
                                          old_neighbors.data(), old_lambdas.data(), nullptr, knn.data(), nullptr,
-                                         neighbors.data(), lambdas.data(), changed.data(), nullptr,
+                                         neighbors.data(), lambdas.data(), changed.data(), nullptr, nullptr, nullptr,
                                          nullptr, &error),
             TSDG_OK)
       << error.message;
@@ -493,7 +559,7 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
                                          TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
                                          old_neighbors.data(), old_lambdas.data(), old_changed.data(),
                                          knn.data(), nullptr, neighbors.data(), lambdas.data(),
-                                         changed.data(), nullptr, nullptr, &error),
+                                         changed.data(), nullptr, nullptr, nullptr, nullptr, &error),
             TSDG_OK)
       << error.message;
   EXPECT_NE(changed[untouched] & TSDG_CHANGED_KNN, 0);
@@ -510,7 +576,7 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
                                          data.dim, TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
                                          old_neighbors.data(), old_lambdas.data(), old_changed.data(),
                                          source_knn.data(), nullptr, source_neighbors.data(), source_lambdas.data(),
-                                         source_changed.data(), nullptr, nullptr, &error),
+                                         source_changed.data(), nullptr, nullptr, nullptr, nullptr, &error),
             TSDG_OK)
       << error.message;
   EXPECT_EQ(rows, data.values);
@@ -525,7 +591,7 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
   EXPECT_EQ(tsdg_merge_graph_incremental(nullptr, rows.data(), nullptr, data.values.data(), n_old, n - n_old,
                                          data.dim, TSDG_METRIC_L2, &params, old_knn.data(), nullptr,
                                          old_neighbors.data(), old_lambdas.data(), nullptr, knn.data(), nullptr,
-                                         neighbors.data(), lambdas.data(), changed.data(), nullptr,
+                                         neighbors.data(), lambdas.data(), changed.data(), nullptr, nullptr, nullptr,
                                          nullptr, &error),
             TSDG_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(rows, data.values);

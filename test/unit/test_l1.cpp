@@ -136,7 +136,7 @@ TEST(L1Index, MergedBatchesSearchAsTheBuild) {
     ASSERT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, nullptr, n_old, batch, data.dim,
                                            TSDG_METRIC_L1, &params, g.knn.data(), nullptr, g.neighbors.data(),
                                            g.lambdas.data(), nullptr, merged.knn.data(), nullptr,
-                                           merged.neighbors.data(), merged.lambdas.data(), changed.data(), nullptr,
+                                           merged.neighbors.data(), merged.lambdas.data(), changed.data(), nullptr, nullptr, nullptr,
                                            nullptr, &error),
               TSDG_OK)
         << error.message;

@@ -292,17 +292,20 @@ void tsdg_spill_free(void* memory) { tsdg::spill_free(memory); }
 
 namespace {
 
-// tsdg_build_graph; with changed, tsdg_build_graph_marked: the search lists
-// go out before the build's check, which changes a few of them in place.
-// The layer the build's check walks from, as the searches do; none under
-// inner product, which the check leaves alone.
-tsdg::TsdgGraph layer_for_check(tsdg::Backend& b, tsdg::MatrixView data, tsdg::Metric metric,
-                                const tsdg::DiversifyParams& diversify, uint64_t seed,
-                                const tsdg::RunControl& control) {
-  if (metric == tsdg::Metric::InnerProduct) return tsdg::TsdgGraph{};
-  return tsdg::build_navigating_layer(b, data, metric, diversify, seed, control);
+// The layer the build's or merge's check walks from, as the searches do;
+// none under inner product, which the check leaves alone. With layer_ids,
+// the caller's layer (built under inner product too), written out.
+tsdg::TsdgGraph check_layer(tsdg::Backend& b, tsdg::MatrixView data, tsdg::Metric metric,
+                            const tsdg::DiversifyParams& diversify, const TsdgBuildParams* params,
+                            uint32_t* layer_ids, uint8_t* layer_lambdas, const tsdg::RunControl& control) {
+  if (layer_ids == nullptr && metric == tsdg::Metric::InnerProduct) return tsdg::TsdgGraph{};
+  tsdg::TsdgGraph layer = tsdg::build_navigating_layer(b, data, metric, diversify, params->seed, control);
+  if (layer_ids != nullptr && layer.nodes > 0) copy_graph_out(layer, params->degree, layer_ids, layer_lambdas);
+  return layer;
 }
 
+// tsdg_build_graph; with changed, tsdg_build_graph_marked: the search lists
+// go out before the build's check, which changes a few of them in place.
 TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int dim,
                        TsdgMetric metric, const TsdgBuildParams* params, uint32_t* neighbors,
                        uint8_t* lambdas, uint32_t* knn_ids, float* knn_dists, uint8_t* changed,
@@ -344,15 +347,10 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                    graph = b.build_tsdg_graph(data, m, gnnd, diversify, knn_ids, knn_dists, control, &rows_left);
                  }
                  trace.mark("graph");
-                 const tsdg::TsdgGraph layer =
-                     layer_ids != nullptr
-                         ? tsdg::build_navigating_layer(b, data, m, diversify, params->seed, control)
-                         : layer_for_check(b, data, m, diversify, params->seed, control);
-                 if (layer_ids != nullptr && layer.nodes > 0) {
-                   copy_graph_out(layer, params->degree, layer_ids, layer_lambdas);
-                 }
-                 trace.mark("layer");
                  if (changed == nullptr) {
+                   const tsdg::TsdgGraph layer =
+                       check_layer(b, data, m, diversify, params, layer_ids, layer_lambdas, control);
+                   trace.mark("layer");
                    tsdg::link_rows_missed_by_narrow_walks(b, data, m, tsdg::GraphSpan::of(graph), control,
                                                           tsdg::kBuildCheckRows, {}, std::move(rows_left),
                                                           nullptr, tsdg::GraphView::of(layer));
@@ -361,6 +359,8 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                    trace.mark("graph out");
                    return;
                  }
+                 // the lists go out first: the caller writes them while the
+                 // layer and the check are computed
                  copy_graph_out(graph, params->degree, neighbors, lambdas);
                  graph = tsdg::TsdgGraph{};
                  trace.mark("graph out");
@@ -369,8 +369,12 @@ TsdgStatus build_graph(TsdgBackend* backend, const float* rows, int64_t n, int d
                  control.set_phase(tsdg::Phase::Link);
                  control.add_done(n);
                  control.wake_poll();
+                 const tsdg::RunControl lists_out = control.without_progress();
+                 const tsdg::TsdgGraph layer =
+                     check_layer(b, data, m, diversify, params, layer_ids, layer_lambdas, lists_out);
+                 trace.mark("layer");
                  tsdg::link_rows_missed_by_narrow_walks(
-                     b, data, m, tsdg::GraphSpan{neighbors, lambdas, n, params->degree}, control,
+                     b, data, m, tsdg::GraphSpan{neighbors, lambdas, n, params->degree}, lists_out,
                      tsdg::kBuildCheckRows, [&](uint32_t node) { changed[node] = TSDG_CHANGED_LINK; },
                      std::move(rows_left), nullptr, tsdg::GraphView::of(layer));
                  trace.mark("check");
@@ -419,13 +423,18 @@ TsdgStatus tsdg_build_graph_with_layer(TsdgBackend* backend, const float* rows, 
 TsdgStatus tsdg_build_graph_marked(TsdgBackend* backend, const float* rows, int64_t n, int dim,
                                    TsdgMetric metric, const TsdgBuildParams* params,
                                    uint32_t* neighbors, uint8_t* lambdas, uint32_t* knn_ids,
-                                   float* knn_dists, uint8_t* changed, TsdgPollFn poll,
-                                   void* poll_arg, TsdgError* error) {
-  const TsdgStatus status =
-      guarded(error, [&] { require(n == 0 || changed != nullptr, "changed must not be NULL"); });
+                                   float* knn_dists, uint8_t* changed, uint32_t* layer_ids,
+                                   uint8_t* layer_lambdas, TsdgPollFn poll, void* poll_arg,
+                                   TsdgError* error) {
+  const TsdgStatus status = guarded(error, [&] {
+    require(n == 0 || changed != nullptr, "changed must not be NULL");
+    require((layer_ids == nullptr) == (layer_lambdas == nullptr),
+            "layer_ids and layer_lambdas must both be NULL or neither");
+  });
   if (status != TSDG_OK) return status;
   return build_graph(backend, rows, n, dim, metric, params, neighbors, lambdas, knn_ids, knn_dists,
-                     changed, nullptr, nullptr, poll, poll_arg, error);
+                     changed, tsdg::layer_node_count(n) > 0 ? layer_ids : nullptr, layer_lambdas, poll,
+                     poll_arg, error);
 }
 
 TsdgStatus tsdg_merge_graph(TsdgBackend* backend, const float* rows, int64_t n_old, int64_t n_new,
@@ -482,11 +491,14 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                                         const uint8_t* old_lambdas, const uint8_t* old_changed,
                                         uint32_t* knn_ids,
                                         float* knn_dists, uint32_t* neighbors, uint8_t* lambdas,
-                                        uint8_t* changed, TsdgPollFn poll, void* poll_arg,
-                                        TsdgError* error) {
+                                        uint8_t* changed, uint32_t* layer_ids, uint8_t* layer_lambdas,
+                                        TsdgPollFn poll, void* poll_arg, TsdgError* error) {
   return guarded(error, [&] {
     require(n_old >= 0 && n_new >= 0, "row counts must not be negative");
     const int64_t n = n_old + n_new;
+    require((layer_ids == nullptr) == (layer_lambdas == nullptr),
+            "layer_ids and layer_lambdas must both be NULL or neither");
+    if (tsdg::layer_node_count(n) == 0) layer_ids = nullptr;
     validate_rows(rows, n, dim);
     validate_build_params(params);
     require(n_old == 0 || (old_knn_ids != nullptr && old_neighbors != nullptr && old_lambdas != nullptr),
@@ -575,9 +587,12 @@ TsdgStatus tsdg_merge_graph_incremental(TsdgBackend* backend, const float* rows,
                      if (u >= n_old || search_changed[u]) check_rows.push_back(static_cast<uint32_t>(u));
                    }
                  }
-                 const tsdg::TsdgGraph layer = layer_for_check(b, data, m, diversify, params->seed, control);
+                 // a merge that reported TSDG_PHASE_LINK has counted its lists out
+                 const tsdg::RunControl lists_out = control.without_progress();
+                 const tsdg::TsdgGraph layer =
+                     check_layer(b, data, m, diversify, params, layer_ids, layer_lambdas, lists_out);
                  tsdg::link_rows_missed_by_narrow_walks(
-                     b, data, m, tsdg::GraphSpan{neighbors, lambdas, n, degree}, control, tsdg::kBuildCheckRows,
+                     b, data, m, tsdg::GraphSpan{neighbors, lambdas, n, degree}, lists_out, tsdg::kBuildCheckRows,
                      [&](uint32_t node) { relinked[node] = 1; }, nullptr, on_host ? &check_rows : nullptr,
                      tsdg::GraphView::of(layer));
                  for (int64_t u = 0; u < n; ++u) {

@@ -209,12 +209,14 @@ size_t		tsdg_build_device_shortfall(TsdgBackend *backend, int64_t n, int dim,
  * search list is in neighbors and lambdas; the build's check then changes a
  * few of them in place, and marks each TSDG_CHANGED_LINK in changed[n]
  * before it changes it (the others are 0), so that the caller writes those
- * again after the call.
+ * again after the call. layer_ids and layer_lambdas: NULL, or the layer the
+ * check walked from, as tsdg_build_graph_with_layer writes it.
  */
 TsdgStatus	tsdg_build_graph_marked(TsdgBackend *backend, const float *rows, int64_t n, int dim,
 									TsdgMetric metric, const TsdgBuildParams *params,
 									uint32_t *neighbors, uint8_t *lambdas,
 									uint32_t *knn_ids, float *knn_dists, uint8_t *changed,
+									uint32_t *layer_ids, uint8_t *layer_lambdas,
 									TsdgPollFn poll, void *poll_arg, TsdgError *error);
 
 /*
@@ -282,7 +284,10 @@ TsdgStatus	tsdg_merge_graph(TsdgBackend *backend, const float *rows, int64_t n_o
  * old_rows_source may be NULL, or n_old rows that rows' first n_old are to
  * be a copy of (a caller's copy of the old graph): the merge then writes
  * them into rows itself, beside the new rows' GNND and the device's work,
- * and rows holds them when it returns, whatever it returns.
+ * and rows holds them when it returns, whatever it returns. layer_ids and
+ * layer_lambdas: NULL, or the merged graph's navigating layer, the one its
+ * check walked from, as tsdg_build_layer writes it (tsdg_layer_node_count(n)
+ * * params->degree each).
  */
 #define TSDG_CHANGED_KNN	1
 #define TSDG_CHANGED_GRAPH	2
@@ -302,6 +307,7 @@ TsdgStatus	tsdg_merge_graph_incremental(TsdgBackend *backend, const float *rows,
 										 const uint8_t *old_changed,
 										 uint32_t *knn_ids, float *knn_dists,
 										 uint32_t *neighbors, uint8_t *lambdas, uint8_t *changed,
+										 uint32_t *layer_ids, uint8_t *layer_lambdas,
 										 TsdgPollFn poll, void *poll_arg, TsdgError *error);
 
 /* ---- resident indexes: a graph made searchable by a backend ----

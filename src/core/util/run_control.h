@@ -43,6 +43,14 @@ struct RunControl {
   }
   // Release: what the step before wrote (a merge's k-NN lists, merge.h) is
   // seen by whoever reads the new phase; set_total before it is seen too.
+  // This control for the steps after a phase whose count the caller reads
+  // (Link's lists written out): their own counts would reset it.
+  RunControl without_progress() const {
+    RunControl quiet = *this;
+    quiet.progress_done = nullptr;
+    quiet.progress_total = nullptr;
+    return quiet;
+  }
   void set_phase(Phase step) const {
     if (phase) phase->store(static_cast<int>(step), std::memory_order_release);
     wake_poll();
