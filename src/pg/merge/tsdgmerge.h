@@ -53,6 +53,7 @@ typedef struct TsdgMerge
 	uint32	   *layer_ids;
 	uint8	   *layer_lambdas;
 	bool		layer_on_worker;
+	bool		layer_with_graph;	/* written by the merge here, for its check */
 	TsdgMetaPageData new_meta;
 	TsdgLayout	new_layout;		/* of the merged graph, its rows placed */
 	TsdgGraphArrays arrays;		/* what its pages are written from */

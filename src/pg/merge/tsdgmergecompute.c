@@ -80,6 +80,18 @@ TsdgMergeDataOf(const TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 	data->changed = m->changed;
 }
 
+/* the merged graph's layer lists, for the merge or tsdg_build_layer to write */
+static void
+TsdgMakeRoomForLayer(TsdgMerge *m, const TsdgBuildParams *params)
+{
+	int64		layer_nodes = tsdg_layer_node_count(m->n_old + m->n_new);
+
+	if (layer_nodes == 0)
+		return;
+	m->layer_ids = palloc(sizeof(uint32) * params->degree * layer_nodes);
+	m->layer_lambdas = palloc(sizeof(uint8) * params->degree * layer_nodes);
+}
+
 /*
  * The seam of the merge computation: (old rows, their k-NN lists, their
  * search lists, new rows) in, (merged k-NN lists, new search graph, which
@@ -138,12 +150,14 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 		m->region_placed = false;
 	}
 	m->knn_pages_kept = false;
+	TsdgMakeRoomForLayer(m, params);
 	status = tsdg_merge_graph_incremental(NULL, m->rows, NULL, NULL, m->split, n - m->split, m->dims, metric,
 										  params, m->old_knn_ids, m->old_knn_dists,
 										  m->old_neighbors, m->old_lambdas, m->old_changed,
 										  m->knn_ids, NULL, m->neighbors, m->lambdas, m->changed,
-										  TsdgMergePoll, NULL, &error);
+										  m->layer_ids, m->layer_lambdas, TsdgMergePoll, NULL, &error);
 	TsdgCheckCore(m->index, status, &error);
+	m->layer_with_graph = m->layer_ids != NULL;
 }
 
 /*
@@ -259,23 +273,22 @@ TsdgMergedEntryPoints(TsdgMerge *m, TsdgMetric metric)
 /*
  * The merged graph's navigating layer, built again from all its rows (the
  * node count changed, and a merge that renumbers moves rows), here on the
- * CPU: where the worker merged, it computes the layer beside its summary.
+ * CPU: where the worker merged, it computes the layer beside its summary,
+ * and a merge here wrote the one its check walked from.
  */
 void
 TsdgComputeMergedLayer(TsdgMerge *m, TsdgMetric metric)
 {
 	int64		n = m->n_old + m->n_new;
-	int64		layer_nodes = tsdg_layer_node_count(n);
 	TsdgBuildParams params;
 	TsdgError	error;
 	TsdgStatus	status;
 
 	m->layer_on_worker = false;
-	if (layer_nodes == 0)
+	if (m->layer_with_graph || tsdg_layer_node_count(n) == 0)
 		return;
 	TsdgMergeParams(&m->meta, &params);
-	m->layer_ids = palloc(sizeof(uint32) * params.degree * layer_nodes);
-	m->layer_lambdas = palloc(sizeof(uint8) * params.degree * layer_nodes);
+	TsdgMakeRoomForLayer(m, &params);
 	status = tsdg_build_layer(NULL, m->rows, n, m->dims, metric, &params, m->layer_ids,
 							  m->layer_lambdas, TsdgMergePoll, NULL, &error);
 	TsdgCheckCore(m->index, status, &error);

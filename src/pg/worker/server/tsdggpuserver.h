@@ -226,8 +226,16 @@ extern void TsdgServeBuild(TakenRequest *t);
 
 /* tsdgserverlayer.c */
 /*
- * The layer of a graph of n rows on the worker's backend; false (LOG) when it
- * could not be computed, layer then empty.
+ * Room for the layer of a graph of n rows, for the build or merge to write
+ * (no room where the graph has no layer, or the host no memory for it);
+ * TsdgLayerWritten once it has.
+ */
+extern void TsdgMakeRoomForLayer(int64 n, const TsdgBuildParams *params, ServerLayer *layer);
+extern void TsdgLayerWritten(ServerLayer *layer, int64 n);
+/*
+ * The layer of a graph of n rows, where the build or merge did not write it,
+ * on the worker's backend; false (LOG) when it could not be computed, layer
+ * then empty.
  */
 extern bool TsdgComputeLayer(const float *rows, int64 n, int dims, TsdgMetric metric,
 							 const TsdgBuildParams *params, Oid database, Oid relfilenode,

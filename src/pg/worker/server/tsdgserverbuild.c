@@ -2,8 +2,9 @@
  * The GPU server's builds (runs in the GPU server process): a CREATE INDEX's
  * graph built on the device from the rows in the session's segment (or, in
  * parts, copied out of it: tsdgserverparts.c), polled for the session's
- * cancel, answered before the metapage's summary and the navigating layer
- * are computed, then kept resident. The poll here also serves merges.
+ * cancel, its navigating layer written beside the build's check, answered
+ * before the metapage's summary is computed, then kept resident. The poll
+ * here also serves merges.
  */
 #include "postgres.h"
 
@@ -94,16 +95,22 @@ TsdgPublishReadyLists(TakenRequest *request, TsdgBuildSummary *summary, TsdgBuil
 /*
  * The graph of the build's rows into its arrays: with changed (a segment's),
  * its search lists go out before the build's check (tsdg_build_graph_marked).
+ * Where layer has room, the build writes the layer its check walked from.
  */
 static TsdgStatus
 BuildGraph(const TsdgBuildArgs *args, const BuildArrays *arrays, uint32 *knn_ids, uint8 *changed,
-		   BuildSegmentPollState *poll, TsdgError *error)
+		   ServerLayer *layer, BuildSegmentPollState *poll, TsdgError *error)
 {
 	if (changed != NULL)
 		return tsdg_build_graph_marked(TsdgDeviceBackend, arrays->rows, args->n, args->dims,
 									   args->metric, &args->params, arrays->neighbors,
-									   arrays->lambdas, knn_ids, NULL, changed, BuildSegmentPoll,
-									   poll, error);
+									   arrays->lambdas, knn_ids, NULL, changed, layer->ids,
+									   layer->lambdas, BuildSegmentPoll, poll, error);
+	if (layer->ids != NULL)
+		return tsdg_build_graph_with_layer(TsdgDeviceBackend, arrays->rows, args->n, args->dims,
+										   args->metric, &args->params, arrays->neighbors,
+										   arrays->lambdas, knn_ids, NULL, layer->ids,
+										   layer->lambdas, BuildSegmentPoll, poll, error);
 	return tsdg_build_graph(TsdgDeviceBackend, arrays->rows, args->n, args->dims, args->metric,
 							&args->params, arrays->neighbors, arrays->lambdas, knn_ids, NULL,
 							BuildSegmentPoll, poll, error);
@@ -315,6 +322,7 @@ TsdgServeBuild(TakenRequest *t)
 	BuildArrays arrays;
 	TsdgPartStream graph_out;
 	TsdgReply	received = TSDG_REPLY_OK;
+	ServerLayer layer;
 
 	t->done = true;
 	if (!TsdgMapBulk(&t->copy, &map))
@@ -364,7 +372,8 @@ TsdgServeBuild(TakenRequest *t)
 	}
 	poll.n = args->n;
 	TsdgEvictForBuild(args->n, args->dims, &args->params);
-	status = BuildGraph(args, &arrays, arrays.knn_ids, changed, &poll, &error);
+	TsdgMakeRoomForLayer(args->n, &args->params, &layer);
+	status = BuildGraph(args, &arrays, arrays.knn_ids, changed, &layer, &poll, &error);
 	/* not once the session may be writing out search lists: it would miss the new ones */
 	if (status == TSDG_ERR_OUT_OF_MEMORY && TsdgLeastRecentlyUsed() != NULL &&
 		(poll.summary == NULL || pg_atomic_read_u64(&poll.summary->lists_ready) == 0))
@@ -378,7 +387,8 @@ TsdgServeBuild(TakenRequest *t)
 			pg_atomic_read_u32(&poll.summary->knn_ready) != 0;
 
 		TsdgEvictAll("device out of memory for a build");
-		status = BuildGraph(args, &arrays, knn_kept ? NULL : arrays.knn_ids, changed, &poll, &error);
+		status = BuildGraph(args, &arrays, knn_kept ? NULL : arrays.knn_ids, changed, &layer, &poll,
+							&error);
 	}
 	if (status == TSDG_OK && args->in_parts)
 	{
@@ -397,15 +407,15 @@ TsdgServeBuild(TakenRequest *t)
 	}
 	if (status == TSDG_OK)
 	{
-		ServerLayer layer;
-
+		TsdgLayerWritten(&layer, args->n);
 		pg_atomic_fetch_add_u64(&TsdgShared->builds, 1);
 		ereport(LOG,
 				(errmsg("pg_tsdg GPU worker: built the graph of index %u/%u in %.3f s",
 						args->key.database, args->key.relfilenode, TsdgSecondsSince(start))));
 		/*
-		 * answer first: the session writes its pages while the summary and
-		 * the layer are computed and the graph uploaded
+		 * answer first: the session writes its pages while the summary (and
+		 * the layer, where the build had no room for it) is computed and the
+		 * graph uploaded
 		 */
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TSDG_REPLY_OK, NULL);
 		(void) TsdgComputeLayer(arrays.rows, args->n, args->dims, args->metric, &args->params,
@@ -424,7 +434,6 @@ TsdgServeBuild(TakenRequest *t)
 		}
 		if (args->key.relfilenode != InvalidOid && TsdgFindResident(&args->key) == NULL)
 			KeepResident(args, &arrays, &layer, &map);
-		TsdgFreeLayer(&layer);
 	}
 	else
 	{
@@ -434,6 +443,7 @@ TsdgServeBuild(TakenRequest *t)
 						status == TSDG_ERR_CANCELLED ? "cancelled" : "failed", error.message)));
 		TsdgIpcAnswer(t->slot, t->copy.request_id, TsdgReplyOf(status), error.message);
 	}
+	TsdgFreeLayer(&layer);
 	if (args->in_parts)
 		FreeBuildArrays(&arrays);
 	TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);

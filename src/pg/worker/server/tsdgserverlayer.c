@@ -1,8 +1,10 @@
 /*
  * The navigating layer of a graph the GPU server built or merged (runs in
- * the GPU server process): computed on the worker's backend from the graph's
- * rows after the answer, beside the summary, given to the graph's resident
- * copy and to the session's segment, whose pages the session writes from it.
+ * the GPU server process): written by the build or merge beside its check,
+ * which walks from it, into the room made for it here; computed on the
+ * worker's backend from the graph's rows after the answer where there was
+ * no room. Given to the graph's resident copy and to the session's segment,
+ * whose pages the session writes from it.
  */
 #include "postgres.h"
 
@@ -17,6 +19,29 @@ LayerPoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
 	return TsdgServerShutdownRequested;
 }
 
+void
+TsdgMakeRoomForLayer(int64 n, const TsdgBuildParams *params, ServerLayer *layer)
+{
+	int64		nodes = tsdg_layer_node_count(n);
+
+	memset(layer, 0, sizeof(ServerLayer));
+	layer->degree = params->degree;
+	if (nodes == 0)
+		return;
+	layer->ids = malloc(sizeof(uint32) * params->degree * nodes);
+	layer->lambdas = malloc(sizeof(uint8) * params->degree * nodes);
+	if (layer->ids == NULL || layer->lambdas == NULL)
+		TsdgFreeLayer(layer);
+	layer->degree = params->degree;
+}
+
+void
+TsdgLayerWritten(ServerLayer *layer, int64 n)
+{
+	if (layer->ids != NULL)
+		layer->nodes = tsdg_layer_node_count(n);
+}
+
 bool
 TsdgComputeLayer(const float *rows, int64 n, int dims, TsdgMetric metric,
 				 const TsdgBuildParams *params, Oid database, Oid relfilenode, ServerLayer *layer)
@@ -25,13 +50,13 @@ TsdgComputeLayer(const float *rows, int64 n, int dims, TsdgMetric metric,
 	int64		nodes = tsdg_layer_node_count(n);
 	TsdgError	error;
 
-	memset(layer, 0, sizeof(ServerLayer));
-	layer->degree = params->degree;
+	if (layer->nodes > 0)
+		return true;
+	TsdgFreeLayer(layer);
+	TsdgMakeRoomForLayer(n, params, layer);
 	if (nodes == 0)
 		return true;
-	layer->ids = malloc(sizeof(uint32) * params->degree * nodes);
-	layer->lambdas = malloc(sizeof(uint8) * params->degree * nodes);
-	if (layer->ids == NULL || layer->lambdas == NULL)
+	if (layer->ids == NULL)
 		strlcpy(error.message, "out of host memory for its lists", sizeof(error.message));
 	else if (tsdg_build_layer(TsdgDeviceBackend, rows, n, dims, metric, params, layer->ids,
 							  layer->lambdas, LayerPoll, NULL, &error) == TSDG_OK)

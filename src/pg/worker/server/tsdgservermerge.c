@@ -86,7 +86,7 @@ MergePoll(void *arg, TsdgBuildPhase phase, int64_t done, int64_t total)
  * it; with the CPU backend, the incremental merge on the worker's threads.
  */
 static TsdgStatus
-ComputeMerge(const TsdgMergeArgs *args, const MergeArrays *a, MergePollState *poll,
+ComputeMerge(const TsdgMergeArgs *args, const MergeArrays *a, ServerLayer *layer, MergePollState *poll,
 			 TsdgError *error)
 {
 	TsdgBuildParams params = args->params;
@@ -102,8 +102,8 @@ ComputeMerge(const TsdgMergeArgs *args, const MergeArrays *a, MergePollState *po
 										args->n_old, args->n_new, args->dims, args->metric, &params,
 										a->old_knn_ids, a->old_knn_dists, a->old_neighbors,
 										a->old_lambdas, a->old_changed, a->knn_ids, NULL,
-										a->neighbors, a->lambdas, a->changed, MergePoll, poll,
-										error);
+										a->neighbors, a->lambdas, a->changed, layer->ids,
+										layer->lambdas, MergePoll, poll, error);
 }
 
 /*
@@ -304,7 +304,7 @@ SummarizeMergedGraph(const TsdgMergeArgs *args, uint8 *changed, const ServerLaye
  * are sent from own when no copy is kept.
  */
 static void
-FinishMergeInParts(TakenRequest *t, MergeArrays *a, TsdgMergePartArrays *own,
+FinishMergeInParts(TakenRequest *t, MergeArrays *a, TsdgMergePartArrays *own, ServerLayer *layer,
 				   const BulkMapping *map, const TsdgBulkHeader *header)
 {
 	const TsdgMergeArgs *args = &t->copy.args.merge;
@@ -313,20 +313,19 @@ FinishMergeInParts(TakenRequest *t, MergeArrays *a, TsdgMergePartArrays *own,
 	TsdgPartStream in;
 	TsdgPartStream out;
 	ResidentIndex *r;
-	ServerLayer layer;
 	TimestampTz start;
 	bool		complete;
 
 	(void) TsdgComputeLayer(own->rows, args->n_old + args->n_new, args->dims, args->metric,
-							&args->params, args->database, args->relfilenode, &layer);
+							&args->params, args->database, args->relfilenode, layer);
 	a->merged_rows = own->rows;
 	a->merged_knn_ids = NULL;
 	own->rows = NULL;
-	KeepMergedGraph(args, a, &layer, NULL);
+	KeepMergedGraph(args, a, layer, NULL);
 	if (summary != NULL)
 		TsdgPublishSummary(t, summary,
-						   SummarizeMergedGraph(args, own->changed, &layer, map, summary));
-	TsdgFreeLayer(&layer);
+						   SummarizeMergedGraph(args, own->changed, layer, map, summary));
+	TsdgFreeLayer(layer);
 	r = TsdgFindResident(&args->new_key);
 	if (r != NULL)
 	{
@@ -536,7 +535,8 @@ TsdgServeMerge(TakenRequest *t)
 	poll.last_phase = TSDG_PHASE_KNN_GRAPH;
 	/* in parts the session reads no list before the answer */
 	poll.summary = args->in_parts ? NULL : TsdgBulkArray(map.address, header->summary);
-	status = ComputeMerge(args, &a, &poll, &error);
+	TsdgMakeRoomForLayer(args->n_old + args->n_new, &args->params, &layer);
+	status = ComputeMerge(args, &a, &layer, &poll, &error);
 	if (status == TSDG_ERR_OUT_OF_MEMORY && TsdgLeastRecentlyUsed() != NULL &&
 		(poll.summary == NULL || pg_atomic_read_u32(&poll.summary->knn_ready) == 0))
 	{
@@ -548,7 +548,7 @@ TsdgServeMerge(TakenRequest *t)
 			a.old_rows_source = NULL;
 			memset(poll.seconds, 0, sizeof(poll.seconds));
 			poll.last_poll = start = GetCurrentTimestamp();
-			status = ComputeMerge(args, &a, &poll, &error);
+			status = ComputeMerge(args, &a, &layer, &poll, &error);
 		}
 	}
 	FreeOwnedLists(&a);
@@ -561,10 +561,12 @@ TsdgServeMerge(TakenRequest *t)
 						args->database, args->relfilenode,
 						status == TSDG_ERR_CANCELLED ? "cancelled" : "failed", error.message)));
 		TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
+		TsdgFreeLayer(&layer);
 		GiveBackMergedArrays(&a);
 		RefuseMerge(t, &map, &own, TsdgReplyOf(status), error.message);
 		return;
 	}
+	TsdgLayerWritten(&layer, args->n_old + args->n_new);
 	ereport(LOG,
 			(errmsg("pg_tsdg GPU worker: merged index %u/%u (%lld + %lld rows) in %.3f s: "
 					"k-NN graph of the new rows %.3f s, old lists' distances and GGM %.3f s, "
@@ -582,7 +584,7 @@ TsdgServeMerge(TakenRequest *t)
 
 	if (args->in_parts)
 	{
-		FinishMergeInParts(t, &a, &own, &map, header);
+		FinishMergeInParts(t, &a, &own, &layer, &map, header);
 		TsdgFreeMergePartArrays(&own);
 		TsdgIpcSetServerState(TSDG_SERVER_READY, NULL, NULL);
 		TsdgUnmapBulk(&map);
