@@ -521,6 +521,20 @@ TEST(CApi, LayerBytesCountEachLayerNode) {
 // The layer a build with its layer writes is the one tsdg_build_layer
 // builds, and the graph is the plain build's: the caller need not build the
 // layer again.
+// A layer the build wrote is the one tsdg_build_layer builds from its rows.
+void expect_layer_of(const Matrix& data, const TsdgBuildParams& params, const std::vector<uint32_t>& layer_ids,
+                     const std::vector<uint8_t>& layer_lambdas) {
+  std::vector<uint32_t> built_ids(layer_ids.size());
+  std::vector<uint8_t> built_lambdas(layer_ids.size());
+  TsdgError error;
+  ASSERT_EQ(tsdg_build_layer(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, &params,
+                             built_ids.data(), built_lambdas.data(), nullptr, nullptr, &error),
+            TSDG_OK)
+      << error.message;
+  EXPECT_EQ(layer_ids, built_ids);
+  EXPECT_EQ(layer_lambdas, built_lambdas);
+}
+
 TEST(CApi, BuildWithLayerWritesTheLayerTsdgBuildLayerBuilds) {
   const Matrix data = make_clustered(small_clustered_spec(TSDG_LAYER_MIN_NODES + 4000, 16, 40, 71));
   const TsdgBuildParams params = small_params();
@@ -539,14 +553,7 @@ TEST(CApi, BuildWithLayerWritesTheLayerTsdgBuildLayerBuilds) {
       << error.message;
   EXPECT_EQ(neighbors, plain.neighbors);
   EXPECT_EQ(lambdas, plain.lambdas);
-  std::vector<uint32_t> built_ids(layer_ids.size());
-  std::vector<uint8_t> built_lambdas(layer_ids.size());
-  ASSERT_EQ(tsdg_build_layer(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, &params,
-                             built_ids.data(), built_lambdas.data(), nullptr, nullptr, &error),
-            TSDG_OK)
-      << error.message;
-  EXPECT_EQ(layer_ids, built_ids);
-  EXPECT_EQ(layer_lambdas, built_lambdas);
+  expect_layer_of(data, params, layer_ids, layer_lambdas);
   EXPECT_EQ(tsdg_build_graph_with_layer(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, &params,
                                         neighbors.data(), lambdas.data(), nullptr, nullptr, nullptr, nullptr,
                                         nullptr, nullptr, &error),
@@ -612,14 +619,7 @@ TEST(CApi, MarkedBuildPublishesItsListsBeforeItsCheck) {
             TSDG_OK)
       << error.message;
   // the layer its check walked from is tsdg_build_layer's
-  std::vector<uint32_t> built_ids(layer_ids.size());
-  std::vector<uint8_t> built_lambdas(layer_ids.size());
-  ASSERT_EQ(tsdg_build_layer(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, &params,
-                             built_ids.data(), built_lambdas.data(), nullptr, nullptr, &error),
-            TSDG_OK)
-      << error.message;
-  EXPECT_EQ(layer_ids, built_ids);
-  EXPECT_EQ(layer_lambdas, built_lambdas);
+  expect_layer_of(data, params, layer_ids, layer_lambdas);
   // the same graph as the unmarked build's (the CPU's is the same for a seed and a thread count)
   EXPECT_EQ(marked.neighbors, plain.neighbors);
   EXPECT_EQ(marked.lambdas, plain.lambdas);

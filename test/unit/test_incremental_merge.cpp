@@ -328,17 +328,24 @@ TEST(IncrementalDiversify, NodesTheBatchDoesNotReachKeepTheirLists) {
   EXPECT_GT(kept, r.batch.split / 4);
 }
 
+// The C interface's parameters of these small merges: two threads, so that
+// the CPU's results are the same from one run to the next.
+TsdgBuildParams small_merge_params() {
+  TsdgBuildParams params;
+  tsdg_build_params_default(&params);
+  params.degree = 16;
+  params.build_k = 16;
+  params.threads = 2;
+  return params;
+}
+
 // Through the C interface, three batches merged one after the other into a
 // built index search as well as an index built on all rows at once, and each
 // merged row is found first when looked up by its own vector.
 TEST(IncrementalMergeCapi, SuccessiveMergesSearchLikeAFreshBuild) {
   const Matrix data = clustered_rows(6500, 24, 41);
   const int64_t first = 5000, batch = 500;
-  TsdgBuildParams params;
-  tsdg_build_params_default(&params);
-  params.degree = 16;
-  params.build_k = 16;
-  params.threads = 2;
+  const TsdgBuildParams params = small_merge_params();
   TsdgError error;
   const auto build = [&](int64_t n, std::vector<uint32_t>& neighbors, std::vector<uint8_t>& lambdas,
                          std::vector<uint32_t>& knn) {
@@ -420,11 +427,7 @@ TEST(IncrementalMergeCapi, MergeWithLayerWritesTheLayerTsdgBuildLayerBuilds) {
   const int64_t n = data.rows;
   const int64_t layer_nodes = tsdg_layer_node_count(n);
   ASSERT_GT(layer_nodes, 0);
-  TsdgBuildParams params;
-  tsdg_build_params_default(&params);
-  params.degree = 16;
-  params.build_k = 16;
-  params.threads = 2;
+  const TsdgBuildParams params = small_merge_params();
   std::vector<uint32_t> old_neighbors(n_old * params.degree), old_knn(n_old * params.build_k);
   std::vector<uint8_t> old_lambdas(old_neighbors.size());
   TsdgError error;
@@ -483,11 +486,7 @@ TEST(IncrementalMergeCapi, ChangedFlagsMarkEveryRewrittenList) {
   const Matrix data = clustered_rows(5300, 24, 35);
   const int64_t n_old = 5000;
   const int64_t n = data.rows;
-  TsdgBuildParams params;
-  tsdg_build_params_default(&params);
-  params.degree = 16;
-  params.build_k = 16;
-  params.threads = 2;
+  const TsdgBuildParams params = small_merge_params();
   std::vector<uint32_t> old_neighbors(n_old * params.degree), old_knn(n_old * params.build_k);
   std::vector<uint8_t> old_lambdas(old_neighbors.size());
   std::vector<float> old_knn_dists(old_knn.size());
