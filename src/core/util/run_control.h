@@ -41,8 +41,6 @@ struct RunControl {
   void add_done(int64_t units) const {
     if (progress_done) progress_done->fetch_add(units, std::memory_order_release);
   }
-  // Release: what the step before wrote (a merge's k-NN lists, merge.h) is
-  // seen by whoever reads the new phase; set_total before it is seen too.
   // This control for the steps after a phase whose count the caller reads
   // (Link's lists written out): their own counts would reset it.
   RunControl without_progress() const {
@@ -51,6 +49,8 @@ struct RunControl {
     quiet.progress_total = nullptr;
     return quiet;
   }
+  // Release: what the step before wrote (a merge's k-NN lists, merge.h) is
+  // seen by whoever reads the new phase; set_total before it is seen too.
   void set_phase(Phase step) const {
     if (phase) phase->store(static_cast<int>(step), std::memory_order_release);
     wake_poll();

@@ -82,7 +82,7 @@ TsdgMergeDataOf(const TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 
 /* the merged graph's layer lists, for the merge or tsdg_build_layer to write */
 static void
-TsdgMakeRoomForLayer(TsdgMerge *m, const TsdgBuildParams *params)
+TsdgMakeRoomForMergedLayer(TsdgMerge *m, const TsdgBuildParams *params)
 {
 	int64		layer_nodes = tsdg_layer_node_count(m->n_old + m->n_new);
 
@@ -150,7 +150,7 @@ TsdgMergeComputeGraph(TsdgMerge *m, TsdgMetric metric, const TsdgBuildParams *pa
 		m->region_placed = false;
 	}
 	m->knn_pages_kept = false;
-	TsdgMakeRoomForLayer(m, params);
+	TsdgMakeRoomForMergedLayer(m, params);
 	status = tsdg_merge_graph_incremental(NULL, m->rows, NULL, NULL, m->split, n - m->split, m->dims, metric,
 										  params, m->old_knn_ids, m->old_knn_dists,
 										  m->old_neighbors, m->old_lambdas, m->old_changed,
@@ -288,7 +288,7 @@ TsdgComputeMergedLayer(TsdgMerge *m, TsdgMetric metric)
 	if (m->layer_with_graph || tsdg_layer_node_count(n) == 0)
 		return;
 	TsdgMergeParams(&m->meta, &params);
-	TsdgMakeRoomForLayer(m, &params);
+	TsdgMakeRoomForMergedLayer(m, &params);
 	status = tsdg_build_layer(NULL, m->rows, n, m->dims, metric, &params, m->layer_ids,
 							  m->layer_lambdas, TsdgMergePoll, NULL, &error);
 	TsdgCheckCore(m->index, status, &error);

@@ -25,13 +25,13 @@ TsdgMakeRoomForLayer(int64 n, const TsdgBuildParams *params, ServerLayer *layer)
 	int64		nodes = tsdg_layer_node_count(n);
 
 	memset(layer, 0, sizeof(ServerLayer));
-	layer->degree = params->degree;
-	if (nodes == 0)
-		return;
-	layer->ids = malloc(sizeof(uint32) * params->degree * nodes);
-	layer->lambdas = malloc(sizeof(uint8) * params->degree * nodes);
-	if (layer->ids == NULL || layer->lambdas == NULL)
-		TsdgFreeLayer(layer);
+	if (nodes > 0)
+	{
+		layer->ids = malloc(sizeof(uint32) * params->degree * nodes);
+		layer->lambdas = malloc(sizeof(uint8) * params->degree * nodes);
+		if (layer->ids == NULL || layer->lambdas == NULL)
+			TsdgFreeLayer(layer);
+	}
 	layer->degree = params->degree;
 }
 
