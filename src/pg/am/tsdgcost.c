@@ -30,9 +30,9 @@
  * small table the walks keep meeting nodes already scored, so the nodes
  * scored reach the row count only slowly. A scored node costs more than a row
  * of the sequential scan: its page is found and pinned, its row is read from
- * wherever the graph leads rather than in order, and it is placed in the
- * candidate pool, which is kept sorted and so costs in proportion to its
- * width. A filter above the scan makes it return more rows than the LIMIT:
+ * wherever the graph leads rather than in order (from memory, once the rows
+ * a search scores outgrow the caches), and it is placed in the candidate
+ * pool, which is kept sorted and so costs in proportion to its width. A filter above the scan makes it return more rows than the LIMIT:
  * the scan widens its search round by round until enough rows pass, which
  * costs more than the rows it returns, so the cost at the LIMIT is priced
  * from the rows the filter makes it return, up to the rows a scan returns
@@ -71,9 +71,9 @@
  * again, to find and gather its TOAST chunks; the index reads its own copy
  * in place.
  */
-#define TSDG_SEQ_ROW_WORK		190.0
-#define TSDG_SEQ_PASSED_WORK	270.0
-#define TSDG_OUT_OF_LINE_WORK	9.5
+#define TSDG_SEQ_ROW_WORK		245.0
+#define TSDG_SEQ_PASSED_WORK	370.0
+#define TSDG_OUT_OF_LINE_WORK	10.0
 
 /*
  * A vector stored in line is read from the heap's pages in order. While the
@@ -85,7 +85,7 @@
  * which read them wherever the graph leads.
  */
 #define TSDG_CACHED_HEAP_BYTES	(6.0 * 1024 * 1024)
-#define TSDG_UNCACHED_DIM_WORK	4.5
+#define TSDG_UNCACHED_DIM_WORK	4.0
 
 /*
  * A node the search scores costs more than a row of the sequential scan:
@@ -97,7 +97,15 @@
  * one that passes them has its distance computed again for the plan's
  * output, its vector read from the heap, out of line for a wide one.
  */
-#define TSDG_VISIT_WORK			700.0
+#define TSDG_VISIT_WORK			970.0
+/*
+ * A search revisits the rows it scored when it expands them and compares
+ * candidates; where the vectors it scores outgrow a core's share of the
+ * caches, those visits read them from memory, and the share that does not
+ * fit costs its components about once more.
+ */
+#define TSDG_CACHED_SEARCH_BYTES	(2.0 * 1024 * 1024)
+#define TSDG_UNCACHED_VISIT_DIM_WORK	1.1
 /*
  * A node of the navigating set costs less where the session keeps a copy of
  * the set's rows (tsdgnavcache.c): its row is read in order from one array,
@@ -105,12 +113,12 @@
  * room for the whole set at once; what is left besides its distance is its
  * place among the candidates.
  */
-#define TSDG_KEPT_ENTRY_WORK	40.0
-#define TSDG_VISIT_POOL_WORK	0.6
-#define TSDG_LIST_SLOT_WORK		12.0
-#define TSDG_RETURNED_ROW_WORK	3000.0
+#define TSDG_KEPT_ENTRY_WORK	50.0
+#define TSDG_VISIT_POOL_WORK	0.05
+#define TSDG_LIST_SLOT_WORK		21.0
+#define TSDG_RETURNED_ROW_WORK	1960.0
 /* a comparison of two candidates when a wider round sorts them */
-#define TSDG_SORT_COMPARE_WORK	25.0
+#define TSDG_SORT_COMPARE_WORK	22.0
 
 /*
  * The bytes of a graph search, against work_mem x tsdg.scan_mem_multiplier:
@@ -254,7 +262,8 @@ TsdgSearchBytes(const TsdgScanShape *shape, double ef)
 }
 
 /*
- * The work of a graph search with ef candidates: its scored nodes, each
+ * The work of a graph search with ef candidates: its scored nodes, their
+ * vectors read from memory in the share that does not fit the caches, each
  * placed in a pool as wide as ef or as the nodes scored (those of the
  * navigating set cheaper where the session keeps its rows, as are the
  * entries of the layer's walk, which also brings their distances), and its
@@ -269,9 +278,13 @@ TsdgSearchWork(const TsdgScanShape *shape, double ef)
 	double		expanded = Min(ef, shape->nodes);
 	double		kept = shape->entries_kept || shape->layer_walked ?
 		Min(TsdgStartEntries(shape, ef), scored) : 0.0;
+	double		search_bytes = scored * shape->dims * sizeof(float);
+	double		uncached = search_bytes > TSDG_CACHED_SEARCH_BYTES ?
+		1.0 - TSDG_CACHED_SEARCH_BYTES / search_bytes : 0.0;
 	double		work;
 
-	work = scored * (TSDG_VISIT_WORK + shape->dims + TSDG_VISIT_POOL_WORK * Min(ef, scored)) -
+	work = scored * (TSDG_VISIT_WORK + shape->dims * (1.0 + TSDG_UNCACHED_VISIT_DIM_WORK * uncached) +
+					 TSDG_VISIT_POOL_WORK * Min(ef, scored)) -
 		kept * (TSDG_VISIT_WORK - TSDG_KEPT_ENTRY_WORK) +
 		expanded * shape->degree * TSDG_LIST_SLOT_WORK;
 	if (shape->layer_walked)

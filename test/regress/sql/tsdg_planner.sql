@@ -2,9 +2,8 @@
 -- work than a sequential scan and a sort, at every ef_search, including wide
 -- vectors stored out of line (TOAST), tables larger than the CPU's caches and
 -- small tables; a sequential scan where a filter leaves few rows, where
--- ef_search asks the search to score most of a small table or of a table of
--- narrow vectors, or more rows than a sequential scan computes distances for
--- behind a filter, where work_mem cuts the widened search short, and for an
+-- ef_search asks the search to score most of a small table, or more rows
+-- than a sequential scan computes distances for behind a filter, where work_mem cuts the widened search short, and for an
 -- ordered scan of the whole table.
 SET client_min_messages = warning;
 
@@ -48,10 +47,10 @@ FROM unnest(ARRAY[10, 40, 100, 1000]) ef, LATERAL set_config('tsdg.ef_search', e
 SELECT ef, plan_of('SELECT id FROM pnarrow WHERE cat = 3 ORDER BY v <-> ''[0,1,0.5,0.5,0,1,1,0.5]'' LIMIT 10') AS plan
 FROM unnest(ARRAY[10, 100]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
 -- one row in ten: the index's first round at ef_search 100 holds the hundred
--- rows the LIMIT needs; at 400 it scores more than the sequential scan, which
+-- rows the LIMIT needs; at 700 it scores more than the sequential scan, which
 -- computes the distances of the rows that pass alone
 SELECT ef, plan_of('SELECT id FROM pnarrow WHERE cat < 10 ORDER BY v <-> ''[0,1,0.5,0.5,0,1,1,0.5]'' LIMIT 10') AS plan
-FROM unnest(ARRAY[100, 400]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+FROM unnest(ARRAY[100, 700]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
 -- tsdg.iterative_scan = off ends a scan after its first round: one row in a
 -- hundred passing, the index costs that round alone, less than the
 -- sequential scan; an ordered scan of the whole table still goes to the
@@ -95,8 +94,9 @@ RESET tsdg.ef_search;
 
 -- 10,000 rows of 64 dimensions, one row in ten passing the filter: the
 -- index at the ef_search whose first round holds the rows the LIMIT needs
--- and at twice that, the sequential scan of the rows that pass at four times
--- that, and below it, where the scan widens its search round after round
+-- and at twice that, and below it, where the scan widens its search round
+-- after round; the sequential scan of the rows that pass at seven times
+-- that
 CREATE TABLE pmid AS SELECT i AS id, i % 100 AS cat,
 	(SELECT array_agg(sin(i * 0.91 + j * (1 + i % 5)))::real[] FROM generate_series(1, 64) j)::vector(64) AS v
 	FROM generate_series(1, 10000) i;
@@ -104,13 +104,13 @@ CREATE INDEX pmid_v ON pmid USING tsdg (v vector_l2_ops);
 ANALYZE pmid;
 SELECT v AS qmid FROM pmid WHERE id = 7 \gset
 SELECT ef, plan_of('SELECT id FROM pmid WHERE cat < 10 ORDER BY v <-> ' || quote_literal(:'qmid') || ' LIMIT 10') AS plan
-FROM unnest(ARRAY[10, 100, 200, 400]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+FROM unnest(ARRAY[10, 100, 200, 700]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
 -- unfiltered: past an ef_search of a few hundred the search spills out of
 -- the groups these rows form and scores a growing share of the table, as
--- the index measures on its own graph: the index at 400, the sequential
--- scan at 700
+-- the index measures on its own graph: the index at 400 and 700, the
+-- sequential scan at 1000
 SELECT ef, plan_of('SELECT id FROM pmid ORDER BY v <-> ' || quote_literal(:'qmid') || ' LIMIT 10') AS plan
-FROM unnest(ARRAY[400, 700]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
+FROM unnest(ARRAY[400, 700, 1000]) ef, LATERAL set_config('tsdg.ef_search', ef::text, false) s;
 RESET tsdg.ef_search;
 
 -- 10,000 rows of 384 dimensions stored in line: a heap larger than the
