@@ -32,8 +32,9 @@
  * of the sequential scan: its page is found and pinned, its row is read from
  * wherever the graph leads rather than in order (from memory, once the rows
  * a search scores outgrow the caches), and it is placed in the candidate
- * pool, which is kept sorted and so costs in proportion to its width. A filter above the scan makes it return more rows than the LIMIT:
- * the scan widens its search round by round until enough rows pass, which
+ * pool, which is kept sorted and so costs in proportion to its width. A
+ * filter above the scan makes it return more rows than the LIMIT: the scan
+ * widens its search round by round until enough rows pass, which
  * costs more than the rows it returns, so the cost at the LIMIT is priced
  * from the rows the filter makes it return, up to the rows a scan returns
  * under tsdg.iterative_scan = off, tsdg.ef_search, past which it does no more
@@ -142,6 +143,13 @@
  */
 #define TSDG_VISITS_PER_EF		5.5
 #define TSDG_VISITS_PER_LEVEL	15.0
+
+/* the share of bytes read in a pass that a cache of cached bytes does not hold */
+static double
+TsdgUncachedShare(double bytes, double cached)
+{
+	return bytes > cached ? 1.0 - cached / bytes : 0.0;
+}
 
 /* what the estimate knows of the index and the query */
 typedef struct TsdgScanShape
@@ -278,9 +286,8 @@ TsdgSearchWork(const TsdgScanShape *shape, double ef)
 	double		expanded = Min(ef, shape->nodes);
 	double		kept = shape->entries_kept || shape->layer_walked ?
 		Min(TsdgStartEntries(shape, ef), scored) : 0.0;
-	double		search_bytes = scored * shape->dims * sizeof(float);
-	double		uncached = search_bytes > TSDG_CACHED_SEARCH_BYTES ?
-		1.0 - TSDG_CACHED_SEARCH_BYTES / search_bytes : 0.0;
+	double		uncached = TsdgUncachedShare(scored * shape->dims * sizeof(float),
+											 TSDG_CACHED_SEARCH_BYTES);
 	double		work;
 
 	work = scored * (TSDG_VISIT_WORK + shape->dims * (1.0 + TSDG_UNCACHED_VISIT_DIM_WORK * uncached) +
@@ -454,13 +461,9 @@ tsdgcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	if (VECTOR_SIZE((int) shape.dims) > TOAST_TUPLE_THRESHOLD)
 		shape.heap_dims_work = shape.dims * (1.0 + TSDG_OUT_OF_LINE_WORK);
 	else
-	{
-		double		heap_bytes = (double) rel->pages * BLCKSZ;
-		double		uncached = heap_bytes > TSDG_CACHED_HEAP_BYTES ?
-			1.0 - TSDG_CACHED_HEAP_BYTES / heap_bytes : 0.0;
-
-		shape.heap_dims_work = shape.dims * (1.0 + TSDG_UNCACHED_DIM_WORK * uncached);
-	}
+		shape.heap_dims_work = shape.dims *
+			(1.0 + TSDG_UNCACHED_DIM_WORK *
+			 TsdgUncachedShare((double) rel->pages * BLCKSZ, TSDG_CACHED_HEAP_BYTES));
 
 	/*
 	 * the sequential plan: every row read and tested, the vectors, distances
