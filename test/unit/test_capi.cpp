@@ -11,6 +11,7 @@
 #include "bruteforce.h"
 #include "search.h"
 #include "synthetic.h"
+#include "capi_test_util.h"
 #include "tsdg_capi.h"
 #include "tsdg_test_graphs.h"
 
@@ -20,6 +21,7 @@ namespace {
 // record_bytes of tsdg_unreached_job_start that keeps every walk
 constexpr int64_t kAllRecords = int64_t{1} << 40;
 
+using testing::expect_layer_of;
 using testing::small_clustered_spec;
 
 struct Built {
@@ -29,14 +31,7 @@ struct Built {
   std::vector<float> knn_dists;
 };
 
-TsdgBuildParams small_params() {
-  TsdgBuildParams params;
-  tsdg_build_params_default(&params);
-  params.degree = 24;
-  params.build_k = 24;
-  params.threads = 2;
-  return params;
-}
+TsdgBuildParams small_params() { return testing::capi_test_params(24); }
 
 Built build(const Matrix& data, const TsdgBuildParams& params) {
   Built b;
@@ -521,20 +516,6 @@ TEST(CApi, LayerBytesCountEachLayerNode) {
 // The layer a build with its layer writes is the one tsdg_build_layer
 // builds, and the graph is the plain build's: the caller need not build the
 // layer again.
-// A layer the build wrote is the one tsdg_build_layer builds from its rows.
-void expect_layer_of(const Matrix& data, const TsdgBuildParams& params, const std::vector<uint32_t>& layer_ids,
-                     const std::vector<uint8_t>& layer_lambdas) {
-  std::vector<uint32_t> built_ids(layer_ids.size());
-  std::vector<uint8_t> built_lambdas(layer_ids.size());
-  TsdgError error;
-  ASSERT_EQ(tsdg_build_layer(nullptr, data.values.data(), data.rows, data.dim, TSDG_METRIC_L2, &params,
-                             built_ids.data(), built_lambdas.data(), nullptr, nullptr, &error),
-            TSDG_OK)
-      << error.message;
-  EXPECT_EQ(layer_ids, built_ids);
-  EXPECT_EQ(layer_lambdas, built_lambdas);
-}
-
 TEST(CApi, BuildWithLayerWritesTheLayerTsdgBuildLayerBuilds) {
   const Matrix data = make_clustered(small_clustered_spec(TSDG_LAYER_MIN_NODES + 4000, 16, 40, 71));
   const TsdgBuildParams params = small_params();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bruteforce.h"
+#include "capi_test_util.h"
 #include "distance.h"
 #include "diversify.h"
 #include "ggm.h"
@@ -328,16 +329,8 @@ TEST(IncrementalDiversify, NodesTheBatchDoesNotReachKeepTheirLists) {
   EXPECT_GT(kept, r.batch.split / 4);
 }
 
-// The C interface's parameters of these small merges: two threads, so that
-// the CPU's results are the same from one run to the next.
-TsdgBuildParams small_merge_params() {
-  TsdgBuildParams params;
-  tsdg_build_params_default(&params);
-  params.degree = 16;
-  params.build_k = 16;
-  params.threads = 2;
-  return params;
-}
+// The C interface's parameters of these small merges.
+TsdgBuildParams small_merge_params() { return testing::capi_test_params(16); }
 
 // Through the C interface, three batches merged one after the other into a
 // built index search as well as an index built on all rows at once, and each
@@ -463,20 +456,14 @@ TEST(IncrementalMergeCapi, MergeWithLayerWritesTheLayerTsdgBuildLayerBuilds) {
   EXPECT_EQ(layered.neighbors, plain.neighbors);
   EXPECT_EQ(layered.lambdas, plain.lambdas);
   EXPECT_EQ(layered.changed, plain.changed);
-  std::vector<uint32_t> built_ids(layered.layer_ids.size());
-  std::vector<uint8_t> built_lambdas(built_ids.size());
-  ASSERT_EQ(tsdg_build_layer(nullptr, data.values.data(), n, data.dim, TSDG_METRIC_L2, &params, built_ids.data(),
-                             built_lambdas.data(), nullptr, nullptr, &error),
-            TSDG_OK)
-      << error.message;
-  EXPECT_EQ(layered.layer_ids, built_ids);
-  EXPECT_EQ(layered.layer_lambdas, built_lambdas);
+  testing::expect_layer_of(data, params, layered.layer_ids, layered.layer_lambdas);
   Merged refused = plain;
+  std::vector<uint32_t> ids_alone(layered.layer_ids.size());
   EXPECT_EQ(tsdg_merge_graph_incremental(nullptr, data.values.data(), nullptr, nullptr, n_old, n - n_old, data.dim,
                                          TSDG_METRIC_L2, &params, old_knn.data(), nullptr, old_neighbors.data(),
                                          old_lambdas.data(), nullptr, refused.knn.data(), nullptr,
                                          refused.neighbors.data(), refused.lambdas.data(), refused.changed.data(),
-                                         built_ids.data(), nullptr, nullptr, nullptr, &error),
+                                         ids_alone.data(), nullptr, nullptr, nullptr, &error),
             TSDG_ERR_INVALID_ARGUMENT);
 }
 
